@@ -1,0 +1,99 @@
+//! Who may call what (DESIGN.md "Who may call what"), as one pure function.
+//!
+//! | operation | access token | API key |
+//! |---|---|---|
+//! | [`Operation::ReadAccount`] (GET me, GET api-keys) | yes | permission `read` |
+//! | [`Operation::CreateApiKey`] (POST api-keys) | yes | never (`required: access_token`) |
+//! | [`Operation::ChangeApiKey`] (revoke, DELETE) | yes | permission `write` |
+//! | [`Operation::ChatCompletion`] (POST ai/chat/completions) | never (`required: api_key`) | permission `ai_gateway` |
+//!
+//! `admin` includes every other permission (but never lets a key create a key: seed §5 rule 1).
+
+use crate::permission::{Permission, PermissionSet};
+
+/// An operation guarded by the table above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Read the caller's account or list their API keys.
+    ReadAccount,
+    /// Create an API key.
+    CreateApiKey,
+    /// Revoke or delete one of the caller's API keys.
+    ChangeApiKey,
+    /// Call the AI gateway.
+    ChatCompletion,
+}
+
+/// The kind of credential a request authenticated with, and what it carries.
+#[derive(Debug, Clone, Copy)]
+pub enum CallerCredential<'a> {
+    /// A JWT access token (a user session).
+    AccessToken,
+    /// An API key with its permissions.
+    ApiKey(&'a PermissionSet),
+}
+
+/// A refusal: 403 `forbidden` with `details.required` and `details.current` (seed §7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("requires {required}, caller has {current}")]
+pub struct Denied {
+    /// What was needed: a permission name, `access_token` or `api_key`.
+    pub required: String,
+    /// What the caller has: `access_token`, `api_key`, or the key's permissions joined by commas.
+    pub current: String,
+}
+
+/// Decides whether `caller` may perform `operation`.
+///
+/// # Errors
+/// [`Denied`] naming what was required and what the caller has.
+pub fn authorize(caller: CallerCredential<'_>, operation: Operation) -> Result<(), Denied> {
+    let needs = |permission: Permission, set: &PermissionSet| {
+        if set.allows(permission) {
+            Ok(())
+        } else {
+            Err(Denied { required: permission.as_str().to_owned(), current: set.to_storage() })
+        }
+    };
+    match (caller, operation) {
+        (CallerCredential::AccessToken, Operation::ChatCompletion) => {
+            Err(Denied { required: "api_key".into(), current: "access_token".into() })
+        }
+        (CallerCredential::AccessToken, _) => Ok(()),
+        (CallerCredential::ApiKey(_), Operation::CreateApiKey) => {
+            Err(Denied { required: "access_token".into(), current: "api_key".into() })
+        }
+        (CallerCredential::ApiKey(set), Operation::ReadAccount) => needs(Permission::Read, set),
+        (CallerCredential::ApiKey(set), Operation::ChangeApiKey) => needs(Permission::Write, set),
+        (CallerCredential::ApiKey(set), Operation::ChatCompletion) => {
+            needs(Permission::AiGateway, set)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_rows() {
+        use CallerCredential::*;
+        use Operation::*;
+        let read = PermissionSet::from_iter([Permission::Read]);
+        let admin = PermissionSet::from_iter([Permission::Admin]);
+        assert!(authorize(AccessToken, ReadAccount).is_ok());
+        assert!(authorize(AccessToken, CreateApiKey).is_ok());
+        assert!(authorize(AccessToken, ChangeApiKey).is_ok());
+        assert_eq!(
+            authorize(AccessToken, ChatCompletion).err().map(|d| d.required),
+            Some("api_key".into())
+        );
+        assert!(authorize(ApiKey(&read), ReadAccount).is_ok());
+        assert_eq!(
+            authorize(ApiKey(&read), ChangeApiKey),
+            Err(Denied { required: "write".into(), current: "read".into() })
+        );
+        assert!(authorize(ApiKey(&admin), CreateApiKey).is_err());
+        assert!(authorize(ApiKey(&admin), ChatCompletion).is_ok());
+    }
+}

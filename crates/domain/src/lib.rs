@@ -1,0 +1,47 @@
+#![warn(missing_docs)]
+//! # aigw-domain
+//!
+//! The pure core of aigw, the account and credential service of an AI gateway: the types and
+//! rules that every other layer shares, and that other backend developers can embed without
+//! pulling in a web framework, a database driver or an async runtime.
+//!
+//! What lives here:
+//!
+//! - [`user`]: validated e-mail addresses, display names, passwords and roles;
+//! - [`permission`]: the five API key permissions of the seed (§2) and the rule that `admin`
+//!   includes every other one;
+//! - [`api_key`] and [`refresh_token`]: the opaque credential formats (prefix, random body,
+//!   checksum) and their SHA-256 digests, the only form in which they are stored;
+//! - [`credential`]: how an `Authorization` header is told apart into access token or API key;
+//! - [`claims`]: the claims of a JWT access token (RFC 7519, RFC 8725);
+//! - [`error`]: the stable, machine-readable error codes of the seed (§7);
+//! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
+//! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`).
+//!
+//! Nothing in this crate performs I/O. Random secrets are generated from a caller-supplied
+//! cryptographically secure RNG ([`rand_core::CryptoRng`]), so the caller decides where
+//! randomness comes from (the service uses the operating system's RNG).
+
+pub mod access;
+pub mod api_key;
+pub mod claims;
+pub mod credential;
+pub mod digest;
+pub mod error;
+pub mod permission;
+pub mod refresh_token;
+pub mod time;
+pub mod user;
+pub mod validation;
+
+mod base62_random;
+
+pub use api_key::{ApiKeyError, ApiKeySecret};
+pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
+pub use credential::{CredentialError, PresentedCredential};
+pub use digest::TokenDigest;
+pub use error::ErrorCode;
+pub use permission::{Permission, PermissionSet};
+pub use refresh_token::RefreshTokenSecret;
+pub use user::{Email, PasswordPolicy, Role, UserName};
+pub use validation::FieldError;

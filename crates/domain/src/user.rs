@@ -1,0 +1,252 @@
+//! Users: e-mail addresses, display names, passwords and roles (seed §2 "User").
+
+use crate::validation::FieldError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Longest accepted e-mail address, in characters (RFC 5321 §4.5.3.1.3 path limit less `<>`).
+pub const EMAIL_MAX_CHARS: usize = 254;
+/// Longest accepted display name, in Unicode code points.
+pub const NAME_MAX_CHARS: usize = 100;
+/// Longest accepted API key name, in Unicode code points.
+pub const KEY_NAME_MAX_CHARS: usize = 100;
+/// Hard maximum password length, in Unicode code points: bounds the hashing cost
+/// (ASVS 4.0.3 V2.1.2). Never lowered by configuration.
+pub const PASSWORD_HARD_MAX_CHARS: usize = 256;
+
+/// A syntactically valid e-mail address, trimmed and lower-cased: the login name.
+///
+/// Addresses are compared case-insensitively, as users expect (`Ann@Example.com` and
+/// `ann@example.com` are one account), so the stored form is lower case.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Email(String);
+
+impl Email {
+    /// Validates and normalises an address from request field `email`.
+    ///
+    /// # Errors
+    /// [`FieldError`] on `email` when it is empty, longer than [`EMAIL_MAX_CHARS`], or not
+    /// an address of the form `local@domain.tld` (no display text, no IP literal).
+    pub fn parse(raw: &str) -> Result<Self, FieldError> {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() {
+            return Err(FieldError::new("email", "must not be empty"));
+        }
+        if trimmed.chars().count() > EMAIL_MAX_CHARS {
+            return Err(FieldError::new("email", "must be at most 254 characters"));
+        }
+        let options = email_address::Options::default()
+            .with_required_tld()
+            .without_display_text()
+            .without_domain_literal();
+        if email_address::EmailAddress::parse_with_options(trimmed, options).is_err() {
+            return Err(FieldError::new("email", "is not a valid e-mail address"));
+        }
+        Ok(Self(trimmed.to_lowercase()))
+    }
+
+    /// The normalised address.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The part before `@`, used as the default display name.
+    pub fn local_part(&self) -> &str {
+        self.0.split('@').next().unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for Email {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A display name (of a user, field `name`) or label (of an API key, field `name`):
+/// trimmed, 1 to 100 code points, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserName(String);
+
+impl UserName {
+    /// Validates `raw` as request field `field` (`"name"`).
+    ///
+    /// # Errors
+    /// [`FieldError`] on `field` when it is empty after trimming, longer than 100 code points,
+    /// or contains control characters.
+    pub fn parse(raw: &str, field: &str) -> Result<Self, FieldError> {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() {
+            return Err(FieldError::new(field, "must not be empty"));
+        }
+        if trimmed.chars().count() > NAME_MAX_CHARS {
+            return Err(FieldError::new(field, "must be at most 100 characters"));
+        }
+        if trimmed.chars().any(char::is_control) {
+            return Err(FieldError::new(field, "must not contain control characters"));
+        }
+        Ok(Self(trimmed.to_owned()))
+    }
+
+    /// The name as given (trimmed).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name, by value.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// Common passwords refused when [`PasswordPolicy::blocklist`] is on: `data/common-passwords.txt`
+/// (one per line, lower case; `#` starts a comment), compiled into the crate.
+const COMMON_PASSWORDS: &str = include_str!("../data/common-passwords.txt");
+
+/// Whether `password` (compared case-insensitively) is on the shipped list of common passwords.
+pub fn is_common_password(password: &str) -> bool {
+    let lowered = password.to_lowercase();
+    COMMON_PASSWORDS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .any(|l| l == lowered)
+}
+
+/// The password rules (NIST SP 800-63B-4 §3.1.1.2): a configurable minimum length, a hard
+/// maximum, lengths in Unicode code points, no composition rules, no truncation, and
+/// optionally a blocklist of common passwords.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PasswordPolicy {
+    /// Minimum length in code points (`auth.password_min_chars`, default 8).
+    pub min_chars: usize,
+    /// Maximum length in code points (at most [`PASSWORD_HARD_MAX_CHARS`]).
+    pub max_chars: usize,
+    /// Refuse passwords on the shipped common-password list (`auth.password_blocklist`,
+    /// default true).
+    pub blocklist: bool,
+}
+
+impl Default for PasswordPolicy {
+    fn default() -> Self {
+        Self { min_chars: 8, max_chars: PASSWORD_HARD_MAX_CHARS, blocklist: true }
+    }
+}
+
+impl PasswordPolicy {
+    /// Checks a new password (at registration).
+    ///
+    /// # Errors
+    /// [`FieldError`] on `password` when it is shorter than `min_chars` or longer than
+    /// `max_chars` code points, or (with the blocklist on) a commonly used password. The
+    /// issue text never contains the password.
+    pub fn check_new(&self, password: &str) -> Result<(), FieldError> {
+        let n = password.chars().count();
+        if n < self.min_chars {
+            return Err(FieldError::new(
+                "password",
+                format!("must be at least {} characters", self.min_chars),
+            ));
+        }
+        self.check_length_bound(password)?;
+        if self.blocklist && is_common_password(password) {
+            return Err(FieldError::new(
+                "password",
+                "is too common; choose a longer or less predictable password",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks only the upper bound (at login, so an oversized password is refused before it
+    /// is hashed).
+    ///
+    /// # Errors
+    /// [`FieldError`] on `password` when it is longer than `max_chars` code points.
+    pub fn check_length_bound(&self, password: &str) -> Result<(), FieldError> {
+        let max = self.max_chars.min(PASSWORD_HARD_MAX_CHARS);
+        if password.chars().count() > max {
+            return Err(FieldError::new("password", format!("must be at most {max} characters")));
+        }
+        Ok(())
+    }
+}
+
+/// A user's role (seed §2: the value `user` occurs). New accounts are `user`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// An ordinary account.
+    User,
+    /// An operator account (granted out of band; the API never grants it).
+    Admin,
+}
+
+impl Role {
+    /// The wire and storage name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl FromStr for Role {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(Role::User),
+            "admin" => Ok(Role::Admin),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emails() {
+        assert_eq!(Email::parse(" Ann@Example.COM ").map(|e| e.0), Ok("ann@example.com".into()));
+        for bad in ["", "ann", "ann@", "@example.com", "ann@localhost", "Ann <ann@example.com>"] {
+            assert!(Email::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn passwords_count_code_points() {
+        let policy = PasswordPolicy::default();
+        assert!(policy.check_new("ééééééé").is_err()); // 7 code points, 14 bytes
+        assert!(policy.check_new("éééééééé").is_ok());
+        assert!(policy.check_new(&"x".repeat(256)).is_ok());
+        assert!(policy.check_new(&"x".repeat(257)).is_err());
+        let err = policy.check_new("hunter2").err().map(|e| e.issue).unwrap_or_default();
+        assert!(!err.contains("hunter2"));
+    }
+
+    #[test]
+    fn common_passwords_are_refused_case_insensitively() {
+        let policy = PasswordPolicy::default();
+        assert!(policy.check_new("Password123").is_err());
+        assert!(policy.check_new("QWERTYUIOP").is_err());
+        assert!(policy.check_new("correct horse battery staple").is_ok());
+        let off = PasswordPolicy { blocklist: false, ..PasswordPolicy::default() };
+        assert!(off.check_new("password123").is_ok());
+    }
+
+    #[test]
+    fn names() {
+        assert!(UserName::parse("  ", "name").is_err());
+        assert!(UserName::parse("a\u{0}b", "name").is_err());
+        assert_eq!(UserName::parse(" Ann ", "name").map(|n| n.0), Ok("Ann".into()));
+    }
+}

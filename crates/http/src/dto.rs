@@ -1,0 +1,365 @@
+//! Request and response bodies as they appear on the wire (DESIGN.md "Responses"), with
+//! their OpenAPI schemas. Timestamps are RFC 3339 strings in UTC with `Z`.
+
+use aigw_domain::time::format_timestamp;
+use aigw_service::{ApiKeyView, CreatedApiKey, TokenSet, UserView};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The success envelope: `{"success": true, "data": …}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Envelope<T: ToSchema> {
+    /// Always `true`.
+    pub success: bool,
+    /// The payload.
+    pub data: T,
+}
+
+impl<T: ToSchema> Envelope<T> {
+    /// Wraps `data`.
+    pub fn ok(data: T) -> Self {
+        Self { success: true, data }
+    }
+}
+
+/// The error envelope (seed §7).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorEnvelope {
+    /// Always `false`.
+    pub success: bool,
+    /// The error.
+    pub error: ErrorBody,
+}
+
+/// Answers every endpoint that reads a JSON body can give about the body itself
+/// (OpenAPI responses shared by those endpoints).
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum BodyErrors {
+    /// 413 `payload_too_large`.
+    #[response(status = 413, description = "Body over the limit")]
+    TooLarge(ErrorEnvelope),
+    /// 415 `unsupported_media_type`.
+    #[response(status = 415, description = "Body not application/json")]
+    NotJson(ErrorEnvelope),
+}
+
+/// Answers every rate-limited, database-backed endpoint can give (OpenAPI responses shared by
+/// those endpoints).
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum ServerErrors {
+    /// 429 `rate_limit_exceeded`.
+    #[response(
+        status = 429,
+        description = "Rate limit exceeded (Retry-After, RateLimit, RateLimit-Policy)"
+    )]
+    RateLimited(ErrorEnvelope),
+    /// 500 `internal_error`.
+    #[response(status = 500, description = "Unexpected error (details: request_id, timestamp)")]
+    Internal(ErrorEnvelope),
+    /// 503 `service_unavailable`.
+    #[response(status = 503, description = "Database unavailable; retry later")]
+    Unavailable(ErrorEnvelope),
+}
+
+/// `error` of the error envelope.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable code: `invalid_request`, `unauthorized`, `forbidden`, `not_found`,
+    /// `method_not_allowed`, `payload_too_large`, `unsupported_media_type`,
+    /// `rate_limit_exceeded`, `internal_error`, `upstream_error`, `service_unavailable`,
+    /// `upstream_timeout`.
+    pub code: String,
+    /// Human-readable text.
+    pub message: String,
+    /// Code-specific fields: `field`+`issue` (400), `hint` (401), `required`+`current` (403),
+    /// `resource`+`id` (404), `limit`+`remaining`+`reset` (429), `request_id`+`timestamp`
+    /// (500, 503), `provider` (502, 504).
+    #[schema(value_type = Object)]
+    pub details: serde_json::Value,
+}
+
+/// `POST /auth/register` body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RegisterRequest {
+    /// E-mail address, the login name (trimmed, compared case-insensitively).
+    #[schema(example = "ann@example.com", format = Email, max_length = 254)]
+    pub email: String,
+    /// 8 to 256 Unicode code points (configurable minimum); not a common password.
+    #[schema(example = "correct horse battery staple", min_length = 8, max_length = 256)]
+    pub password: String,
+    /// Display name, 1 to 100 characters; defaults to the part of the e-mail before `@`.
+    #[schema(example = "Ann", min_length = 1, max_length = 100)]
+    pub name: Option<String>,
+}
+
+/// `POST /auth/login` body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct LoginRequest {
+    /// E-mail address.
+    pub email: String,
+    /// Password.
+    pub password: String,
+}
+
+/// `POST /auth/refresh` body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RefreshRequest {
+    /// The current refresh token (`aigwr_…`).
+    pub refresh_token: String,
+}
+
+/// Which sessions `POST /auth/logout` ends.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LogoutScopeDto {
+    /// The current session (default).
+    #[default]
+    Local,
+    /// Every session of the user.
+    Global,
+    /// Every session but the current one.
+    Others,
+}
+
+/// `POST /auth/logout` body (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct LogoutRequest {
+    /// `local` (default), `global` or `others`.
+    #[serde(default)]
+    pub scope: LogoutScopeDto,
+    /// Optional: a refresh token of the caller's; its session is ended too.
+    #[serde(default)]
+    pub refresh_token: Option<String>,
+}
+
+/// A permission name (seed §2), for the OpenAPI description of `permissions`.
+#[derive(Debug, ToSchema)]
+#[schema(as = Permission)]
+#[allow(non_camel_case_types, dead_code)]
+pub enum PermissionName {
+    /// Access AI gateway endpoints.
+    ai_gateway,
+    /// Use proxy features.
+    proxy,
+    /// Read access to resources.
+    read,
+    /// Write access to resources.
+    write,
+    /// Full administrative access.
+    admin,
+}
+
+/// `POST /auth/api-keys` body.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct CreateApiKeyRequest {
+    /// Label, 1 to 100 characters.
+    #[schema(example = "ci-pipeline", min_length = 1, max_length = 100)]
+    pub name: String,
+    /// One or more of `ai_gateway`, `proxy`, `read`, `write`, `admin`.
+    #[schema(example = json!(["ai_gateway"]), value_type = Vec<PermissionName>, min_items = 1)]
+    pub permissions: Vec<String>,
+    /// Optional expiry, RFC 3339 with a time zone, in the future. Absent or null: no expiry.
+    #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
+    pub expires_at: Option<String>,
+}
+
+/// A user (seed §2).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserDto {
+    /// UUIDv7.
+    pub id: String,
+    /// E-mail address (lower case).
+    pub email: String,
+    /// Display name.
+    pub name: String,
+    /// Role: `user`.
+    pub role: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+}
+
+impl From<UserView> for UserDto {
+    fn from(u: UserView) -> Self {
+        Self {
+            id: u.id,
+            email: u.email,
+            name: u.name,
+            role: u.role,
+            created_at: format_timestamp(u.created_at),
+        }
+    }
+}
+
+/// A token set (seed §2): login, refresh, and (with the user's fields on top) register.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenSetDto {
+    /// The user.
+    pub user: UserDto,
+    /// JWT access token (send as `Authorization: Bearer …`).
+    pub token: String,
+    /// Opaque refresh token (`aigwr_…`), rotated on every use.
+    pub refresh_token: String,
+    /// Access-token expiry, RFC 3339 UTC.
+    pub expires_at: String,
+    /// Access-token lifetime in seconds (3600 by default).
+    pub expires_in: u64,
+    /// Always `Bearer`.
+    pub token_type: String,
+}
+
+impl From<TokenSet> for TokenSetDto {
+    fn from(t: TokenSet) -> Self {
+        Self {
+            user: t.user.into(),
+            token: t.access_token,
+            refresh_token: t.refresh_token,
+            expires_at: format_timestamp(t.expires_at),
+            expires_in: t.expires_in,
+            token_type: "Bearer".to_owned(),
+        }
+    }
+}
+
+/// `POST /auth/register` answer: both documented variants at once (the user's fields on top,
+/// as variant 1 has them, plus the token set of variant 2).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RegisterData {
+    /// The new user's id.
+    pub id: String,
+    /// E-mail address.
+    pub email: String,
+    /// Display name.
+    pub name: String,
+    /// Role: `user`.
+    pub role: String,
+    /// The user, the tokens and their expiry.
+    #[serde(flatten)]
+    pub tokens: TokenSetDto,
+}
+
+/// `GET /auth/me` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MeData {
+    /// The caller's account.
+    pub user: UserDto,
+}
+
+/// `POST /auth/logout` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogoutData {
+    /// How many sessions were ended by this call.
+    pub revoked_sessions: usize,
+}
+
+/// An API key as read back (never the secret).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyDto {
+    /// UUIDv7.
+    pub id: String,
+    /// Label.
+    pub name: String,
+    /// First 12 characters of the key, for recognising it.
+    pub key_prefix: String,
+    /// Permissions.
+    pub permissions: Vec<String>,
+    /// Expiry, RFC 3339 UTC, or null for none.
+    pub expires_at: Option<String>,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// Revocation time, or null.
+    pub revoked_at: Option<String>,
+    /// Last use (recorded at most once a minute), or null.
+    pub last_used_at: Option<String>,
+}
+
+impl From<ApiKeyView> for ApiKeyDto {
+    fn from(k: ApiKeyView) -> Self {
+        Self {
+            id: k.id,
+            name: k.name,
+            key_prefix: k.key_prefix,
+            permissions: k.permissions.names(),
+            expires_at: k.expires_at.map(format_timestamp),
+            created_at: format_timestamp(k.created_at),
+            revoked_at: k.revoked_at.map(format_timestamp),
+            last_used_at: k.last_used_at.map(format_timestamp),
+        }
+    }
+}
+
+/// `POST /auth/api-keys` answer: the key object with the full `key`, shown only here.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedApiKeyDto {
+    /// The full key (`aigw_…`, 43 characters). Store it now: it is never shown again.
+    pub key: String,
+    /// The key object.
+    #[serde(flatten)]
+    pub api_key: ApiKeyDto,
+}
+
+impl From<CreatedApiKey> for CreatedApiKeyDto {
+    fn from(c: CreatedApiKey) -> Self {
+        Self { key: c.key, api_key: c.view.into() }
+    }
+}
+
+/// `GET /auth/api-keys` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyListData {
+    /// The caller's keys, newest first.
+    pub api_keys: Vec<ApiKeyDto>,
+}
+
+/// `DELETE /auth/api-keys/{id}` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeletedData {
+    /// The deleted key's id.
+    pub id: String,
+    /// Always `true`.
+    pub deleted: bool,
+}
+
+/// One chat message (OpenAI shape; other fields are passed through).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, `tool`, …
+    pub role: String,
+    /// Text, or an array of content parts.
+    #[schema(value_type = Object)]
+    pub content: serde_json::Value,
+}
+
+/// `POST /ai/chat/completions` body (OpenAI-compatible; every other field is forwarded
+/// unchanged).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    /// A model name from configuration, or `echo`.
+    #[schema(example = "echo")]
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Answer as server-sent events.
+    pub stream: Option<bool>,
+}
+
+/// `GET /ai/models` answer (OpenAI-compatible list).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: String,
+    /// The models.
+    pub data: Vec<ModelDto>,
+}
+
+/// One model.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelDto {
+    /// Model name.
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    /// Always `aigw`.
+    pub owned_by: String,
+}

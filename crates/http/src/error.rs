@@ -1,0 +1,211 @@
+//! The error envelope (seed §7) and how every failure becomes one.
+//!
+//! Policy: handlers return `Result<_, ApiError>`; [`ApiError`] is built from a
+//! [`ServiceError`] (use cases) or by the extractors (bad JSON, wrong `Content-Type`, oversize
+//! bodies). A 500 or 503 answer carries `request_id` (also sent as `x-request-id`) and
+//! `timestamp`, never internal text; the cause is logged with the same request id. Every 401
+//! carries `WWW-Authenticate: Bearer` (RFC 6750 §3).
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use aigw_domain::{time, ErrorCode, FieldError};
+use aigw_service::ServiceError;
+use serde_json::{json, Value};
+use std::fmt;
+
+tokio::task_local! {
+    /// The id of the request being handled (set by the request-id middleware).
+    pub static REQUEST_ID: String;
+}
+
+/// The current request's id, or `"unknown"` outside a request.
+pub fn current_request_id() -> String {
+    REQUEST_ID.try_with(Clone::clone).unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// An error answer: `{"success": false, "error": {"code", "message", "details"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    code: ErrorCode,
+    message: String,
+    details: Value,
+    /// Extra response headers (`WWW-Authenticate`, `Allow`, `Retry-After`).
+    headers: Vec<(header::HeaderName, String)>,
+}
+
+impl ApiError {
+    /// An error with `code`, `message` and `details`.
+    pub fn new(code: ErrorCode, message: impl Into<String>, details: Value) -> Self {
+        Self { code, message: message.into(), details, headers: Vec::new() }
+    }
+
+    /// 400 `invalid_request` for `field` with `issue`.
+    pub fn invalid(field: impl Into<String>, issue: impl Into<String>) -> Self {
+        Self::from(FieldError::new(field, issue))
+    }
+
+    /// 404 `not_found` for an unknown route.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            ErrorCode::NotFound,
+            "no such endpoint",
+            json!({"resource": "route", "id": path.chars().take(256).collect::<String>()}),
+        )
+    }
+
+    /// 405 `method_not_allowed`.
+    pub fn method_not_allowed(method: &str, allowed: &[&str]) -> Self {
+        let mut allow: Vec<&str> = allowed.to_vec();
+        if allowed.contains(&"GET") {
+            allow.push("HEAD");
+        }
+        let mut err = Self::new(
+            ErrorCode::MethodNotAllowed,
+            format!("method {method} is not allowed here"),
+            json!({"method": method, "allowed": allow}),
+        );
+        err.headers.push((header::ALLOW, allow.join(", ")));
+        err
+    }
+
+    /// 413 `payload_too_large`.
+    pub fn too_large(limit_bytes: usize) -> Self {
+        Self::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body is larger than {limit_bytes} bytes"),
+            json!({"limit_bytes": limit_bytes}),
+        )
+    }
+
+    /// 415 `unsupported_media_type`.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            ErrorCode::UnsupportedMediaType,
+            "the request body must be JSON",
+            json!({"expected": "application/json"}),
+        )
+    }
+
+    /// 500 `internal_error`; `cause` is logged, never sent.
+    pub fn internal(cause: &str) -> Self {
+        let request_id = current_request_id();
+        tracing::error!(%request_id, cause, "internal error");
+        Self::new(
+            ErrorCode::InternalError,
+            "an unexpected error occurred; quote the request_id when reporting it",
+            json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
+        )
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        Self::new(
+            ErrorCode::InvalidRequest,
+            format!("invalid request: {} {}", e.field, e.issue),
+            json!({"field": e.field, "issue": e.issue}),
+        )
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Invalid(field) => field.into(),
+            ServiceError::Unauthorized { hint, token_presented } => {
+                let mut err = Self::new(
+                    ErrorCode::Unauthorized,
+                    "missing or invalid credential",
+                    json!({"hint": hint}),
+                );
+                let challenge = if token_presented {
+                    format!(
+                        "Bearer realm=\"aigw\", error=\"invalid_token\", error_description=\"{hint}\""
+                    )
+                } else {
+                    "Bearer realm=\"aigw\"".to_owned()
+                };
+                err.headers.push((header::WWW_AUTHENTICATE, challenge));
+                err
+            }
+            ServiceError::Forbidden { required, current } => Self::new(
+                ErrorCode::Forbidden,
+                format!("this operation requires {required}"),
+                json!({"required": required, "current": current}),
+            ),
+            ServiceError::NotFound { resource, id } => Self::new(
+                ErrorCode::NotFound,
+                format!("{resource} not found"),
+                json!({"resource": resource, "id": id}),
+            ),
+            ServiceError::Upstream { provider, reason } => {
+                tracing::warn!(request_id = %current_request_id(), %provider, %reason, "upstream failed");
+                Self::new(
+                    ErrorCode::UpstreamError,
+                    format!("the upstream provider {provider} failed"),
+                    json!({"provider": provider}),
+                )
+            }
+            ServiceError::UpstreamTimeout { provider } => {
+                tracing::warn!(request_id = %current_request_id(), %provider, "upstream timed out");
+                Self::new(
+                    ErrorCode::UpstreamTimeout,
+                    format!("the upstream provider {provider} did not answer in time"),
+                    json!({"provider": provider}),
+                )
+            }
+            ServiceError::Unavailable(reason) => {
+                let request_id = current_request_id();
+                tracing::error!(%request_id, %reason, "database unavailable");
+                Self::new(
+                    ErrorCode::ServiceUnavailable,
+                    "the service is temporarily unavailable; retry later",
+                    json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
+                )
+            }
+            ServiceError::RateLimited { limit, remaining, reset, retry_after_secs } => {
+                let mut err = Self::new(
+                    ErrorCode::RateLimitExceeded,
+                    format!("rate limit exceeded; retry in {retry_after_secs} s"),
+                    json!({"limit": limit, "remaining": remaining, "reset": reset}),
+                );
+                err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+                err
+            }
+            ServiceError::Internal(cause) => Self::internal(&cause),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if self.code == ErrorCode::ServiceUnavailable {
+            response.insert_header((header::RETRY_AFTER, "5"));
+        }
+        for (name, value) in &self.headers {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                response.insert_header((name.clone(), value));
+            }
+        }
+        response.json(crate::dto::ErrorEnvelope {
+            success: false,
+            error: crate::dto::ErrorBody {
+                code: self.code.as_str().to_owned(),
+                message: self.message.clone(),
+                details: self.details.clone(),
+            },
+        })
+    }
+}

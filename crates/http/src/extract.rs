@@ -1,0 +1,332 @@
+//! Extractors: JSON bodies with field-naming errors, and the authenticated caller.
+//!
+//! JSON bodies must be `application/json` (or `…+json`), else 415; larger than the scope's
+//! [`BodyLimit`], else 413; and parse into the target type, else 400 `invalid_request` naming
+//! the field by its JSON path (`email`, `permissions[1]`). serde's own messages are never sent
+//! as they are, because they can quote the input (a password); only the expected type is kept.
+
+use crate::error::ApiError;
+use crate::startup::AppState;
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{web, FromRequest, HttpRequest};
+use aigw_domain::FieldError;
+use aigw_service::Principal;
+use bytes::{Bytes, BytesMut};
+use futures_util::future::LocalBoxFuture;
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+
+/// Largest accepted request body of a scope, in bytes (set as app data).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// A JSON request body parsed into `T`.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+/// A JSON request body that may be absent (no body at all gives `T::default()`).
+#[derive(Debug)]
+pub struct OptionalJsonBody<T>(pub T);
+
+/// The raw bytes of a JSON request body (content type and size checked, not parsed).
+#[derive(Debug)]
+pub struct RawJson(pub Bytes);
+
+fn is_json(req: &HttpRequest) -> bool {
+    let Some(value) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Reads the body, enforcing the content type (unless `allow_empty` and there is no body)
+/// and the size limit.
+fn read_body(
+    req: &HttpRequest,
+    payload: &mut Payload,
+    allow_empty: bool,
+) -> LocalBoxFuture<'static, Result<Option<Bytes>, ApiError>> {
+    let limit = req.app_data::<BodyLimit>().map_or(64 * 1024, |l| l.0);
+    let json = is_json(req);
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let mut payload = payload.take();
+    Box::pin(async move {
+        if declared.is_some_and(|n| n > limit) {
+            return Err(ApiError::too_large(limit));
+        }
+        let mut body = BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|_| ApiError::invalid("body", "could not be read"))?;
+            if body.len() + chunk.len() > limit {
+                return Err(ApiError::too_large(limit));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if body.is_empty() && allow_empty {
+            return Ok(None);
+        }
+        if !json {
+            return Err(ApiError::unsupported_media_type());
+        }
+        Ok(Some(body.freeze()))
+    })
+}
+
+/// Parses `bytes` as a JSON object into `T`, turning serde's error into a [`FieldError`] that
+/// names the field. The body must be an object: serde would otherwise accept an array for a
+/// struct (`["ann@example.com", "pw"]` as a login).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FieldError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|err| describe_json_error("", &err))?;
+    if !value.is_object() {
+        return Err(FieldError::new("body", "must be a JSON object"));
+    }
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        describe_json_error(&path, err.inner())
+    })
+}
+
+fn join_path(path: &str, field: &str) -> String {
+    if path.is_empty() || path == "." {
+        field.to_owned()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+/// Builds the `field`/`issue` pair from a serde_json error without quoting the input.
+fn describe_json_error(path: &str, err: &serde_json::Error) -> FieldError {
+    use serde_json::error::Category;
+    match err.classify() {
+        Category::Syntax | Category::Eof | Category::Io => FieldError::new(
+            "body",
+            format!("is not valid JSON (line {}, column {})", err.line(), err.column()),
+        ),
+        Category::Data => {
+            let message = err.to_string();
+            let message = match message.rfind(" at line ") {
+                Some(i) => &message[..i],
+                None => &message[..],
+            };
+            let field =
+                if path.is_empty() || path == "." { "body".to_owned() } else { path.to_owned() };
+            if let Some(rest) = message.strip_prefix("missing field `") {
+                let name = rest.split('`').next().unwrap_or("");
+                return FieldError::new(join_path(path, name), "is required");
+            }
+            let expected =
+                message.rfind(", expected ").map(|i| &message[i + ", expected ".len()..]);
+            let issue = match expected {
+                Some(e) if e.starts_with("struct ") || e.starts_with("a map") => {
+                    "must be a JSON object".to_owned()
+                }
+                Some(e) => format!("must be {}", e.replace('`', "")),
+                None => "is invalid".to_owned(),
+            };
+            FieldError::new(field, issue)
+        }
+    }
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let body = read_body(req, payload, false);
+        Box::pin(async move {
+            let bytes = body.await?.unwrap_or_default();
+            Ok(JsonBody(parse_json(&bytes)?))
+        })
+    }
+}
+
+impl<T: DeserializeOwned + Default + 'static> FromRequest for OptionalJsonBody<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let body = read_body(req, payload, true);
+        Box::pin(async move {
+            match body.await? {
+                None => Ok(OptionalJsonBody(T::default())),
+                Some(bytes) => Ok(OptionalJsonBody(parse_json(&bytes)?)),
+            }
+        })
+    }
+}
+
+impl FromRequest for RawJson {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let body = read_body(req, payload, false);
+        Box::pin(async move { Ok(RawJson(body.await?.unwrap_or_default())) })
+    }
+}
+
+/// An extractor whose failure is handed to the handler instead of answering at once.
+///
+/// actix-web runs a handler's extractors concurrently, so a body error could otherwise beat
+/// the (slower) credential check and a bad credential would get a 400 instead of a 401.
+/// Handlers that authenticate take their body as `After<JsonBody<T>>` and open it with
+/// [`After::into_inner`] once the caller is authenticated and authorized.
+#[derive(Debug)]
+pub struct After<T>(Result<T, ApiError>);
+
+impl<T> After<T> {
+    /// The extracted value, or the extractor's error.
+    ///
+    /// # Errors
+    /// Whatever the wrapped extractor failed with (400, 413, 415).
+    pub fn into_inner(self) -> Result<T, ApiError> {
+        self.0
+    }
+}
+
+impl<T: FromRequest<Error = ApiError> + 'static> FromRequest for After<T> {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let inner = T::from_request(req, payload);
+        Box::pin(async move { Ok(After(inner.await)) })
+    }
+}
+
+/// The authenticated caller (access token or API key) of a request.
+#[derive(Debug, Clone)]
+pub struct Caller(pub Principal);
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        let authorization = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.to_str().map(str::to_owned).unwrap_or_else(|_| "\u{0}".to_owned()));
+        Box::pin(async move {
+            let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
+            let principal = state.auth.authenticate(authorization.as_deref()).await?;
+            Ok(Caller(principal))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Body {
+        email: String,
+        password: String,
+        permissions: Option<Vec<String>>,
+    }
+
+    fn field_of(json: &str) -> (String, String) {
+        match parse_json::<Body>(json.as_bytes()) {
+            Ok(_) => (String::new(), String::new()),
+            Err(e) => (e.field, e.issue),
+        }
+    }
+
+    mod properties {
+        use super::super::parse_json;
+        use crate::dto::{CreateApiKeyRequest, LoginRequest, LogoutRequest, RegisterRequest};
+        use proptest::prelude::*;
+
+        fn json_value() -> impl Strategy<Value = serde_json::Value> {
+            let leaf = prop_oneof![
+                Just(serde_json::Value::Null),
+                any::<bool>().prop_map(serde_json::Value::from),
+                any::<i64>().prop_map(serde_json::Value::from),
+                any::<f64>().prop_map(serde_json::Value::from),
+                "\\PC{0,20}".prop_map(serde_json::Value::from),
+            ];
+            leaf.prop_recursive(3, 24, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+                    prop::collection::btree_map(
+                        prop_oneof![
+                            Just("email".to_owned()),
+                            Just("password".to_owned()),
+                            Just("name".to_owned()),
+                            Just("permissions".to_owned()),
+                            Just("expires_at".to_owned()),
+                            Just("scope".to_owned()),
+                            "[a-z_]{1,10}",
+                        ],
+                        inner,
+                        0..6
+                    )
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+                let _ = parse_json::<RegisterRequest>(&bytes);
+                let _ = parse_json::<LoginRequest>(&bytes);
+                let _ = parse_json::<CreateApiKeyRequest>(&bytes);
+                let _ = parse_json::<LogoutRequest>(&bytes);
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+                    let _ = aigw_service::gateway::validate_chat_request(&v);
+                }
+            }
+
+            #[test]
+            fn arbitrary_json_never_panics_or_echoes_the_password(
+                value in json_value(),
+                secret in "[A-Za-z0-9]{12,24}",
+            ) {
+                let mut value = value;
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("password".to_owned(), serde_json::Value::from(secret.clone()));
+                }
+                let bytes = serde_json::to_vec(&value).unwrap_or_default();
+                for err in [
+                    parse_json::<RegisterRequest>(&bytes).err(),
+                    parse_json::<LoginRequest>(&bytes).err(),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    prop_assert!(!err.issue.contains(&secret) && !err.field.contains(&secret));
+                }
+                let _ = aigw_service::gateway::validate_chat_request(&value);
+            }
+        }
+    }
+
+    #[test]
+    fn names_fields_without_echoing_input() {
+        assert_eq!(field_of(r#"{"email": "a"}"#).0, "password");
+        let (field, issue) = field_of(r#"{"email": "a", "password": 12345}"#);
+        assert_eq!(field, "password");
+        assert!(!issue.contains("12345"), "{issue}");
+        let (field, issue) = field_of(r#"{"email": "a", "password": ["secret-pw"]}"#);
+        assert_eq!(field, "password");
+        assert!(!issue.contains("secret-pw"), "{issue}");
+        let (field, _) = field_of(r#"{"email": "a", "password": "p", "permissions": ["read", 5]}"#);
+        assert_eq!(field, "permissions[1]");
+        assert_eq!(field_of(r#"{"email": "#).0, "body");
+        assert_eq!(field_of(r#""just a string""#), ("body".into(), "must be a JSON object".into()));
+    }
+}

@@ -1,0 +1,19 @@
+#![warn(missing_docs)]
+//! # aigw-http
+//!
+//! The HTTP face of aigw (actix-web): routes, extractors, the success and error envelopes,
+//! request ids, configuration and start-up. The binary `aigw` is `src/main.rs`.
+//!
+//! Embedding: build [`settings::Settings`], then `startup::Application::build(settings)`,
+//! read its `port()`, and `run_until_stopped()`.
+
+pub mod dto;
+pub mod error;
+pub mod extract;
+pub mod openapi;
+pub mod rate_limit;
+pub mod routes;
+pub mod secrets;
+pub mod settings;
+pub mod startup;
+pub mod telemetry;

@@ -1,0 +1,66 @@
+//! `aigw`: the account and credential service of an AI gateway.
+//!
+//! ```text
+//! aigw [--config FILE]            serve (default)
+//! aigw [--config FILE] migrate    apply database migrations and exit
+//! ```
+
+use aigw_http::settings::Settings;
+use aigw_http::startup::{self, Application};
+use aigw_http::telemetry;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// mimalloc returns the 19 MiB argon2 work areas to the OS after each hash; glibc's malloc
+/// kept them cached per thread arena (374 MB resident after a login burst with glibc, see
+/// `scripts/bench.sh` and docs/decisions.md "Performance").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(name = "aigw", version, about = "Account, token and API key service of an AI gateway")]
+struct Cli {
+    /// TOML configuration file (default: ./aigw.toml when it exists). Environment variables
+    /// AIGW__SECTION__KEY override it.
+    #[arg(long, short, global = true, env = "AIGW_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the API (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+}
+
+#[actix_web::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("aigw: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init(&settings.log);
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Migrate => startup::migrate(&settings).await.map(|_| ()),
+        Command::Serve => match Application::build(settings).await {
+            Ok(app) => app.run_until_stopped().await.map_err(anyhow::Error::from),
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("aigw: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

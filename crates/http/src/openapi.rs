@@ -1,0 +1,62 @@
+//! The OpenAPI 3.1 description, generated from the handlers and DTOs (utoipa), served at
+//! `GET /api/v1/openapi.json`.
+
+use crate::dto;
+use crate::routes::{api_keys, auth, chat, health};
+use actix_web::HttpResponse;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+/// The API description.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "aigw", description = "Account, token and API key service of an AI gateway."),
+    paths(
+        auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
+        api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
+        chat::completions, chat::models, health::healthz, health::readyz
+    ),
+    components(schemas(
+        dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
+        dto::RefreshRequest, dto::LogoutRequest, dto::PermissionName, dto::LogoutScopeDto, dto::CreateApiKeyRequest,
+        dto::UserDto, dto::TokenSetDto, dto::RegisterData, dto::MeData, dto::LogoutData,
+        dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
+        dto::ChatCompletionRequest, dto::ChatMessage, dto::ModelList, dto::ModelDto
+    )),
+    modifiers(&SecuritySchemes),
+    tags(
+        (name = "auth", description = "Register, log in, refresh, log out"),
+        (name = "api-keys", description = "Long-lived API keys"),
+        (name = "ai", description = "OpenAI-compatible gateway"),
+        (name = "health", description = "Probes")
+    )
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+#[derive(Debug)]
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "access_token",
+            SecurityScheme::Http(
+                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build(),
+            ),
+        );
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "Authorization",
+                "`Bearer aigw_…` or the bare key `aigw_…`",
+            ))),
+        );
+    }
+}
+
+/// `GET /api/v1/openapi.json`.
+pub async fn serve() -> HttpResponse {
+    HttpResponse::Ok().json(ApiDoc::openapi())
+}

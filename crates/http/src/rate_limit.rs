@@ -1,0 +1,402 @@
+//! Rate limiting at the HTTP edge: who the client is, counting a request before the work is
+//! done, and the header fields that tell clients where they stand.
+//!
+//! - Handlers call [`RequestLimits`] (in `AppState::limits`) before doing the work: per client
+//!   IP (`register`, `refresh`), per client IP and e-mail (`login`, before the password is
+//!   verified), per credential (`account`, `ai`, after authentication). A refusal is a
+//!   429 `rate_limit_exceeded` with `details.limit`, `details.remaining` (0) and `details.reset`
+//!   (Unix seconds) and `Retry-After` in whole seconds (seed §7, RFC 9110 §10.2.3).
+//! - The decision is kept in the request's extensions; the [`headers`] middleware turns it into
+//!   the `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers
+//!   (`"login";q=10;w=60` and `"login";r=9;t=6`) on every answer of a counted request, 2xx
+//!   and 4xx alike. Answers of a limited endpoint that were refused before counting (bad
+//!   JSON, missing credential) still carry `RateLimit-Policy`, from the resource's
+//!   [`LimitedBy`].
+//! - The client IP is the socket peer, unless the peer is a configured trusted proxy: then it
+//!   is the rightmost address of the configured forwarded header that is not itself a trusted
+//!   proxy (so a client cannot choose its address by sending the header itself).
+
+use crate::error::ApiError;
+use crate::startup::AppState;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, HttpRequest};
+use aigw_domain::time;
+use aigw_service::rate_limit::ForwardedHeader;
+use aigw_service::{Decision, LimitKey, Policy, Principal, RateLimitConfig, RateLimiter};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers): the quota of the policy.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers): what is left of it.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Resource app data naming the policy of a limited endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitedBy(pub Policy);
+
+/// A bad `rate_limit` setting.
+#[derive(Debug, thiserror::Error)]
+pub enum RateLimitSetupError {
+    /// An entry of `trusted_proxies` is neither an IP address nor a CIDR block.
+    #[error("rate_limit.trusted_proxies: {0:?} is not an IP address or CIDR block")]
+    BadProxy(String),
+    /// The limiter could not be built (a zero limit or window, a bad Redis URL).
+    #[error("{0}")]
+    Limiter(String),
+}
+
+/// The configured trusted proxies and the header they write.
+#[derive(Debug, Clone)]
+pub struct TrustedProxies {
+    nets: Vec<(IpAddr, u8)>,
+    header: ForwardedHeader,
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as IPv4, so both spellings match alike.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+fn prefix_matches(net: IpAddr, bits: u8, ip: IpAddr) -> bool {
+    fn masked(bytes: &[u8], bits: u8) -> Vec<u8> {
+        bytes
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let start = (i * 8) as u32;
+                let keep = u32::from(bits).saturating_sub(start).min(8);
+                if keep == 0 {
+                    0
+                } else {
+                    b & (0xffu8 << (8 - keep))
+                }
+            })
+            .collect()
+    }
+    match (net, ip) {
+        (IpAddr::V4(n), IpAddr::V4(a)) => masked(&n.octets(), bits) == masked(&a.octets(), bits),
+        (IpAddr::V6(n), IpAddr::V6(a)) => masked(&n.octets(), bits) == masked(&a.octets(), bits),
+        _ => false,
+    }
+}
+
+/// An address of a forwarded header: `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`,
+/// `[2001:db8::1]:4711`, optionally in double quotes.
+fn parse_hop(raw: &str) -> Option<IpAddr> {
+    let s = raw.trim().trim_matches('"');
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(canonical(ip));
+    }
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Some(canonical(sa.ip()));
+    }
+    s.strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|r| r.parse::<IpAddr>().ok())
+        .map(canonical)
+}
+
+impl TrustedProxies {
+    /// Parses `entries` (IP addresses or CIDR blocks).
+    ///
+    /// # Errors
+    /// [`RateLimitSetupError::BadProxy`] naming the first bad entry.
+    pub fn parse(entries: &[String], header: ForwardedHeader) -> Result<Self, RateLimitSetupError> {
+        let mut nets = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let bad = || RateLimitSetupError::BadProxy(entry.clone());
+            let (addr, bits) = match entry.trim().split_once('/') {
+                Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
+                None => (entry.trim(), None),
+            };
+            let ip = canonical(addr.parse::<IpAddr>().map_err(|_| bad())?);
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            // A CIDR written for IPv4-mapped IPv6 (`::ffff:10.0.0.0/104`) is an IPv4 block.
+            let bits = match (bits, addr.parse::<IpAddr>()) {
+                (Some(b), Ok(IpAddr::V6(_))) if ip.is_ipv4() => {
+                    b.checked_sub(96).ok_or_else(bad)?
+                }
+                (Some(b), _) => b,
+                (None, _) => max,
+            };
+            if bits > max {
+                return Err(bad());
+            }
+            nets.push((ip, bits));
+        }
+        Ok(Self { nets, header })
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.nets.iter().any(|&(net, bits)| prefix_matches(net, bits, ip))
+    }
+
+    /// The hops of the configured header, leftmost (the original client) first.
+    fn hops(&self, headers: &HeaderMap) -> Vec<String> {
+        let (name, forwarded) = match self.header {
+            ForwardedHeader::XForwardedFor => ("x-forwarded-for", false),
+            ForwardedHeader::Forwarded => ("forwarded", true),
+        };
+        let mut hops = Vec::new();
+        for value in headers.get_all(name) {
+            let Ok(value) = value.to_str() else {
+                // Not ASCII: nothing in it can be trusted, nor anything left of it.
+                hops.clear();
+                hops.push(String::new());
+                continue;
+            };
+            for element in value.split(',') {
+                if forwarded {
+                    let for_value = element.split(';').find_map(|pair| {
+                        let (k, v) = pair.split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then(|| v.to_owned())
+                    });
+                    hops.push(for_value.unwrap_or_default());
+                } else {
+                    hops.push(element.to_owned());
+                }
+            }
+        }
+        hops
+    }
+
+    /// The client address of a request from `peer` with `headers`: the peer itself unless it
+    /// is trusted; else, walking the forwarded hops from the right, the first address that is
+    /// not a trusted proxy (or the leftmost, when all are). A hop that is not an address
+    /// (`unknown`, an obfuscated identifier, garbage) stops the walk at the hop to its right.
+    pub fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> IpAddr {
+        let peer = canonical(peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
+        if self.nets.is_empty() || !self.contains(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        for hop in self.hops(headers).iter().rev() {
+            let Some(ip) = parse_hop(hop) else {
+                break;
+            };
+            client = ip;
+            if !self.contains(ip) {
+                break;
+            }
+        }
+        client
+    }
+}
+
+/// The rate limiter and the client-address rule, as handlers use them.
+#[derive(Debug, Clone)]
+pub struct RequestLimits {
+    limiter: RateLimiter,
+    proxies: TrustedProxies,
+}
+
+impl RequestLimits {
+    /// Builds the limiter and parses the trusted proxies of `config`.
+    ///
+    /// # Errors
+    /// [`RateLimitSetupError`] for a bad proxy entry, a zero limit or window, or a bad Redis URL.
+    pub fn new(config: &RateLimitConfig) -> Result<Self, RateLimitSetupError> {
+        let proxies = TrustedProxies::parse(&config.trusted_proxies, config.forwarded_header)?;
+        let limiter =
+            RateLimiter::new(config).map_err(|e| RateLimitSetupError::Limiter(e.to_string()))?;
+        Ok(Self { limiter, proxies })
+    }
+
+    /// The underlying limiter.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+
+    /// The client address of `req` (see [`TrustedProxies::client_ip`]).
+    pub fn client_ip(&self, req: &HttpRequest) -> IpAddr {
+        self.proxies.client_ip(req.peer_addr().map(|a| a.ip()), req.headers())
+    }
+
+    /// Counts `req` against `policy` per client IP (`register`, `refresh`).
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` when over the limit.
+    pub async fn by_ip(&self, req: &HttpRequest, policy: Policy) -> Result<(), ApiError> {
+        let key = LimitKey::client_ip(self.client_ip(req));
+        self.enforce(req, policy, &key).await
+    }
+
+    /// Counts a login attempt per client IP and normalised e-mail. Call before verifying the
+    /// password, so that a limited client learns nothing from the answer.
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` when over the limit.
+    pub async fn login(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
+        let key = LimitKey::login(self.client_ip(req), email);
+        self.enforce(req, Policy::Login, &key).await
+    }
+
+    /// Counts `req` against `policy` per credential (`account`, `ai`).
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` when over the limit.
+    pub async fn by_caller(
+        &self,
+        req: &HttpRequest,
+        policy: Policy,
+        caller: &Principal,
+    ) -> Result<(), ApiError> {
+        self.enforce(req, policy, &LimitKey::principal(caller)).await
+    }
+
+    async fn enforce(
+        &self,
+        req: &HttpRequest,
+        policy: Policy,
+        key: &LimitKey,
+    ) -> Result<(), ApiError> {
+        let Some(decision) = self.limiter.check(policy, key).await else {
+            return Ok(());
+        };
+        req.extensions_mut().insert(decision);
+        if !decision.allowed {
+            tracing::info!(
+                policy = policy.name(),
+                retry_after_secs = decision.retry_after_secs(),
+                "request refused by rate limit"
+            );
+        }
+        decision.into_result(time::now().timestamp()).map(|_| ()).map_err(ApiError::from)
+    }
+}
+
+/// `RateLimit-Policy` value: `"name";q=limit;w=window_secs`.
+fn policy_value(policy: Policy, limit: u32, window_secs: u64) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!("\"{}\";q={limit};w={window_secs}", policy.name())).ok()
+}
+
+/// `RateLimit` value: `"name";r=remaining;t=reset_secs`.
+fn state_value(decision: &Decision) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!(
+        "\"{}\";r={};t={}",
+        decision.policy.name(),
+        decision.remaining,
+        decision.reset_secs()
+    ))
+    .ok()
+}
+
+/// Middleware: adds `RateLimit-Policy` and `RateLimit` to the answers of limited endpoints
+/// (see the module documentation).
+///
+/// # Errors
+/// Those of the wrapped service, unchanged.
+pub async fn headers(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let mut response = next.call(req).await?;
+    let decision = response.request().extensions().get::<Decision>().copied();
+    let (policy, state) = match decision {
+        Some(d) => (policy_value(d.policy, d.limit, d.window_secs), state_value(&d)),
+        None => {
+            let request = response.request();
+            let quota = request.app_data::<LimitedBy>().and_then(|LimitedBy(policy)| {
+                let state = request.app_data::<web::Data<AppState>>()?;
+                let q = state.limits.limiter().policy(*policy)?;
+                Some((*policy, q))
+            });
+            (quota.and_then(|(p, q)| policy_value(p, q.limit, q.window_secs)), None)
+        }
+    };
+    let headers = response.headers_mut();
+    if let Some(value) = policy {
+        headers.insert(RATELIMIT_POLICY, value);
+    }
+    if let Some(value) = state {
+        headers.insert(RATELIMIT, value);
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn proxies(entries: &[&str], header: ForwardedHeader) -> TrustedProxies {
+        let entries: Vec<String> = entries.iter().map(|s| (*s).to_owned()).collect();
+        TrustedProxies::parse(&entries, header).unwrap()
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        map
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_addresses_and_cidrs() {
+        let p =
+            proxies(&["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"], ForwardedHeader::XForwardedFor);
+        assert!(p.contains(ip("10.1.2.3")));
+        assert!(p.contains(ip("::ffff:10.1.2.3")));
+        assert!(p.contains(ip("192.0.2.7")));
+        assert!(!p.contains(ip("192.0.2.8")));
+        assert!(p.contains(ip("2001:db8:1::1")));
+        assert!(!p.contains(ip("2001:db9::1")));
+        for bad in ["10.0.0.0/33", "nonsense", "::/129", "1.2.3.4/x"] {
+            assert!(
+                TrustedProxies::parse(&[bad.to_owned()], ForwardedHeader::XForwardedFor).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn untrusted_peer_is_the_client_whatever_it_sends() {
+        let p = proxies(&["10.0.0.1"], ForwardedHeader::XForwardedFor);
+        let h = headers(&[("x-forwarded-for", "203.0.113.9")]);
+        assert_eq!(p.client_ip(Some(ip("198.51.100.1")), &h), ip("198.51.100.1"));
+        let none = proxies(&[], ForwardedHeader::XForwardedFor);
+        assert_eq!(none.client_ip(Some(ip("10.0.0.1")), &h), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn rightmost_untrusted_hop_of_x_forwarded_for() {
+        let p = proxies(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        // The client forged the first entry; the proxy appended the real address.
+        let h = headers(&[("x-forwarded-for", "1.1.1.1, 203.0.113.9, 10.0.0.2")]);
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &h), ip("203.0.113.9"));
+        let split = headers(&[("x-forwarded-for", "1.1.1.1"), ("x-forwarded-for", "203.0.113.9")]);
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &split), ip("203.0.113.9"));
+        let garbage = headers(&[("x-forwarded-for", "203.0.113.9, garbage")]);
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &garbage), ip("10.0.0.1"));
+        let absent = HeaderMap::new();
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &absent), ip("10.0.0.1"));
+        // The Forwarded header is ignored when X-Forwarded-For is configured.
+        let other = headers(&[("forwarded", "for=203.0.113.9")]);
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &other), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn forwarded_header_with_ports_and_ipv6() {
+        let p = proxies(&["10.0.0.0/8"], ForwardedHeader::Forwarded);
+        let h = headers(&[(
+            "forwarded",
+            "for=1.1.1.1, for=\"[2001:db8::9]:4711\";proto=https, for=10.0.0.3:80",
+        )]);
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &h), ip("2001:db8::9"));
+        let hidden = headers(&[("forwarded", "for=_hidden")]);
+        assert_eq!(p.client_ip(Some(ip("10.0.0.1")), &hidden), ip("10.0.0.1"));
+    }
+}

@@ -1,0 +1,126 @@
+//! `/api/v1/auth/{register, login, me, refresh, logout}` (seed §4).
+
+use crate::dto::{
+    BodyErrors, Envelope, ErrorEnvelope, LoginRequest, LogoutData, LogoutRequest, LogoutScopeDto,
+    MeData, RefreshRequest, RegisterData, RegisterRequest, ServerErrors, TokenSetDto,
+};
+use crate::error::ApiError;
+use crate::extract::{After, Caller, JsonBody, OptionalJsonBody};
+use crate::startup::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use aigw_service::{AuthService, LogoutScope, Policy};
+
+/// Create an account; starts a session and answers its tokens.
+#[utoipa::path(post, path = "/api/v1/auth/register", tag = "auth", request_body = RegisterRequest,
+    responses(
+        (status = 201, description = "Account created", body = Envelope<RegisterData>),
+        (status = 400, description = "Invalid field, or e-mail already registered", body = ErrorEnvelope),
+        BodyErrors,
+        ServerErrors))]
+pub async fn register(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    JsonBody(body): JsonBody<RegisterRequest>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_ip(&req, Policy::Register).await?;
+    let set = state.auth.register(&body.email, body.password, body.name.as_deref()).await?;
+    let tokens = TokenSetDto::from(set);
+    let data = RegisterData {
+        id: tokens.user.id.clone(),
+        email: tokens.user.email.clone(),
+        name: tokens.user.name.clone(),
+        role: tokens.user.role.clone(),
+        tokens,
+    };
+    Ok(HttpResponse::Created().json(Envelope::ok(data)))
+}
+
+/// Log in with e-mail and password; starts a session.
+#[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginRequest,
+    responses(
+        (status = 200, description = "Logged in", body = Envelope<TokenSetDto>),
+        (status = 400, body = ErrorEnvelope),
+        BodyErrors,
+        (status = 401, description = "Unknown e-mail or wrong password (one answer for both)", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn login(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    JsonBody(body): JsonBody<LoginRequest>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.login(&req, &body.email).await?;
+    let set = state.auth.login(&body.email, body.password).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+}
+
+/// The caller's account (access token, or API key with `read`).
+#[utoipa::path(get, path = "/api/v1/auth/me", tag = "auth",
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<MeData>),
+        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn me(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let user = state.auth.me(&caller).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(MeData { user: user.into() })))
+}
+
+/// Exchange a refresh token for a new token set; the presented token stops working.
+#[utoipa::path(post, path = "/api/v1/auth/refresh", tag = "auth", request_body = RefreshRequest,
+    responses(
+        (status = 200, body = Envelope<TokenSetDto>),
+        (status = 400, body = ErrorEnvelope),
+        BodyErrors,
+        (status = 401, description = "Invalid, used, expired or revoked refresh token", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn refresh(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    JsonBody(body): JsonBody<RefreshRequest>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_ip(&req, Policy::Refresh).await?;
+    let set = state.auth.refresh(&body.refresh_token).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+}
+
+/// End the current session (default), every session (`global`) or all others (`others`).
+#[utoipa::path(post, path = "/api/v1/auth/logout", tag = "auth", request_body(content = LogoutRequest, description = "Optional"),
+    security(("access_token" = [])),
+    responses(
+        (status = 200, body = Envelope<LogoutData>),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        BodyErrors,
+        (status = 403, description = "Called with an API key", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn logout(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    body: After<OptionalJsonBody<LogoutRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    AuthService::ensure_can_logout(&caller)?;
+    let OptionalJsonBody(body) = body.into_inner()?;
+    let scope = match body.scope {
+        LogoutScopeDto::Local => LogoutScope::Local,
+        LogoutScopeDto::Global => LogoutScope::Global,
+        LogoutScopeDto::Others => LogoutScope::Others,
+    };
+    let revoked_sessions = state.auth.logout(&caller, scope, body.refresh_token.as_deref()).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(LogoutData { revoked_sessions })))
+}
+
+/// The public keys that verify access tokens, as a JWK Set (RFC 7517): EdDSA keys only, so
+/// other services of the gateway can verify access tokens without holding a secret.
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "auth",
+    responses((status = 200, description = "JWK Set (`{\"keys\": [...]}`); empty when only HS256 keys are configured", body = Object)))]
+pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header(("cache-control", "public, max-age=300"))
+        .json(state.auth.tokens().jwks())
+}

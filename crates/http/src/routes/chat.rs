@@ -1,0 +1,72 @@
+//! `/api/v1/ai/chat/completions` and `/api/v1/ai/models` (OpenAI-compatible).
+
+use crate::dto::{
+    BodyErrors, ChatCompletionRequest, ErrorEnvelope, ModelDto, ModelList, ServerErrors,
+};
+use crate::error::ApiError;
+use crate::extract::{After, Caller, RawJson};
+use crate::startup::AppState;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use aigw_domain::access::Operation;
+use aigw_service::{ChatReply, Policy};
+use futures_util::StreamExt;
+
+/// Chat completion (API key with `ai_gateway`). The body is forwarded to the model's provider
+/// and its answer returned unchanged (no envelope); `"stream": true` answers server-sent events.
+#[utoipa::path(post, path = "/api/v1/ai/chat/completions", tag = "ai", request_body = ChatCompletionRequest,
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "The provider's chat completion, unchanged (JSON, or text/event-stream when streaming)", body = Object),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Access token, or key without ai_gateway", body = ErrorEnvelope),
+        (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        BodyErrors,
+        (status = 502, body = ErrorEnvelope), (status = 504, body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn completions(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    body: After<RawJson>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Ai, &caller).await?;
+    caller.authorize(Operation::ChatCompletion)?;
+    let RawJson(body) = body.into_inner()?;
+    let reply = state.gateway.chat_completion(&caller, body).await?;
+    Ok(match reply {
+        ChatReply::Json { status, body } => {
+            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                .content_type("application/json")
+                .body(body)
+        }
+        ChatReply::Stream { status, content_type, body } => {
+            let body = body.map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
+            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                .content_type(content_type)
+                .insert_header(("cache-control", "no-cache"))
+                .insert_header(("x-accel-buffering", "no"))
+                .streaming(body)
+        }
+    })
+}
+
+/// The models this gateway routes (API key with `ai_gateway`).
+#[utoipa::path(get, path = "/api/v1/ai/models", tag = "ai", security(("api_key" = [])),
+    responses((status = 200, body = ModelList), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn models(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Ai, &caller).await?;
+    caller.authorize(Operation::ChatCompletion)?;
+    let data = state
+        .gateway
+        .models()
+        .into_iter()
+        .map(|id| ModelDto { id, object: "model".to_owned(), owned_by: "aigw".to_owned() })
+        .collect();
+    Ok(HttpResponse::Ok().json(ModelList { object: "list".to_owned(), data }))
+}

@@ -1,0 +1,100 @@
+//! Handlers, one module per endpoint group, and the route table.
+
+pub mod api_keys;
+pub mod auth;
+pub mod chat;
+pub mod health;
+
+use crate::error::ApiError;
+use crate::extract::BodyLimit;
+use crate::rate_limit::LimitedBy;
+use actix_web::{guard, web, HttpRequest, HttpResponse};
+use aigw_service::Policy;
+
+/// Registers every route. Paths that exist answer 405 for other methods.
+pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit: usize) {
+    cfg.service(
+        web::scope("/api/v1")
+            .app_data(BodyLimit(account_limit))
+            .service(
+                one("/auth/register", &["POST"], web::post().to(auth::register))
+                    .app_data(LimitedBy(Policy::Register)),
+            )
+            .service(
+                one("/auth/login", &["POST"], web::post().to(auth::login))
+                    .app_data(LimitedBy(Policy::Login)),
+            )
+            .service(
+                one("/auth/me", &["GET"], get_or_head().to(auth::me))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/refresh", &["POST"], web::post().to(auth::refresh))
+                    .app_data(LimitedBy(Policy::Refresh)),
+            )
+            .service(
+                one("/auth/logout", &["POST"], web::post().to(auth::logout))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                web::resource("/auth/api-keys")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::post().to(api_keys::create))
+                    .route(get_or_head().to(api_keys::list))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "POST"])
+                    })),
+            )
+            .service(
+                one("/auth/api-keys/{id}/revoke", &["POST"], web::post().to(api_keys::revoke))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/api-keys/{id}", &["DELETE"], web::delete().to(api_keys::delete))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                web::resource("/ai/chat/completions")
+                    .app_data(BodyLimit(chat_limit))
+                    .app_data(LimitedBy(Policy::Ai))
+                    .route(web::post().to(chat::completions))
+                    .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+            )
+            .service(
+                one("/ai/models", &["GET"], get_or_head().to(chat::models))
+                    .app_data(LimitedBy(Policy::Ai)),
+            )
+            .service(one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))),
+    )
+    .service(one("/.well-known/jwks.json", &["GET"], get_or_head().to(auth::jwks)))
+    .service(one("/healthz", &["GET"], get_or_head().to(health::healthz)))
+    .service(one("/readyz", &["GET"], get_or_head().to(health::readyz)));
+}
+
+/// `GET`, and `HEAD` answered by the same handler (actix sends no body for `HEAD`), so load
+/// balancers that probe with `HEAD` work.
+fn get_or_head() -> actix_web::Route {
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
+}
+
+fn one(
+    path: &str,
+    allowed: &'static [&'static str],
+    route: actix_web::Route,
+) -> actix_web::Resource {
+    web::resource(path)
+        .route(route)
+        .default_service(web::to(move |req: HttpRequest| not_allowed(req, allowed)))
+}
+
+async fn not_allowed(
+    req: HttpRequest,
+    allowed: &'static [&'static str],
+) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::method_not_allowed(req.method().as_str(), allowed))
+}
+
+/// The answer for a path no route matches: 404 in the envelope.
+pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::no_route(req.path()))
+}

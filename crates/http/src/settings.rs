@@ -1,0 +1,228 @@
+//! Configuration: built-in defaults, then an optional TOML file (`--config FILE`, else
+//! `./aigw.toml` when present), then environment variables `AIGW__SECTION__KEY`
+//! (e.g. `AIGW__SERVER__LISTEN`, `AIGW__DATABASE__URL`, `AIGW__AUTH__JWT_SECRET`), loaded with
+//! the `config` crate. Unknown keys are errors, so a typo never goes unnoticed.
+//! Every duration is in whole seconds; every size in bytes.
+
+use aigw_service::{AuthConfig, GatewayConfig, ProviderConfig, RateLimitConfig};
+use anyhow::Context;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// `[server]`.
+    pub server: ServerSettings,
+    /// `[database]`.
+    pub database: DatabaseSettings,
+    /// `[auth]`.
+    pub auth: AuthConfig,
+    /// `[gateway]`.
+    pub gateway: GatewayConfig,
+    /// `[[providers]]`.
+    pub providers: Vec<ProviderConfig>,
+    /// `[log]`.
+    pub log: LogSettings,
+    /// `[rate_limit]` and `[rate_limit.policies.*]` (see `aigw_service::rate_limit`).
+    pub rate_limit: RateLimitConfig,
+}
+
+/// Where the service runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Environment {
+    /// Generated secrets allowed (default).
+    #[default]
+    Development,
+    /// Refuses to start without an explicit JWT secret of at least 32 bytes.
+    Production,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address to listen on (default `127.0.0.1:8080`; port 0 picks a free port).
+    pub listen: String,
+    /// Origins allowed to call the API from a browser (CORS), e.g.
+    /// `["https://app.example.com"]`; `["*"]` allows any origin. Default: none (no CORS
+    /// headers; browsers refuse cross-origin calls). Credentials travel in the
+    /// `Authorization` header, never in cookies.
+    pub cors_allowed_origins: Vec<String>,
+    /// `development` (default) or `production`.
+    pub environment: Environment,
+    /// Folder for the generated JWT secret and the default SQLite file: default `data`.
+    pub data_dir: PathBuf,
+    /// Worker threads (default: the number of CPUs).
+    pub workers: Option<usize>,
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT (default 30).
+    pub shutdown_timeout_secs: u64,
+    /// Largest request body on account endpoints, in bytes (default 65536).
+    pub account_body_limit_bytes: usize,
+    /// Largest request body on chat completions, in bytes (default 4 MiB).
+    pub chat_body_limit_bytes: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".to_owned(),
+            cors_allowed_origins: Vec::new(),
+            environment: Environment::Development,
+            data_dir: PathBuf::from("data"),
+            workers: None,
+            shutdown_timeout_secs: 30,
+            account_body_limit_bytes: 64 * 1024,
+            chat_body_limit_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://PATH` or `postgres://user@host:5432/db`; default: `aigw.db` in
+    /// `server.data_dir` (`sqlite://data/aigw.db`).
+    pub url: Option<String>,
+    /// Most pooled connections (default 10).
+    pub max_connections: u32,
+    /// Seconds a request waits for a connection before answering 503 (default 5).
+    pub acquire_timeout_secs: u64,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self { url: None, max_connections: 10, acquire_timeout_secs: 5 }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines (default).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    /// `tracing` filter directive (default `info`); `RUST_LOG` overrides it.
+    pub level: String,
+    /// `text` (default) or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self { level: "info".to_owned(), format: LogFormat::Text }
+    }
+}
+
+impl Settings {
+    /// The database URL: `database.url`, or SQLite `aigw.db` inside `server.data_dir`.
+    pub fn database_url(&self) -> String {
+        self.database.url.clone().unwrap_or_else(|| {
+            format!("sqlite://{}", self.server.data_dir.join("aigw.db").display())
+        })
+    }
+
+    /// Loads defaults, then `file` (or `./aigw.toml` if it exists and `file` is `None`), then
+    /// `AIGW__SECTION__KEY` environment variables.
+    ///
+    /// # Errors
+    /// When the file cannot be read or parsed, a key is unknown, or a value has the wrong type.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        let mut builder = config::Config::builder();
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    anyhow::bail!("configuration file {} does not exist", path.display());
+                }
+                builder =
+                    builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
+            }
+            None => {
+                builder = builder.add_source(
+                    config::File::with_name("aigw.toml")
+                        .format(config::FileFormat::Toml)
+                        .required(false),
+                );
+            }
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("AIGW")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                // `AIGW__RATE_LIMIT__TRUSTED_PROXIES=10.0.0.0/8,192.0.2.7`
+                .list_separator(",")
+                .with_list_parse_key("rate_limit.trusted_proxies")
+                .with_list_parse_key("server.cors_allowed_origins"),
+        );
+        let settings = builder
+            .build()
+            .context("reading configuration")?
+            .try_deserialize::<Settings>()
+            .context("invalid configuration")?;
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    /// The configuration shape of issue #2, verbatim: it must load as written.
+    const ISSUE_SAMPLE: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+[database]
+url = "sqlite://data/aigw.db"        # or postgres://user@host:5432/db
+[auth]
+jwt_secret = "at least 32 bytes of secret"
+access_token_ttl_secs = 3600
+refresh_token_ttl_secs = 2592000
+[[providers]]
+name = "openai"
+kind = "openai"                      # any OpenAI-compatible HTTP upstream
+base_url = "https://api.openai.com/v1"
+api_key = "sk-..."                   # sent upstream; never the caller's key
+models = ["gpt-4o-mini"]
+"#;
+
+    #[test]
+    fn the_issue_sample_loads_as_written() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        std::fs::write(&path, ISSUE_SAMPLE).unwrap_or_else(|e| panic!("{e}"));
+        let settings = Settings::load(Some(&path)).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(settings.server.listen, "127.0.0.1:8080");
+        assert_eq!(settings.database_url(), "sqlite://data/aigw.db");
+        assert_eq!(
+            settings.auth.jwt_secret.as_ref().map(|s| s.expose_secret().to_owned()).as_deref(),
+            Some("at least 32 bytes of secret")
+        );
+        assert_eq!(settings.auth.access_token_ttl_secs, 3600);
+        assert_eq!(settings.providers.len(), 1);
+        assert_eq!(settings.providers[0].models, vec!["gpt-4o-mini".to_owned()]);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        std::fs::write(&path, "[auth]\njwt_secert = \"typo\"\n").unwrap_or_else(|e| panic!("{e}"));
+        let err = Settings::load(Some(&path)).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(err.contains("jwt_secert"), "{err}");
+    }
+}

@@ -1,0 +1,150 @@
+//! Building and running the server: configuration -> pool -> migrations -> services -> actix.
+
+use crate::routes;
+use crate::settings::Settings;
+use crate::telemetry;
+use actix_web::dev::Server;
+use actix_web::middleware::{from_fn, Compress, Condition};
+use actix_web::{web, App, HttpServer};
+use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
+use aigw_service::{AuthService, Db, Gateway, TokenIssuer};
+use anyhow::Context;
+use std::net::TcpListener;
+use tracing_actix_web::TracingLogger;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// Accounts, sessions, keys.
+    pub auth: AuthService,
+    /// Chat routing.
+    pub gateway: Gateway,
+    /// Rate limits and the client-address rule (`[rate_limit]`).
+    pub limits: crate::rate_limit::RequestLimits,
+}
+
+/// A built, bound, not yet running server.
+pub struct Application {
+    port: u16,
+    server: Server,
+}
+
+impl std::fmt::Debug for Application {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Application").field("port", &self.port).finish_non_exhaustive()
+    }
+}
+
+/// Opens the pool for `settings.database` and applies pending migrations (on a blocking
+/// thread). Returns the pool.
+///
+/// # Errors
+/// When the URL is not understood, the database is unreachable or a migration fails.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
+    let url = DatabaseUrl::parse(&settings.database_url())?;
+    let options = PoolOptions {
+        max_connections: settings.database.max_connections,
+        acquire_timeout_secs: settings.database.acquire_timeout_secs,
+        ..PoolOptions::default()
+    };
+    let pool = Pool::new(&url, &options)?;
+    let migrating = pool.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        let mut conn = migrating.get()?;
+        migrations::run_pending(&mut conn)
+    })
+    .await
+    .context("migration task failed")?
+    .with_context(|| format!("applying migrations to {url:?}"))?;
+    if applied.is_empty() {
+        tracing::info!(database = ?url, "database schema up to date");
+    } else {
+        tracing::info!(database = ?url, ?applied, "applied migrations");
+    }
+    Ok(pool)
+}
+
+/// CORS for browser clients (seed §5 names single-page apps): only the configured origins.
+/// With none configured (the default) the middleware is not installed at all.
+fn cors(origins: &[String]) -> actix_cors::Cors {
+    use actix_web::http::{header, Method};
+    let mut cors = actix_cors::Cors::default()
+        .allowed_methods([Method::GET, Method::POST, Method::DELETE])
+        .allowed_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT])
+        .expose_headers([
+            header::HeaderName::from_static("x-request-id"),
+            header::RETRY_AFTER,
+            header::HeaderName::from_static("ratelimit"),
+            header::HeaderName::from_static("ratelimit-policy"),
+        ])
+        .max_age(3600);
+    for origin in origins {
+        cors = if origin == "*" { cors.allow_any_origin() } else { cors.allowed_origin(origin) };
+    }
+    cors
+}
+
+impl Application {
+    /// Resolves secrets, connects and migrates the database, builds the services and binds
+    /// `server.listen`.
+    ///
+    /// # Errors
+    /// Any start-up failure, with a one-line cause (bad configuration, short secret in
+    /// production, database unreachable, address in use).
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let keys = crate::secrets::signing_keys(&settings)?;
+        let pool = migrate(&settings).await?;
+        let tokens = TokenIssuer::new(
+            keys,
+            settings.auth.issuer.clone(),
+            settings.auth.audience.clone(),
+            settings.auth.access_token_ttl_secs,
+            settings.auth.leeway_secs,
+        )?;
+        let auth = AuthService::new(Db::new(pool), tokens, settings.auth.clone())?;
+        // Revocations made on other nodes reach this one by polling (see `revocation`).
+        let _background = auth.spawn_background_tasks();
+        let gateway = Gateway::new(&settings.gateway, &settings.providers)?;
+        let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
+        let state = web::Data::new(AppState { auth, gateway, limits });
+
+        let listener = TcpListener::bind(&settings.server.listen)
+            .with_context(|| format!("binding {}", settings.server.listen))?;
+        let port = listener.local_addr()?.port();
+        let account_limit = settings.server.account_body_limit_bytes;
+        let chat_limit = settings.server.chat_body_limit_bytes;
+        let cors_origins = settings.server.cors_allowed_origins.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
+                .default_service(web::to(routes::no_route))
+                .wrap(from_fn(crate::rate_limit::headers))
+                .wrap(Compress::default())
+                .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
+                .wrap(from_fn(telemetry::request_id))
+                .wrap(TracingLogger::default())
+        })
+        .shutdown_timeout(settings.server.shutdown_timeout_secs)
+        .listen(listener)?;
+        if let Some(workers) = settings.server.workers {
+            server = server.workers(workers.max(1));
+        }
+        tracing::info!(listen = %settings.server.listen, port, "aigw listening");
+        Ok(Self { port, server: server.run() })
+    }
+
+    /// The bound port (useful with port 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish (up to
+    /// `server.shutdown_timeout_secs`) and returns.
+    ///
+    /// # Errors
+    /// An I/O error of the server.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}

@@ -1,0 +1,40 @@
+//! Structured logs (`tracing`) and the request id every answer carries as `x-request-id`.
+
+use crate::error::REQUEST_ID;
+use crate::settings::{LogFormat, LogSettings};
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::HttpMessage;
+use tracing_actix_web::RequestId;
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber (`RUST_LOG` overrides `log.level`). Safe to call twice.
+pub fn init(settings: &LogSettings) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(settings.level.clone()));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let _ = match settings.format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Middleware: makes the request id (from `tracing-actix-web`, a UUIDv7) available to error
+/// rendering and sets it as the `x-request-id` response header.
+pub async fn request_id(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = req
+        .extensions()
+        .get::<RequestId>()
+        .map(ToString::to_string)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let mut response = REQUEST_ID.scope(id.clone(), next.call(req)).await?;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HeaderName::from_static("x-request-id"), value);
+    }
+    Ok(response)
+}

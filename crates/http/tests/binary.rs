@@ -1,0 +1,214 @@
+//! The `aigw` binary itself: `aigw migrate`, configuration errors, and SIGTERM draining an
+//! in-flight request before exiting 0.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_aigw");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn write_config(dir: &Path, port: u16, upstream: u16) -> std::path::PathBuf {
+    let path = dir.join("aigw.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:{port}"
+data_dir = "{dir}/data"
+shutdown_timeout_secs = 10
+[database]
+url = "sqlite://{dir}/data/aigw.db"
+[auth]
+jwt_secret = "a test secret that is long enough!!"
+[auth.argon2]
+memory_kib = 8192
+iterations = 1
+[[providers]]
+name = "slow"
+kind = "openai"
+base_url = "http://127.0.0.1:{upstream}"
+api_key = "sk-upstream"
+models = ["slow-model"]
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// An upstream that answers one chat completion after `delay`, telling `started` when the
+/// request has arrived.
+async fn slow_upstream(delay: Duration) -> (u16, tokio::sync::oneshot::Receiver<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let _ = socket.read(&mut buf).await.unwrap();
+        let _ = tx.send(());
+        tokio::time::sleep(delay).await;
+        let body = json!({"id": "chatcmpl-slow", "object": "chat.completion", "model": "slow-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "late"}, "finish_reason": "stop"}]})
+        .to_string();
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        socket.write_all(response.as_bytes()).await.unwrap();
+        socket.shutdown().await.ok();
+    });
+    (port, rx)
+}
+
+async fn wait_until_healthy(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+            if r.status() == 200 {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "aigw did not become healthy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (upstream, started) = slow_upstream(Duration::from_millis(1500)).await;
+    let config = write_config(dir.path(), port, upstream);
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_healthy(&client, &base).await;
+
+    let reg: Value = client
+        .post(format!("{base}/api/v1/auth/register"))
+        .json(&json!({"email": "drain@example.com", "password": "a long passphrase"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = reg["data"]["token"].as_str().unwrap().to_owned();
+    let key: Value = client
+        .post(format!("{base}/api/v1/auth/api-keys"))
+        .bearer_auth(&token)
+        .json(&json!({"name": "drain", "permissions": ["ai_gateway"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = key["data"]["key"].as_str().unwrap().to_owned();
+
+    let in_flight = tokio::spawn({
+        let client = client.clone();
+        let url = format!("{base}/api/v1/ai/chat/completions");
+        async move {
+            client
+                .post(url)
+                .header("authorization", key)
+                .json(&json!({"model": "slow-model", "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+        }
+    });
+    started.await.unwrap();
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+
+    let response = in_flight.await.unwrap().expect("in-flight request was dropped");
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "late");
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "aigw did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
+}
+
+#[test]
+fn migrate_applies_migrations_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(BIN)
+        .arg("migrate")
+        .current_dir(dir.path())
+        .env("AIGW__DATABASE__URL", format!("sqlite://{}/db/aigw.db", dir.path().display()))
+        .env("AIGW__SERVER__DATA_DIR", dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(dir.path().join("db/aigw.db").exists());
+    // Running it again is a no-op.
+    let again = Command::new(BIN)
+        .arg("migrate")
+        .current_dir(dir.path())
+        .env("AIGW__DATABASE__URL", format!("sqlite://{}/db/aigw.db", dir.path().display()))
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+}
+
+#[test]
+fn unknown_configuration_keys_are_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\nlisen = \"oops\"\n").unwrap();
+    let output =
+        Command::new(BIN).arg("--config").arg(&config).current_dir(dir.path()).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("lisen"), "{stderr}");
+
+    let missing = Command::new(BIN)
+        .arg("--config")
+        .arg(dir.path().join("nope.toml"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
+}
+
+#[test]
+fn production_without_a_secret_exits_with_one_line_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(BIN)
+        .current_dir(dir.path())
+        .env("AIGW__SERVER__ENVIRONMENT", "production")
+        .env("AIGW__SERVER__LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr.lines().find(|l| l.starts_with("aigw: ")).unwrap_or_default();
+    assert!(line.contains("production") && line.contains("jwt_secret"), "{stderr}");
+}

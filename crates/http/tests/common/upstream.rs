@@ -1,0 +1,265 @@
+//! A tiny fake OpenAI-compatible upstream on a random port (raw HTTP/1.1 over tokio).
+//!
+//! `POST /chat/completions` behaves by the `model` of the request body:
+//! - `up-500`: answers 500 with an OpenAI-style error body;
+//! - `up-hang`: reads the request and never answers;
+//! - `up-gated`: streams one SSE event, then waits until [`FakeUpstream::release`] is called,
+//!   then sends the rest (proves the gateway passes chunks through as they come);
+//! - anything else: answers [`UPSTREAM_JSON`] verbatim, or with `"stream": true` the events of
+//!   [`UPSTREAM_SSE_EVENTS`] then `data: [DONE]`.
+//!
+//! Every request is recorded (method, path, headers, body bytes).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// The upstream's JSON answer, with unusual formatting so that a re-serialisation shows.
+pub const UPSTREAM_JSON: &str = "{\"id\":\"chatcmpl-upstream-1\",  \"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"up-json\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"from upstream\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5},\"x_upstream_marker\":true}";
+
+/// The delta contents the upstream streams, in order.
+pub const UPSTREAM_SSE_PIECES: [&str; 3] = ["Hel", "lo ", "stream!"];
+
+/// One request the upstream received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    /// Lower-cased header names.
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct FakeUpstream {
+    pub port: u16,
+    pub base_url: String,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    gate: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeUpstream {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Notify::new());
+        let (rec, g) = (recorded.clone(), gate.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (rec, g) = (rec.clone(), g.clone());
+                tokio::spawn(async move {
+                    let _ = handle(stream, rec, g).await;
+                });
+            }
+        });
+        Self { port, base_url: format!("http://127.0.0.1:{port}"), recorded, gate, task }
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.recorded.lock().unwrap().clone()
+    }
+
+    /// Lets a waiting `up-gated` stream continue.
+    pub fn release(&self) {
+        self.gate.notify_one();
+    }
+}
+
+/// A URL on which nothing listens.
+pub async fn closed_port_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+fn sse_event(
+    id: &str,
+    model: &str,
+    delta: &serde_json::Value,
+    finish: &serde_json::Value,
+) -> String {
+    let event = serde_json::json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+    });
+    format!("data: {event}\n\n")
+}
+
+fn find_header_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+async fn write_chunk(stream: &mut TcpStream, data: &str) -> std::io::Result<()> {
+    stream.write_all(format!("{:x}\r\n{data}\r\n", data.len()).as_bytes()).await?;
+    stream.flush().await
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    gate: Arc<Notify>,
+) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 8192];
+    let header_end = loop {
+        if let Some(end) = find_header_end(&buf) {
+            break end;
+        }
+        let n = stream.read(&mut tmp).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..header_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default().to_owned();
+    let mut parts = request_line.split(' ');
+    let method = parts.next().unwrap_or_default().to_owned();
+    let path = parts.next().unwrap_or_default().to_owned();
+    let mut headers = BTreeMap::new();
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+        }
+    }
+    let mut body = buf[header_end + 4..].to_vec();
+    let chunked = headers
+        .get("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        // Read until the terminating zero-length chunk, then de-chunk.
+        while !body.ends_with(b"0\r\n\r\n") {
+            let n = stream.read(&mut tmp).await?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&tmp[..n]);
+        }
+        body = dechunk(&body);
+    } else {
+        let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        while body.len() < length {
+            let n = stream.read(&mut tmp).await?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&tmp[..n]);
+        }
+    }
+    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    recorded.lock().unwrap().push(Recorded { method, path: path.clone(), headers, body });
+    let model = parsed["model"].as_str().unwrap_or_default().to_owned();
+    let streaming = parsed["stream"] == serde_json::json!(true);
+
+    if path != "/chat/completions" {
+        let msg = "{\"error\":{\"message\":\"no such path\"}}";
+        let response = format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{msg}",
+            msg.len()
+        );
+        stream.write_all(response.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
+    match model.as_str() {
+        "up-hang" => {
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            Ok(())
+        }
+        "up-500" => {
+            let msg = "{\"error\":{\"message\":\"upstream exploded\",\"type\":\"server_error\"}}";
+            let response = format!(
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{msg}",
+                msg.len()
+            );
+            stream.write_all(response.as_bytes()).await?;
+            stream.shutdown().await
+        }
+        _ if streaming => {
+            stream
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                )
+                .await?;
+            let id = "chatcmpl-upstream-stream";
+            write_chunk(
+                &mut stream,
+                &sse_event(
+                    id,
+                    &model,
+                    &serde_json::json!({"role": "assistant", "content": ""}),
+                    &serde_json::Value::Null,
+                ),
+            )
+            .await?;
+            if model == "up-gated" {
+                gate.notified().await;
+            }
+            for piece in UPSTREAM_SSE_PIECES {
+                write_chunk(
+                    &mut stream,
+                    &sse_event(
+                        id,
+                        &model,
+                        &serde_json::json!({"content": piece}),
+                        &serde_json::Value::Null,
+                    ),
+                )
+                .await?;
+            }
+            write_chunk(
+                &mut stream,
+                &sse_event(id, &model, &serde_json::json!({}), &serde_json::json!("stop")),
+            )
+            .await?;
+            write_chunk(&mut stream, "data: [DONE]\n\n").await?;
+            stream.write_all(b"0\r\n\r\n").await?;
+            stream.flush().await?;
+            stream.shutdown().await
+        }
+        _ => {
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{UPSTREAM_JSON}",
+                UPSTREAM_JSON.len()
+            );
+            stream.write_all(response.as_bytes()).await?;
+            stream.shutdown().await
+        }
+    }
+}
+
+fn dechunk(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = raw;
+    while let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size_line = String::from_utf8_lossy(&rest[..line_end]).to_string();
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("0").trim(), 16)
+            .unwrap_or(0);
+        rest = &rest[line_end + 2..];
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[(size + 2).min(rest.len())..];
+    }
+    out
+}

@@ -1,0 +1,108 @@
+//! Repository of `api_keys`. Every read and change by key id is scoped to its owner, so
+//! another user's key is indistinguishable from a missing one.
+
+use crate::error::PersistenceError;
+use crate::models::ApiKeyRow;
+use crate::pool::DbConnection;
+use crate::schema::api_keys;
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+/// Inserts a key.
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] on a digest collision; others on database failure.
+pub fn insert(conn: &mut DbConnection, row: &ApiKeyRow) -> Result<(), PersistenceError> {
+    diesel::insert_into(api_keys::table).values(row).execute(conn)?;
+    Ok(())
+}
+
+/// The keys of `user_id`, newest first.
+///
+/// # Errors
+/// On database failure.
+pub fn list_for_user(
+    conn: &mut DbConnection,
+    user_id: &str,
+) -> Result<Vec<ApiKeyRow>, PersistenceError> {
+    Ok(api_keys::table
+        .filter(api_keys::user_id.eq(user_id))
+        .order(api_keys::id.desc())
+        .load::<ApiKeyRow>(conn)?)
+}
+
+/// The key with digest `key_hash`, if any (its owner exists: `user_id` is a cascading
+/// foreign key).
+///
+/// # Errors
+/// On database failure.
+pub fn find_by_hash(
+    conn: &mut DbConnection,
+    key_hash: &str,
+) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    Ok(api_keys::table
+        .filter(api_keys::key_hash.eq(key_hash))
+        .first::<ApiKeyRow>(conn)
+        .optional()?)
+}
+
+/// Revokes key `id` of `user_id` at `now` (keeping an earlier revocation time) and returns it;
+/// `None` when the user has no such key.
+///
+/// # Errors
+/// On database failure.
+pub fn revoke(
+    conn: &mut DbConnection,
+    id: &str,
+    user_id: &str,
+    now: NaiveDateTime,
+) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    conn.transaction(|conn| {
+        diesel::update(
+            api_keys::table
+                .filter(api_keys::id.eq(id))
+                .filter(api_keys::user_id.eq(user_id))
+                .filter(api_keys::revoked_at.is_null()),
+        )
+        .set(api_keys::revoked_at.eq(now))
+        .execute(conn)?;
+        Ok(api_keys::table
+            .filter(api_keys::id.eq(id))
+            .filter(api_keys::user_id.eq(user_id))
+            .first::<ApiKeyRow>(conn)
+            .optional()?)
+    })
+}
+
+/// Deletes key `id` of `user_id`. Returns whether it existed.
+///
+/// # Errors
+/// On database failure.
+pub fn delete(conn: &mut DbConnection, id: &str, user_id: &str) -> Result<bool, PersistenceError> {
+    let n = diesel::delete(
+        api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::user_id.eq(user_id)),
+    )
+    .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Records a use of key `id` at `now`, unless one was recorded at or after `not_before`
+/// (so a busy key costs one write a minute, not one per request).
+///
+/// # Errors
+/// On database failure.
+pub fn touch_last_used(
+    conn: &mut DbConnection,
+    id: &str,
+    now: NaiveDateTime,
+    not_before: NaiveDateTime,
+) -> Result<(), PersistenceError> {
+    diesel::update(
+        api_keys::table
+            .filter(api_keys::id.eq(id))
+            .filter(api_keys::last_used_at.is_null().or(api_keys::last_used_at.lt(not_before))),
+    )
+    .set(api_keys::last_used_at.eq(now))
+    .execute(conn)?;
+    Ok(())
+}

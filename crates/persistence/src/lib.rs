@@ -1,0 +1,27 @@
+#![warn(missing_docs)]
+//! # aigw-persistence
+//!
+//! Storage of aigw: one diesel schema over SQLite (the embedded default) and PostgreSQL
+//! (production, many nodes), chosen by the database URL's scheme (DESIGN.md "Storage").
+//!
+//! - [`pool`]: the [`DbConnection`] (`#[derive(MultiConnection)]`), the r2d2 [`Pool`] and its
+//!   connection set-up (SQLite: WAL, `busy_timeout`, `foreign_keys`);
+//! - [`migrations`]: the embedded migrations of `migrations/{sqlite,postgres}`;
+//! - [`schema`] and [`models`]: tables and rows;
+//! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection.
+//!
+//! Everything here is synchronous and blocking. Callers on an async runtime must run it on a
+//! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
+//! knows nothing of HTTP.
+
+pub mod api_keys;
+pub mod error;
+pub mod migrations;
+pub mod models;
+pub mod pool;
+pub mod schema;
+pub mod sessions;
+pub mod users;
+
+pub use error::PersistenceError;
+pub use pool::{ping, transaction, DatabaseUrl, DbConnection, Pool, PoolOptions};

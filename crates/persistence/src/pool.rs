@@ -1,0 +1,248 @@
+//! Connections and the connection pool.
+//!
+//! The backend is chosen by the URL scheme:
+//!
+//! | URL | backend |
+//! |---|---|
+//! | `sqlite://data/aigw.db` (relative), `sqlite:///var/lib/aigw.db` (absolute), `sqlite:FILE` | SQLite file, created with its folder if missing |
+//! | `postgres://user@host:5432/db`, `postgresql://…` | PostgreSQL (libpq connection URI) |
+//!
+//! SQLite connections are set up with `journal_mode=WAL`, `busy_timeout` (writers queue instead
+//! of failing), `foreign_keys=ON` and `synchronous=NORMAL` (DESIGN.md "Storage").
+
+use crate::error::PersistenceError;
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::R2D2Connection;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The connection type and the backend types its derive generates (undocumented items).
+mod connection {
+    #![allow(missing_docs, missing_debug_implementations)]
+
+    /// One connection to either backend. Queries written against the shared schema run on both.
+    #[derive(diesel::MultiConnection)]
+    pub enum DbConnection {
+        /// A PostgreSQL connection.
+        Postgres(diesel::PgConnection),
+        /// A SQLite connection.
+        Sqlite(diesel::SqliteConnection),
+    }
+}
+
+pub use connection::DbConnection;
+
+/// A parsed database URL.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URI, as given.
+    Postgres(String),
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    /// Never prints a PostgreSQL password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
+            DatabaseUrl::Postgres(url) => write!(f, "{}", redact_password(url)),
+        }
+    }
+}
+
+/// `url` with any password between `://user:` and `@` replaced by `***`.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+impl DatabaseUrl {
+    /// Parses a database URL (see the module table).
+    ///
+    /// # Errors
+    /// [`PersistenceError::BadUrl`] for any other scheme, or an empty SQLite path.
+    pub fn parse(url: &str) -> Result<Self, PersistenceError> {
+        let url = url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
+        if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() || path == ":memory:" {
+                return Err(PersistenceError::BadUrl(
+                    "a SQLite URL needs a file path, e.g. sqlite://data/aigw.db".to_owned(),
+                ));
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        Err(PersistenceError::BadUrl(format!(
+            "{} (expected sqlite://PATH or postgres://…)",
+            redact_password(url)
+        )))
+    }
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    /// Most connections held open (default 10).
+    pub max_connections: u32,
+    /// How long a checkout waits for a connection before the database counts as unavailable,
+    /// in seconds (default 5).
+    pub acquire_timeout_secs: u64,
+    /// SQLite only: how long a writer waits for the write lock, in milliseconds (default 5000).
+    pub sqlite_busy_timeout_ms: u64,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        Self { max_connections: 10, acquire_timeout_secs: 5, sqlite_busy_timeout_ms: 5000 }
+    }
+}
+
+/// The r2d2 connection manager for [`DbConnection`].
+#[derive(Debug)]
+pub struct ConnectionManager {
+    url: DatabaseUrl,
+    sqlite_busy_timeout_ms: u64,
+}
+
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = DbConnection;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<DbConnection, Self::Error> {
+        match &self.url {
+            DatabaseUrl::Postgres(url) => diesel::PgConnection::establish(url)
+                .map(DbConnection::Postgres)
+                .map_err(diesel::r2d2::Error::ConnectionError),
+            DatabaseUrl::Sqlite(path) => {
+                let path = path.to_string_lossy();
+                let mut conn = diesel::SqliteConnection::establish(&path)
+                    .map_err(diesel::r2d2::Error::ConnectionError)?;
+                conn.batch_execute(&format!(
+                    "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; \
+                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+                    self.sqlite_busy_timeout_ms
+                ))
+                .map_err(diesel::r2d2::Error::QueryError)?;
+                Ok(DbConnection::Sqlite(conn))
+            }
+        }
+    }
+
+    fn is_valid(&self, conn: &mut DbConnection) -> Result<(), Self::Error> {
+        conn.batch_execute("SELECT 1").map_err(diesel::r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut DbConnection) -> bool {
+        match conn {
+            DbConnection::Postgres(c) => c.is_broken(),
+            DbConnection::Sqlite(c) => c.is_broken(),
+        }
+    }
+}
+
+/// A pool of [`DbConnection`]s. Cloning is cheap (it is a handle).
+#[derive(Clone)]
+pub struct Pool {
+    inner: r2d2::Pool<ConnectionManager>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("max_size", &self.inner.max_size()).finish_non_exhaustive()
+    }
+}
+
+/// A connection checked out of the [`Pool`]; returned to it on drop.
+pub type PooledConnection = r2d2::PooledConnection<ConnectionManager>;
+
+impl Pool {
+    /// Builds a pool for `url`. For SQLite the file's folder is created if missing. No
+    /// connection is opened yet (the pool connects lazily), so a database that is down at start
+    /// does not stop the process; [`Pool::get`] reports it.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`] when the SQLite folder cannot be created.
+    pub fn new(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, PersistenceError> {
+        if let DatabaseUrl::Sqlite(path) = url {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    PersistenceError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+                })?;
+            }
+        }
+        let manager = ConnectionManager {
+            url: url.clone(),
+            sqlite_busy_timeout_ms: options.sqlite_busy_timeout_ms,
+        };
+        let inner = r2d2::Pool::builder()
+            .max_size(options.max_connections.max(1))
+            .min_idle(Some(0))
+            .connection_timeout(Duration::from_secs(options.acquire_timeout_secs.max(1)))
+            .test_on_check_out(false)
+            .build_unchecked(manager);
+        Ok(Self { inner })
+    }
+
+    /// Checks out a connection, waiting at most the acquire timeout. Blocking.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`] when no connection could be had in time.
+    pub fn get(&self) -> Result<PooledConnection, PersistenceError> {
+        Ok(self.inner.get()?)
+    }
+
+    /// The most connections the pool holds.
+    pub fn max_size(&self) -> u32 {
+        self.inner.max_size()
+    }
+}
+
+/// Runs `f` in a transaction on `conn`: committed when `f` returns `Ok`, rolled back when it
+/// returns `Err` (whose value is passed through unchanged) or when the database fails.
+///
+/// On SQLite, make the first statement of `f` a write where a transaction both reads and
+/// writes, so the write lock is taken up front (and waits on `busy_timeout`) instead of being
+/// upgraded from a read lock, which SQLite refuses at once under contention.
+///
+/// # Errors
+/// Whatever `f` returns, or the database error of `BEGIN`/`COMMIT` converted into `E`.
+pub fn transaction<T, E, F>(conn: &mut DbConnection, f: F) -> Result<T, E>
+where
+    F: FnOnce(&mut DbConnection) -> Result<T, E>,
+    E: From<PersistenceError>,
+{
+    enum TxError<E> {
+        Database(diesel::result::Error),
+        Caller(E),
+    }
+    impl<E> From<diesel::result::Error> for TxError<E> {
+        fn from(e: diesel::result::Error) -> Self {
+            TxError::Database(e)
+        }
+    }
+    conn.transaction::<T, TxError<E>, _>(|c| f(c).map_err(TxError::Caller)).map_err(|e| match e {
+        TxError::Database(d) => E::from(PersistenceError::from(d)),
+        TxError::Caller(e) => e,
+    })
+}
+
+/// Runs `SELECT 1` to check the database answers.
+///
+/// # Errors
+/// [`PersistenceError::Unavailable`] when it does not.
+pub fn ping(conn: &mut DbConnection) -> Result<(), PersistenceError> {
+    conn.batch_execute("SELECT 1").map_err(|e| PersistenceError::Unavailable(e.to_string()))
+}

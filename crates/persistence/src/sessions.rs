@@ -1,0 +1,189 @@
+//! Repository of `sessions` and their `refresh_tokens` (one rotation family per session).
+//!
+//! Rotation is a compare-and-set: [`claim_for_rotation`] marks a token used only if nobody has
+//! yet, in one `UPDATE … WHERE rotated_at IS NULL`. On PostgreSQL a concurrent claim waits for
+//! the row lock and then sees the token taken; on SQLite writers are serialised. Either way
+//! exactly one caller wins, and callers make that `UPDATE` the first statement of their
+//! transaction, so SQLite takes the write lock at once rather than upgrading a read lock.
+
+use crate::error::PersistenceError;
+use crate::models::{RefreshTokenRow, SessionRow};
+use crate::pool::DbConnection;
+use crate::schema::{refresh_tokens, sessions};
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+/// Inserts a session.
+///
+/// # Errors
+/// On database failure.
+pub fn insert_session(conn: &mut DbConnection, row: &SessionRow) -> Result<(), PersistenceError> {
+    diesel::insert_into(sessions::table).values(row).execute(conn)?;
+    Ok(())
+}
+
+/// Inserts a refresh token.
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] on a digest collision; others on database failure.
+pub fn insert_refresh_token(
+    conn: &mut DbConnection,
+    row: &RefreshTokenRow,
+) -> Result<(), PersistenceError> {
+    diesel::insert_into(refresh_tokens::table).values(row).execute(conn)?;
+    Ok(())
+}
+
+/// Marks the unused token with digest `token_hash` as rotated at `now`, keeping
+/// `successor_sealed`. Returns whether this call won (false: no such token, or already used).
+///
+/// # Errors
+/// On database failure.
+pub fn claim_for_rotation(
+    conn: &mut DbConnection,
+    token_hash: &str,
+    now: NaiveDateTime,
+    successor_sealed: Option<&str>,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        refresh_tokens::table
+            .filter(refresh_tokens::token_hash.eq(token_hash))
+            .filter(refresh_tokens::rotated_at.is_null()),
+    )
+    .set((
+        refresh_tokens::rotated_at.eq(now),
+        refresh_tokens::successor_sealed.eq(successor_sealed),
+    ))
+    .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// The refresh token with digest `token_hash` and its session, if any.
+///
+/// # Errors
+/// On database failure.
+pub fn find_refresh_token(
+    conn: &mut DbConnection,
+    token_hash: &str,
+) -> Result<Option<(RefreshTokenRow, SessionRow)>, PersistenceError> {
+    Ok(refresh_tokens::table
+        .inner_join(sessions::table)
+        .filter(refresh_tokens::token_hash.eq(token_hash))
+        .select((RefreshTokenRow::as_select(), SessionRow::as_select()))
+        .first::<(RefreshTokenRow, SessionRow)>(conn)
+        .optional()?)
+}
+
+/// The child (successor) of refresh token `parent_id`, if it has one.
+///
+/// # Errors
+/// On database failure.
+pub fn find_successor(
+    conn: &mut DbConnection,
+    parent_id: &str,
+) -> Result<Option<RefreshTokenRow>, PersistenceError> {
+    Ok(refresh_tokens::table
+        .filter(refresh_tokens::parent_id.eq(parent_id))
+        .first::<RefreshTokenRow>(conn)
+        .optional()?)
+}
+
+/// Revokes session `id` (if not already revoked) at `now` for `reason`, and drops the sealed
+/// successors its tokens still hold. Returns whether the session was live until now.
+///
+/// # Errors
+/// On database failure.
+pub fn revoke_session(
+    conn: &mut DbConnection,
+    id: &str,
+    reason: &str,
+    now: NaiveDateTime,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(sessions::table.find(id).filter(sessions::revoked_at.is_null()))
+        .set((sessions::revoked_at.eq(now), sessions::revoked_reason.eq(reason)))
+        .execute(conn)?;
+    diesel::update(refresh_tokens::table.filter(refresh_tokens::session_id.eq(id)))
+        .set(refresh_tokens::successor_sealed.eq(None::<String>))
+        .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Revokes every live session of `user_id` except `keep` (if given) at `now` for `reason`.
+/// Returns the ids of the sessions revoked.
+///
+/// # Errors
+/// On database failure.
+pub fn revoke_user_sessions(
+    conn: &mut DbConnection,
+    user_id: &str,
+    keep: Option<&str>,
+    reason: &str,
+    now: NaiveDateTime,
+) -> Result<Vec<String>, PersistenceError> {
+    conn.transaction(|conn| {
+        // The UPDATE comes first so SQLite takes the write lock before reading.
+        let mut query = diesel::update(
+            sessions::table
+                .filter(sessions::user_id.eq(user_id))
+                .filter(sessions::revoked_at.is_null()),
+        )
+        .into_boxed();
+        if let Some(keep) = keep {
+            query = query.filter(sessions::id.ne(keep));
+        }
+        query
+            .set((sessions::revoked_at.eq(now), sessions::revoked_reason.eq(reason)))
+            .execute(conn)?;
+        let revoked: Vec<String> = sessions::table
+            .filter(sessions::user_id.eq(user_id))
+            .filter(sessions::revoked_at.eq(now))
+            .filter(sessions::revoked_reason.eq(reason))
+            .select(sessions::id)
+            .load(conn)?;
+        Ok(revoked)
+    })
+}
+
+/// Ids of sessions revoked at or after `since` (used to warm a revocation cache).
+///
+/// # Errors
+/// On database failure.
+pub fn revoked_since(
+    conn: &mut DbConnection,
+    since: NaiveDateTime,
+) -> Result<Vec<(String, NaiveDateTime)>, PersistenceError> {
+    Ok(sessions::table
+        .filter(sessions::revoked_at.ge(since))
+        .select((sessions::id, sessions::revoked_at.assume_not_null()))
+        .load(conn)?)
+}
+
+/// Erases the sealed successor held by refresh token `id` (once its successor has been used,
+/// the grace window no longer applies to it).
+///
+/// # Errors
+/// On database failure.
+pub fn clear_sealed(conn: &mut DbConnection, id: &str) -> Result<(), PersistenceError> {
+    diesel::update(refresh_tokens::table.find(id))
+        .set(refresh_tokens::successor_sealed.eq(None::<String>))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Erases every sealed successor of tokens rotated before `before` (their grace window has
+/// passed). Returns how many were erased.
+///
+/// # Errors
+/// On database failure.
+pub fn clear_sealed_before(
+    conn: &mut DbConnection,
+    before: NaiveDateTime,
+) -> Result<usize, PersistenceError> {
+    Ok(diesel::update(
+        refresh_tokens::table
+            .filter(refresh_tokens::successor_sealed.is_not_null())
+            .filter(refresh_tokens::rotated_at.lt(before)),
+    )
+    .set(refresh_tokens::successor_sealed.eq(None::<String>))
+    .execute(conn)?)
+}

@@ -1,0 +1,132 @@
+//! Registration, login and the current user (seed §4: register, login, me).
+
+use crate::auth::{AuthService, Principal};
+use crate::error::ServiceError;
+use crate::password::Verification;
+use crate::views::{TokenSet, UserView};
+use aigw_domain::access::Operation;
+use aigw_domain::{time, Email, FieldError, Role, UserName};
+use aigw_persistence::models::{from_utc, UserRow};
+use aigw_persistence::{transaction, users, PersistenceError};
+
+/// The one answer to every failed login, whatever the cause (SECURITY.md 18).
+const LOGIN_FAILED: &str = "invalid e-mail or password";
+
+impl AuthService {
+    /// Creates an account and starts its first session.
+    ///
+    /// `name` defaults to the part of the e-mail address before `@`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `email` (malformed, or already registered), `name` or
+    /// `password` (length outside the policy); [`ServiceError::Unavailable`] when the database
+    /// is down. Nothing is stored unless everything is.
+    pub async fn register(
+        &self,
+        email: &str,
+        password: String,
+        name: Option<&str>,
+    ) -> Result<TokenSet, ServiceError> {
+        let email = Email::parse(email)?;
+        let name = match name {
+            Some(n) => UserName::parse(n, "name")?,
+            None => UserName::parse(email.local_part(), "name")?,
+        };
+        self.password_policy.check_new(&password)?;
+        let password_hash = self.passwords.hash(password).await?;
+        let now = time::now();
+        let user = UserRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            email: email.as_str().to_owned(),
+            name: name.into_string(),
+            role: Role::User.as_str().to_owned(),
+            password_hash,
+            created_at: from_utc(now),
+            updated_at: from_utc(now),
+        };
+        let (session, token, refresh) = self.new_session(&user.id, now);
+        let stored = user.clone();
+        let stored_session = session.clone();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    users::insert(conn, &stored).map_err(|e| match e {
+                        PersistenceError::Conflict => {
+                            ServiceError::Invalid(FieldError::new("email", "is already registered"))
+                        }
+                        other => other.into(),
+                    })?;
+                    Self::store_session(conn, &stored_session, &token)
+                })
+            })
+            .await?;
+        tracing::info!(user_id = %user.id, "user registered");
+        self.token_set(&user, &session, &refresh, now)
+    }
+
+    /// Checks an e-mail and password and starts a session.
+    ///
+    /// An unknown e-mail is verified against a dummy hash, so it costs the same time and
+    /// gets the same answer as a wrong password. A stored hash with parameters other than the
+    /// configured ones is replaced after a successful login.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] (`invalid e-mail or password`) for every failed login;
+    /// [`ServiceError::Invalid`] on `password` longer than the policy's maximum;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn login(&self, email: &str, password: String) -> Result<TokenSet, ServiceError> {
+        self.password_policy.check_length_bound(&password)?;
+        let email = email.trim().to_lowercase();
+        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &email)?)).await?;
+        let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
+        let verification = self.passwords.verify(password.clone(), stored_hash).await?;
+        let user = match (verification, user) {
+            (Verification::Match | Verification::MatchNeedsRehash, Some(user)) => user,
+            _ => return Err(ServiceError::rejected(LOGIN_FAILED)),
+        };
+        if verification == Verification::MatchNeedsRehash {
+            self.rehash(&user.id, password).await;
+        }
+        let now = time::now();
+        let (session, token, refresh) = self.new_session(&user.id, now);
+        let stored_session = session.clone();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| Self::store_session(conn, &stored_session, &token))
+            })
+            .await?;
+        tracing::info!(user_id = %user.id, session_id = %session.id, "login");
+        self.token_set(&user, &session, &refresh, now)
+    }
+
+    /// Replaces a user's hash with one of the configured parameters; failures are logged
+    /// only (the login itself has succeeded).
+    async fn rehash(&self, user_id: &str, password: String) {
+        let id = user_id.to_owned();
+        let result = async {
+            let hash = self.passwords.hash(password).await?;
+            let now = from_utc(time::now());
+            self.db.run(move |conn| Ok(users::update_password_hash(conn, &id, &hash, now)?)).await
+        }
+        .await;
+        match result {
+            Ok(()) => tracing::info!(user_id, "password re-hashed with current parameters"),
+            Err(e) => tracing::warn!(user_id, error = %e, "password re-hash failed"),
+        }
+    }
+
+    /// The caller's account.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Unauthorized`]
+    /// when the account no longer exists; [`ServiceError::Unavailable`] when the database is
+    /// down.
+    pub async fn me(&self, principal: &Principal) -> Result<UserView, ServiceError> {
+        principal.authorize(Operation::ReadAccount)?;
+        let id = principal.user_id().to_owned();
+        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
+        user.as_ref()
+            .map(UserView::from)
+            .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))
+    }
+}

@@ -1,0 +1,193 @@
+//! API keys: create, list, revoke, delete, and authenticate (seed §4, §5 rules 1-2).
+
+use crate::auth::{AuthService, Principal};
+use crate::error::ServiceError;
+use crate::views::{ApiKeyView, CreatedApiKey};
+use aigw_domain::access::Operation;
+use aigw_domain::{time, ApiKeySecret, FieldError, PermissionSet, UserName};
+use aigw_persistence::api_keys;
+use aigw_persistence::models::{from_utc, to_utc, ApiKeyRow};
+use chrono::{DateTime, Duration, Utc};
+use rand::rngs::OsRng;
+
+/// Longest key id echoed back in a 404, in characters.
+const MAX_ECHOED_ID: usize = 64;
+
+/// How often `last_used_at` is written for a busy key, in seconds.
+const LAST_USED_RESOLUTION_SECS: i64 = 60;
+
+/// A request to create an API key, as parsed from JSON (still unvalidated).
+#[derive(Debug, Clone, Default)]
+pub struct NewApiKey {
+    /// Label (required, 1 to 100 characters).
+    pub name: String,
+    /// Permission names (required, non-empty, each one of the five).
+    pub permissions: Vec<String>,
+    /// Optional expiry, an RFC 3339 timestamp in the future.
+    pub expires_at: Option<String>,
+}
+
+fn not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound { resource: "api_key", id: id.chars().take(MAX_ECHOED_ID).collect() }
+}
+
+impl AuthService {
+    /// Creates an API key for the caller. Only an access token may do this.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key caller (`required: access_token`);
+    /// [`ServiceError::Invalid`] on `name`, `permissions[i]` or `expires_at` (not RFC 3339,
+    /// or not in the future); [`ServiceError::Unavailable`] when the database is down.
+    pub async fn create_api_key(
+        &self,
+        principal: &Principal,
+        request: NewApiKey,
+    ) -> Result<CreatedApiKey, ServiceError> {
+        principal.authorize(Operation::CreateApiKey)?;
+        let name = UserName::parse(&request.name, "name")?;
+        let permissions = PermissionSet::parse_request(&request.permissions)?;
+        let now = time::now();
+        let expires_at = match request.expires_at.as_deref() {
+            None => None,
+            Some(raw) => Some(parse_future_timestamp(raw, now)?),
+        };
+        let secret = ApiKeySecret::generate(&mut OsRng);
+        let row = ApiKeyRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            user_id: principal.user_id().to_owned(),
+            name: name.into_string(),
+            key_prefix: secret.key_prefix().to_owned(),
+            key_hash: secret.digest().into_string(),
+            permissions: permissions.to_storage(),
+            expires_at: expires_at.map(from_utc),
+            created_at: from_utc(now),
+            revoked_at: None,
+            last_used_at: None,
+        };
+        let stored = row.clone();
+        self.db.run(move |conn| Ok(api_keys::insert(conn, &stored)?)).await?;
+        tracing::info!(key_id = %row.id, user_id = %row.user_id, "API key created");
+        Ok(CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() })
+    }
+
+    /// The caller's API keys, newest first.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key without `read`;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn list_api_keys(
+        &self,
+        principal: &Principal,
+    ) -> Result<Vec<ApiKeyView>, ServiceError> {
+        principal.authorize(Operation::ReadAccount)?;
+        let user_id = principal.user_id().to_owned();
+        let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
+        Ok(rows.iter().map(ApiKeyView::from).collect())
+    }
+
+    /// Revokes one of the caller's keys (idempotent: revoking again keeps the first time).
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key without `write`; [`ServiceError::NotFound`]
+    /// when the caller has no key `id` (another user's key included);
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn revoke_api_key(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<ApiKeyView, ServiceError> {
+        principal.authorize(Operation::ChangeApiKey)?;
+        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let now = from_utc(time::now());
+        let row = self
+            .db
+            .run(move |conn| Ok(api_keys::revoke(conn, &key_id, &user_id, now)?))
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        tracing::info!(key_id = %row.id, "API key revoked");
+        Ok(ApiKeyView::from(&row))
+    }
+
+    /// Deletes one of the caller's keys.
+    ///
+    /// # Errors
+    /// As [`AuthService::revoke_api_key`].
+    pub async fn delete_api_key(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        principal.authorize(Operation::ChangeApiKey)?;
+        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let existed =
+            self.db.run(move |conn| Ok(api_keys::delete(conn, &key_id, &user_id)?)).await?;
+        if !existed {
+            return Err(not_found(id));
+        }
+        tracing::info!(key_id = %id, "API key deleted");
+        Ok(())
+    }
+
+    /// Looks up a well-formed key (checksum already verified) and refuses it when unknown,
+    /// revoked or expired.
+    pub(crate) async fn authenticate_api_key(
+        &self,
+        key: ApiKeySecret,
+    ) -> Result<Principal, ServiceError> {
+        let digest = key.digest().into_string();
+        let now = time::now();
+        let found = self
+            .db
+            .run(move |conn| {
+                let found = api_keys::find_by_hash(conn, &digest)?;
+                if let Some(row) = &found {
+                    let not_before = from_utc(now - Duration::seconds(LAST_USED_RESOLUTION_SECS));
+                    let usable =
+                        row.revoked_at.is_none() && row.expires_at.is_none_or(|e| to_utc(e) > now);
+                    // Only write when the recorded use is older than the resolution, so a busy
+                    // key costs one write a minute, not a write lock per request.
+                    if usable && row.last_used_at.is_none_or(|t| t < not_before) {
+                        // Best effort: a failed bookkeeping write never fails the request.
+                        if let Err(e) =
+                            api_keys::touch_last_used(conn, &row.id, from_utc(now), not_before)
+                        {
+                            tracing::warn!(error = %e, "recording API key use failed");
+                        }
+                    }
+                }
+                Ok::<_, ServiceError>(found)
+            })
+            .await?;
+        let Some(row) = found else {
+            return Err(ServiceError::invalid_credential("the API key is invalid"));
+        };
+        if row.revoked_at.is_some() {
+            return Err(ServiceError::invalid_credential("the API key has been revoked"));
+        }
+        if row.expires_at.is_some_and(|e| to_utc(e) <= now) {
+            return Err(ServiceError::invalid_credential("the API key has expired"));
+        }
+        Ok(Principal::ApiKey {
+            key_id: row.id,
+            user_id: row.user_id,
+            permissions: PermissionSet::from_storage(&row.permissions),
+        })
+    }
+}
+
+/// Parses `expires_at` as RFC 3339 and requires it to be after `now`.
+fn parse_future_timestamp(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, FieldError> {
+    let t = DateTime::parse_from_rfc3339(raw.trim())
+        .map_err(|_| {
+            FieldError::new(
+                "expires_at",
+                "must be an RFC 3339 timestamp with a time zone, e.g. 2027-01-01T00:00:00Z",
+            )
+        })?
+        .with_timezone(&Utc);
+    let t = aigw_domain::time::truncate_to_micros(t);
+    if t <= now {
+        return Err(FieldError::new("expires_at", "must be in the future"));
+    }
+    Ok(t)
+}

@@ -1,0 +1,142 @@
+//! The account and credential service: construction, and authentication of presented
+//! credentials into a [`Principal`]. The use cases live in `accounts`, `sessions` and
+//! `api_keys`, each an `impl AuthService` block.
+
+use crate::config::AuthConfig;
+use crate::db::Db;
+use crate::error::ServiceError;
+use crate::password::PasswordHasher;
+use crate::revocation::RevocationCache;
+use crate::seal::Sealer;
+use crate::tokens::TokenIssuer;
+use aigw_domain::access::{authorize, CallerCredential, Operation};
+use aigw_domain::{PasswordPolicy, PermissionSet, PresentedCredential};
+use std::sync::Arc;
+
+/// Who a request authenticated as.
+#[derive(Debug, Clone)]
+pub enum Principal {
+    /// A user holding an access token of session `session_id`.
+    User {
+        /// The user's id.
+        user_id: String,
+        /// The session the access token belongs to (`sid`).
+        session_id: String,
+        /// The role claim.
+        role: String,
+    },
+    /// An API key.
+    ApiKey {
+        /// The key's id.
+        key_id: String,
+        /// The key's owner.
+        user_id: String,
+        /// The key's permissions.
+        permissions: PermissionSet,
+    },
+}
+
+impl Principal {
+    /// The user behind the credential.
+    pub fn user_id(&self) -> &str {
+        match self {
+            Principal::User { user_id, .. } | Principal::ApiKey { user_id, .. } => user_id,
+        }
+    }
+
+    /// Checks the who-may-call-what table for `operation`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] with `required` and `current`.
+    pub fn authorize(&self, operation: Operation) -> Result<(), ServiceError> {
+        let caller = match self {
+            Principal::User { .. } => CallerCredential::AccessToken,
+            Principal::ApiKey { permissions, .. } => CallerCredential::ApiKey(permissions),
+        };
+        authorize(caller, operation)
+            .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })
+    }
+}
+
+/// Registration, login, sessions, refresh-token rotation and API keys.
+#[derive(Debug, Clone)]
+pub struct AuthService {
+    pub(crate) db: Db,
+    pub(crate) passwords: PasswordHasher,
+    pub(crate) tokens: Arc<TokenIssuer>,
+    pub(crate) config: Arc<AuthConfig>,
+    pub(crate) password_policy: PasswordPolicy,
+    pub(crate) sealer: Sealer,
+    pub(crate) revoked: RevocationCache,
+}
+
+impl AuthService {
+    /// Builds the service.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when the argon2 parameters are invalid.
+    pub fn new(db: Db, tokens: TokenIssuer, config: AuthConfig) -> Result<Self, ServiceError> {
+        let passwords = PasswordHasher::new(&config.argon2)?;
+        let password_policy = PasswordPolicy {
+            min_chars: config.password_min_chars.max(1),
+            max_chars: config.password_max_chars.clamp(
+                config.password_min_chars.max(1),
+                aigw_domain::user::PASSWORD_HARD_MAX_CHARS,
+            ),
+            blocklist: config.password_blocklist,
+        };
+        let sealer = Sealer::new(tokens.key_materials());
+        let revoked = RevocationCache::new(
+            tokens.ttl_secs().saturating_add(config.leeway_secs).saturating_add(60),
+        );
+        Ok(Self {
+            db,
+            passwords,
+            tokens: Arc::new(tokens),
+            config: Arc::new(config),
+            password_policy,
+            sealer,
+            revoked,
+        })
+    }
+
+    /// The database handle.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The access-token issuer (for the JWK Set).
+    pub fn tokens(&self) -> &TokenIssuer {
+        &self.tokens
+    }
+
+    /// Authenticates the value of an `Authorization` header (`None` when absent).
+    ///
+    /// Access tokens are verified offline (signature, claims) and then their session is checked
+    /// to be live; API keys are checked for format and checksum without I/O, then looked up by
+    /// digest, and refused when unknown, revoked or expired.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] for a missing or invalid credential;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Principal, ServiceError> {
+        let credential = PresentedCredential::from_authorization(authorization).map_err(|e| {
+            ServiceError::Unauthorized { hint: e.hint(), token_presented: e.token_presented() }
+        })?;
+        match credential {
+            PresentedCredential::AccessToken(token) => {
+                let claims = self.tokens.verify(&token)?;
+                self.ensure_session_live(&claims.sid)?;
+                Ok(Principal::User {
+                    user_id: claims.sub,
+                    session_id: claims.sid,
+                    role: claims.role,
+                })
+            }
+            PresentedCredential::ApiKey(key) => self.authenticate_api_key(key).await,
+        }
+    }
+}

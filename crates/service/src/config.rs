@@ -1,0 +1,142 @@
+//! Settings of the use cases (`[auth]`, `[gateway]`, `[[providers]]`), deserialised by the
+//! binary from TOML and `AIGW__SECTION__KEY` environment variables. Every duration is in
+//! whole seconds.
+
+use crate::password::Argon2Config;
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// `[auth]`: tokens, sessions and passwords.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HS256 secret for access tokens, at least 32 bytes. When absent, the binary generates
+    /// one and keeps it in the data folder (refused in production).
+    pub jwt_secret: Option<SecretString>,
+    /// Signing keys (`[[auth.signing_keys]]`): each verifies; `active_kid` (default: the
+    /// first, or `jwt_secret` when set) signs. Rotate by adding a key, switching `active_kid`,
+    /// and removing the old key once the longest access-token lifetime has passed.
+    pub signing_keys: Vec<SigningKeyConfig>,
+    /// The `kid` of the key that signs new access tokens.
+    pub active_kid: Option<String>,
+    /// Access-token lifetime in seconds (seed §8: default 3600).
+    pub access_token_ttl_secs: u64,
+    /// Session (refresh-token) lifetime in seconds, absolute from login (seed §8: 30 days).
+    pub refresh_token_ttl_secs: u64,
+    /// `iss` claim written and required (default `"aigw"`).
+    pub issuer: String,
+    /// `aud` claim written and required (default `"aigw"`).
+    pub audience: String,
+    /// Clock-skew leeway for `exp` and `nbf`, in seconds (default 5).
+    pub leeway_secs: u64,
+    /// How long the immediate parent of the newest refresh token may be presented again and
+    /// get the same successor back, in seconds (default 10; 0 turns it off).
+    pub refresh_reuse_grace_secs: u64,
+    /// Minimum password length in Unicode code points (default 8).
+    pub password_min_chars: usize,
+    /// Maximum password length in Unicode code points (default and hard maximum 256).
+    pub password_max_chars: usize,
+    /// Refuse passwords on the shipped list of common passwords (default true).
+    pub password_blocklist: bool,
+    /// argon2id parameters.
+    pub argon2: Argon2Config,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            jwt_secret: None,
+            signing_keys: Vec::new(),
+            active_kid: None,
+            access_token_ttl_secs: 3600,
+            refresh_token_ttl_secs: 30 * 24 * 3600,
+            issuer: "aigw".to_owned(),
+            audience: "aigw".to_owned(),
+            leeway_secs: 5,
+            refresh_reuse_grace_secs: 10,
+            password_min_chars: 8,
+            password_max_chars: aigw_domain::user::PASSWORD_HARD_MAX_CHARS,
+            password_blocklist: true,
+            argon2: Argon2Config::default(),
+        }
+    }
+}
+
+/// Algorithm of a signing key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum KeyAlgorithm {
+    /// HMAC-SHA-256 with a shared secret (RFC 7518 §3.2).
+    #[serde(rename = "HS256")]
+    Hs256,
+    /// Ed25519 signatures (RFC 8037); public keys published at `/.well-known/jwks.json`.
+    #[serde(rename = "EdDSA")]
+    EdDsa,
+}
+
+/// `[[auth.signing_keys]]`: one JWT key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningKeyConfig {
+    /// Key id, written in the `kid` header of tokens it signs.
+    pub kid: String,
+    /// `HS256` or `EdDSA`.
+    pub algorithm: KeyAlgorithm,
+    /// HS256: the secret, at least 32 bytes.
+    #[serde(default)]
+    pub secret: Option<SecretString>,
+    /// EdDSA: path of a PKCS#8 PEM Ed25519 private key.
+    #[serde(default)]
+    pub private_key_file: Option<std::path::PathBuf>,
+}
+
+/// `[gateway]`: how chat completions are forwarded.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Offer the built-in `echo` model, which answers with the last user message (default true).
+    pub echo_model: bool,
+    /// Seconds to wait for an upstream connection (default 10).
+    pub connect_timeout_secs: u64,
+    /// Seconds to wait for a whole non-streaming answer, or between two chunks of a stream
+    /// (default 300).
+    pub upstream_timeout_secs: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self { echo_model: true, connect_timeout_secs: 10, upstream_timeout_secs: 300 }
+    }
+}
+
+/// The kind of an upstream provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Any OpenAI-compatible HTTP API (`POST {base_url}/chat/completions`).
+    Openai,
+    /// The built-in echo model (no network).
+    Echo,
+}
+
+/// `[[providers]]`: one upstream and the models it serves.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Name used in logs and errors.
+    pub name: String,
+    /// Kind (default `openai`).
+    #[serde(default = "default_kind")]
+    pub kind: ProviderKind,
+    /// Base URL, e.g. `https://api.openai.com/v1` (required for `openai`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The provider's own API key, sent upstream as `Authorization: Bearer`; never the caller's.
+    #[serde(default)]
+    pub api_key: Option<SecretString>,
+    /// Model names routed to this provider.
+    pub models: Vec<String>,
+}
+
+fn default_kind() -> ProviderKind {
+    ProviderKind::Openai
+}

@@ -1,0 +1,99 @@
+//! The error of every use case, mapped one-to-one onto the error envelope by the HTTP layer.
+//!
+//! Use [`ServiceError::Invalid`] for anything the client can fix in its request (it names the
+//! field), [`ServiceError::Unauthorized`] for a missing or bad credential (always the same
+//! text for the same cause, never saying whether an account exists),
+//! [`ServiceError::Forbidden`] when the credential is good but not enough, and
+//! [`ServiceError::Internal`] only for what the client cannot fix; its text is logged and never
+//! sent.
+
+use aigw_domain::FieldError;
+use aigw_persistence::PersistenceError;
+
+/// An error of a use case.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// 400 `invalid_request` naming the field and the issue.
+    #[error("invalid request: {0}")]
+    Invalid(#[from] FieldError),
+    /// 401 `unauthorized` with a hint; `token_presented` says whether a credential was sent
+    /// (RFC 6750 §3 `error="invalid_token"`).
+    #[error("unauthorized: {hint}")]
+    Unauthorized {
+        /// Text for `details.hint`.
+        hint: &'static str,
+        /// Whether the request carried a credential at all.
+        token_presented: bool,
+    },
+    /// 403 `forbidden`: `required` names what was needed, `current` what the caller has.
+    #[error("forbidden: requires {required}, caller has {current}")]
+    Forbidden {
+        /// The permission or credential kind needed.
+        required: String,
+        /// The caller's credential kind or permissions.
+        current: String,
+    },
+    /// 404 `not_found`.
+    #[error("{resource} {id} not found")]
+    NotFound {
+        /// Kind of resource (`api_key`, `model`).
+        resource: &'static str,
+        /// The id that was asked for.
+        id: String,
+    },
+    /// 502 `upstream_error`: the provider could not be reached or failed.
+    #[error("upstream {provider} failed: {reason}")]
+    Upstream {
+        /// Provider name from configuration.
+        provider: String,
+        /// What went wrong (logged, not sent).
+        reason: String,
+    },
+    /// 504 `upstream_timeout`.
+    #[error("upstream {provider} timed out")]
+    UpstreamTimeout {
+        /// Provider name from configuration.
+        provider: String,
+    },
+    /// 429 `rate_limit_exceeded` (seed §7): `details` carry `limit`, `remaining` and `reset`;
+    /// the answer carries `Retry-After: retry_after_secs`.
+    #[error("rate limit of {limit} exceeded; retry after {retry_after_secs} s")]
+    RateLimited {
+        /// The policy's requests per window.
+        limit: u32,
+        /// Requests left now (always 0 in a refusal).
+        remaining: u32,
+        /// Unix time in seconds when a request will pass again.
+        reset: i64,
+        /// Whole seconds to wait, at least 1 (RFC 9110 §10.2.3 `Retry-After`).
+        retry_after_secs: u64,
+    },
+    /// 503 `service_unavailable`: the database cannot be reached.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// 500 `internal_error`. The text is for logs only.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ServiceError {
+    /// A 401 for a request that presented a credential which failed.
+    pub fn invalid_credential(hint: &'static str) -> Self {
+        Self::Unauthorized { hint, token_presented: true }
+    }
+
+    /// A 401 for failed login or refresh, whose credentials travel in the body: no bearer
+    /// token was presented, so `WWW-Authenticate` carries no `invalid_token` (RFC 6750 §3).
+    pub fn rejected(hint: &'static str) -> Self {
+        Self::Unauthorized { hint, token_presented: false }
+    }
+}
+
+impl From<PersistenceError> for ServiceError {
+    fn from(e: PersistenceError) -> Self {
+        match e {
+            PersistenceError::Unavailable(reason) => Self::Unavailable(reason),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! The AI gateway: `POST /api/v1/ai/chat/completions` routed by `model` to a configured
+//! provider (DESIGN.md "Responses").
+//!
+//! - The request body is validated (`model`, `messages[i].role`, `messages[i].content`,
+//!   `stream`) and then forwarded byte for byte to `{base_url}/chat/completions` with the
+//!   provider's own key; the caller's API key never leaves the gateway.
+//! - A 2xx upstream answer is returned unchanged: JSON as JSON, and with `"stream": true`
+//!   server-sent events passed through chunk by chunk as the upstream sends them.
+//! - Upstream unreachable or answering non-2xx: 502 `upstream_error`; no answer in time:
+//!   504 `upstream_timeout`.
+//! - The built-in `echo` model answers with the last user message, offline, in the same
+//!   OpenAI shapes (JSON and SSE).
+
+use crate::auth::Principal;
+use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::error::ServiceError;
+use aigw_domain::access::Operation;
+use aigw_domain::FieldError;
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name of the built-in model.
+pub const ECHO_MODEL: &str = "echo";
+
+/// The answer to a chat completion.
+pub enum ChatReply {
+    /// A complete JSON body, returned unchanged with `status`.
+    Json {
+        /// HTTP status (2xx).
+        status: u16,
+        /// The upstream's body, byte for byte.
+        body: Bytes,
+    },
+    /// A server-sent-events stream, passed through chunk by chunk.
+    Stream {
+        /// HTTP status (2xx).
+        status: u16,
+        /// The upstream's `Content-Type` (normally `text/event-stream`).
+        content_type: String,
+        /// The chunks; an error ends the stream (the connection is then closed).
+        body: BoxStream<'static, Result<Bytes, ServiceError>>,
+    },
+}
+
+impl std::fmt::Debug for ChatReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChatReply::Json { status, body } => {
+                write!(f, "ChatReply::Json({status}, {} bytes)", body.len())
+            }
+            ChatReply::Stream { status, .. } => write!(f, "ChatReply::Stream({status})"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Provider {
+    name: String,
+    kind: ProviderKind,
+    base_url: String,
+    api_key: Option<SecretString>,
+}
+
+/// Routes chat completions to providers by model name.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    routes: Arc<BTreeMap<String, Arc<Provider>>>,
+    client: reqwest::Client,
+    timeout: Duration,
+}
+
+/// What a validated chat request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRequestSummary {
+    /// The `model` field.
+    pub model: String,
+    /// The `stream` field (default false).
+    pub stream: bool,
+}
+
+impl Gateway {
+    /// Builds the routing table: each provider's models, plus `echo` when enabled.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when an `openai` provider has no `base_url` (or not an
+    /// http(s) one), a model is routed twice, or the HTTP client cannot be built.
+    pub fn new(config: &GatewayConfig, providers: &[ProviderConfig]) -> Result<Self, ServiceError> {
+        let mut routes = BTreeMap::new();
+        let bad = |m: String| Err(ServiceError::Internal(m));
+        if config.echo_model {
+            routes.insert(
+                ECHO_MODEL.to_owned(),
+                Arc::new(Provider {
+                    name: ECHO_MODEL.to_owned(),
+                    kind: ProviderKind::Echo,
+                    base_url: String::new(),
+                    api_key: None,
+                }),
+            );
+        }
+        for p in providers {
+            let base_url = p.base_url.clone().unwrap_or_default();
+            if p.kind == ProviderKind::Openai
+                && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+            {
+                return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
+            }
+            let provider = Arc::new(Provider {
+                name: p.name.clone(),
+                kind: p.kind,
+                base_url: base_url.trim_end_matches('/').to_owned(),
+                api_key: p.api_key.clone(),
+            });
+            for model in &p.models {
+                if routes.insert(model.clone(), provider.clone()).is_some() {
+                    return bad(format!("model {model} is routed to more than one provider"));
+                }
+            }
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(config.connect_timeout_secs.max(1)))
+            .user_agent(concat!("aigw/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            routes: Arc::new(routes),
+            client,
+            timeout: Duration::from_secs(config.upstream_timeout_secs.max(1)),
+        })
+    }
+
+    /// The model names offered, sorted.
+    pub fn models(&self) -> Vec<String> {
+        self.routes.keys().cloned().collect()
+    }
+
+    /// Validates `body` and answers it from the model's provider.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] without `ai_gateway`; [`ServiceError::Invalid`] on a
+    /// malformed body; [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
+    /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
+    pub async fn chat_completion(
+        &self,
+        principal: &Principal,
+        body: Bytes,
+    ) -> Result<ChatReply, ServiceError> {
+        principal.authorize(Operation::ChatCompletion)?;
+        let parsed: Value = serde_json::from_slice(&body)
+            .map_err(|_| FieldError::new("body", "is not valid JSON"))?;
+        let summary = validate_chat_request(&parsed)?;
+        let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
+            resource: "model",
+            id: summary.model.chars().take(128).collect(),
+        })?;
+        match provider.kind {
+            ProviderKind::Echo => Ok(echo(&parsed, &summary)),
+            ProviderKind::Openai => self.forward(provider.clone(), body, summary.stream).await,
+        }
+    }
+
+    async fn forward(
+        &self,
+        provider: Arc<Provider>,
+        body: Bytes,
+        stream: bool,
+    ) -> Result<ChatReply, ServiceError> {
+        let name = provider.name.clone();
+        let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
+        let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
+        let mut request = self
+            .client
+            .post(format!("{}/chat/completions", provider.base_url))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(
+                reqwest::header::ACCEPT,
+                if stream { "text/event-stream" } else { "application/json" },
+            )
+            .body(body);
+        if let Some(key) = &provider.api_key {
+            request = request.bearer_auth(key.expose_secret());
+        }
+        let response = match tokio::time::timeout(self.timeout, request.send()).await {
+            Err(_) => return Err(timed_out()),
+            Ok(Err(e)) if e.is_timeout() => return Err(timed_out()),
+            Ok(Err(e)) => return Err(failed(format!("request failed: {e}"))),
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        if status.is_success() && stream && content_type.starts_with("text/event-stream") {
+            let idle = self.timeout;
+            let provider_name = provider.name.clone();
+            let chunks = stream::unfold(Some(response.bytes_stream()), move |state| {
+                let provider_name = provider_name.clone();
+                async move {
+                    let mut upstream = state?;
+                    match tokio::time::timeout(idle, upstream.next()).await {
+                        Ok(None) => None,
+                        Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(upstream))),
+                        Ok(Some(Err(e))) => Some((
+                            Err(ServiceError::Upstream {
+                                provider: provider_name,
+                                reason: format!("stream broke: {e}"),
+                            }),
+                            None,
+                        )),
+                        Err(_) => Some((
+                            Err(ServiceError::UpstreamTimeout { provider: provider_name }),
+                            None,
+                        )),
+                    }
+                }
+            });
+            return Ok(ChatReply::Stream {
+                status: status.as_u16(),
+                content_type,
+                body: chunks.boxed(),
+            });
+        }
+        let bytes = match tokio::time::timeout(self.timeout, response.bytes()).await {
+            Err(_) => return Err(timed_out()),
+            Ok(Err(e)) => return Err(failed(format!("reading the answer failed: {e}"))),
+            Ok(Ok(b)) => b,
+        };
+        if status.is_success() {
+            return Ok(ChatReply::Json { status: status.as_u16(), body: bytes });
+        }
+        let upstream_message = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| v.pointer("/error/message").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_default();
+        Err(failed(format!("upstream answered {status}: {upstream_message}")))
+    }
+}
+
+/// Checks the fields the gateway relies on; every other field is passed through untouched.
+///
+/// # Errors
+/// [`FieldError`] on `body` (not an object), `model` (missing, not a non-empty string),
+/// `messages` (missing, not a non-empty array), `messages[i]` (not an object),
+/// `messages[i].role` (missing, not a string), `messages[i].content` (not a string, array or
+/// null) or `stream` (not a boolean).
+pub fn validate_chat_request(body: &Value) -> Result<ChatRequestSummary, FieldError> {
+    let object =
+        body.as_object().ok_or_else(|| FieldError::new("body", "must be a JSON object"))?;
+    let model = match object.get("model") {
+        None | Some(Value::Null) => return Err(FieldError::new("model", "is required")),
+        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(_) => return Err(FieldError::new("model", "must be a non-empty string")),
+    };
+    let messages = match object.get("messages") {
+        None | Some(Value::Null) => return Err(FieldError::new("messages", "is required")),
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(_) => return Err(FieldError::new("messages", "must be a non-empty array")),
+    };
+    for (i, message) in messages.iter().enumerate() {
+        let m = message
+            .as_object()
+            .ok_or_else(|| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
+        match m.get("role") {
+            Some(Value::String(_)) => {}
+            None => return Err(FieldError::new(format!("messages[{i}].role"), "is required")),
+            Some(_) => {
+                return Err(FieldError::new(format!("messages[{i}].role"), "must be a string"))
+            }
+        }
+        match m.get("content") {
+            None | Some(Value::String(_) | Value::Array(_) | Value::Null) => {}
+            Some(_) => {
+                return Err(FieldError::new(
+                    format!("messages[{i}].content"),
+                    "must be a string or an array of content parts",
+                ))
+            }
+        }
+    }
+    let stream = match object.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(FieldError::new("stream", "must be a boolean")),
+    };
+    Ok(ChatRequestSummary { model, stream })
+}
+
+/// The text of the last `user` message (string content, or the `text` parts of an array).
+fn last_user_text(body: &Value) -> String {
+    let messages = body.get("messages").and_then(Value::as_array);
+    let last = messages.and_then(|m| {
+        m.iter().rev().find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+    });
+    match last.and_then(|m| m.get("content")) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The built-in `echo` model: answers with the last user message, as an OpenAI chat
+/// completion (or, when streaming, as `chat.completion.chunk` events ending in `[DONE]`).
+fn echo(body: &Value, summary: &ChatRequestSummary) -> ChatReply {
+    let text = last_user_text(body);
+    let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
+    let created = chrono::Utc::now().timestamp();
+    let model = summary.model.clone();
+    if !summary.stream {
+        let tokens = |s: &str| s.split_whitespace().count();
+        let prompt_tokens: usize = body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(|m| m.iter().filter_map(|m| m.get("content")?.as_str()).map(tokens).sum())
+            .unwrap_or(0);
+        let completion_tokens = tokens(&text);
+        let reply = json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": "stop"
+            }],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens
+            }
+        });
+        return ChatReply::Json { status: 200, body: Bytes::from(reply.to_string()) };
+    }
+    let chunk = |delta: Value, finish: Value| {
+        let event = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]
+        });
+        Ok(Bytes::from(format!("data: {event}\n\n")))
+    };
+    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    for piece in text.split_inclusive(' ') {
+        events.push(chunk(json!({"content": piece}), Value::Null));
+    }
+    events.push(chunk(json!({}), json!("stop")));
+    events.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+    ChatReply::Stream {
+        status: 200,
+        content_type: "text/event-stream".to_owned(),
+        body: stream::iter(events).boxed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        let field = |v: Value| validate_chat_request(&v).err().map(|e| e.field);
+        assert_eq!(field(json!({"messages": []})), Some("model".into()));
+        assert_eq!(field(json!({"model": "echo"})), Some("messages".into()));
+        assert_eq!(
+            field(json!({"model": "echo", "messages": [{"content": "x"}]})),
+            Some("messages[0].role".into())
+        );
+        assert_eq!(
+            field(json!({"model": "echo", "messages": [{"role": "user", "content": 5}]})),
+            Some("messages[0].content".into())
+        );
+        assert_eq!(
+            field(
+                json!({"model": "echo", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})
+            ),
+            Some("stream".into())
+        );
+        assert!(validate_chat_request(
+            &json!({"model": "echo", "messages": [{"role": "user", "content": "x"}]})
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn echo_answers_the_last_user_message() {
+        let body = json!({"model": "echo", "messages": [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ignored"},
+            {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "there"}]}
+        ]});
+        assert_eq!(last_user_text(&body), "hello there");
+    }
+}

@@ -1,0 +1,39 @@
+#![warn(missing_docs)]
+//! # aigw-service
+//!
+//! The use cases of aigw, independent of HTTP: registration, login, sessions and
+//! refresh-token rotation, logout, API keys, authentication and authorization of presented
+//! credentials, and the routing of chat completions to upstream providers.
+//!
+//! Blocking work never runs on the caller's async worker: database calls go through
+//! [`db::Db::run`] (tokio's blocking pool, gated by the connection count) and argon2 through
+//! [`password::PasswordHasher`] (its own small thread pool). Errors are [`ServiceError`]s,
+//! one variant per kind of answer.
+
+pub mod accounts;
+pub mod api_keys;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod gateway;
+pub mod password;
+pub mod rate_limit;
+pub mod revocation;
+pub mod seal;
+pub mod sessions;
+pub mod tokens;
+pub mod views;
+
+pub use api_keys::NewApiKey;
+pub use auth::{AuthService, Principal};
+pub use config::{
+    AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, SigningKeyConfig,
+};
+pub use db::Db;
+pub use error::ServiceError;
+pub use gateway::{ChatReply, Gateway};
+pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
+pub use sessions::LogoutScope;
+pub use tokens::{SigningKey, TokenIssuer};
+pub use views::{ApiKeyView, CreatedApiKey, TokenSet, UserView};

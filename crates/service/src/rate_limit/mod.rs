@@ -1,0 +1,374 @@
+//! Rate limiting (seed §7-8: 429 `rate_limit_exceeded` with `limit`, `remaining`, `reset`).
+//!
+//! A [`RateLimiter`] holds one GCRA limiter per [`Policy`]; [`RateLimiter::check`] counts one
+//! request against a [`LimitKey`] and answers a [`Decision`]. Counters live in the process
+//! (`governor`) or in Redis (one atomic Lua script per check, shared by every node). When Redis
+//! cannot be reached the node logs it, decides with its own memory limiter and tries Redis
+//! again after `redis_retry_secs`, so an outage of Redis never turns into 5xx answers.
+//!
+//! Keys are SHA-256 digests (truncated to 128 bits) of what identifies the caller, so neither
+//! memory nor Redis holds e-mail addresses or IPs in clear, and a long e-mail costs no more
+//! memory than a short one.
+
+pub mod config;
+mod memory;
+mod redis_store;
+
+pub use config::{
+    ForwardedHeader, Policies, PolicyConfig, PolicyQuota, RateLimitBackend, RateLimitConfig,
+};
+
+use crate::auth::Principal;
+use crate::error::ServiceError;
+use memory::MemoryLimiter;
+use redis_store::RedisLimiter;
+use sha2::{Digest, Sha256};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A named rate-limit policy; its quota comes from [`Policies`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Registration, per client IP.
+    Register,
+    /// Login, per client IP and normalised e-mail.
+    Login,
+    /// Refresh-token rotation, per client IP.
+    Refresh,
+    /// The other account endpoints, per credential.
+    Account,
+    /// Chat completions and the model list, per API key.
+    Ai,
+}
+
+impl Policy {
+    /// Every policy.
+    pub const ALL: [Policy; 5] =
+        [Policy::Register, Policy::Login, Policy::Refresh, Policy::Account, Policy::Ai];
+
+    /// The policy's name, as in the configuration and the `RateLimit` header fields.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Register => "register",
+            Policy::Login => "login",
+            Policy::Refresh => "refresh",
+            Policy::Account => "account",
+            Policy::Ai => "ai",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Policy::Register => 0,
+            Policy::Login => 1,
+            Policy::Refresh => 2,
+            Policy::Account => 3,
+            Policy::Ai => 4,
+        }
+    }
+}
+
+/// Whose requests are counted together: a 128-bit digest of the identifying parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LimitKey([u8; 16]);
+
+impl LimitKey {
+    fn digest(parts: &[&[u8]]) -> Self {
+        let mut hasher = Sha256::new();
+        for part in parts {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+        let full = hasher.finalize();
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&full[..16]);
+        Self(key)
+    }
+
+    /// The bytes that identify a client address: IPv4 as is, an IPv4-mapped IPv6 address as
+    /// its IPv4 address, and other IPv6 addresses by their /64 prefix (one subscriber usually
+    /// holds a whole /64, so counting single addresses would let them rotate freely).
+    fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+        match ip {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4.octets().to_vec(),
+                None => v6.octets()[..8].to_vec(),
+            },
+        }
+    }
+
+    /// Key of a client address (`register`, `refresh`).
+    pub fn client_ip(ip: IpAddr) -> Self {
+        Self::digest(&[b"ip", &Self::ip_bytes(ip)])
+    }
+
+    /// Key of a login attempt: client address and e-mail, trimmed and lower-cased as the
+    /// login itself does, so `A@x.io` and ` a@x.io` count together.
+    pub fn login(ip: IpAddr, email: &str) -> Self {
+        let email = email.trim().to_lowercase();
+        Self::digest(&[b"login", &Self::ip_bytes(ip), email.as_bytes()])
+    }
+
+    /// Key of an authenticated caller: the user's session for an access token (so one
+    /// session cannot starve the user's others), the key for an API key.
+    pub fn principal(principal: &Principal) -> Self {
+        match principal {
+            Principal::User { user_id, session_id, .. } => {
+                Self::digest(&[b"session", user_id.as_bytes(), session_id.as_bytes()])
+            }
+            Principal::ApiKey { key_id, .. } => Self::digest(&[b"api_key", key_id.as_bytes()]),
+        }
+    }
+
+    /// The digest in lower-case hex (Redis key suffix).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub(crate) fn bytes(&self) -> [u8; 16] {
+        self.0
+    }
+}
+
+/// The outcome of counting one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The policy that decided.
+    pub policy: Policy,
+    /// Whether the request may proceed.
+    pub allowed: bool,
+    /// The policy's `limit` (requests per window).
+    pub limit: u32,
+    /// The policy's window in seconds.
+    pub window_secs: u64,
+    /// Requests that may still be made right now (0 when refused).
+    pub remaining: u32,
+    /// How long until a request passes again (zero while `remaining > 0` or allowed).
+    pub retry_after: Duration,
+    /// How long until the whole quota is available again.
+    pub reset_after: Duration,
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    let secs = d.as_secs();
+    if d.subsec_nanos() > 0 {
+        secs.saturating_add(1)
+    } else {
+        secs
+    }
+}
+
+impl Decision {
+    /// `Retry-After` in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
+    pub fn retry_after_secs(&self) -> u64 {
+        ceil_secs(self.retry_after).max(1)
+    }
+
+    /// Seconds until the quota resets, rounded up: until the next request passes when
+    /// refused, until the whole quota is back when allowed (the `t` of the `RateLimit` field).
+    pub fn reset_secs(&self) -> u64 {
+        if self.allowed {
+            ceil_secs(self.reset_after)
+        } else {
+            self.retry_after_secs()
+        }
+    }
+
+    /// The request may proceed, or [`ServiceError::RateLimited`] with `reset` as Unix seconds
+    /// from `now_unix_secs`.
+    ///
+    /// # Errors
+    /// [`ServiceError::RateLimited`] when the request is refused.
+    pub fn into_result(self, now_unix_secs: i64) -> Result<Self, ServiceError> {
+        if self.allowed {
+            return Ok(self);
+        }
+        let retry_after_secs = self.retry_after_secs();
+        Err(ServiceError::RateLimited {
+            limit: self.limit,
+            remaining: 0,
+            reset: now_unix_secs
+                .saturating_add(i64::try_from(retry_after_secs).unwrap_or(i64::MAX)),
+            retry_after_secs,
+        })
+    }
+}
+
+/// The limits of every policy, or nothing when rate limiting is off. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    inner: Option<Arc<Inner>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    policies: [PolicyQuota; 5],
+    memory: MemoryLimiter,
+    redis: Option<RedisLimiter>,
+}
+
+impl RateLimiter {
+    /// Builds the limiters of `config`. The Redis connection is opened lazily, on the first
+    /// check, so a node starts even while Redis is down. Call from within a tokio runtime
+    /// (a background task trims idle memory keys every minute).
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] naming the setting when a policy has `limit = 0` or
+    /// `window_secs = 0`, or `redis_url` cannot be parsed.
+    pub fn new(config: &RateLimitConfig) -> Result<Self, ServiceError> {
+        if !config.enabled {
+            return Ok(Self::disabled());
+        }
+        let mut policies = [PolicyQuota { enabled: false, limit: 1, window_secs: 1 }; 5];
+        for policy in Policy::ALL {
+            let p = config.policies.get(policy);
+            if p.limit == 0 || p.window_secs == 0 {
+                return Err(ServiceError::Internal(format!(
+                    "rate_limit.policies.{}: limit and window_secs must be at least 1",
+                    policy.name()
+                )));
+            }
+            policies[policy.index()] = p;
+        }
+        let memory = MemoryLimiter::new(&policies)?;
+        let redis = match config.backend {
+            RateLimitBackend::Memory => None,
+            RateLimitBackend::Redis => Some(RedisLimiter::new(config)?),
+        };
+        Ok(Self { inner: Some(Arc::new(Inner { policies, memory, redis })) })
+    }
+
+    /// A limiter that allows everything (`enabled = false`).
+    pub fn disabled() -> Self {
+        Self { inner: None }
+    }
+
+    /// The quota of `policy`, or `None` when it is off.
+    pub fn policy(&self, policy: Policy) -> Option<PolicyQuota> {
+        let inner = self.inner.as_ref()?;
+        let p = inner.policies[policy.index()];
+        p.enabled.then_some(p)
+    }
+
+    /// Counts one request of `key` against `policy`. `None` when the policy is off.
+    /// Never fails: a Redis failure is logged and the node's memory limiter decides.
+    pub async fn check(&self, policy: Policy, key: &LimitKey) -> Option<Decision> {
+        let inner = self.inner.as_ref()?;
+        let quota = inner.policies[policy.index()];
+        if !quota.enabled {
+            return None;
+        }
+        if let Some(redis) = &inner.redis {
+            if let Some(decision) = redis.check(policy, quota, key).await {
+                return Some(decision);
+            }
+        }
+        Some(inner.memory.check(policy, quota, key))
+    }
+
+    /// Whether counters are kept in Redis (`backend = "redis"` and rate limiting on).
+    pub fn uses_redis(&self) -> bool {
+        self.inner.as_ref().is_some_and(|i| i.redis.is_some())
+    }
+
+    /// Whether the configured Redis answers a `PING` (always `true` for the memory backend
+    /// and when rate limiting is off), for readiness probes.
+    pub async fn redis_ready(&self) -> bool {
+        match self.inner.as_ref().and_then(|i| i.redis.as_ref()) {
+            Some(redis) => redis.ping().await,
+            None => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn config(limit: u32, window_secs: u64) -> RateLimitConfig {
+        let mut c = RateLimitConfig::default();
+        c.policies.login = PolicyConfig::new(limit, window_secs);
+        c
+    }
+
+    #[tokio::test]
+    async fn memory_limit_trips_after_exactly_limit_requests() {
+        let limiter = RateLimiter::new(&config(3, 60)).unwrap();
+        let key = LimitKey::login("192.0.2.1".parse().unwrap(), "a@example.com");
+        for expected in [2, 1, 0] {
+            let d = limiter.check(Policy::Login, &key).await.unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, expected);
+            assert_eq!(d.limit, 3);
+        }
+        let d = limiter.check(Policy::Login, &key).await.unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        // One request's worth comes back every 20 s.
+        assert!(d.retry_after <= Duration::from_secs(20), "{d:?}");
+        assert!(d.retry_after > Duration::from_secs(19), "{d:?}");
+        assert_eq!(d.retry_after_secs(), 20);
+        let other = LimitKey::login("192.0.2.1".parse().unwrap(), "b@example.com");
+        assert!(limiter.check(Policy::Login, &other).await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn disabled_limiter_decides_nothing() {
+        let mut c = config(1, 60);
+        c.enabled = false;
+        let limiter = RateLimiter::new(&c).unwrap();
+        let key = LimitKey::client_ip("192.0.2.1".parse().unwrap());
+        assert!(limiter.check(Policy::Login, &key).await.is_none());
+        let mut c = config(1, 60);
+        c.policies.login = PolicyConfig::off();
+        let limiter = RateLimiter::new(&c).unwrap();
+        assert!(limiter.check(Policy::Login, &key).await.is_none());
+        assert!(limiter.check(Policy::Register, &key).await.is_some());
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        assert!(RateLimiter::new(&config(0, 60)).is_err());
+        assert!(RateLimiter::new(&config(1, 0)).is_err());
+    }
+
+    #[test]
+    fn keys_normalise_email_and_ipv6_prefix() {
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(LimitKey::login(ip, " A@Example.com "), LimitKey::login(ip, "a@example.com"));
+        assert_eq!(
+            LimitKey::client_ip("2001:db8::1".parse().unwrap()),
+            LimitKey::client_ip("2001:db8::ffff:1".parse().unwrap())
+        );
+        assert_ne!(
+            LimitKey::client_ip("2001:db8::1".parse().unwrap()),
+            LimitKey::client_ip("2001:db8:0:1::1".parse().unwrap())
+        );
+        assert_eq!(
+            LimitKey::client_ip("::ffff:192.0.2.1".parse().unwrap()),
+            LimitKey::client_ip(ip)
+        );
+    }
+
+    #[test]
+    fn refused_decision_maps_to_429_fields() {
+        let d = Decision {
+            policy: Policy::Login,
+            allowed: false,
+            limit: 10,
+            window_secs: 60,
+            remaining: 0,
+            retry_after: Duration::from_millis(5_200),
+            reset_after: Duration::from_secs(59),
+        };
+        match d.into_result(1_000) {
+            Err(ServiceError::RateLimited { limit, remaining, reset, retry_after_secs }) => {
+                assert_eq!((limit, remaining, reset, retry_after_secs), (10, 0, 1_006, 6));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

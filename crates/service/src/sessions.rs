@@ -1,0 +1,367 @@
+//! Sessions and refresh-token rotation (seed §5 rule 3; RFC 9700 §4.14.2).
+//!
+//! Each login starts a session whose refresh tokens form one chain. A refresh retires the
+//! presented token and issues its successor in one transaction whose first statement is a
+//! compare-and-set, so concurrent refreshes of one token yield exactly one successor. A token
+//! presented again after it was rotated is a replay: the whole session is revoked, its newest
+//! token included. The session's end is absolute from login; rotation never extends it.
+
+use crate::auth::{AuthService, Principal};
+use crate::error::ServiceError;
+use crate::revocation::{POLL_INTERVAL, POLL_OVERLAP_SECS};
+use crate::views::{TokenSet, UserView};
+use aigw_domain::{time, RefreshTokenSecret};
+use aigw_persistence::models::{from_utc, to_utc, RefreshTokenRow, SessionRow, UserRow};
+use aigw_persistence::{sessions, transaction, users, DbConnection};
+use chrono::{DateTime, Duration, Utc};
+use rand::rngs::OsRng;
+
+/// What one refresh came to (inside the database closure).
+enum Refreshed {
+    /// The presented token was rotated now.
+    Rotated { user: UserRow, session: SessionRow },
+    /// The presented token was rotated moments ago: hand out the same successor again.
+    Repeated { user: UserRow, session: SessionRow, sealed: String, successor_hash: String },
+    /// Reuse: the session was revoked.
+    Reused { session_id: String },
+}
+
+const INVALID_REFRESH: &str = "the refresh token is invalid, expired or revoked";
+
+/// Which sessions a logout ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogoutScope {
+    /// The session of the presented access token (default).
+    #[default]
+    Local,
+    /// Every session of the user.
+    Global,
+    /// Every session of the user but the current one.
+    Others,
+}
+
+impl AuthService {
+    /// The rows of a new session for `user_id` starting at `now` and its first refresh token.
+    pub(crate) fn new_session(
+        &self,
+        user_id: &str,
+        now: DateTime<Utc>,
+    ) -> (SessionRow, RefreshTokenRow, RefreshTokenSecret) {
+        let ttl = i64::try_from(self.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
+        let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::MAX);
+        let session = SessionRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            user_id: user_id.to_owned(),
+            created_at: from_utc(now),
+            expires_at: from_utc(expires_at),
+            revoked_at: None,
+            revoked_reason: None,
+        };
+        let secret = RefreshTokenSecret::generate(&mut OsRng);
+        let token = RefreshTokenRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            session_id: session.id.clone(),
+            token_hash: secret.digest().into_string(),
+            parent_id: None,
+            created_at: from_utc(now),
+            rotated_at: None,
+            successor_sealed: None,
+        };
+        (session, token, secret)
+    }
+
+    /// Stores a new session and its first refresh token on `conn` (inside the caller's
+    /// transaction).
+    pub(crate) fn store_session(
+        conn: &mut DbConnection,
+        session: &SessionRow,
+        token: &RefreshTokenRow,
+    ) -> Result<(), ServiceError> {
+        sessions::insert_session(conn, session)?;
+        sessions::insert_refresh_token(conn, token)?;
+        Ok(())
+    }
+
+    /// Builds the token set for `user` in `session_id` with refresh token `refresh`.
+    pub(crate) fn token_set(
+        &self,
+        user: &UserRow,
+        session: &SessionRow,
+        refresh: &RefreshTokenSecret,
+        now: DateTime<Utc>,
+    ) -> Result<TokenSet, ServiceError> {
+        let session_id = session.id.clone();
+        let access = self.tokens.issue(
+            &user.id,
+            &session_id,
+            &user.role,
+            now,
+            to_utc(session.expires_at),
+        )?;
+        Ok(TokenSet {
+            user: UserView::from(user),
+            access_token: access.token,
+            expires_at: access.expires_at,
+            expires_in: access.expires_in,
+            refresh_token: refresh.expose().to_owned(),
+            session_id,
+        })
+    }
+
+    /// Exchanges a refresh token for a new token set, retiring the presented token.
+    ///
+    /// The immediate parent of the newest token, presented again within
+    /// `auth.refresh_reuse_grace_secs` of its rotation, gets the same successor back (a client
+    /// that retried, or two tabs racing), never a second branch. Any other reuse revokes the
+    /// whole session (RFC 9700 §4.14.2).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] when the token is malformed, unknown, reused outside the
+    /// grace window (which also revokes its session), or its session is revoked or past its
+    /// absolute end; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn refresh(&self, presented: &str) -> Result<TokenSet, ServiceError> {
+        let invalid = || ServiceError::rejected(INVALID_REFRESH);
+        let presented = RefreshTokenSecret::parse(presented).ok_or_else(invalid)?;
+        let digest = presented.digest().into_string();
+        let presented_digest = digest.clone(); // the sealed successor's associated data
+        let successor = RefreshTokenSecret::generate(&mut OsRng);
+        let successor_hash = successor.digest().into_string();
+        let grace_secs =
+            i64::try_from(self.config.refresh_reuse_grace_secs).unwrap_or(i64::MAX / 4);
+        // Sealed with the presented token's digest as associated data (see `seal`).
+        let sealed =
+            if grace_secs > 0 { self.sealer.seal(&digest, successor.expose()) } else { None };
+        let now = time::now();
+        let outcome = self
+            .db
+            .run(move |conn| {
+                let won = transaction(conn, |conn| {
+                    // First statement: the compare-and-set (takes SQLite's write lock at once).
+                    if !sessions::claim_for_rotation(
+                        conn,
+                        &digest,
+                        from_utc(now),
+                        sealed.as_deref(),
+                    )? {
+                        return Ok(None);
+                    }
+                    let (token, session) =
+                        sessions::find_refresh_token(conn, &digest)?.ok_or_else(invalid)?;
+                    if session.revoked_at.is_some() || to_utc(session.expires_at) <= now {
+                        return Err(invalid()); // rolls the claim back; nothing changes
+                    }
+                    let user = users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
+                    if let Some(parent) = &token.parent_id {
+                        // The parent's grace ends once its successor (this token) is used.
+                        sessions::clear_sealed(conn, parent)?;
+                    }
+                    sessions::insert_refresh_token(
+                        conn,
+                        &RefreshTokenRow {
+                            id: uuid::Uuid::now_v7().to_string(),
+                            session_id: session.id.clone(),
+                            token_hash: successor_hash,
+                            parent_id: Some(token.id),
+                            created_at: from_utc(now),
+                            rotated_at: None,
+                            successor_sealed: None,
+                        },
+                    )?;
+                    Ok(Some((user, session)))
+                })?;
+                if let Some((user, session)) = won {
+                    return Ok(Refreshed::Rotated { user, session });
+                }
+                let Some((token, session)) = sessions::find_refresh_token(conn, &digest)? else {
+                    return Err(invalid()); // unknown token
+                };
+                if session.revoked_at.is_some() || to_utc(session.expires_at) <= now {
+                    return Err(invalid());
+                }
+                let within_grace = token.rotated_at.is_some_and(|at| {
+                    (now - to_utc(at)).num_milliseconds() <= grace_secs.saturating_mul(1000)
+                });
+                if let (true, Some(sealed)) = (within_grace, token.successor_sealed) {
+                    if let Some(child) = sessions::find_successor(conn, &token.id)? {
+                        if child.rotated_at.is_none() {
+                            let user =
+                                users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
+                            return Ok(Refreshed::Repeated {
+                                user,
+                                session,
+                                sealed,
+                                successor_hash: child.token_hash,
+                            });
+                        }
+                    }
+                }
+                // Reuse outside the grace window, or of an older ancestor: revoke the family.
+                if sessions::revoke_session(
+                    conn,
+                    &session.id,
+                    "refresh_token_reuse",
+                    from_utc(now),
+                )? {
+                    tracing::warn!(
+                        session_id = %session.id,
+                        user_id = %session.user_id,
+                        "refresh token reused; session revoked"
+                    );
+                }
+                Ok(Refreshed::Reused { session_id: session.id })
+            })
+            .await?;
+        match outcome {
+            Refreshed::Rotated { user, session } => {
+                self.token_set(&user, &session, &successor, now)
+            }
+            Refreshed::Repeated { user, session, sealed, successor_hash } => {
+                let same = self
+                    .sealer
+                    .open(&presented_digest, &sealed)
+                    .map(RefreshTokenSecret::from_trusted)
+                    .filter(|t| t.digest().as_str() == successor_hash)
+                    .ok_or_else(invalid)?;
+                self.token_set(&user, &session, &same, now)
+            }
+            Refreshed::Reused { session_id } => {
+                self.revoked.insert_all([(session_id, now)]);
+                Err(invalid())
+            }
+        }
+    }
+
+    /// Refuses access tokens whose session is known to be revoked (no database round trip:
+    /// see [`crate::revocation`]).
+    pub(crate) fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
+        if self.revoked.is_revoked(session_id) {
+            Err(ServiceError::invalid_credential("the session has ended; log in again"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Loads recent revocations, then keeps polling the database for new ones every
+    /// [`POLL_INTERVAL`] and sweeps expired sealed successors once a minute. Runs until the
+    /// returned task is aborted; database errors are logged and retried.
+    pub fn spawn_background_tasks(&self) -> tokio::task::JoinHandle<()> {
+        let service = self.clone();
+        tokio::spawn(async move {
+            let mut cursor = time::now() - service.revoked.horizon();
+            let mut last_sweep = time::now();
+            let mut failing = false;
+            loop {
+                let poll_started = time::now();
+                let since = from_utc(cursor - Duration::seconds(POLL_OVERLAP_SECS));
+                match service.db.run(move |conn| Ok(sessions::revoked_since(conn, since)?)).await {
+                    Ok(rows) => {
+                        service
+                            .revoked
+                            .insert_all(rows.into_iter().map(|(id, at)| (id, to_utc(at))));
+                        cursor = poll_started;
+                        if failing {
+                            tracing::info!("revocation polling recovered");
+                            failing = false;
+                        }
+                    }
+                    Err(e) if !failing => {
+                        tracing::warn!(error = %e, "revocation polling failed; retrying");
+                        failing = true;
+                    }
+                    Err(_) => {}
+                }
+                if (poll_started - last_sweep).num_seconds() >= 60 {
+                    last_sweep = poll_started;
+                    service.revoked.prune(poll_started);
+                    let grace = i64::try_from(service.config.refresh_reuse_grace_secs).unwrap_or(0);
+                    let before = from_utc(poll_started - Duration::seconds(grace + 1));
+                    if let Err(e) = service
+                        .db
+                        .run(move |conn| Ok(sessions::clear_sealed_before(conn, before)?))
+                        .await
+                    {
+                        tracing::warn!(error = %e, "sweeping sealed refresh successors failed");
+                    }
+                }
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+        })
+    }
+
+    /// Logout needs an access token: an API key has no session to end.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] (`required: access_token`, `current: api_key`) for a key.
+    pub fn ensure_can_logout(principal: &Principal) -> Result<(), ServiceError> {
+        match principal {
+            Principal::User { .. } => Ok(()),
+            Principal::ApiKey { .. } => Err(ServiceError::Forbidden {
+                required: "access_token".to_owned(),
+                current: "api_key".to_owned(),
+            }),
+        }
+    }
+
+    /// Ends sessions of the caller: the current one, all, or all others. Returns how many
+    /// sessions were revoked. A `refresh_token` of the caller's, if given, also ends the
+    /// session it belongs to (a client logging out a session whose access token it lost);
+    /// a token of anyone else is ignored, so the call is no oracle.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key (logout needs an access token);
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn logout(
+        &self,
+        principal: &Principal,
+        scope: LogoutScope,
+        refresh_token: Option<&str>,
+    ) -> Result<usize, ServiceError> {
+        Self::ensure_can_logout(principal)?;
+        let Principal::User { user_id, session_id, .. } = principal else {
+            return Err(ServiceError::Internal("logout without a session".to_owned()));
+        };
+        let (user_id, session_id) = (user_id.clone(), session_id.clone());
+        let extra_digest =
+            refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
+        let now = time::now();
+        let at = from_utc(now);
+        let revoked = self
+            .db
+            .run(move |conn| {
+                let mut revoked = match scope {
+                    LogoutScope::Local => {
+                        if sessions::revoke_session(conn, &session_id, "logout", at)? {
+                            vec![session_id.clone()]
+                        } else {
+                            Vec::new()
+                        }
+                    }
+                    LogoutScope::Global => {
+                        sessions::revoke_user_sessions(conn, &user_id, None, "logout_global", at)?
+                    }
+                    LogoutScope::Others => sessions::revoke_user_sessions(
+                        conn,
+                        &user_id,
+                        Some(&session_id),
+                        "logout_others",
+                        at,
+                    )?,
+                };
+                if let Some(digest) = extra_digest {
+                    if let Some((_, session)) = sessions::find_refresh_token(conn, &digest)? {
+                        if session.user_id == user_id
+                            && session.id != session_id
+                            && sessions::revoke_session(conn, &session.id, "logout", at)?
+                        {
+                            revoked.push(session.id);
+                        }
+                    }
+                }
+                Ok(revoked)
+            })
+            .await?;
+        let count = revoked.len();
+        self.revoked.insert_all(revoked.into_iter().map(|id| (id, now)));
+        Ok(count)
+    }
+}

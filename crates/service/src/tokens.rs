@@ -1,0 +1,260 @@
+//! JWT access tokens: issuing and verifying (RFC 7519; hardened per RFC 8725).
+//!
+//! - The algorithm is pinned per key: a token whose header names another algorithm is refused
+//!   (`alg: none`, another HMAC size, asymmetric algorithms: RFC 8725 §3.1).
+//! - `kid` selects the key from a fixed set; an unknown or missing `kid` is a 401 (§3.10).
+//! - `exp iss aud sub nbf` are required; `iss` and `aud` must match; `exp`/`nbf` use an explicit
+//!   leeway (§3.8, §3.9); `typ` must be `access` (§3.11).
+//! - Keys form a set: the active key signs, every key verifies, so rotating the signing key
+//!   logs nobody out. HS256 secrets are never published; EdDSA (Ed25519) public keys are, as a
+//!   JWK Set (RFC 7517) at `/.well-known/jwks.json`.
+
+use crate::error::ServiceError;
+use aigw_domain::{AccessClaims, ACCESS_TOKEN_TYPE};
+use chrono::{DateTime, Utc};
+use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use sha2::{Digest, Sha256};
+
+/// Shortest accepted HMAC secret, in bytes (RFC 7518 §3.2: at least the hash size).
+pub const MIN_HMAC_SECRET_BYTES: usize = 32;
+
+/// One verification (and possibly signing) key.
+pub struct SigningKey {
+    kid: String,
+    algorithm: Algorithm,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    /// The public JWK (EdDSA only).
+    public_jwk: Option<Jwk>,
+    /// Secret key material, from which the refresh-successor sealing key is derived.
+    material: Vec<u8>,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("kid", &self.kid)
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SigningKey {
+    /// An HS256 key from `secret`. Its `kid` is `hs256-` followed by the first 16 hex characters
+    /// of SHA-256(secret), so the same secret always has the same `kid` on every node.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when the secret is empty. Callers enforce
+    /// [`MIN_HMAC_SECRET_BYTES`] (refused in production, a warning in development).
+    pub fn hs256(secret: &[u8]) -> Result<Self, ServiceError> {
+        let digest = Sha256::digest(secret);
+        let kid: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        Self::hs256_with_kid(format!("hs256-{kid}"), secret)
+    }
+
+    /// An HS256 key from `secret` with an explicit `kid`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when the secret is empty.
+    pub fn hs256_with_kid(kid: String, secret: &[u8]) -> Result<Self, ServiceError> {
+        if secret.is_empty() {
+            return Err(ServiceError::Internal(format!("the HS256 secret of key {kid} is empty")));
+        }
+        Ok(Self {
+            kid,
+            algorithm: Algorithm::HS256,
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+            public_jwk: None,
+            material: secret.to_vec(),
+        })
+    }
+
+    /// An EdDSA (Ed25519) key from a PKCS#8 PEM private key (`openssl genpkey -algorithm
+    /// ed25519`). Its public half is published in the JWK Set.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when the PEM is not an Ed25519 private key.
+    pub fn eddsa_pem(kid: String, private_pem: &[u8]) -> Result<Self, ServiceError> {
+        use base64::Engine as _;
+        use ed25519_dalek::pkcs8::DecodePrivateKey;
+        use jsonwebtoken::jwk::{
+            AlgorithmParameters, CommonParameters, EllipticCurve, KeyAlgorithm,
+            OctetKeyPairParameters, OctetKeyPairType,
+        };
+        let bad = |e: String| {
+            ServiceError::Internal(format!("key {kid}: not an Ed25519 PKCS#8 PEM private key: {e}"))
+        };
+        let pem = std::str::from_utf8(private_pem).map_err(|e| bad(e.to_string()))?;
+        let signing =
+            ed25519_dalek::SigningKey::from_pkcs8_pem(pem).map_err(|e| bad(e.to_string()))?;
+        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(signing.verifying_key().as_bytes());
+        let encoding = EncodingKey::from_ed_pem(private_pem).map_err(|e| bad(e.to_string()))?;
+        let decoding = DecodingKey::from_ed_components(&x).map_err(|e| bad(e.to_string()))?;
+        let jwk = Jwk {
+            common: CommonParameters {
+                public_key_use: Some(PublicKeyUse::Signature),
+                key_algorithm: Some(KeyAlgorithm::EdDSA),
+                key_id: Some(kid.clone()),
+                ..CommonParameters::default()
+            },
+            algorithm: AlgorithmParameters::OctetKeyPair(OctetKeyPairParameters {
+                key_type: OctetKeyPairType::OctetKeyPair,
+                curve: EllipticCurve::Ed25519,
+                x,
+            }),
+        };
+        let public_jwk = Some(jwk);
+        Ok(Self {
+            kid,
+            algorithm: Algorithm::EdDSA,
+            encoding,
+            decoding,
+            public_jwk,
+            material: private_pem.to_vec(),
+        })
+    }
+
+    /// The key id written in the `kid` header.
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+}
+
+/// A freshly issued access token.
+#[derive(Debug, Clone)]
+pub struct IssuedAccessToken {
+    /// The compact JWS.
+    pub token: String,
+    /// Expiry (the `exp` claim), UTC.
+    pub expires_at: DateTime<Utc>,
+    /// Lifetime in seconds.
+    pub expires_in: u64,
+}
+
+/// Issues and verifies access tokens with a set of keys; the first key signs, all verify.
+#[derive(Debug)]
+pub struct TokenIssuer {
+    keys: Vec<SigningKey>,
+    issuer: String,
+    audience: String,
+    ttl_secs: u64,
+    leeway_secs: u64,
+}
+
+impl TokenIssuer {
+    /// An issuer signing with `keys[0]` and verifying with any of `keys`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when `keys` is empty.
+    pub fn new(
+        keys: Vec<SigningKey>,
+        issuer: String,
+        audience: String,
+        ttl_secs: u64,
+        leeway_secs: u64,
+    ) -> Result<Self, ServiceError> {
+        if keys.is_empty() {
+            return Err(ServiceError::Internal("no JWT signing key configured".to_owned()));
+        }
+        Ok(Self { keys, issuer, audience, ttl_secs, leeway_secs })
+    }
+
+    /// Access-token lifetime in seconds.
+    pub fn ttl_secs(&self) -> u64 {
+        self.ttl_secs
+    }
+
+    /// The `kid` of the signing key.
+    pub fn active_kid(&self) -> &str {
+        &self.keys[0].kid
+    }
+
+    /// The public keys as a JWK Set (RFC 7517 §5): EdDSA keys only; HMAC secrets are never
+    /// published.
+    pub fn jwks(&self) -> JwkSet {
+        JwkSet { keys: self.keys.iter().filter_map(|k| k.public_jwk.clone()).collect() }
+    }
+
+    /// Secret material of every key, the signing key first (for [`crate::seal::Sealer`]).
+    pub fn key_materials(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter().map(|k| k.material.as_slice())
+    }
+
+    /// Signs an access token for `user_id` in session `session_id`, valid from `now` for the
+    /// configured lifetime, but never past `session_ends_at` (the session's absolute end).
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] if signing fails.
+    pub fn issue(
+        &self,
+        user_id: &str,
+        session_id: &str,
+        role: &str,
+        now: DateTime<Utc>,
+        session_ends_at: DateTime<Utc>,
+    ) -> Result<IssuedAccessToken, ServiceError> {
+        let key = &self.keys[0];
+        let iat = now.timestamp();
+        let ttl = i64::try_from(self.ttl_secs).unwrap_or(i64::MAX / 2);
+        let exp = iat.saturating_add(ttl).min(session_ends_at.timestamp()).max(iat);
+        let claims = AccessClaims {
+            iss: self.issuer.clone(),
+            aud: self.audience.clone(),
+            sub: user_id.to_owned(),
+            sid: session_id.to_owned(),
+            jti: uuid::Uuid::now_v7().to_string(),
+            iat,
+            nbf: iat,
+            exp,
+            typ: ACCESS_TOKEN_TYPE.to_owned(),
+            role: role.to_owned(),
+        };
+        let mut header = Header::new(key.algorithm);
+        header.kid = Some(key.kid.clone());
+        let token = jsonwebtoken::encode(&header, &claims, &key.encoding)
+            .map_err(|e| ServiceError::Internal(format!("signing failed: {e}")))?;
+        Ok(IssuedAccessToken {
+            token,
+            expires_at: DateTime::from_timestamp(exp, 0).unwrap_or(now),
+            expires_in: u64::try_from(exp - iat).unwrap_or(0),
+        })
+    }
+
+    /// Verifies an access token and returns its claims.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] for every failure: bad shape, unknown `kid`, algorithm
+    /// other than the key's, bad signature, expired, not yet valid, wrong `iss`/`aud`, missing
+    /// required claim, or `typ` other than `access`.
+    pub fn verify(&self, token: &str) -> Result<AccessClaims, ServiceError> {
+        let invalid = || ServiceError::invalid_credential("the access token is invalid");
+        let header = jsonwebtoken::decode_header(token).map_err(|_| invalid())?;
+        let kid = header.kid.as_deref().ok_or_else(invalid)?;
+        let key = self.keys.iter().find(|k| k.kid == kid).ok_or_else(invalid)?;
+        if header.alg != key.algorithm {
+            return Err(invalid());
+        }
+        let mut validation = Validation::new(key.algorithm);
+        validation.algorithms = vec![key.algorithm];
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.leeway = self.leeway_secs;
+        let data = jsonwebtoken::decode::<AccessClaims>(token, &key.decoding, &validation)
+            .map_err(|e| match e.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
+                    ServiceError::invalid_credential("the access token has expired")
+                }
+                _ => invalid(),
+            })?;
+        if data.claims.typ != ACCESS_TOKEN_TYPE {
+            return Err(invalid());
+        }
+        Ok(data.claims)
+    }
+}

@@ -1,0 +1,4 @@
+DROP TABLE api_keys;
+DROP TABLE refresh_tokens;
+DROP TABLE sessions;
+DROP TABLE users;

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The README's test command: finds (or starts) PostgreSQL and Redis, then runs every test.
+#
+#   scripts/test.sh [extra cargo test args]
+#
+# PostgreSQL, in order: $AIGW_TEST_DATABASE_URL; a server on 127.0.0.1:5432 (user postgres);
+# a throwaway cluster started with initdb/pg_ctl when they are installed. Without any, the
+# SQLite half runs and the PostgreSQL tests are skipped LOUDLY; with CI=true that is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1m[test.sh]\033[0m %s\n' "$*" >&2; }
+ci() { [ "${CI:-}" = "true" ]; }
+
+if ! command -v cargo >/dev/null 2>&1; then
+  log "cargo not found: install the Rust toolchain (https://rustup.rs) first"
+  exit 1
+fi
+
+pg_reachable() {
+  # $1: host, $2: port. Uses pg_isready when installed, else bash's /dev/tcp.
+  if command -v pg_isready >/dev/null 2>&1; then
+    pg_isready -q -h "$1" -p "$2" -t 3
+  else
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+  fi
+}
+
+cleanup_cluster=""
+cleanup() {
+  if [ -n "$cleanup_cluster" ]; then
+    log "stopping the throwaway PostgreSQL cluster"
+    pg_ctl -D "$cleanup_cluster/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$cleanup_cluster"
+  fi
+}
+trap cleanup EXIT
+
+skip_args=()
+if [ -n "${AIGW_TEST_DATABASE_URL:-}" ]; then
+  log "PostgreSQL: using AIGW_TEST_DATABASE_URL"
+elif pg_reachable 127.0.0.1 5432; then
+  export AIGW_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres"
+  log "PostgreSQL: found a server on 127.0.0.1:5432"
+else
+  initdb_bin=$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | tail -n 1 || true)
+  if [ -n "$initdb_bin" ]; then
+    bindir=$(dirname "$initdb_bin")
+    cleanup_cluster=$(mktemp -d)
+    port=$(( 20000 + RANDOM % 20000 ))
+    log "PostgreSQL: starting a throwaway cluster on port $port ($bindir)"
+    runas=()
+    if [ "$(id -u)" = "0" ]; then
+      # initdb refuses to run as root: run the cluster as the postgres (or nobody) user.
+      user=$(id -u postgres >/dev/null 2>&1 && echo postgres || echo nobody)
+      chown "$user" "$cleanup_cluster"
+      runas=(su -s /bin/sh "$user" -c)
+      "${runas[@]}" "$bindir/initdb -A trust -U postgres -D $cleanup_cluster/data" >/dev/null
+      "${runas[@]}" "$bindir/pg_ctl -D $cleanup_cluster/data -o '-p $port -k $cleanup_cluster -c listen_addresses=127.0.0.1' -w start" >/dev/null
+    else
+      "$bindir/initdb" -A trust -U postgres -D "$cleanup_cluster/data" >/dev/null
+      "$bindir/pg_ctl" -D "$cleanup_cluster/data" -o "-p $port -k $cleanup_cluster -c listen_addresses=127.0.0.1" -w start >/dev/null
+    fi
+    export AIGW_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  elif ci; then
+    log "FAIL: CI=true but no PostgreSQL was found (set AIGW_TEST_DATABASE_URL or install PostgreSQL)"
+    exit 1
+  else
+    log "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    log "!!! No PostgreSQL found: SKIPPING every PostgreSQL test; only SQLite runs.  !!!"
+    log "!!! Set AIGW_TEST_DATABASE_URL=postgres://... or install PostgreSQL.         !!!"
+    log "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    skip_args=(--skip postgres::)
+  fi
+fi
+
+# Redis: the multi-node rate-limit tests start their own redis-server on a free port.
+redis_bin=${AIGW_TEST_REDIS_SERVER:-$(command -v redis-server || true)}
+if [ -n "$redis_bin" ]; then
+  export AIGW_TEST_REDIS_SERVER="$redis_bin"
+  log "Redis: tests will start $redis_bin on free ports"
+elif ci; then
+  log "FAIL: CI=true but redis-server is not installed (apt-get install redis-server, or set AIGW_TEST_REDIS_SERVER)"
+  exit 1
+else
+  log "!!! redis-server not found: the Redis rate-limit tests will SKIP (apt-get install redis-server) !!!"
+fi
+
+log "running: cargo test $* -- ${skip_args[*]:-}"
+scope=(--workspace)
+for arg in "$@"; do
+  case "$arg" in -p|--package|-p*|--package=*) scope=() ;; esac
+done
+results=$(mktemp)
+cargo test "${scope[@]}" "$@" -- "${skip_args[@]}" 2>&1 | tee "$results"
+
+# The OpenAI Python SDK against the binary the tests just built (skipped if PyPI is out of reach).
+if command -v python3 >/dev/null 2>&1; then
+  scripts/sdk_check.sh target/debug/aigw
+elif ci; then
+  log "FAIL: CI=true but python3 is missing (needed for the OpenAI SDK check)"
+  exit 1
+else
+  log "!!! python3 not found: the OpenAI SDK check was SKIPPED !!!"
+fi
+if [ ${#skip_args[@]} -gt 0 ]; then
+  log "REMINDER: the PostgreSQL tests were SKIPPED (no PostgreSQL found)."
+fi
+if [ -z "$redis_bin" ]; then
+  log "REMINDER: the Redis tests were SKIPPED (no redis-server found)."
+fi
+
+# One closing line for the whole run, summed over every test binary of cargo test.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
+rm -f "$results"
