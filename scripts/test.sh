@@ -36,6 +36,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A debug build of the workspace and its tests takes about 2 GB under target/; say so up front
+# when the disk is short, since a full disk shows up later as a baffling linker crash.
+target_dir=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target_dir"
+free_mb=$(df -Pm "$target_dir" | awk 'NR == 2 { print $4 }')
+if [ -n "$free_mb" ] && [ "$free_mb" -lt 3072 ]; then
+  log "WARNING: only ${free_mb} MB free for $target_dir; the build needs about 2 GB (cargo clean may help)"
+else
+  log "disk: ${free_mb:-?} MB free for $target_dir"
+fi
+
 skip_args=()
 if [ -n "${AIGW_TEST_DATABASE_URL:-}" ]; then
   log "PostgreSQL: using AIGW_TEST_DATABASE_URL"

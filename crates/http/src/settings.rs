@@ -135,11 +135,23 @@ impl Settings {
     }
 
     /// Loads defaults, then `file` (or `./aigw.toml` if it exists and `file` is `None`), then
-    /// `AIGW__SECTION__KEY` environment variables.
+    /// the process's `AIGW__SECTION__KEY` environment variables.
     ///
     /// # Errors
     /// When the file cannot be read or parsed, a key is unknown, or a value has the wrong type.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        Self::load_from(file, None)
+    }
+
+    /// [`Settings::load`] with the environment given as `(name, value)` pairs instead of read
+    /// from the process (`None` reads the process's), for embedders and tests that must not
+    /// touch process-wide state. Names keep their `AIGW__SECTION__KEY` form.
+    ///
+    /// # Errors
+    /// As [`Settings::load`].
+    pub fn load_from(file: Option<&Path>, env: Option<&[(&str, &str)]>) -> anyhow::Result<Self> {
+        let env: Option<config::Map<String, String>> =
+            env.map(|vars| vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect());
         let mut builder = config::Config::builder();
         match file {
             Some(path) => {
@@ -165,7 +177,8 @@ impl Settings {
                 // `AIGW__RATE_LIMIT__TRUSTED_PROXIES=10.0.0.0/8,192.0.2.7`
                 .list_separator(",")
                 .with_list_parse_key("rate_limit.trusted_proxies")
-                .with_list_parse_key("server.cors_allowed_origins"),
+                .with_list_parse_key("server.cors_allowed_origins")
+                .source(env),
         );
         let settings = builder
             .build()
@@ -205,7 +218,8 @@ models = ["gpt-4o-mini"]
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("aigw.toml");
         std::fs::write(&path, ISSUE_SAMPLE).unwrap_or_else(|e| panic!("{e}"));
-        let settings = Settings::load(Some(&path)).unwrap_or_else(|e| panic!("{e:#}"));
+        let settings =
+            Settings::load_from(Some(&path), Some(&[])).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(settings.server.listen, "127.0.0.1:8080");
         assert_eq!(settings.database_url(), "sqlite://data/aigw.db");
         assert_eq!(
@@ -222,7 +236,10 @@ models = ["gpt-4o-mini"]
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("aigw.toml");
         std::fs::write(&path, "[auth]\njwt_secert = \"typo\"\n").unwrap_or_else(|e| panic!("{e}"));
-        let err = Settings::load(Some(&path)).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        let err = Settings::load_from(Some(&path), Some(&[]))
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_default();
         assert!(err.contains("jwt_secert"), "{err}");
     }
 }

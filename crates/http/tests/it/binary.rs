@@ -1,6 +1,5 @@
 //! The `aigw` binary itself: `aigw migrate`, configuration errors, and SIGTERM draining an
 //! in-flight request before exiting 0.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::{json, Value};
 use std::path::Path;

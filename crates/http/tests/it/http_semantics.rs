@@ -2,10 +2,8 @@
 //! `HEAD` works where `GET` does, an empty logout body is no body, error texts carry no
 //! serde punctuation, login/refresh 401s are not `invalid_token`, CORS only when configured,
 //! the database follows `server.data_dir`, and the error envelope starts with `success`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use aigw_http::settings::Settings;
 use aigw_http::startup::Application;

@@ -1,10 +1,8 @@
 //! Issue #3 items not covered elsewhere: EdDSA signing keys and the JWK Set, rotation of
 //! signing keys, production start-up rules, the common-password blocklist, re-hashing at login
 //! when argon2 parameters are raised, and logout scopes (on SQLite and PostgreSQL).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use aigw_http::settings::{Environment, Settings};
 use aigw_http::startup::Application;

@@ -1,8 +1,6 @@
 //! API keys: create, list, revoke, delete, validation, ownership.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

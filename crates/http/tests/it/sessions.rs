@@ -1,9 +1,7 @@
 //! Refresh-token rotation under stress (SECURITY.md 1-6): grace window, concurrency, absolute
 //! lifetime, plus concurrent registration.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

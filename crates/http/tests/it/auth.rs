@@ -1,8 +1,6 @@
 //! Register, login, me, refresh and logout.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -1,9 +1,7 @@
 //! `POST /api/v1/ai/chat/completions`: the built-in echo model and forwarding to a fake
 //! OpenAI-compatible upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use aigw_service::{ProviderConfig, ProviderKind};
 use common::upstream::{closed_port_url, FakeUpstream, UPSTREAM_JSON, UPSTREAM_SSE_PIECES};

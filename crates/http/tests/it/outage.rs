@@ -1,9 +1,7 @@
 //! The database going away (SECURITY.md 26), PostgreSQL only: clean 503s, no hang, and the
 //! service recovers by itself when the database returns.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 mod postgres {
     use super::common::*;

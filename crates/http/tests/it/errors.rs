@@ -1,9 +1,7 @@
 //! The error envelope: 400 validation, 401 credential failures, 404/405/413/415, and the
 //! service endpoints (OpenAPI document, health).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! Shared harness of the black-box integration tests: spawns the real server on a random
 //! port against a fresh SQLite file or a fresh PostgreSQL database, drives it over HTTP with
 //! reqwest, and offers a fake OpenAI-compatible upstream.
-#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(unreachable_pub)]
 
 pub mod upstream;
 
@@ -13,7 +13,6 @@ use std::path::PathBuf;
 
 /// Generates each listed `async fn name(backend: Backend)` once per backend, in modules
 /// `sqlite` and `postgres` (so `cargo test -- --skip postgres` skips PostgreSQL).
-#[allow(unused_macros)]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -140,7 +139,6 @@ pub fn test_settings(data_dir: PathBuf, database_url: String) -> Settings {
 #[derive(Debug)]
 pub struct TestApp {
     pub address: String,
-    pub port: u16,
     pub client: reqwest::Client,
     pub backend: Backend,
     pub database_url: String,
@@ -184,7 +182,6 @@ async fn start(
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
-        port,
         client,
         backend,
         database_url: url,

@@ -1,9 +1,7 @@
 //! Access-token validation (SECURITY.md 7-11): tokens signed here with the test secret, so
 //! each claim can be changed alone; a re-signed unchanged token is the positive control.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

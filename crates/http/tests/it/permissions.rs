@@ -1,8 +1,6 @@
 //! Who may call what: every row of the access table, for access tokens and API keys.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

@@ -5,10 +5,8 @@
 //!
 //! Redis tests start their own `redis-server` on a free port. Without one installed they say
 //! so loudly and pass, unless `CI=true`, where they fail.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use aigw_http::settings::Settings;
 use aigw_service::rate_limit::{PolicyConfig, RateLimitBackend};
@@ -441,12 +439,11 @@ enabled = false
 "#,
     )
     .unwrap();
-    // Only this test reads AIGW__RATE_LIMIT__* in this process.
-    std::env::set_var("AIGW__RATE_LIMIT__ENABLED", "false");
-    std::env::set_var("AIGW__RATE_LIMIT__POLICIES__ACCOUNT__WINDOW_SECS", "30");
-    let settings = Settings::load(Some(&path));
-    std::env::remove_var("AIGW__RATE_LIMIT__ENABLED");
-    std::env::remove_var("AIGW__RATE_LIMIT__POLICIES__ACCOUNT__WINDOW_SECS");
+    let env = [
+        ("AIGW__RATE_LIMIT__ENABLED", "false"),
+        ("AIGW__RATE_LIMIT__POLICIES__ACCOUNT__WINDOW_SECS", "30"),
+    ];
+    let settings = Settings::load_from(Some(&path), Some(&env));
     let rl = settings.unwrap().rate_limit;
     use aigw_service::rate_limit::ForwardedHeader;
     use aigw_service::Policy;

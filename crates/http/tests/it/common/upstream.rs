@@ -9,7 +9,6 @@
 //!   [`UPSTREAM_SSE_EVENTS`] then `data: [DONE]`.
 //!
 //! Every request is recorded (method, path, headers, body bytes).
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -36,7 +35,6 @@ pub struct Recorded {
 
 #[derive(Debug)]
 pub struct FakeUpstream {
-    pub port: u16,
     pub base_url: String,
     recorded: Arc<Mutex<Vec<Recorded>>>,
     gate: Arc<Notify>,
@@ -67,7 +65,7 @@ impl FakeUpstream {
                 });
             }
         });
-        Self { port, base_url: format!("http://127.0.0.1:{port}"), recorded, gate, task }
+        Self { base_url: format!("http://127.0.0.1:{port}"), recorded, gate, task }
     }
 
     pub fn requests(&self) -> Vec<Recorded> {

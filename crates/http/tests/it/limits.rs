@@ -1,8 +1,6 @@
 //! Size limits: body limits per endpoint, name and e-mail lengths.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

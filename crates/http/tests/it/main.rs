@@ -1,0 +1,25 @@
+//! The black-box integration tests of `aigw`, as one test binary: each module drives the
+//! real server (or the real `aigw` binary) over HTTP on a random port, against a fresh SQLite
+//! file and a fresh PostgreSQL database per test.
+//!
+//! One binary instead of one per file: every integration-test binary links the whole service
+//! (bundled SQLite, libpq and OpenSSL included), so thirteen of them cost thirteen links and
+//! several gigabytes of `target/`. `cargo test -- auth::` still runs one file's tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[macro_use]
+mod common;
+
+mod api_keys;
+mod auth;
+mod binary;
+mod chat;
+mod credentials;
+mod errors;
+mod http_semantics;
+mod jwt;
+mod limits;
+mod outage;
+mod permissions;
+mod rate_limit_contract;
+mod sessions;
