@@ -112,9 +112,12 @@ fn describe_json_error(path: &str, err: &serde_json::Error) -> FieldError {
         ),
         Category::Data => {
             let message = err.to_string();
-            let message = match message.rfind(" at line ") {
-                Some(i) => &message[..i],
-                None => &message[..],
+            // serde_json appends the position only when it parsed bytes; a typed value read
+            // from a `Value` has none, and then a trailing " at line ..." is input text.
+            let position = format!(" at line {} column {}", err.line(), err.column());
+            let message = match message.strip_suffix(&position) {
+                Some(stripped) if err.line() > 0 => stripped,
+                _ => &message[..],
             };
             let field =
                 if path.is_empty() || path == "." { "body".to_owned() } else { path.to_owned() };
@@ -122,8 +125,22 @@ fn describe_json_error(path: &str, err: &serde_json::Error) -> FieldError {
                 let name = rest.split('`').next().unwrap_or("");
                 return FieldError::new(join_path(path, name), "is required");
             }
-            let expected =
-                message.rfind(", expected ").map(|i| &message[i + ", expected ".len()..]);
+            // serde's messages read "<what was found>, expected <what the type wants>". The
+            // first half quotes the input and may itself contain ", expected "; the second half
+            // comes from our types and never does, so only the text after the last separator
+            // is used, and only for serde's own shapes (a custom message is just "is invalid").
+            const SHAPES: [&str; 5] = [
+                "invalid type: ",
+                "invalid value: ",
+                "invalid length ",
+                "unknown variant `",
+                "unknown field `",
+            ];
+            let expected = SHAPES
+                .iter()
+                .any(|shape| message.starts_with(shape))
+                .then(|| message.rfind(", expected ").map(|i| &message[i + ", expected ".len()..]))
+                .flatten();
             let issue = match expected {
                 Some(e) if e.starts_with("struct ") || e.starts_with("a map") => {
                     "must be a JSON object".to_owned()
@@ -312,6 +329,31 @@ mod tests {
                 }
                 let _ = aigw_service::gateway::validate_chat_request(&value);
             }
+        }
+    }
+
+    /// Found by `fuzz/fuzz_targets/json_bodies.rs`: a string that looks like the tail of a
+    /// serde message (", expected X at line") used to put X into the issue.
+    #[test]
+    fn string_values_shaped_like_serde_messages_are_not_echoed() {
+        use crate::dto::{CreateApiKeyRequest, LogoutRequest};
+        fn error_of<T: DeserializeOwned>(json: &str) -> (String, String) {
+            match parse_json::<T>(json.as_bytes()) {
+                Ok(_) => (String::new(), String::new()),
+                Err(e) => (e.field, e.issue),
+            }
+        }
+        let (field, issue) = error_of::<CreateApiKeyRequest>(
+            r#"{"name":"ci","permissions":"pw, expected TOPSECRETVALUE at line 1"}"#,
+        );
+        assert_eq!((field.as_str(), issue.as_str()), ("permissions", "must be a sequence"));
+        for body in [
+            r#"{"scope":"x, expected TOPSECRETVALUE at line "}"#,
+            r#"{"scope":"x`, expected TOPSECRETVALUE"}"#,
+        ] {
+            let (field, issue) = error_of::<LogoutRequest>(body);
+            assert_eq!(field, "scope");
+            assert!(issue.starts_with("must be one of") && !issue.contains("TOPSECRET"), "{issue}");
         }
     }
 

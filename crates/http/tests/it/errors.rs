@@ -12,6 +12,7 @@ backend_tests!(
     wrong_types_name_the_field,
     missing_fields_name_the_field,
     passwords_are_never_echoed,
+    strings_shaped_like_serde_messages_are_never_echoed,
     no_credential_is_401,
     garbage_credentials_are_401,
     tampered_jwt_is_401,
@@ -157,6 +158,31 @@ async fn passwords_are_never_echoed(backend: Backend) {
         .await;
     reply.invalid("body");
     assert!(!reply.text.contains("hunter2secret"), "{}", reply.text);
+}
+
+/// Found by the `json_bodies` fuzz target: serde quotes a wrong-typed string in its message,
+/// so a value ending in ", expected X at line" once made the issue read "must be X".
+async fn strings_shaped_like_serde_messages_are_never_echoed(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("serde-shaped").await;
+    for permissions in [
+        "pw, expected TOPSECRETVALUE at line 1",
+        "pw, expected TOPSECRETVALUE",
+        "x`, expected TOPSECRETVALUE",
+    ] {
+        let body = json!({"name": "ci", "permissions": permissions});
+        let reply = app.create_key_raw(Auth::Bearer(&user.token), &body).await;
+        let error = reply.invalid("permissions");
+        assert_eq!(error["details"]["issue"], "must be a sequence", "{error}");
+        assert!(!reply.text.contains("TOPSECRET"), "{}", reply.text);
+    }
+    for scope in ["x, expected TOPSECRETVALUE at line ", "x`, expected TOPSECRETVALUE"] {
+        let reply = app.logout(&user.token, Some(&json!({"scope": scope}))).await;
+        reply.invalid("scope");
+        assert!(!reply.text.contains("TOPSECRET"), "{}", reply.text);
+    }
+    // The session survived the refused logouts.
+    app.me(Auth::Bearer(&user.token)).await.data(200);
 }
 
 async fn no_credential_is_401(backend: Backend) {
