@@ -136,11 +136,11 @@ fn describe_json_error(path: &str, err: &serde_json::Error) -> FieldError {
                 "unknown variant `",
                 "unknown field `",
             ];
-            let expected = SHAPES
-                .iter()
-                .any(|shape| message.starts_with(shape))
-                .then(|| message.rfind(", expected ").map(|i| &message[i + ", expected ".len()..]))
-                .flatten();
+            let expected = if SHAPES.iter().any(|shape| message.starts_with(shape)) {
+                message.rfind(", expected ").map(|i| &message[i + ", expected ".len()..])
+            } else {
+                None
+            };
             let issue = match expected {
                 Some(e) if e.starts_with("struct ") || e.starts_with("a map") => {
                     "must be a JSON object".to_owned()
@@ -332,8 +332,8 @@ mod tests {
         }
     }
 
-    /// Found by `fuzz/fuzz_targets/json_bodies.rs`: a string that looks like the tail of a
-    /// serde message (", expected X at line") used to put X into the issue.
+    /// Found while writing the no-echo property of `fuzz/fuzz_targets/json_bodies.rs`: a string
+    /// that looks like the tail of a serde message (", expected X at line") put X into the issue.
     #[test]
     fn string_values_shaped_like_serde_messages_are_not_echoed() {
         use crate::dto::{CreateApiKeyRequest, LogoutRequest};

@@ -160,8 +160,8 @@ async fn passwords_are_never_echoed(backend: Backend) {
     assert!(!reply.text.contains("hunter2secret"), "{}", reply.text);
 }
 
-/// Found by the `json_bodies` fuzz target: serde quotes a wrong-typed string in its message,
-/// so a value ending in ", expected X at line" once made the issue read "must be X".
+/// Found while writing the `json_bodies` fuzz target: serde quotes a wrong-typed string in its
+/// message, so a value ending in ", expected X at line" once made the issue read "must be X".
 async fn strings_shaped_like_serde_messages_are_never_echoed(backend: Backend) {
     let app = spawn_app(backend).await;
     let user = app.new_user("serde-shaped").await;
