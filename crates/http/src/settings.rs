@@ -89,13 +89,18 @@ pub struct DatabaseSettings {
     pub url: Option<String>,
     /// Most pooled connections (default 10).
     pub max_connections: u32,
-    /// Seconds a request waits for a connection before answering 503 (default 5).
+    /// Seconds a request waits for a connection before answering 503 (default 5); also
+    /// libpq's `connect_timeout` (at least 2).
     pub acquire_timeout_secs: u64,
+    /// Longest run of one statement in seconds (default 5): PostgreSQL `statement_timeout` and
+    /// `lock_timeout`, SQLite `busy_timeout`. A request that needs the database answers within
+    /// `acquire_timeout_secs + statement_timeout_secs`, with 503 when the database is hung.
+    pub statement_timeout_secs: u64,
 }
 
 impl Default for DatabaseSettings {
     fn default() -> Self {
-        Self { url: None, max_connections: 10, acquire_timeout_secs: 5 }
+        Self { url: None, max_connections: 10, acquire_timeout_secs: 5, statement_timeout_secs: 5 }
     }
 }
 

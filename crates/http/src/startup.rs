@@ -45,7 +45,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     let options = PoolOptions {
         max_connections: settings.database.max_connections,
         acquire_timeout_secs: settings.database.acquire_timeout_secs,
-        ..PoolOptions::default()
+        statement_timeout_secs: settings.database.statement_timeout_secs,
     };
     let pool = Pool::new(&url, &options)?;
     let migrating = pool.clone();

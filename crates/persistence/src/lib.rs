@@ -16,6 +16,7 @@
 
 pub mod api_keys;
 pub mod error;
+pub mod health;
 pub mod migrations;
 pub mod models;
 pub mod pool;

@@ -9,6 +9,12 @@
 //!
 //! SQLite connections are set up with `journal_mode=WAL`, `busy_timeout` (writers queue instead
 //! of failing), `foreign_keys=ON` and `synchronous=NORMAL` (DESIGN.md "Storage").
+//!
+//! PostgreSQL connections are bounded in time (issue 10, SECURITY.md 28): libpq's
+//! `connect_timeout`, TCP keepalives and `tcp_user_timeout` are added to the URL unless it sets
+//! them, and every session runs with `statement_timeout`, `lock_timeout` and
+//! `idle_in_transaction_session_timeout`, so that neither a slow statement nor a lock holder
+//! nor a dead peer keeps a connection (and the blocking thread using it) forever.
 
 use crate::error::PersistenceError;
 use diesel::connection::SimpleConnection;
@@ -100,13 +106,62 @@ pub struct PoolOptions {
     /// How long a checkout waits for a connection before the database counts as unavailable,
     /// in seconds (default 5).
     pub acquire_timeout_secs: u64,
-    /// SQLite only: how long a writer waits for the write lock, in milliseconds (default 5000).
-    pub sqlite_busy_timeout_ms: u64,
+    /// Longest run of one statement, in seconds (default 5): PostgreSQL `statement_timeout`
+    /// and `lock_timeout`; SQLite's `busy_timeout` (how long a writer waits for the write lock).
+    pub statement_timeout_secs: u64,
 }
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        Self { max_connections: 10, acquire_timeout_secs: 5, sqlite_busy_timeout_ms: 5000 }
+        Self { max_connections: 10, acquire_timeout_secs: 5, statement_timeout_secs: 5 }
+    }
+}
+
+impl PoolOptions {
+    /// The libpq parameters added to a PostgreSQL URL that does not set them itself:
+    /// `connect_timeout` (the acquire timeout, at least 2 s as libpq requires), keepalives
+    /// every 5 s after 5 s idle, and `tcp_user_timeout` (unacknowledged data for longer than
+    /// acquire plus statement timeout closes the connection).
+    pub fn libpq_parameters(&self) -> Vec<(&'static str, String)> {
+        let connect = self.acquire_timeout_secs.max(2);
+        let user_timeout_ms =
+            self.acquire_timeout_secs.saturating_add(self.statement_timeout_secs).max(1) * 1000;
+        vec![
+            ("connect_timeout", connect.to_string()),
+            ("keepalives", "1".to_owned()),
+            ("keepalives_idle", "5".to_owned()),
+            ("keepalives_interval", "5".to_owned()),
+            ("keepalives_count", "3".to_owned()),
+            ("tcp_user_timeout", user_timeout_ms.to_string()),
+        ]
+    }
+
+    /// `url` with each of [`PoolOptions::libpq_parameters`] it does not already set appended
+    /// to its query string.
+    pub fn postgres_url(&self, url: &str) -> String {
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        let present: Vec<&str> = query.split('&').filter_map(|kv| kv.split('=').next()).collect();
+        let mut out = url.to_owned();
+        for (name, value) in self.libpq_parameters() {
+            if present.contains(&name) {
+                continue;
+            }
+            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push_str(name);
+            out.push('=');
+            out.push_str(&value);
+        }
+        out
+    }
+
+    /// The session settings run on every new PostgreSQL connection.
+    fn postgres_session_sql(&self) -> String {
+        let statement_ms = self.statement_timeout_secs.max(1) * 1000;
+        format!(
+            "SET statement_timeout = {statement_ms}; SET lock_timeout = {statement_ms}; \
+             SET idle_in_transaction_session_timeout = {};",
+            statement_ms.saturating_mul(2)
+        )
     }
 }
 
@@ -114,7 +169,7 @@ impl Default for PoolOptions {
 #[derive(Debug)]
 pub struct ConnectionManager {
     url: DatabaseUrl,
-    sqlite_busy_timeout_ms: u64,
+    options: PoolOptions,
 }
 
 impl r2d2::ManageConnection for ConnectionManager {
@@ -123,9 +178,13 @@ impl r2d2::ManageConnection for ConnectionManager {
 
     fn connect(&self) -> Result<DbConnection, Self::Error> {
         match &self.url {
-            DatabaseUrl::Postgres(url) => diesel::PgConnection::establish(url)
-                .map(DbConnection::Postgres)
-                .map_err(diesel::r2d2::Error::ConnectionError),
+            DatabaseUrl::Postgres(url) => {
+                let mut conn = diesel::PgConnection::establish(&self.options.postgres_url(url))
+                    .map_err(diesel::r2d2::Error::ConnectionError)?;
+                conn.batch_execute(&self.options.postgres_session_sql())
+                    .map_err(diesel::r2d2::Error::QueryError)?;
+                Ok(DbConnection::Postgres(conn))
+            }
             DatabaseUrl::Sqlite(path) => {
                 let path = path.to_string_lossy();
                 let mut conn = diesel::SqliteConnection::establish(&path)
@@ -133,7 +192,7 @@ impl r2d2::ManageConnection for ConnectionManager {
                 conn.batch_execute(&format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; \
                      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
-                    self.sqlite_busy_timeout_ms
+                    self.options.statement_timeout_secs.max(1) * 1000
                 ))
                 .map_err(diesel::r2d2::Error::QueryError)?;
                 Ok(DbConnection::Sqlite(conn))
@@ -157,6 +216,7 @@ impl r2d2::ManageConnection for ConnectionManager {
 #[derive(Clone)]
 pub struct Pool {
     inner: r2d2::Pool<ConnectionManager>,
+    options: PoolOptions,
 }
 
 impl std::fmt::Debug for Pool {
@@ -183,17 +243,14 @@ impl Pool {
                 })?;
             }
         }
-        let manager = ConnectionManager {
-            url: url.clone(),
-            sqlite_busy_timeout_ms: options.sqlite_busy_timeout_ms,
-        };
+        let manager = ConnectionManager { url: url.clone(), options: options.clone() };
         let inner = r2d2::Pool::builder()
             .max_size(options.max_connections.max(1))
             .min_idle(Some(0))
             .connection_timeout(Duration::from_secs(options.acquire_timeout_secs.max(1)))
             .test_on_check_out(false)
             .build_unchecked(manager);
-        Ok(Self { inner })
+        Ok(Self { inner, options: options.clone() })
     }
 
     /// Checks out a connection, waiting at most the acquire timeout. Blocking.
@@ -208,10 +265,17 @@ impl Pool {
     pub fn max_size(&self) -> u32 {
         self.inner.max_size()
     }
+
+    /// The options the pool was built with.
+    pub fn options(&self) -> &PoolOptions {
+        &self.options
+    }
 }
 
 /// Runs `f` in a transaction on `conn`: committed when `f` returns `Ok`, rolled back when it
-/// returns `Err` (whose value is passed through unchanged) or when the database fails.
+/// returns `Err` (whose value is passed through unchanged) or when the database fails. When
+/// the database says the transaction may be retried (SQLSTATE 40001, see
+/// [`PersistenceError::Retryable`]), it is run once more, so `f` may be called twice.
 ///
 /// On SQLite, make the first statement of `f` a write where a transaction both reads and
 /// writes, so the write lock is taken up front (and waits on `busy_timeout`) instead of being
@@ -219,10 +283,37 @@ impl Pool {
 ///
 /// # Errors
 /// Whatever `f` returns, or the database error of `BEGIN`/`COMMIT` converted into `E`.
-pub fn transaction<T, E, F>(conn: &mut DbConnection, f: F) -> Result<T, E>
+pub fn transaction<T, E, F>(conn: &mut DbConnection, mut f: F) -> Result<T, E>
 where
-    F: FnOnce(&mut DbConnection) -> Result<T, E>,
+    F: FnMut(&mut DbConnection) -> Result<T, E>,
     E: From<PersistenceError>,
+{
+    match attempt(conn, &mut f) {
+        Err(Attempt::Database(e)) if e.is_retryable() => {
+            tracing::info!(error = %e, "retrying a transaction the database asked to retry");
+            attempt(conn, &mut f).map_err(Attempt::into_caller)
+        }
+        other => other.map_err(Attempt::into_caller),
+    }
+}
+
+enum Attempt<E> {
+    Database(PersistenceError),
+    Caller(E),
+}
+
+impl<E: From<PersistenceError>> Attempt<E> {
+    fn into_caller(self) -> E {
+        match self {
+            Attempt::Database(e) => E::from(e),
+            Attempt::Caller(e) => e,
+        }
+    }
+}
+
+fn attempt<T, E, F>(conn: &mut DbConnection, f: &mut F) -> Result<T, Attempt<E>>
+where
+    F: FnMut(&mut DbConnection) -> Result<T, E>,
 {
     enum TxError<E> {
         Database(diesel::result::Error),
@@ -234,8 +325,8 @@ where
         }
     }
     conn.transaction::<T, TxError<E>, _>(|c| f(c).map_err(TxError::Caller)).map_err(|e| match e {
-        TxError::Database(d) => E::from(PersistenceError::from(d)),
-        TxError::Caller(e) => e,
+        TxError::Database(d) => Attempt::Database(PersistenceError::from(d)),
+        TxError::Caller(e) => Attempt::Caller(e),
     })
 }
 
@@ -245,4 +336,20 @@ where
 /// [`PersistenceError::Unavailable`] when it does not.
 pub fn ping(conn: &mut DbConnection) -> Result<(), PersistenceError> {
     conn.batch_execute("SELECT 1").map_err(|e| PersistenceError::Unavailable(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libpq_parameters_are_added_unless_the_url_sets_them() {
+        let options = PoolOptions { acquire_timeout_secs: 1, ..PoolOptions::default() };
+        let url = options.postgres_url("postgres://u@h/db");
+        assert!(url.starts_with("postgres://u@h/db?connect_timeout=2&keepalives=1"), "{url}");
+        assert!(url.ends_with("&tcp_user_timeout=6000"), "{url}");
+        let url = options.postgres_url("postgres://u@h/db?sslmode=require&connect_timeout=9");
+        assert!(url.contains("sslmode=require&connect_timeout=9&keepalives=1"), "{url}");
+        assert_eq!(url.matches("connect_timeout").count(), 1, "{url}");
+    }
 }

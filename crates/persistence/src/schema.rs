@@ -61,3 +61,25 @@ diesel::joinable!(sessions -> users (user_id));
 diesel::joinable!(refresh_tokens -> sessions (session_id));
 diesel::joinable!(api_keys -> users (user_id));
 diesel::allow_tables_to_appear_in_same_query!(users, sessions, refresh_tokens, api_keys);
+
+diesel::table! {
+    /// Readiness write probe: one row per node, upserted by `/readyz`.
+    health_checks (node) {
+        node -> Text,
+        checked_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Idempotency-Key records: the sealed first answer of a state-creating request.
+    idempotency_keys (scope, idempotency_key) {
+        scope -> Text,
+        idempotency_key -> Text,
+        fingerprint -> Text,
+        status -> Nullable<Integer>,
+        response_sealed -> Nullable<Text>,
+        created_at -> Timestamp,
+        locked_until -> Timestamp,
+        expires_at -> Timestamp,
+    }
+}

@@ -1,7 +1,25 @@
-//! Runs blocking database work on tokio's blocking pool, never on an async worker.
+//! Runs blocking database work on tokio's blocking pool, never on an async worker, and bounds
+//! how long a request waits for it.
+//!
+//! Every [`Db::run`] answers within `acquire_timeout_secs + statement_timeout_secs` (the
+//! *deadline*), whatever the database does: waiting for a permit, checking out a connection
+//! and running the closure all count against it. Past the deadline the caller gets
+//! [`ServiceError::Unavailable`] (503 with `Retry-After`).
+//!
+//! A blocking thread cannot be interrupted. When the database hangs (a stopped process, a
+//! network path that drops packets), the thread inside libpq stays blocked until the
+//! database answers again, PostgreSQL's `statement_timeout` fires, or the kernel gives the
+//! connection up (`tcp_user_timeout`, keepalives). Such a thread keeps its permit until it
+//! returns, so at most `max_connections` threads can ever be stuck, and requests beyond
+//! them wait (asynchronously, bounded by the deadline) instead of piling up more threads. If
+//! a stuck closure later commits, its effect stands although the caller was told 503: that is
+//! what `Idempotency-Key` is for (see `idempotency`).
 
 use crate::error::ServiceError;
 use aigw_persistence::{DbConnection, Pool};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 
 /// A handle to the connection pool that runs closures on the blocking thread pool.
 ///
@@ -11,46 +29,138 @@ use aigw_persistence::{DbConnection, Pool};
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: Pool,
-    permits: std::sync::Arc<tokio::sync::Semaphore>,
+    permits: Arc<Semaphore>,
+    deadline: Duration,
+    readiness: Arc<tokio::sync::Mutex<Option<Verdict>>>,
+    node: Arc<str>,
 }
 
+/// A readiness verdict and when it was reached.
+type Verdict = (Instant, Result<(), String>);
+
+/// How long one readiness verdict is reused, so that probes (which are unauthenticated)
+/// cost at most two small writes a second whatever their number.
+const READINESS_REUSE: Duration = Duration::from_millis(500);
+
+/// How long a readiness probe waits for the database (`/readyz` must answer within 2 s).
+pub const PING_TIMEOUT: Duration = Duration::from_millis(1500);
+
 impl Db {
-    /// Wraps a pool.
+    /// Wraps a pool; the deadline is the pool's acquire plus statement timeout.
     pub fn new(pool: Pool) -> Self {
         let permits = usize::try_from(pool.max_size()).unwrap_or(1).max(1);
-        Self { pool, permits: std::sync::Arc::new(tokio::sync::Semaphore::new(permits)) }
+        let options = pool.options();
+        let deadline = Duration::from_secs(
+            options
+                .acquire_timeout_secs
+                .max(1)
+                .saturating_add(options.statement_timeout_secs.max(1)),
+        );
+        Self {
+            pool,
+            permits: Arc::new(Semaphore::new(permits)),
+            deadline,
+            readiness: Arc::new(tokio::sync::Mutex::new(None)),
+            node: Arc::from(uuid::Uuid::now_v7().to_string()),
+        }
+    }
+
+    /// The longest a [`Db::run`] takes before it answers unavailable.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// Checks out a connection and runs `f` on it, both on the blocking pool
-    /// (`tokio::task::spawn_blocking`).
+    /// (`tokio::task::spawn_blocking`), within the deadline.
     ///
     /// # Errors
-    /// [`ServiceError::Unavailable`] when no connection can be had within the pool's acquire
-    /// timeout; whatever `f` returns; [`ServiceError::Internal`] if `f` panicked.
+    /// [`ServiceError::Unavailable`] when no connection can be had, or no answer comes, within
+    /// the deadline, or the database reports a fault of its own (full, read-only, busy);
+    /// whatever `f` returns; [`ServiceError::Internal`] if `f` panicked.
     pub async fn run<T, F>(&self, f: F) -> Result<T, ServiceError>
     where
         T: Send + 'static,
         F: FnOnce(&mut DbConnection) -> Result<T, ServiceError> + Send + 'static,
     {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|e| ServiceError::Internal(format!("database semaphore closed: {e}")))?;
-        let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = pool.get()?;
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| ServiceError::Internal(format!("database task failed: {e}")))?
+        self.run_within(self.deadline, f).await
     }
 
-    /// Whether the database answers a trivial query (for readiness probes).
+    async fn run_within<T, F>(&self, deadline: Duration, f: F) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut DbConnection) -> Result<T, ServiceError> + Send + 'static,
+    {
+        let work = async {
+            let permit =
+                self.permits.clone().acquire_owned().await.map_err(|e| {
+                    ServiceError::Internal(format!("database semaphore closed: {e}"))
+                })?;
+            let pool = self.pool.clone();
+            tokio::task::spawn_blocking(move || {
+                // Held until the thread returns, even when the caller has given up: this bounds
+                // the threads a hung database can hold to the pool size.
+                let _permit = permit;
+                let mut conn = pool.get()?;
+                f(&mut conn)
+            })
+            .await
+            .map_err(|e| ServiceError::Internal(format!("database task failed: {e}")))?
+        };
+        match tokio::time::timeout(deadline, work).await {
+            Ok(result) => result,
+            Err(_) => Err(ServiceError::Unavailable(format!(
+                "no answer from the database within {} ms",
+                deadline.as_millis()
+            ))),
+        }
+    }
+
+    /// Whether the database answers a trivial query within [`PING_TIMEOUT`] (readiness).
     ///
     /// # Errors
     /// [`ServiceError::Unavailable`] when it does not.
     pub async fn ping(&self) -> Result<(), ServiceError> {
-        self.run(|conn| Ok(aigw_persistence::ping(conn)?)).await
+        self.run_within(PING_TIMEOUT, |conn| Ok(aigw_persistence::ping(conn)?)).await
+    }
+
+    /// Readiness: the database answers a read and commits a one-row write (this node's row
+    /// of `health_checks`) within [`PING_TIMEOUT`], so a hung, unreachable, full or read-only
+    /// database is reported. Concurrent calls share one probe, and a success is reused for
+    /// 500 ms, so probes cost little and `/readyz` answers within 2 s of a change either way.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] naming the cause.
+    pub async fn readiness(&self) -> Result<(), ServiceError> {
+        let arrived = Instant::now();
+        let mut cached = self.readiness.lock().await;
+        if let Some((at, verdict)) = cached.as_ref() {
+            // A verdict reached while this call waited is fresh; a success is also reused for
+            // a moment. A failure is never reused later, so recovery shows at once.
+            if *at >= arrived || (verdict.is_ok() && at.elapsed() < READINESS_REUSE) {
+                return verdict.clone().map_err(ServiceError::Unavailable);
+            }
+        }
+        let started = Instant::now();
+        let mut verdict = Err(String::new());
+        // A second try when the first failed fast: a pooled connection broken by an earlier
+        // outage fails once and is discarded, which says nothing about the database now.
+        for _ in 0..2 {
+            let Some(left) = PING_TIMEOUT.checked_sub(started.elapsed()) else {
+                break;
+            };
+            let node = self.node.clone();
+            verdict = self
+                .run_within(left, move |conn| {
+                    let now = aigw_persistence::models::from_utc(aigw_domain::time::now());
+                    Ok(aigw_persistence::health::probe(conn, &node, now)?)
+                })
+                .await
+                .map_err(|e| e.to_string());
+            if verdict.is_ok() {
+                break;
+            }
+        }
+        *cached = Some((Instant::now(), verdict.clone()));
+        verdict.map_err(ServiceError::Unavailable)
     }
 }

@@ -92,7 +92,9 @@ impl ServiceError {
 impl From<PersistenceError> for ServiceError {
     fn from(e: PersistenceError) -> Self {
         match e {
-            PersistenceError::Unavailable(reason) => Self::Unavailable(reason),
+            PersistenceError::Unavailable(reason) | PersistenceError::Retryable(reason) => {
+                Self::Unavailable(reason)
+            }
             other => Self::Internal(other.to_string()),
         }
     }

@@ -160,7 +160,7 @@ impl AuthService {
                         &RefreshTokenRow {
                             id: uuid::Uuid::now_v7().to_string(),
                             session_id: session.id.clone(),
-                            token_hash: successor_hash,
+                            token_hash: successor_hash.clone(),
                             parent_id: Some(token.id),
                             created_at: from_utc(now),
                             rotated_at: None,

@@ -15,6 +15,7 @@ mod auth;
 mod binary;
 mod chat;
 mod credentials;
+mod db_faults;
 mod errors;
 mod http_semantics;
 mod jwt;

@@ -3,6 +3,7 @@
 //! reqwest, and offers a fake OpenAI-compatible upstream.
 #![allow(unreachable_pub)]
 
+pub mod proxy;
 pub mod upstream;
 
 use aigw_http::settings::Settings;
@@ -151,6 +152,38 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_routed(backend, |url| url.to_owned(), tweak).await
+}
+
+/// The host and port of a `postgres://` URL (for a proxy in front of it).
+pub fn pg_host_port(url: &str) -> std::net::SocketAddr {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let authority =
+        if authority.contains(':') { authority.to_owned() } else { format!("{authority}:5432") };
+    let authority = authority.replace("localhost", "127.0.0.1");
+    authority.parse().unwrap_or_else(|e| panic!("{authority}: {e}"))
+}
+
+/// `url` with its host and port replaced by `127.0.0.1:port`.
+pub fn pg_via_port(url: &str, port: u16) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (format!("{u}@"), r),
+        None => (String::new(), rest),
+    };
+    let tail_at = rest.find(['/', '?']).unwrap_or(rest.len());
+    format!("{scheme}://{userinfo}127.0.0.1:{port}{}", &rest[tail_at..])
+}
+
+/// Like [`spawn_app_with`], but the server reaches the database through `route(url)` (e.g. a
+/// test-owned proxy in front of PostgreSQL). `TestApp::database_url` stays the direct URL.
+pub async fn spawn_app_routed(
+    backend: Backend,
+    route: impl FnOnce(&str) -> String,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
     let (url, pg) = match backend {
         Backend::Sqlite => (format!("sqlite://{}", dir.path().join("aigw.db").display()), None),
@@ -161,7 +194,12 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings))
             (url, Some(guard))
         }
     };
-    start(backend, dir, url, pg, tweak).await
+    let routed = route(&url);
+    start(backend, dir, url, pg, |s| {
+        s.database.url = Some(routed);
+        tweak(s);
+    })
+    .await
 }
 
 async fn start(

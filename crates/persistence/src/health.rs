@@ -1,0 +1,33 @@
+//! Repository of `health_checks`: the readiness write probe.
+
+use crate::error::PersistenceError;
+use crate::pool::DbConnection;
+use crate::schema::health_checks;
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+/// Reads (`SELECT 1`) and then writes and commits this node's row, so a database that
+/// answers reads but refuses writes (disk full, read-only) is noticed.
+///
+/// # Errors
+/// [`PersistenceError::Unavailable`] (or another class) when either fails.
+pub fn probe(
+    conn: &mut DbConnection,
+    node: &str,
+    now: NaiveDateTime,
+) -> Result<(), PersistenceError> {
+    crate::ping(conn)?;
+    let updated = diesel::update(health_checks::table.find(node))
+        .set(health_checks::checked_at.eq(now))
+        .execute(conn)?;
+    if updated == 0 {
+        let inserted = diesel::insert_into(health_checks::table)
+            .values((health_checks::node.eq(node), health_checks::checked_at.eq(now)))
+            .execute(conn);
+        match inserted.map_err(PersistenceError::from) {
+            Ok(_) | Err(PersistenceError::Conflict) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
