@@ -32,10 +32,19 @@ pub enum ErrorCode {
     NotFound,
     /// 405: the path exists but not with this method. Details: `method`, `allowed`.
     MethodNotAllowed,
+    /// 408: the request body did not arrive within `server.body_read_timeout_secs`. Details:
+    /// `timeout_secs`. The connection is closed after the answer.
+    RequestTimeout,
+    /// 409: a request with the same `Idempotency-Key` is still being processed. Details:
+    /// `idempotency_key`.
+    Conflict,
     /// 413: the request body is larger than the endpoint accepts. Details: `limit_bytes`.
     PayloadTooLarge,
     /// 415: the request body is not `application/json`. Details: `expected`.
     UnsupportedMediaType,
+    /// 422: an `Idempotency-Key` was reused with another request (method, path or body).
+    /// Details: `idempotency_key`.
+    IdempotencyKeyReused,
     /// 429: a rate limit was exceeded. Details: `limit`, `remaining`, `reset` (Unix seconds).
     RateLimitExceeded,
     /// 500: an unexpected server error. Details: `request_id`, `timestamp` (RFC 3339, UTC).
@@ -47,23 +56,32 @@ pub enum ErrorCode {
     ServiceUnavailable,
     /// 504: the upstream AI provider did not answer in time. Details: `provider`.
     UpstreamTimeout,
+    /// The upstream AI provider refused the request with a 4xx (other than 401/403): sent with
+    /// the upstream's own status (400, 404, 409, 413, 422, 429, ...), so it is the one code
+    /// whose status varies. Details: `provider`, `upstream_status`, and the upstream's
+    /// `type`, `code`, `param` when it gave them.
+    UpstreamRejected,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used by tests that check each one is documented and used).
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
+        ErrorCode::RequestTimeout,
+        ErrorCode::Conflict,
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
+        ErrorCode::IdempotencyKeyReused,
         ErrorCode::RateLimitExceeded,
         ErrorCode::InternalError,
         ErrorCode::UpstreamError,
         ErrorCode::ServiceUnavailable,
         ErrorCode::UpstreamTimeout,
+        ErrorCode::UpstreamRejected,
     ];
 
     /// The code as sent on the wire, e.g. `"invalid_request"`.
@@ -74,17 +92,22 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
             ErrorCode::RateLimitExceeded => "rate_limit_exceeded",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::UpstreamError => "upstream_error",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::UpstreamTimeout => "upstream_timeout",
+            ErrorCode::UpstreamRejected => "upstream_rejected",
         }
     }
 
-    /// The HTTP status code this error code is always sent with.
+    /// The HTTP status code this error code is always sent with; for
+    /// [`ErrorCode::UpstreamRejected`], which carries the upstream's status, 400 as a default.
     pub const fn http_status(self) -> u16 {
         match self {
             ErrorCode::InvalidRequest => 400,
@@ -92,13 +115,17 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::RequestTimeout => 408,
+            ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::IdempotencyKeyReused => 422,
             ErrorCode::RateLimitExceeded => 429,
             ErrorCode::InternalError => 500,
             ErrorCode::UpstreamError => 502,
             ErrorCode::ServiceUnavailable => 503,
             ErrorCode::UpstreamTimeout => 504,
+            ErrorCode::UpstreamRejected => 400,
         }
     }
 }
@@ -119,7 +146,10 @@ mod tests {
         for code in ErrorCode::ALL {
             let json = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
-            assert!(statuses.insert(code.http_status()), "{code} shares a status");
+            // `upstream_rejected` passes the upstream's status on; every other code owns one.
+            if code != ErrorCode::UpstreamRejected {
+                assert!(statuses.insert(code.http_status()), "{code} shares a status");
+            }
         }
     }
 

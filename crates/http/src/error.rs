@@ -78,6 +78,15 @@ impl ApiError {
         )
     }
 
+    /// 408 `request_timeout`: the body did not arrive in time. The connection is closed.
+    pub fn request_timeout(timeout_secs: u64) -> Self {
+        Self::new(
+            ErrorCode::RequestTimeout,
+            format!("the request body did not arrive within {timeout_secs} s"),
+            json!({"timeout_secs": timeout_secs}),
+        )
+    }
+
     /// 415 `unsupported_media_type`.
     pub fn unsupported_media_type() -> Self {
         Self::new(
@@ -191,8 +200,14 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
-        if self.code == ErrorCode::ServiceUnavailable {
+        if self.code == ErrorCode::ServiceUnavailable
+            && !self.headers.iter().any(|(name, _)| name == header::RETRY_AFTER)
+        {
             response.insert_header((header::RETRY_AFTER, "5"));
+        }
+        if self.code == ErrorCode::RequestTimeout {
+            // The rest of the body may still come; the connection cannot be reused.
+            response.force_close();
         }
         for (name, value) in &self.headers {
             if let Ok(value) = HeaderValue::from_str(value) {

@@ -21,6 +21,10 @@ use serde::de::DeserializeOwned;
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
+/// How long a whole request body may take to arrive (app data; `server.body_read_timeout_secs`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyReadTimeout(pub std::time::Duration);
+
 /// A JSON request body parsed into `T`.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
@@ -50,6 +54,8 @@ fn read_body(
     allow_empty: bool,
 ) -> LocalBoxFuture<'static, Result<Option<Bytes>, ApiError>> {
     let limit = req.app_data::<BodyLimit>().map_or(64 * 1024, |l| l.0);
+    let timeout =
+        req.app_data::<BodyReadTimeout>().map_or(std::time::Duration::from_secs(10), |t| t.0);
     let json = is_json(req);
     let declared = req
         .headers()
@@ -62,13 +68,19 @@ fn read_body(
             return Err(ApiError::too_large(limit));
         }
         let mut body = BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|_| ApiError::invalid("body", "could not be read"))?;
-            if body.len() + chunk.len() > limit {
-                return Err(ApiError::too_large(limit));
+        let read = async {
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk.map_err(|_| ApiError::invalid("body", "could not be read"))?;
+                if body.len() + chunk.len() > limit {
+                    return Err(ApiError::too_large(limit));
+                }
+                body.extend_from_slice(&chunk);
             }
-            body.extend_from_slice(&chunk);
-        }
+            Ok(())
+        };
+        tokio::time::timeout(timeout, read)
+            .await
+            .map_err(|_| ApiError::request_timeout(timeout.as_secs()))??;
         if body.is_empty() && allow_empty {
             return Ok(None);
         }

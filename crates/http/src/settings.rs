@@ -63,6 +63,18 @@ pub struct ServerSettings {
     pub account_body_limit_bytes: usize,
     /// Largest request body on chat completions, in bytes (default 4 MiB).
     pub chat_body_limit_bytes: usize,
+    /// Seconds a request's whole body may take to arrive once its headers are in (default 10);
+    /// past it the answer is 408 `request_timeout` and the connection is closed.
+    pub body_read_timeout_secs: u64,
+    /// Seconds a new connection may take to send a complete request head (default 5); past it
+    /// the connection is answered 408 by actix-web and closed.
+    pub header_read_timeout_secs: u64,
+    /// Seconds an idle keep-alive connection stays open (default 5).
+    pub keep_alive_secs: u64,
+    /// Most open client connections of the whole process (default 4096: about 170 MB resident
+    /// at the cap, see docs/deploy.md). Further connections wait in the listen backlog until
+    /// one closes.
+    pub max_connections: usize,
 }
 
 impl Default for ServerSettings {
@@ -76,6 +88,10 @@ impl Default for ServerSettings {
             shutdown_timeout_secs: 30,
             account_body_limit_bytes: 64 * 1024,
             chat_body_limit_bytes: 4 * 1024 * 1024,
+            body_read_timeout_secs: 10,
+            header_read_timeout_secs: 5,
+            keep_alive_secs: 5,
+            max_connections: 4096,
         }
     }
 }

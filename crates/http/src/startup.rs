@@ -10,6 +10,7 @@ use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
 use aigw_service::{AuthService, Db, Gateway, TokenIssuer};
 use anyhow::Context;
 use std::net::TcpListener;
+use std::time::Duration;
 use tracing_actix_web::TracingLogger;
 
 /// What every handler shares.
@@ -114,9 +115,20 @@ impl Application {
         let account_limit = settings.server.account_body_limit_bytes;
         let chat_limit = settings.server.chat_body_limit_bytes;
         let cors_origins = settings.server.cors_allowed_origins.clone();
-        let mut server = HttpServer::new(move || {
+        let body_timeout = crate::extract::BodyReadTimeout(Duration::from_secs(
+            settings.server.body_read_timeout_secs.max(1),
+        ));
+        let workers = settings
+            .server
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+            .max(1);
+        // actix-web counts connections per worker.
+        let per_worker = settings.server.max_connections.max(1).div_ceil(workers);
+        let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(body_timeout)
                 .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
                 .default_service(web::to(routes::no_route))
                 .wrap(from_fn(crate::rate_limit::headers))
@@ -126,10 +138,14 @@ impl Application {
                 .wrap(TracingLogger::default())
         })
         .shutdown_timeout(settings.server.shutdown_timeout_secs)
+        .workers(workers)
+        .max_connections(per_worker)
+        .client_request_timeout(Duration::from_secs(
+            settings.server.header_read_timeout_secs.max(1),
+        ))
+        .client_disconnect_timeout(Duration::from_secs(1))
+        .keep_alive(Duration::from_secs(settings.server.keep_alive_secs.max(1)))
         .listen(listener)?;
-        if let Some(workers) = settings.server.workers {
-            server = server.workers(workers.max(1));
-        }
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
         Ok(Self { port, server: server.run() })
     }

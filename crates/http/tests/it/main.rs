@@ -24,3 +24,4 @@ mod outage;
 mod permissions;
 mod rate_limit_contract;
 mod sessions;
+mod slow_clients;
