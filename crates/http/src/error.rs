@@ -188,6 +188,31 @@ impl From<ServiceError> for ApiError {
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err
             }
+            ServiceError::IdempotencyInFlight { key } => {
+                let mut err = Self::new(
+                    ErrorCode::Conflict,
+                    "a request with this Idempotency-Key is still in progress; retry later",
+                    json!({"idempotency_key": key}),
+                );
+                err.headers.push((header::RETRY_AFTER, "1".to_owned()));
+                err
+            }
+            ServiceError::IdempotencyKeyReused { key } => Self::new(
+                ErrorCode::IdempotencyKeyReused,
+                "this Idempotency-Key was already used for another request",
+                json!({"idempotency_key": key}),
+            ),
+            ServiceError::Busy { what, retry_after_secs } => {
+                let request_id = current_request_id();
+                tracing::warn!(%request_id, what, "busy: answered 503");
+                let mut err = Self::new(
+                    ErrorCode::ServiceUnavailable,
+                    "the service is temporarily unavailable; retry later",
+                    json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
+                );
+                err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+                err
+            }
             ServiceError::Internal(cause) => Self::internal(&cause),
         }
     }

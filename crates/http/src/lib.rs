@@ -10,6 +10,7 @@
 pub mod dto;
 pub mod error;
 pub mod extract;
+pub mod idempotency;
 pub mod openapi;
 pub mod rate_limit;
 pub mod routes;

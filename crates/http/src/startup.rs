@@ -22,6 +22,8 @@ pub struct AppState {
     pub gateway: Gateway,
     /// Rate limits and the client-address rule (`[rate_limit]`).
     pub limits: crate::rate_limit::RequestLimits,
+    /// `Idempotency-Key` records (see `crate::idempotency`).
+    pub idempotency: aigw_service::idempotency::Idempotency,
 }
 
 /// A built, bound, not yet running server.
@@ -102,12 +104,18 @@ impl Application {
             settings.auth.access_token_ttl_secs,
             settings.auth.leeway_secs,
         )?;
-        let auth = AuthService::new(Db::new(pool), tokens, settings.auth.clone())?;
+        let answers_sealer = aigw_service::seal::Sealer::derive(
+            b"aigw idempotent answer seal v1",
+            tokens.key_materials(),
+        );
+        let db = Db::new(pool);
+        let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
+        let auth = AuthService::new(db, tokens, settings.auth.clone())?;
         // Revocations made on other nodes reach this one by polling (see `revocation`).
         let _background = auth.spawn_background_tasks();
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?;
         let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
-        let state = web::Data::new(AppState { auth, gateway, limits });
+        let state = web::Data::new(AppState { auth, gateway, limits, idempotency });
 
         let listener = TcpListener::bind(&settings.server.listen)
             .with_context(|| format!("binding {}", settings.server.listen))?;

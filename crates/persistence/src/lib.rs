@@ -17,6 +17,7 @@
 pub mod api_keys;
 pub mod error;
 pub mod health;
+pub mod idempotency;
 pub mod migrations;
 pub mod models;
 pub mod pool;

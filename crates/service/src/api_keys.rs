@@ -2,11 +2,13 @@
 
 use crate::auth::{AuthService, Principal};
 use crate::error::ServiceError;
+use crate::idempotency::Recording;
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::Operation;
 use aigw_domain::{time, ApiKeySecret, FieldError, PermissionSet, UserName};
 use aigw_persistence::api_keys;
 use aigw_persistence::models::{from_utc, to_utc, ApiKeyRow};
+use aigw_persistence::transaction;
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::OsRng;
 
@@ -43,6 +45,21 @@ impl AuthService {
         principal: &Principal,
         request: NewApiKey,
     ) -> Result<CreatedApiKey, ServiceError> {
+        self.create_api_key_recorded(principal, request, None).await
+    }
+
+    /// [`AuthService::create_api_key`] for an idempotent request: the answer is recorded in
+    /// the transaction that stores the key (see [`crate::idempotency`]).
+    ///
+    /// # Errors
+    /// As [`AuthService::create_api_key`]; [`ServiceError::IdempotencyInFlight`] when the
+    /// claim was lost meanwhile (nothing is stored then).
+    pub async fn create_api_key_recorded(
+        &self,
+        principal: &Principal,
+        request: NewApiKey,
+        recording: Option<Recording<CreatedApiKey>>,
+    ) -> Result<CreatedApiKey, ServiceError> {
         principal.authorize(Operation::CreateApiKey)?;
         let name = UserName::parse(&request.name, "name")?;
         let permissions = PermissionSet::parse_request(&request.permissions)?;
@@ -64,10 +81,22 @@ impl AuthService {
             revoked_at: None,
             last_used_at: None,
         };
-        let stored = row.clone();
-        self.db.run(move |conn| Ok(api_keys::insert(conn, &stored)?)).await?;
-        tracing::info!(key_id = %row.id, user_id = %row.user_id, "API key created");
-        Ok(CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() })
+        let created =
+            CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
+        let answer = created.clone();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    api_keys::insert(conn, &row)?;
+                    if let Some(recording) = &recording {
+                        recording.record(conn, &answer)?;
+                    }
+                    Ok::<_, ServiceError>(())
+                })
+            })
+            .await?;
+        tracing::info!(key_id = %created.view.id, user_id = %principal.user_id(), "API key created");
+        Ok(created)
     }
 
     /// The caller's API keys, newest first.

@@ -68,6 +68,27 @@ pub enum ServiceError {
         /// Whole seconds to wait, at least 1 (RFC 9110 §10.2.3 `Retry-After`).
         retry_after_secs: u64,
     },
+    /// 409 `conflict`: a request with this `Idempotency-Key` is still running.
+    #[error("a request with this Idempotency-Key is still in progress")]
+    IdempotencyInFlight {
+        /// The key as sent.
+        key: String,
+    },
+    /// 422 `idempotency_key_reused`: the key was used for another request.
+    #[error("the Idempotency-Key was used for another request")]
+    IdempotencyKeyReused {
+        /// The key as sent.
+        key: String,
+    },
+    /// 503 `service_unavailable` with `Retry-After: retry_after_secs`: a bounded queue of
+    /// this node is full (password hashing).
+    #[error("{what} is busy; retry after {retry_after_secs} s")]
+    Busy {
+        /// What is full, for logs.
+        what: &'static str,
+        /// Seconds to wait.
+        retry_after_secs: u64,
+    },
     /// 503 `service_unavailable`: the database cannot be reached.
     #[error("database unavailable: {0}")]
     Unavailable(String),

@@ -17,6 +17,7 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod gateway;
+pub mod idempotency;
 pub mod password;
 pub mod rate_limit;
 pub mod revocation;

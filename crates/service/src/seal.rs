@@ -34,12 +34,18 @@ impl Sealer {
     /// A sealer whose keys are derived from each of `materials` (secret key bytes), the first
     /// one sealing.
     pub fn new<'a>(materials: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        Self::derive(INFO, materials)
+    }
+
+    /// A sealer like [`Sealer::new`] whose keys are derived for another purpose (`info` is the
+    /// HKDF info string), so that values sealed for one purpose never open for another.
+    pub fn derive<'a>(info: &[u8], materials: impl IntoIterator<Item = &'a [u8]>) -> Self {
         let keys = materials
             .into_iter()
             .map(|ikm| {
                 let mut okm = [0u8; 32];
                 // 32 bytes is far below HKDF-SHA256's 8160-byte limit, so expand cannot fail.
-                let _ = Hkdf::<Sha256>::new(None, ikm).expand(INFO, &mut okm);
+                let _ = Hkdf::<Sha256>::new(None, ikm).expand(info, &mut okm);
                 XChaCha20Poly1305::new(&okm.into())
             })
             .collect();

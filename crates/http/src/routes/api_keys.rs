@@ -5,17 +5,23 @@ use crate::dto::{
     Envelope, ErrorEnvelope, ServerErrors,
 };
 use crate::error::ApiError;
-use crate::extract::{After, Caller, JsonBody};
+use crate::extract::{parse_json, After, Caller, RawJson};
+use crate::idempotency;
 use crate::startup::AppState;
+use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::Operation;
-use aigw_service::{NewApiKey, Policy};
+use aigw_service::{CreatedApiKey, NewApiKey, Policy};
 
 /// Create an API key (access token only). The full key is in this answer and never again.
 #[utoipa::path(post, path = "/api/v1/auth/api-keys", tag = "api-keys", request_body = CreateApiKeyRequest,
     security(("access_token" = [])),
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Optional (draft-ietf-httpapi-idempotency-key-header): a retry with the same key and body within 24 h answers the first result (with `Idempotent-Replayed: true`) and creates nothing new")),
     responses(
         (status = 201, body = Envelope<CreatedApiKeyDto>),
+        (status = 409, description = "A request with this Idempotency-Key is still in progress (conflict)", body = ErrorEnvelope),
+        (status = 422, description = "The Idempotency-Key was used for another request (idempotency_key_reused)", body = ErrorEnvelope),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
         BodyErrors,
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
@@ -24,15 +30,23 @@ pub async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     Caller(caller): Caller,
-    body: After<JsonBody<CreateApiKeyRequest>>,
+    body: After<RawJson>,
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_caller(&req, Policy::Account, &caller).await?;
     caller.authorize(Operation::CreateApiKey)?;
-    let JsonBody(body) = body.into_inner()?;
+    let RawJson(raw) = body.into_inner()?;
+    let body: CreateApiKeyRequest = parse_json(&raw)?;
     let request =
         NewApiKey { name: body.name, permissions: body.permissions, expires_at: body.expires_at };
-    let created = state.auth.create_api_key(&caller, request).await?;
-    Ok(HttpResponse::Created().json(Envelope::ok(CreatedApiKeyDto::from(created))))
+    idempotency::run(&state, &req, &caller, &raw, StatusCode::CREATED, render_created, |rec| {
+        state.auth.create_api_key_recorded(&caller, request, rec)
+    })
+    .await
+}
+
+/// The create answer's body: the envelope around the key object with its secret.
+fn render_created(created: &CreatedApiKey) -> Vec<u8> {
+    serde_json::to_vec(&Envelope::ok(CreatedApiKeyDto::from(created.clone()))).unwrap_or_default()
 }
 
 /// The caller's API keys, newest first (access token, or API key with `read`).

@@ -18,6 +18,7 @@ mod credentials;
 mod db_faults;
 mod errors;
 mod http_semantics;
+mod idempotency;
 mod jwt;
 mod limits;
 mod outage;

@@ -1,0 +1,124 @@
+//! Repository of `idempotency_keys` (draft-ietf-httpapi-idempotency-key-header): one row per
+//! caller scope and key, holding the request's fingerprint, a lease while the first request
+//! runs, and then its sealed answer until the row expires.
+
+use crate::error::PersistenceError;
+use crate::pool::DbConnection;
+use crate::schema::idempotency_keys as t;
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+/// A row of `idempotency_keys`.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = t)]
+pub struct IdempotencyRow {
+    /// Whose key it is (`user:<id>`).
+    pub scope: String,
+    /// The `Idempotency-Key` as sent.
+    pub idempotency_key: String,
+    /// SHA-256 hex of method, path and body.
+    pub fingerprint: String,
+    /// The answer's HTTP status, once recorded.
+    pub status: Option<i32>,
+    /// The answer's body, sealed (see `aigw_service::seal`), once recorded.
+    pub response_sealed: Option<String>,
+    /// When the first request came, UTC.
+    pub created_at: NaiveDateTime,
+    /// Until when the first request is considered running, UTC.
+    pub locked_until: NaiveDateTime,
+    /// When the row is erased, UTC.
+    pub expires_at: NaiveDateTime,
+}
+
+/// The row of `scope` and `key`, if any.
+///
+/// # Errors
+/// On database failure.
+pub fn find(
+    conn: &mut DbConnection,
+    scope: &str,
+    key: &str,
+) -> Result<Option<IdempotencyRow>, PersistenceError> {
+    Ok(t::table.find((scope, key)).select(IdempotencyRow::as_select()).first(conn).optional()?)
+}
+
+/// Inserts a new (running) row.
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] when another request inserted it first.
+pub fn insert(conn: &mut DbConnection, row: &IdempotencyRow) -> Result<(), PersistenceError> {
+    diesel::insert_into(t::table).values(row).execute(conn)?;
+    Ok(())
+}
+
+/// Deletes the row of `scope` and `key` if it has no answer yet or has expired by `now`.
+///
+/// # Errors
+/// On database failure.
+pub fn delete_unfinished(
+    conn: &mut DbConnection,
+    scope: &str,
+    key: &str,
+    now: NaiveDateTime,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::delete(
+        t::table.find((scope, key)).filter(t::status.is_null().or(t::expires_at.le(now))),
+    )
+    .execute(conn)?;
+    Ok(n > 0)
+}
+
+/// Takes over a running row whose lease `seen_lease` has passed: sets a new lease. `false`
+/// when someone else took it first.
+///
+/// # Errors
+/// On database failure.
+pub fn take_over(
+    conn: &mut DbConnection,
+    scope: &str,
+    key: &str,
+    seen_lease: NaiveDateTime,
+    new_lease: NaiveDateTime,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        t::table
+            .find((scope, key))
+            .filter(t::status.is_null())
+            .filter(t::locked_until.eq(seen_lease)),
+    )
+    .set(t::locked_until.eq(new_lease))
+    .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Records the answer of the running row with lease `lease`. `false` when the row is no
+/// longer ours (released, taken over).
+///
+/// # Errors
+/// On database failure.
+pub fn complete(
+    conn: &mut DbConnection,
+    scope: &str,
+    key: &str,
+    lease: NaiveDateTime,
+    status: i32,
+    sealed: &str,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        t::table.find((scope, key)).filter(t::status.is_null()).filter(t::locked_until.eq(lease)),
+    )
+    .set((t::status.eq(Some(status)), t::response_sealed.eq(Some(sealed))))
+    .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Deletes every row that expired by `now`; returns how many.
+///
+/// # Errors
+/// On database failure.
+pub fn delete_expired(
+    conn: &mut DbConnection,
+    now: NaiveDateTime,
+) -> Result<usize, PersistenceError> {
+    Ok(diesel::delete(t::table.filter(t::expires_at.le(now))).execute(conn)?)
+}
