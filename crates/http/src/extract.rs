@@ -11,7 +11,7 @@ use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpRequest};
 use aigw_domain::FieldError;
-use aigw_service::Principal;
+use aigw_service::{Principal, ServiceError};
 use bytes::{Bytes, BytesMut};
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
@@ -246,10 +246,19 @@ impl FromRequest for Caller {
             .headers()
             .get(header::AUTHORIZATION)
             .map(|v| v.to_str().map(str::to_owned).unwrap_or_else(|_| "\u{0}".to_owned()));
+        let req = req.clone();
         Box::pin(async move {
             let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
-            let principal = state.auth.authenticate(authorization.as_deref()).await?;
-            Ok(Caller(principal))
+            // An address that failed too often is refused before any lookup (auth_failure).
+            state.limits.refuse_if_failing(&req).await?;
+            match state.auth.authenticate(authorization.as_deref()).await {
+                Ok(principal) => Ok(Caller(principal)),
+                Err(e @ ServiceError::Unauthorized { token_presented: true, .. }) => {
+                    state.limits.count_failure(&req).await;
+                    Err(e.into())
+                }
+                Err(e) => Err(e.into()),
+            }
         })
     }
 }

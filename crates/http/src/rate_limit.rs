@@ -235,8 +235,37 @@ impl RequestLimits {
     /// # Errors
     /// 429 `rate_limit_exceeded` when over the limit.
     pub async fn login(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
-        let key = LimitKey::login(self.client_ip(req), email);
-        self.enforce(req, Policy::Login, &key).await
+        let ip = self.client_ip(req);
+        // `login_ip` first, so that the `login` decision is the one the headers report.
+        self.enforce(req, Policy::LoginIp, &LimitKey::client_ip(ip)).await?;
+        self.enforce(req, Policy::Login, &LimitKey::login(ip, email)).await
+    }
+
+    /// Refuses (429) a client IP that failed authentication too often recently (policy
+    /// `auth_failure`), without counting anything. Call before any database or hashing work.
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` while the address is refused.
+    pub async fn refuse_if_failing(&self, req: &HttpRequest) -> Result<(), ApiError> {
+        let key = LimitKey::client_ip(self.client_ip(req));
+        match self.limiter.peek_refused(Policy::AuthFailure, &key).await {
+            None => Ok(()),
+            Some(decision) => self.answer(req, decision),
+        }
+    }
+
+    /// Counts one failed authentication of the client IP (policy `auth_failure`); once the
+    /// quota is spent, [`RequestLimits::refuse_if_failing`] refuses the address.
+    pub async fn count_failure(&self, req: &HttpRequest) {
+        let key = LimitKey::client_ip(self.client_ip(req));
+        if let Some(d) = self.limiter.check(Policy::AuthFailure, &key).await {
+            if !d.allowed {
+                tracing::info!(
+                    retry_after_secs = d.retry_after_secs(),
+                    "client refused after failed authentications"
+                );
+            }
+        }
     }
 
     /// Counts `req` against `policy` per credential (`account`, `ai`).
@@ -261,6 +290,11 @@ impl RequestLimits {
         let Some(decision) = self.limiter.check(policy, key).await else {
             return Ok(());
         };
+        self.answer(req, decision)
+    }
+
+    fn answer(&self, req: &HttpRequest, decision: Decision) -> Result<(), ApiError> {
+        let policy = decision.policy;
         req.extensions_mut().insert(decision);
         if !decision.allowed {
             tracing::info!(

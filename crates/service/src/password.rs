@@ -28,6 +28,10 @@ pub struct Argon2Config {
     pub parallelism: u32,
     /// Most hashes computed at once (default: the number of CPUs).
     pub max_concurrent: usize,
+    /// Most hashes waiting for a hashing thread beyond those running (default 16 per thread,
+    /// about a third of a second of work). A hash beyond them is refused at once: 503
+    /// `service_unavailable` with `Retry-After: 1`.
+    pub max_queued: usize,
 }
 
 impl Default for Argon2Config {
@@ -37,6 +41,7 @@ impl Default for Argon2Config {
             iterations: 2,
             parallelism: 1,
             max_concurrent: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_queued: 16 * std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }
 }
@@ -86,9 +91,9 @@ impl PasswordHasher {
             .map_err(|e| ServiceError::Internal(format!("password hashing threads: {e}")))?;
         Ok(Self {
             params,
-            // Running plus queued hashes: a few per thread, so bursts wait here (async) rather
-            // than piling up in the pool's queue.
-            permits: Arc::new(Semaphore::new(threads.saturating_mul(4))),
+            // Running plus queued hashes: beyond them a hash is refused (503), so a flood of
+            // logins cannot queue unbounded work or memory.
+            permits: Arc::new(Semaphore::new(threads.saturating_add(config.max_queued))),
             pool: Arc::new(pool),
             dummy_hash: Arc::new(OnceCell::new()),
         })
@@ -98,17 +103,21 @@ impl PasswordHasher {
         Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
     }
 
-    /// Runs `f` on the hashing threads once a permit is free, and waits for it without
-    /// blocking the async worker.
+    /// Runs `f` on the hashing threads, and waits for it without blocking the async worker;
+    /// refused at once when `max_concurrent + max_queued` hashes are already running or
+    /// waiting.
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, ServiceError> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|e| ServiceError::Internal(format!("hashing semaphore closed: {e}")))?;
+        let _permit = self.permits.try_acquire().map_err(|e| match e {
+            tokio::sync::TryAcquireError::NoPermits => {
+                ServiceError::Busy { what: "password hashing queue", retry_after_secs: 1 }
+            }
+            tokio::sync::TryAcquireError::Closed => {
+                ServiceError::Internal("hashing semaphore closed".to_owned())
+            }
+        })?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.pool.spawn(move || {
             let _ = tx.send(f());
@@ -119,7 +128,8 @@ impl PasswordHasher {
     /// Hashes `password` with a fresh random salt into a PHC string (`$argon2id$v=19$…`).
     ///
     /// # Errors
-    /// [`ServiceError::Internal`] if hashing fails.
+    /// [`ServiceError::Busy`] when the queue is full; [`ServiceError::Internal`] if hashing
+    /// fails.
     pub async fn hash(&self, password: String) -> Result<String, ServiceError> {
         let params = self.params.clone();
         self.blocking(move || {

@@ -135,6 +135,11 @@ impl AuthService {
         let outcome = self
             .db
             .run(move |conn| {
+                // One indexed read first: an unknown token (a guess) never opens a write
+                // transaction, nor takes SQLite's write lock.
+                if sessions::find_refresh_token(conn, &digest)?.is_none() {
+                    return Err(invalid());
+                }
                 let won = transaction(conn, |conn| {
                     // First statement: the compare-and-set (takes SQLite's write lock at once).
                     if !sessions::claim_for_rotation(

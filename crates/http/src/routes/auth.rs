@@ -8,7 +8,7 @@ use crate::error::ApiError;
 use crate::extract::{After, Caller, JsonBody, OptionalJsonBody};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use aigw_service::{AuthService, LogoutScope, Policy};
+use aigw_service::{AuthService, LogoutScope, Policy, ServiceError};
 
 /// Create an account; starts a session and answers its tokens.
 #[utoipa::path(post, path = "/api/v1/auth/register", tag = "auth", request_body = RegisterRequest,
@@ -48,9 +48,26 @@ pub async fn login(
     req: HttpRequest,
     JsonBody(body): JsonBody<LoginRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    state.limits.refuse_if_failing(&req).await?;
     state.limits.login(&req, &body.email).await?;
-    let set = state.auth.login(&body.email, body.password).await?;
+    let set = failures_counted(&state, &req, state.auth.login(&body.email, body.password)).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+}
+
+/// Awaits a credential check and counts a refusal (401) against the client IP's
+/// `auth_failure` quota.
+async fn failures_counted<T>(
+    state: &AppState,
+    req: &HttpRequest,
+    check: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, ApiError> {
+    match check.await {
+        Err(e @ ServiceError::Unauthorized { .. }) => {
+            state.limits.count_failure(req).await;
+            Err(e.into())
+        }
+        other => other.map_err(ApiError::from),
+    }
 }
 
 /// The caller's account (access token, or API key with `read`).
@@ -83,8 +100,9 @@ pub async fn refresh(
     req: HttpRequest,
     JsonBody(body): JsonBody<RefreshRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    state.limits.refuse_if_failing(&req).await?;
     state.limits.by_ip(&req, Policy::Refresh).await?;
-    let set = state.auth.refresh(&body.refresh_token).await?;
+    let set = failures_counted(&state, &req, state.auth.refresh(&body.refresh_token)).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
 }
 

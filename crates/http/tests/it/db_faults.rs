@@ -66,7 +66,7 @@ async fn readyz_becomes(app: &TestApp, status: u16, within: Duration) -> Duratio
 }
 
 /// A SQLite connection holding the write lock until dropped (sent `()`).
-fn hold_sqlite_write_lock(
+pub(crate) fn hold_sqlite_write_lock(
     path: String,
 ) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let (locked_tx, locked_rx) = std::sync::mpsc::channel();
@@ -200,7 +200,7 @@ fn pg_admin(sql: &str) {
 
 /// Makes the test's PostgreSQL database read-only (or writable again) for new sessions, and
 /// ends the current ones so the pool reconnects under the new setting.
-async fn pg_read_only(app: &TestApp, on: bool) {
+pub(crate) async fn pg_read_only(app: &TestApp, on: bool) {
     let name = pg_db_name(&app.database_url);
     let value = if on { "on" } else { "off" };
     tokio::task::spawn_blocking(move || {

@@ -26,3 +26,4 @@ mod permissions;
 mod rate_limit_contract;
 mod sessions;
 mod slow_clients;
+mod unauthenticated;

@@ -135,6 +135,13 @@ pub struct Policies {
     /// `POST /ai/chat/completions` and `GET /ai/models`, per API key (default 600 per 60 s,
     /// i.e. 10 per second sustained with a burst of 600).
     pub ai: PolicyConfig,
+    /// Failed authentication per client IP: a refused credential, login or refresh (default
+    /// 30 per 60 s). Once exhausted, the address is refused before any database or hashing
+    /// work, whatever it presents, until a request's worth of quota is back.
+    pub auth_failure: PolicyConfig,
+    /// `POST /auth/login` per client IP across e-mail addresses (default 30 per 60 s), so one
+    /// address rotating e-mails cannot buy unlimited password hashing.
+    pub login_ip: PolicyConfig,
 }
 
 /// The built-in quota of `policy` (see the field documentation of [`Policies`]).
@@ -146,6 +153,8 @@ pub fn default_quota(policy: super::Policy) -> (u32, u64) {
         Policy::Refresh => (60, 60),
         Policy::Account => (120, 60),
         Policy::Ai => (600, 60),
+        Policy::AuthFailure => (30, 60),
+        Policy::LoginIp => (30, 60),
     }
 }
 
@@ -159,6 +168,8 @@ impl Policies {
             Policy::Refresh => self.refresh,
             Policy::Account => self.account,
             Policy::Ai => self.ai,
+            Policy::AuthFailure => self.auth_failure,
+            Policy::LoginIp => self.login_ip,
         };
         let (limit, window_secs) = default_quota(policy);
         PolicyQuota {

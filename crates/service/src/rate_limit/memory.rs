@@ -8,9 +8,10 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::Quota;
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 type Keyed = governor::RateLimiter<
     [u8; 16],
@@ -19,12 +20,17 @@ type Keyed = governor::RateLimiter<
     StateInformationMiddleware,
 >;
 
+/// Until when each (policy index, key) stays refused.
+type Refused = Mutex<HashMap<(usize, [u8; 16]), Instant>>;
+
 /// How often idle keys are dropped.
 const RETAIN_EVERY: Duration = Duration::from_secs(60);
 
 /// One limiter per policy, indexed like `Policy::index`.
 pub(crate) struct MemoryLimiter {
     limiters: Arc<Vec<Keyed>>,
+    /// Until when each refused key stays refused (for [`MemoryLimiter::peek_refused`]).
+    refused: Arc<Refused>,
 }
 
 impl std::fmt::Debug for MemoryLimiter {
@@ -45,7 +51,7 @@ fn quota(p: PolicyQuota) -> Result<Quota, ServiceError> {
 }
 
 impl MemoryLimiter {
-    pub(crate) fn new(policies: &[PolicyQuota; 5]) -> Result<Self, ServiceError> {
+    pub(crate) fn new(policies: &[PolicyQuota; super::POLICY_COUNT]) -> Result<Self, ServiceError> {
         let limiters = policies
             .iter()
             .map(|p| {
@@ -54,10 +60,32 @@ impl MemoryLimiter {
             })
             .collect::<Result<Vec<Keyed>, ServiceError>>()?;
         let limiters = Arc::new(limiters);
+        let refused = Arc::new(Mutex::new(HashMap::new()));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(retain_recent(Arc::downgrade(&limiters)));
+            runtime.spawn(retain_recent(Arc::downgrade(&limiters), Arc::downgrade(&refused)));
         }
-        Ok(Self { limiters })
+        Ok(Self { limiters, refused })
+    }
+
+    /// A refusal of `key` by `policy` while the last refusal's `Retry-After` runs.
+    pub(crate) fn peek_refused(
+        &self,
+        policy: Policy,
+        p: PolicyQuota,
+        key: &LimitKey,
+    ) -> Option<Decision> {
+        let until = *self.refused.lock().ok()?.get(&(policy.index(), key.bytes()))?;
+        let wait = until.checked_duration_since(Instant::now()).filter(|w| !w.is_zero())?;
+        let interval = Duration::from_secs(p.window_secs) / p.limit;
+        Some(Decision {
+            policy,
+            allowed: false,
+            limit: p.limit,
+            window_secs: p.window_secs,
+            remaining: 0,
+            retry_after: wait,
+            reset_after: wait + interval * (p.limit - 1),
+        })
     }
 
     pub(crate) fn check(&self, policy: Policy, p: PolicyQuota, key: &LimitKey) -> Decision {
@@ -77,6 +105,12 @@ impl MemoryLimiter {
         match limiter.check_key(&key.bytes()) {
             Ok(snapshot) => {
                 let remaining = snapshot.remaining_burst_capacity().min(p.limit);
+                if remaining == 0 {
+                    // The quota is spent: the next request passes after at most one interval.
+                    if let Ok(mut refused) = self.refused.lock() {
+                        refused.insert((policy.index(), key.bytes()), Instant::now() + interval);
+                    }
+                }
                 Decision {
                     policy,
                     allowed: true,
@@ -89,6 +123,9 @@ impl MemoryLimiter {
             }
             Err(not_until) => {
                 let wait = not_until.wait_time_from(limiter.clock().now());
+                if let Ok(mut refused) = self.refused.lock() {
+                    refused.insert((policy.index(), key.bytes()), Instant::now() + wait);
+                }
                 Decision {
                     policy,
                     allowed: false,
@@ -104,7 +141,10 @@ impl MemoryLimiter {
 }
 
 /// Drops idle keys every [`RETAIN_EVERY`] until the limiters are gone.
-async fn retain_recent(limiters: Weak<Vec<Keyed>>) {
+async fn retain_recent(
+    limiters: Weak<Vec<Keyed>>,
+    refused: Weak<Refused>,
+) {
     let mut tick = tokio::time::interval(RETAIN_EVERY);
     tick.tick().await;
     loop {
@@ -115,6 +155,12 @@ async fn retain_recent(limiters: Weak<Vec<Keyed>>) {
         for limiter in limiters.iter() {
             limiter.retain_recent();
             limiter.shrink_to_fit();
+        }
+        if let Some(refused) = refused.upgrade() {
+            if let Ok(mut map) = refused.lock() {
+                let now = Instant::now();
+                map.retain(|_, until| *until > now);
+            }
         }
     }
 }

@@ -40,12 +40,29 @@ pub enum Policy {
     Account,
     /// Chat completions and the model list, per API key.
     Ai,
+    /// Failed authentication (a presented credential refused, a failed login or refresh), per
+    /// client IP. Checked *before* any database or hashing work: an address that failed too
+    /// often is refused at once, whatever it presents; successes are not counted.
+    AuthFailure,
+    /// Login attempts per client IP across all e-mail addresses (bounds the hashing one
+    /// address can buy by rotating e-mails).
+    LoginIp,
 }
+
+/// How many policies there are.
+pub const POLICY_COUNT: usize = 7;
 
 impl Policy {
     /// Every policy.
-    pub const ALL: [Policy; 5] =
-        [Policy::Register, Policy::Login, Policy::Refresh, Policy::Account, Policy::Ai];
+    pub const ALL: [Policy; POLICY_COUNT] = [
+        Policy::Register,
+        Policy::Login,
+        Policy::Refresh,
+        Policy::Account,
+        Policy::Ai,
+        Policy::AuthFailure,
+        Policy::LoginIp,
+    ];
 
     /// The policy's name, as in the configuration and the `RateLimit` header fields.
     pub fn name(self) -> &'static str {
@@ -55,6 +72,8 @@ impl Policy {
             Policy::Refresh => "refresh",
             Policy::Account => "account",
             Policy::Ai => "ai",
+            Policy::AuthFailure => "auth_failure",
+            Policy::LoginIp => "login_ip",
         }
     }
 
@@ -65,6 +84,8 @@ impl Policy {
             Policy::Refresh => 2,
             Policy::Account => 3,
             Policy::Ai => 4,
+            Policy::AuthFailure => 5,
+            Policy::LoginIp => 6,
         }
     }
 }
@@ -204,7 +225,7 @@ pub struct RateLimiter {
 
 #[derive(Debug)]
 struct Inner {
-    policies: [PolicyQuota; 5],
+    policies: [PolicyQuota; POLICY_COUNT],
     memory: MemoryLimiter,
     redis: Option<RedisLimiter>,
 }
@@ -221,7 +242,7 @@ impl RateLimiter {
         if !config.enabled {
             return Ok(Self::disabled());
         }
-        let mut policies = [PolicyQuota { enabled: false, limit: 1, window_secs: 1 }; 5];
+        let mut policies = [PolicyQuota { enabled: false, limit: 1, window_secs: 1 }; POLICY_COUNT];
         for policy in Policy::ALL {
             let p = config.policies.get(policy);
             if p.limit == 0 || p.window_secs == 0 {
@@ -266,6 +287,23 @@ impl RateLimiter {
             }
         }
         Some(inner.memory.check(policy, quota, key))
+    }
+
+    /// Whether `key` is refused by `policy` right now, *without* counting a request: `Some`
+    /// (a refusal) while the last counted request of `key` was refused and its
+    /// `Retry-After` has not passed. `None` when allowed or the policy is off.
+    pub async fn peek_refused(&self, policy: Policy, key: &LimitKey) -> Option<Decision> {
+        let inner = self.inner.as_ref()?;
+        let quota = inner.policies[policy.index()];
+        if !quota.enabled {
+            return None;
+        }
+        if let Some(redis) = &inner.redis {
+            if let Some(refused) = redis.peek(policy, quota, key).await {
+                return refused;
+            }
+        }
+        inner.memory.peek_refused(policy, quota, key)
     }
 
     /// Whether counters are kept in Redis (`backend = "redis"` and rate limiting on).

@@ -34,6 +34,22 @@ local remaining = math.floor((window - (new_tat - now)) / interval + 0.000001)
 return {1, remaining, 0, ttl}
 ";
 
+/// The GCRA of [`GCRA`] without counting: {refused (0/1), retry_after_ms}.
+const GCRA_PEEK: &str = r"
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local interval = window / limit
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tat = tonumber(redis.call('GET', KEYS[1]) or 0) or 0
+if tat < now then tat = now end
+local new_tat = tat + interval
+if new_tat - now > window + 0.001 then
+  return {1, math.ceil(new_tat - window - now)}
+end
+return {0, 0}
+";
+
 /// Log a Redis failure at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -52,6 +68,7 @@ struct Health {
 pub(crate) struct RedisLimiter {
     manager: ConnectionManager,
     script: redis::Script,
+    peek_script: redis::Script,
     prefix: String,
     timeout: Duration,
     retry: Duration,
@@ -96,6 +113,7 @@ impl RedisLimiter {
         Ok(Self {
             manager,
             script: redis::Script::new(GCRA),
+            peek_script: redis::Script::new(GCRA_PEEK),
             prefix: config.redis_key_prefix.clone(),
             timeout,
             retry: Duration::from_secs(config.redis_retry_secs),
@@ -186,6 +204,48 @@ impl RedisLimiter {
             }
             Err(error) => {
                 self.record_failure(&error);
+                None
+            }
+        }
+    }
+
+    /// Whether `key` would be refused now, without counting: `Some(Some(refusal))` or
+    /// `Some(None)` (allowed); `None` when Redis is not available.
+    pub(crate) async fn peek(
+        &self,
+        policy: Policy,
+        p: PolicyQuota,
+        key: &LimitKey,
+    ) -> Option<Option<Decision>> {
+        if !self.should_try() {
+            return None;
+        }
+        let redis_key = format!("{}{}:{}", self.prefix, policy.name(), key.to_hex());
+        let mut conn = self.manager.clone();
+        let mut invocation = self.peek_script.key(redis_key);
+        invocation.arg(p.limit).arg(p.window_secs.saturating_mul(1000));
+        let call = invocation.invoke_async::<(i64, i64)>(&mut conn);
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok((refused, retry_after_ms))) => {
+                self.record_success();
+                let wait = Duration::from_millis(u64::try_from(retry_after_ms).unwrap_or(0));
+                let interval = Duration::from_secs(p.window_secs) / p.limit;
+                Some((refused == 1).then_some(Decision {
+                    policy,
+                    allowed: false,
+                    limit: p.limit,
+                    window_secs: p.window_secs,
+                    remaining: 0,
+                    retry_after: wait,
+                    reset_after: wait + interval * (p.limit - 1),
+                }))
+            }
+            Ok(Err(e)) => {
+                self.record_failure(&e.to_string());
+                None
+            }
+            Err(_) => {
+                self.record_failure("no answer in time");
                 None
             }
         }
