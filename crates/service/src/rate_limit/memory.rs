@@ -76,16 +76,7 @@ impl MemoryLimiter {
     ) -> Option<Decision> {
         let until = *self.refused.lock().ok()?.get(&(policy.index(), key.bytes()))?;
         let wait = until.checked_duration_since(Instant::now()).filter(|w| !w.is_zero())?;
-        let interval = Duration::from_secs(p.window_secs) / p.limit;
-        Some(Decision {
-            policy,
-            allowed: false,
-            limit: p.limit,
-            window_secs: p.window_secs,
-            remaining: 0,
-            retry_after: wait,
-            reset_after: wait + interval * (p.limit - 1),
-        })
+        Some(Decision::refused(policy, p, wait))
     }
 
     pub(crate) fn check(&self, policy: Policy, p: PolicyQuota, key: &LimitKey) -> Decision {
@@ -126,25 +117,14 @@ impl MemoryLimiter {
                 if let Ok(mut refused) = self.refused.lock() {
                     refused.insert((policy.index(), key.bytes()), Instant::now() + wait);
                 }
-                Decision {
-                    policy,
-                    allowed: false,
-                    limit: p.limit,
-                    window_secs: p.window_secs,
-                    remaining: 0,
-                    retry_after: wait,
-                    reset_after: wait + interval * (p.limit - 1),
-                }
+                Decision::refused(policy, p, wait)
             }
         }
     }
 }
 
 /// Drops idle keys every [`RETAIN_EVERY`] until the limiters are gone.
-async fn retain_recent(
-    limiters: Weak<Vec<Keyed>>,
-    refused: Weak<Refused>,
-) {
+async fn retain_recent(limiters: Weak<Vec<Keyed>>, refused: Weak<Refused>) {
     let mut tick = tokio::time::interval(RETAIN_EVERY);
     tick.tick().await;
     loop {

@@ -182,6 +182,20 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 impl Decision {
+    /// A refusal by `policy` (quota `p`) for `wait` more.
+    pub fn refused(policy: Policy, p: PolicyQuota, wait: Duration) -> Self {
+        let interval = Duration::from_secs(p.window_secs) / p.limit.max(1);
+        Self {
+            policy,
+            allowed: false,
+            limit: p.limit,
+            window_secs: p.window_secs,
+            remaining: 0,
+            retry_after: wait,
+            reset_after: wait + interval * p.limit.saturating_sub(1),
+        }
+    }
+
     /// `Retry-After` in whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
     pub fn retry_after_secs(&self) -> u64 {
         ceil_secs(self.retry_after).max(1)

@@ -229,16 +229,7 @@ impl RedisLimiter {
             Ok(Ok((refused, retry_after_ms))) => {
                 self.record_success();
                 let wait = Duration::from_millis(u64::try_from(retry_after_ms).unwrap_or(0));
-                let interval = Duration::from_secs(p.window_secs) / p.limit;
-                Some((refused == 1).then_some(Decision {
-                    policy,
-                    allowed: false,
-                    limit: p.limit,
-                    window_secs: p.window_secs,
-                    remaining: 0,
-                    retry_after: wait,
-                    reset_after: wait + interval * (p.limit - 1),
-                }))
+                Some((refused == 1).then_some(Decision::refused(policy, p, wait)))
             }
             Ok(Err(e)) => {
                 self.record_failure(&e.to_string());
