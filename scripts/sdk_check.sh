@@ -34,7 +34,7 @@ name = "fake"
 kind = "openai"
 base_url = "http://127.0.0.1:$up_port"
 api_key = "sk-provider-secret"
-models = ["fake-model"]
+models = ["fake-model", "fake-bad-request"]
 TOML
 "$bin" --config "$work/aigw.toml" >"$work/aigw.log" 2>&1 &
 pid=$!
@@ -53,10 +53,11 @@ token=$(curl -sf "$base/api/v1/auth/register" -H 'content-type: application/json
   -d '{"email":"sdk@example.com","password":"a long sdk passphrase"}' | json '["data"]["token"]')
 key=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" \
   -H 'content-type: application/json' -d '{"name":"sdk","permissions":["ai_gateway"]}' | json '["data"]["key"]')
-out=$(AIGW_BASE_URL="$base/api/v1/ai" AIGW_API_KEY="$key" \
+out=$(AIGW_BASE_URL="$base/api/v1/ai" AIGW_API_KEY="$key" AIGW_REJECT_MODEL=fake-bad-request \
   .venv-sdk/bin/python docs/examples/openai_sdk_check.py echo fake-model)
 printf '%s\n' "$out"
 grep -q "\[echo\] streaming: 'hello from the OpenAI SDK'" <<<"$out"
 grep -q "\[fake-model\] plain:     'fake-upstream says hi (auth: Bearer sk-provider-secret)'" <<<"$out"
+grep -q "upstream 400: BadRequestError status=400 code='upstream_rejected'" <<<"$out"
 grep -q '^OK$' <<<"$out"
 log "OpenAI SDK: echo and upstream, plain and streaming: OK"

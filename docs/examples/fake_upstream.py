@@ -38,6 +38,10 @@ class Handler(BaseHTTPRequestHandler):
         model = req.get("model", "")
         if model == "fake-fail":
             return self._send(500, {"error": {"message": "fake upstream failure", "type": "server_error"}})
+        if model == "fake-bad-request":
+            return self._send(400, {"error": {"message": "This model's maximum context length is 8192 tokens",
+                                              "type": "invalid_request_error", "param": "messages",
+                                              "code": "context_length_exceeded"}})
         if model == "fake-slow":
             time.sleep(30)
         text = "fake-upstream says hi (auth: %s)" % self.headers.get("Authorization", "none")

@@ -35,4 +35,14 @@ try:
     sys.exit("expected an error for an unknown model")
 except openai.NotFoundError as e:
     print(f"unknown model: {type(e).__name__} status={e.status_code} code={e.code!r} message={e.message!r}")
+rejecting = os.environ.get("AIGW_REJECT_MODEL")
+if rejecting:
+    # An upstream 400 must reach the SDK as a 400 (BadRequestError, never retried), with the
+    # upstream's message.
+    try:
+        client.chat.completions.create(model=rejecting, messages=[{"role": "user", "content": "x"}])
+        sys.exit("expected the upstream's 400")
+    except openai.BadRequestError as e:
+        print(f"upstream 400: {type(e).__name__} status={e.status_code} code={e.code!r} message={e.message!r}")
+        assert "maximum context length" in str(e.message), e.message
 print("OK")

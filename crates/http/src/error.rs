@@ -32,12 +32,14 @@ pub struct ApiError {
     details: Value,
     /// Extra response headers (`WWW-Authenticate`, `Allow`, `Retry-After`).
     headers: Vec<(header::HeaderName, String)>,
+    /// The status when it is not the code's own (`upstream_rejected` carries the upstream's).
+    status: Option<StatusCode>,
 }
 
 impl ApiError {
     /// An error with `code`, `message` and `details`.
     pub fn new(code: ErrorCode, message: impl Into<String>, details: Value) -> Self {
-        Self { code, message: message.into(), details, headers: Vec::new() }
+        Self { code, message: message.into(), details, headers: Vec::new(), status: None }
     }
 
     /// 400 `invalid_request` for `field` with `issue`.
@@ -162,6 +164,29 @@ impl From<ServiceError> for ApiError {
                     json!({"provider": provider}),
                 )
             }
+            ServiceError::UpstreamRejected(rejection) => {
+                let aigw_service::error::UpstreamRejection {
+                    provider,
+                    status,
+                    message,
+                    kind,
+                    code,
+                    param,
+                    retry_after_secs,
+                } = *rejection;
+                tracing::info!(request_id = %current_request_id(), %provider, status, "upstream refused the request");
+                let mut err = Self::new(
+                    ErrorCode::UpstreamRejected,
+                    message,
+                    json!({"provider": provider, "upstream_status": status,
+                           "type": kind, "code": code, "param": param}),
+                );
+                err.status = StatusCode::from_u16(status).ok().filter(|s| s.is_client_error());
+                if let Some(secs) = retry_after_secs {
+                    err.headers.push((header::RETRY_AFTER, secs.max(1).to_string()));
+                }
+                err
+            }
             ServiceError::UpstreamTimeout { provider } => {
                 tracing::warn!(request_id = %current_request_id(), %provider, "upstream timed out");
                 Self::new(
@@ -220,7 +245,10 @@ impl From<ServiceError> for ApiError {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        self.status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        })
     }
 
     fn error_response(&self) -> HttpResponse {

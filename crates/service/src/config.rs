@@ -100,11 +100,23 @@ pub struct GatewayConfig {
     /// Seconds to wait for a whole non-streaming answer, or between two chunks of a stream
     /// (default 300).
     pub upstream_timeout_secs: u64,
+    /// Largest upstream answer read, in bytes (default 16 MiB): a larger JSON answer is 502
+    /// `upstream_error`; a stream is cut there.
+    pub max_response_bytes: usize,
+    /// HTTP(S) proxy for upstream calls (`http://user:pass@proxy:3128`). Default: none, and the
+    /// `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` environment variables are ignored.
+    pub proxy_url: Option<SecretString>,
 }
 
 impl Default for GatewayConfig {
     fn default() -> Self {
-        Self { echo_model: true, connect_timeout_secs: 10, upstream_timeout_secs: 300 }
+        Self {
+            echo_model: true,
+            connect_timeout_secs: 10,
+            upstream_timeout_secs: 300,
+            max_response_bytes: 16 * 1024 * 1024,
+            proxy_url: None,
+        }
     }
 }
 

@@ -49,6 +49,10 @@ pub enum ServiceError {
         /// What went wrong (logged, not sent).
         reason: String,
     },
+    /// The upstream refused the request with a 4xx other than 401/403 (its own
+    /// misconfiguration): `upstream_rejected` with the upstream's status and error message.
+    #[error("upstream {} refused the request with {}", .0.provider, .0.status)]
+    UpstreamRejected(Box<UpstreamRejection>),
     /// 504 `upstream_timeout`.
     #[error("upstream {provider} timed out")]
     UpstreamTimeout {
@@ -95,6 +99,25 @@ pub enum ServiceError {
     /// 500 `internal_error`. The text is for logs only.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// What an upstream said when it refused a request (see [`ServiceError::UpstreamRejected`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamRejection {
+    /// Provider name from configuration.
+    pub provider: String,
+    /// The upstream's status (4xx).
+    pub status: u16,
+    /// The upstream's `error.message`, with the provider's own key blanked out.
+    pub message: String,
+    /// The upstream's `error.type`, when given.
+    pub kind: Option<String>,
+    /// The upstream's `error.code`, when given.
+    pub code: Option<String>,
+    /// The upstream's `error.param`, when given.
+    pub param: Option<String>,
+    /// The upstream's `Retry-After` (429), in seconds.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ServiceError {

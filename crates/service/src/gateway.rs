@@ -6,14 +6,21 @@
 //!   provider's own key; the caller's API key never leaves the gateway.
 //! - A 2xx upstream answer is returned unchanged: JSON as JSON, and with `"stream": true`
 //!   server-sent events passed through chunk by chunk as the upstream sends them.
-//! - Upstream unreachable or answering non-2xx: 502 `upstream_error`; no answer in time:
-//!   504 `upstream_timeout`.
+//! - Upstream answers other than 2xx (issue 10, SECURITY.md 33): a 4xx is passed to the
+//!   caller as [`ServiceError::UpstreamRejected`] with the upstream's status and error message
+//!   (so OpenAI SDKs raise the matching error and do not retry a 400), a 429 with the
+//!   upstream's `Retry-After`; 401, 403 and 407 mean the gateway's own credentials or proxy
+//!   are wrong and become 502 `upstream_error`, as do 3xx (redirects are never followed) and
+//!   5xx. Unreachable: 502; no answer in time: 504 `upstream_timeout`.
+//! - Answers are read up to `gateway.max_response_bytes`; a larger one is 502 (a stream is
+//!   cut there). Upstream calls use no proxy unless `gateway.proxy_url` is set: the
+//!   `*_PROXY` environment variables are ignored.
 //! - The built-in `echo` model answers with the last user message, offline, in the same
 //!   OpenAI shapes (JSON and SSE).
 
 use crate::auth::Principal;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
-use crate::error::ServiceError;
+use crate::error::{ServiceError, UpstreamRejection};
 use aigw_domain::access::Operation;
 use aigw_domain::FieldError;
 use bytes::Bytes;
@@ -72,6 +79,7 @@ pub struct Gateway {
     routes: Arc<BTreeMap<String, Arc<Provider>>>,
     client: reqwest::Client,
     timeout: Duration,
+    max_response_bytes: usize,
 }
 
 /// What a validated chat request asks for.
@@ -122,15 +130,24 @@ impl Gateway {
                 }
             }
         }
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(config.connect_timeout_secs.max(1)))
             .user_agent(concat!("aigw/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
+            .redirect(reqwest::redirect::Policy::none());
+        client = match &config.proxy_url {
+            Some(url) => client.proxy(
+                reqwest::Proxy::all(url.expose_secret())
+                    .map_err(|e| ServiceError::Internal(format!("gateway.proxy_url: {e}")))?,
+            ),
+            None => client.no_proxy(),
+        };
+        let client =
+            client.build().map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
         Ok(Self {
             routes: Arc::new(routes),
             client,
             timeout: Duration::from_secs(config.upstream_timeout_secs.max(1)),
+            max_response_bytes: config.max_response_bytes.max(1),
         })
     }
 
@@ -200,14 +217,25 @@ impl Gateway {
             .to_owned();
         if status.is_success() && stream && content_type.starts_with("text/event-stream") {
             let idle = self.timeout;
+            let cap = self.max_response_bytes;
             let provider_name = provider.name.clone();
-            let chunks = stream::unfold(Some(response.bytes_stream()), move |state| {
+            let chunks = stream::unfold(Some((response.bytes_stream(), 0usize)), move |state| {
                 let provider_name = provider_name.clone();
                 async move {
-                    let mut upstream = state?;
+                    let (mut upstream, seen) = state?;
                     match tokio::time::timeout(idle, upstream.next()).await {
                         Ok(None) => None,
-                        Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(upstream))),
+                        Ok(Some(Ok(chunk))) if seen + chunk.len() > cap => Some((
+                            Err(ServiceError::Upstream {
+                                provider: provider_name,
+                                reason: format!("stream longer than {cap} bytes; cut"),
+                            }),
+                            None,
+                        )),
+                        Ok(Some(Ok(chunk))) => {
+                            let seen = seen + chunk.len();
+                            Some((Ok(chunk), Some((upstream, seen))))
+                        }
                         Ok(Some(Err(e))) => Some((
                             Err(ServiceError::Upstream {
                                 provider: provider_name,
@@ -228,19 +256,72 @@ impl Gateway {
                 body: chunks.boxed(),
             });
         }
-        let bytes = match tokio::time::timeout(self.timeout, response.bytes()).await {
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let cap = self.max_response_bytes;
+        let read = async {
+            let mut body = bytes::BytesMut::new();
+            let mut chunks = response.bytes_stream();
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk.map_err(|e| failed(format!("reading the answer failed: {e}")))?;
+                if body.len() + chunk.len() > cap {
+                    return Err(failed(format!("answer larger than {cap} bytes")));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body.freeze())
+        };
+        let bytes = match tokio::time::timeout(self.timeout, read).await {
             Err(_) => return Err(timed_out()),
-            Ok(Err(e)) => return Err(failed(format!("reading the answer failed: {e}"))),
-            Ok(Ok(b)) => b,
+            Ok(result) => result?,
         };
         if status.is_success() {
             return Ok(ChatReply::Json { status: status.as_u16(), body: bytes });
         }
-        let upstream_message = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|v| v.pointer("/error/message").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_default();
-        Err(failed(format!("upstream answered {status}: {upstream_message}")))
+        let error = serde_json::from_slice::<Value>(&bytes).ok();
+        let field = |name: &str| {
+            error.as_ref().and_then(|v| v.pointer(&format!("/error/{name}"))).and_then(
+                |v| match v {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                },
+            )
+        };
+        let message = field("message").unwrap_or_default();
+        match status.as_u16() {
+            // The gateway's own key, account or proxy is wrong: the caller can do nothing.
+            401 | 403 | 407 => Err(failed(format!("upstream answered {status}: {message}"))),
+            code @ 400..=499 => {
+                // Never pass the provider's own key on, should the upstream quote it.
+                let scrub = |s: String| match &provider.api_key {
+                    Some(k) if !k.expose_secret().is_empty() => s.replace(k.expose_secret(), "***"),
+                    _ => s,
+                };
+                let message: String = scrub(message).chars().take(2000).collect();
+                Err(ServiceError::UpstreamRejected(Box::new(UpstreamRejection {
+                    provider: provider.name.clone(),
+                    status: code,
+                    message: if message.is_empty() {
+                        format!("the upstream provider answered {status}")
+                    } else {
+                        message
+                    },
+                    kind: field("type").map(scrub),
+                    code: field("code").map(scrub),
+                    param: field("param").map(scrub),
+                    retry_after_secs: if code == 429 {
+                        Some(retry_after.unwrap_or(1))
+                    } else {
+                        None
+                    },
+                })))
+            }
+            _ => Err(failed(format!("upstream answered {status}: {message}"))),
+        }
     }
 }
 

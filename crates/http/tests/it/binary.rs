@@ -7,13 +7,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const BIN: &str = env!("CARGO_BIN_EXE_aigw");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_aigw");
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn write_config(dir: &Path, port: u16, upstream: u16) -> std::path::PathBuf {
+pub(crate) fn write_config(dir: &Path, port: u16, upstream: u16) -> std::path::PathBuf {
     let path = dir.join("aigw.toml");
     std::fs::write(
         &path,
@@ -69,7 +69,7 @@ async fn slow_upstream(delay: Duration) -> (u16, tokio::sync::oneshot::Receiver<
     (port, rx)
 }
 
-async fn wait_until_healthy(client: &reqwest::Client, base: &str) {
+pub(crate) async fn wait_until_healthy(client: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(r) = client.get(format!("{base}/healthz")).send().await {

@@ -27,3 +27,4 @@ mod rate_limit_contract;
 mod sessions;
 mod slow_clients;
 mod unauthenticated;
+mod upstream_errors;

@@ -3,6 +3,9 @@
 //! `POST /chat/completions` behaves by the `model` of the request body:
 //! - `up-500`: answers 500 with an OpenAI-style error body;
 //! - `up-hang`: reads the request and never answers;
+//! - `up-400`, `up-401`, `up-403`, `up-429` (with `Retry-After: 7`): OpenAI-style errors (the
+//!   400 and 401 quote the `Authorization` they received, as careless upstreams do);
+//! - `up-302`: a redirect; `up-huge`: a 2 MiB JSON answer;
 //! - `up-gated`: streams one SSE event, then waits until [`FakeUpstream::release`] is called,
 //!   then sends the rest (proves the gateway passes chunks through as they come);
 //! - anything else: answers [`UPSTREAM_JSON`] verbatim, or with `"stream": true` the events of
@@ -175,6 +178,34 @@ async fn handle(
             "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{msg}",
             msg.len()
         );
+        stream.write_all(response.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
+    let bearer = recorded
+        .lock()
+        .unwrap()
+        .last()
+        .and_then(|r| r.headers.get("authorization").cloned())
+        .unwrap_or_default();
+    let canned = |status: &str, extra: &str, body: String| {
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let canned = match model.as_str() {
+        "up-400" => Some(canned("400 Bad Request", "", serde_json::json!({"error": {
+            "message": format!("This model's maximum context length is 8192 tokens ({bearer})"),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).to_string())),
+        "up-401" => Some(canned("401 Unauthorized", "", serde_json::json!({"error": {
+            "message": format!("Incorrect API key provided: {bearer}"), "code": "invalid_api_key"}}).to_string())),
+        "up-403" => Some(canned("403 Forbidden", "", "{\"error\":{\"message\":\"region not allowed\"}}".to_owned())),
+        "up-429" => Some(canned("429 Too Many Requests", "Retry-After: 7\r\n", "{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}".to_owned())),
+        "up-302" => Some(canned("302 Found", "Location: /elsewhere\r\n", "{}".to_owned())),
+        "up-huge" => Some(canned("200 OK", "", format!("{{\"pad\":\"{}\"}}", "x".repeat(2 * 1024 * 1024)))),
+        _ => None,
+    };
+    if let Some(response) = canned {
         stream.write_all(response.as_bytes()).await?;
         return stream.shutdown().await;
     }
