@@ -321,26 +321,71 @@ pub struct DeletedData {
     pub deleted: bool,
 }
 
-/// One chat message (OpenAI shape; other fields are passed through).
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
+/// Who wrote a chat message (OpenAI's roles).
+#[derive(Debug, ToSchema)]
+#[schema(as = ChatRole)]
+#[allow(non_camel_case_types, dead_code)]
+pub enum ChatRole {
+    /// Instructions from the application (older models).
+    system,
+    /// Instructions from the application (newer models).
+    developer,
+    /// The end user.
+    user,
+    /// The model.
+    assistant,
+    /// A tool's result.
+    tool,
+}
+
+/// One part of a message's content: `{"type": "text", "text": "…"}`, `{"type": "image_url",
+/// "image_url": {…}}`, … (other fields are passed through).
+#[derive(Debug, Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ChatContentPart {
+    /// The part's kind: `text`, `image_url`, `input_audio`, `file`, `refusal`, …
+    #[schema(example = "text")]
+    pub r#type: String,
+    /// The text of a `text` part.
+    pub text: Option<String>,
+}
+
+/// A message's content: a string, or an array of content parts.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ChatContent {
+    /// Plain text.
+    Text(String),
+    /// Content parts, in order.
+    Parts(Vec<ChatContentPart>),
+}
+
+/// One chat message (OpenAI shape; other fields such as `name`, `tool_calls` and
+/// `tool_call_id` are passed through).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, `tool`, …
-    pub role: String,
-    /// Text, or an array of content parts.
-    #[schema(value_type = Object)]
-    pub content: serde_json::Value,
+    /// `system`, `developer`, `user`, `assistant` or `tool`.
+    pub role: ChatRole,
+    /// Text, or an array of content parts; may be null or absent (an assistant message with
+    /// `tool_calls`).
+    #[schema(nullable)]
+    pub content: Option<ChatContent>,
 }
 
 /// `POST /ai/chat/completions` body (OpenAI-compatible; every other field is forwarded
 /// unchanged).
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
 pub struct ChatCompletionRequest {
     /// A model name from configuration, or `echo`.
-    #[schema(example = "echo")]
+    #[schema(example = "echo", min_length = 1)]
     pub model: String,
-    /// The conversation.
+    /// The conversation, at least one message.
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessage>,
-    /// Answer as server-sent events.
+    /// Answer as server-sent events (`text/event-stream`).
     pub stream: Option<bool>,
 }
 

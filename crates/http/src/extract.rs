@@ -187,6 +187,8 @@ impl<T: DeserializeOwned + Default + 'static> FromRequest for OptionalJsonBody<T
         Box::pin(async move {
             match body.await? {
                 None => Ok(OptionalJsonBody(T::default())),
+                // JSON `null` says "no body" too (the OpenAPI description marks it optional).
+                Some(bytes) if bytes.trim_ascii() == b"null" => Ok(OptionalJsonBody(T::default())),
                 Some(bytes) => Ok(OptionalJsonBody(parse_json(&bytes)?)),
             }
         })

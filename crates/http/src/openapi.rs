@@ -21,7 +21,8 @@ use utoipa::{Modify, OpenApi};
         dto::RefreshRequest, dto::LogoutRequest, dto::PermissionName, dto::LogoutScopeDto, dto::CreateApiKeyRequest,
         dto::UserDto, dto::TokenSetDto, dto::RegisterData, dto::MeData, dto::LogoutData,
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
-        dto::ChatCompletionRequest, dto::ChatMessage, dto::ModelList, dto::ModelDto
+        dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
+        dto::ChatContentPart, dto::ModelList, dto::ModelDto
     )),
     modifiers(&SecuritySchemes),
     tags(

@@ -31,6 +31,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The message roles OpenAI's chat completions know.
+pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
 /// Name of the built-in model.
 pub const ECHO_MODEL: &str = "echo";
 
@@ -330,14 +333,16 @@ impl Gateway {
 /// # Errors
 /// [`FieldError`] on `body` (not an object), `model` (missing, not a non-empty string),
 /// `messages` (missing, not a non-empty array), `messages[i]` (not an object),
-/// `messages[i].role` (missing, not a string), `messages[i].content` (not a string, array or
-/// null) or `stream` (not a boolean).
+/// `messages[i].role` (missing, or not one of [`ROLES`]), `messages[i].content` (not a
+/// string, an array of content parts or null), `messages[i].content[j]` (not an object with
+/// a string `type`, or a `text` that is not a string) or `stream` (not a boolean), exactly
+/// as the OpenAPI description's `ChatCompletionRequest` says.
 pub fn validate_chat_request(body: &Value) -> Result<ChatRequestSummary, FieldError> {
     let object =
         body.as_object().ok_or_else(|| FieldError::new("body", "must be a JSON object"))?;
     let model = match object.get("model") {
         None | Some(Value::Null) => return Err(FieldError::new("model", "is required")),
-        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(_) => return Err(FieldError::new("model", "must be a non-empty string")),
     };
     let messages = match object.get("messages") {
@@ -350,20 +355,40 @@ pub fn validate_chat_request(body: &Value) -> Result<ChatRequestSummary, FieldEr
             .as_object()
             .ok_or_else(|| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
         match m.get("role") {
-            Some(Value::String(_)) => {}
+            Some(Value::String(role)) if ROLES.contains(&role.as_str()) => {}
             None => return Err(FieldError::new(format!("messages[{i}].role"), "is required")),
             Some(_) => {
-                return Err(FieldError::new(format!("messages[{i}].role"), "must be a string"))
-            }
-        }
-        match m.get("content") {
-            None | Some(Value::String(_) | Value::Array(_) | Value::Null) => {}
-            Some(_) => {
                 return Err(FieldError::new(
-                    format!("messages[{i}].content"),
-                    "must be a string or an array of content parts",
+                    format!("messages[{i}].role"),
+                    "must be one of system, developer, user, assistant, tool",
                 ))
             }
+        }
+        let content_error = || {
+            FieldError::new(
+                format!("messages[{i}].content"),
+                "must be a string or an array of content parts",
+            )
+        };
+        match m.get("content") {
+            None | Some(Value::String(_) | Value::Null) => {}
+            Some(Value::Array(parts)) => {
+                for (j, part) in parts.iter().enumerate() {
+                    let field = |name: &str| format!("messages[{i}].content[{j}]{name}");
+                    let part = part.as_object().ok_or_else(|| {
+                        FieldError::new(field(""), "must be a content part object")
+                    })?;
+                    match part.get("type") {
+                        Some(Value::String(_)) => {}
+                        None => return Err(FieldError::new(field(".type"), "is required")),
+                        Some(_) => return Err(FieldError::new(field(".type"), "must be a string")),
+                    }
+                    if !matches!(part.get("text"), None | Some(Value::String(_) | Value::Null)) {
+                        return Err(FieldError::new(field(".text"), "must be a string"));
+                    }
+                }
+            }
+            Some(_) => return Err(content_error()),
         }
     }
     let stream = match object.get("stream") {
@@ -475,6 +500,27 @@ mod tests {
             &json!({"model": "echo", "messages": [{"role": "user", "content": "x"}]})
         )
         .is_ok());
+        let message = |m: Value| field(json!({"model": "echo", "messages": [m]}));
+        assert_eq!(message(json!({"role": "", "content": "x"})), Some("messages[0].role".into()));
+        assert_eq!(
+            message(json!({"role": "root", "content": "x"})),
+            Some("messages[0].role".into())
+        );
+        assert_eq!(
+            message(json!({"role": "user", "content": [null, null]})),
+            Some("messages[0].content[0]".into())
+        );
+        assert_eq!(
+            message(json!({"role": "user", "content": [{"text": "x"}]})),
+            Some("messages[0].content[0].type".into())
+        );
+        for role in ROLES {
+            assert_eq!(
+                message(json!({"role": role, "content": [{"type": "text", "text": "x"}]})),
+                None
+            );
+        }
+        assert_eq!(message(json!({"role": "assistant", "content": null, "tool_calls": []})), None);
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub async fn refresh(
 }
 
 /// End the current session (default), every session (`global`) or all others (`others`).
-#[utoipa::path(post, path = "/api/v1/auth/logout", tag = "auth", request_body(content = LogoutRequest, description = "Optional"),
+#[utoipa::path(post, path = "/api/v1/auth/logout", tag = "auth", request_body(content = Option<LogoutRequest>, description = "Optional: no body at all ends the current session"),
     security(("access_token" = [])),
     responses(
         (status = 200, body = Envelope<LogoutData>),

@@ -17,11 +17,17 @@ use futures_util::StreamExt;
 #[utoipa::path(post, path = "/api/v1/ai/chat/completions", tag = "ai", request_body = ChatCompletionRequest,
     security(("api_key" = [])),
     responses(
-        (status = 200, description = "The provider's chat completion, unchanged (JSON, or text/event-stream when streaming)", body = Object),
+        (status = 200, description = "The provider's chat completion, unchanged: a `chat.completion` object, or with `\"stream\": true` server-sent events of `chat.completion.chunk` objects ending in `data: [DONE]`",
+            content(
+                (Object = "application/json"),
+                (String = "text/event-stream")
+            )),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Access token, or key without ai_gateway", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         BodyErrors,
+        (status = 409, description = "The upstream refused the request (upstream_rejected, the upstream's status)", body = ErrorEnvelope),
+        (status = 422, description = "The upstream refused the request (upstream_rejected, the upstream's status)", body = ErrorEnvelope),
         (status = 502, body = ErrorEnvelope), (status = 504, body = ErrorEnvelope),
         ServerErrors))]
 pub async fn completions(

@@ -21,6 +21,7 @@ mod http_semantics;
 mod idempotency;
 mod jwt;
 mod limits;
+mod openapi_contract;
 mod outage;
 mod permissions;
 mod rate_limit_contract;

@@ -1,0 +1,67 @@
+//! The OpenAPI description says what clients need (issue 10): the chat request as OpenAI
+//! describes it (content a string or an array of content parts, at least one message, the
+//! five roles), both answer media types, logout's optional body; and the server refuses
+//! exactly what the description refuses.
+
+use crate::common;
+
+use common::*;
+use serde_json::{json, Value};
+
+backend_tests!(chat_request_is_described_as_openai_does, the_validator_agrees_with_the_schema);
+
+async fn chat_request_is_described_as_openai_does(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let doc = app.get("/api/v1/openapi.json", Auth::None).await.json();
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["ChatRole"]["enum"],
+        json!(["system", "developer", "user", "assistant", "tool"])
+    );
+    let request = &schemas["ChatCompletionRequest"];
+    assert_eq!(request["properties"]["messages"]["minItems"], json!(1));
+    let content = schemas["ChatContent"]["oneOf"].as_array().unwrap();
+    let kinds: Vec<&Value> = content.iter().map(|c| &c["type"]).collect();
+    assert_eq!(kinds, vec![&json!("string"), &json!("array")]);
+    assert_eq!(schemas["ChatContentPart"]["required"], json!(["type"]));
+    let chat = &doc["paths"]["/api/v1/ai/chat/completions"]["post"];
+    let media = chat["responses"]["200"]["content"].as_object().unwrap();
+    assert!(media.contains_key("application/json") && media.contains_key("text/event-stream"));
+    let logout = &doc["paths"]["/api/v1/auth/logout"]["post"]["requestBody"];
+    assert_ne!(logout["required"], json!(true), "{logout}");
+    let create = &doc["paths"]["/api/v1/auth/api-keys"]["post"];
+    let params = create["parameters"].as_array().unwrap();
+    assert!(params
+        .iter()
+        .any(|p| p["name"] == json!("Idempotency-Key") && p["in"] == json!("header")));
+}
+
+async fn the_validator_agrees_with_the_schema(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("schema").await;
+    let key = app.key(&user.token, &["ai_gateway"]).await;
+    let chat = |m: Value| json!({"model": "echo", "messages": [m]});
+    for (message, field) in [
+        (json!({"role": "", "content": "x"}), "messages[0].role"),
+        (json!({"role": "root", "content": "x"}), "messages[0].role"),
+        (json!({"role": "user", "content": [null, null]}), "messages[0].content[0]"),
+        (json!({"role": "user", "content": [{"text": "x"}]}), "messages[0].content[0].type"),
+        (json!({"role": "user", "content": 5}), "messages[0].content"),
+    ] {
+        app.chat(Auth::Bearer(&key), &chat(message)).await.invalid(field);
+    }
+    app.chat(Auth::Bearer(&key), &json!({"model": "echo", "messages": []}))
+        .await
+        .invalid("messages");
+    for role in ["system", "developer", "user", "assistant", "tool"] {
+        let reply = app
+            .chat(
+                Auth::Bearer(&key),
+                &chat(json!({"role": role, "content": [{"type": "text", "text": "hi"}]})),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{role}: {}", reply.text);
+    }
+    // Logout with no body, and with a JSON null body, ends the current session.
+    app.logout(&user.token, Some(&Value::Null)).await.data(200);
+}
