@@ -2,26 +2,51 @@
 # Property-based fuzzing of the HTTP API from its own OpenAPI description (schemathesis), to
 # find 5xx answers, crashes and answers that break the documented schema (SECURITY.md 27).
 #
-#   scripts/fuzz_api.sh [max-examples per operation (default 100)]
+#   scripts/fuzz_api.sh [max-examples per operation (default 25)]
+#   AIGW_BIN=target/debug/aigw scripts/fuzz_api.sh   # use an already built binary
 #
-# Installs schemathesis into .venv-fuzz (PyPI), builds and starts the release binary on a free
-# port with a fresh SQLite database (rate limits off), registers a user, then runs every check
-# once with an access token and once with an API key. Loopback only; stops by itself.
-# Known, deliberate "schema-valid request rejected" findings: a duplicate e-mail at register
-# (400, as the contract requires) and control characters in a name (refused by rule).
+# Installs schemathesis into .venv-fuzz (PyPI), starts the binary (release, built here, unless
+# AIGW_BIN names one) on a free port with a fresh SQLite database (rate limits off), registers
+# a user, then runs every check (`--checks all`) in every phase (examples, coverage, fuzzing,
+# stateful) once with an access token and once with an API key. Loopback only; stops by
+# itself; about two minutes with the default number of examples. `scripts/test.sh` runs it, so
+# CI does. When PyPI cannot be reached the run is skipped with a notice (exit 0).
+#
+# Deliberate exceptions, each with its reason, are in scripts/fuzz_api.toml (rule-based 400s
+# the schema cannot state, the draft's 422 for a reused Idempotency-Key). Logout is excluded
+# because it ends the very session the run authenticates with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-examples=${1:-100}
-python3 -m venv .venv-fuzz >/dev/null 2>&1 || true
-.venv-fuzz/bin/pip install -q schemathesis
+examples=${1:-25}
+# CPython 3.11 breaks inside hypothesis ("AST constructor recursion depth mismatch", a CPython
+# bug fixed in later versions): prefer a newer interpreter when there is one.
+python=python3
+for candidate in python3.13 python3.12 "$HOME"/.pyenv/versions/3.13*/bin/python3 "$HOME"/.pyenv/versions/3.12*/bin/python3; do
+  if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then
+    python=$candidate
+    break
+  fi
+done
+# A venv made by an older interpreter is replaced.
+if [ -x .venv-fuzz/bin/python ] && ! .venv-fuzz/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+  && [ "$python" != python3 ]; then
+  rm -rf .venv-fuzz
+fi
+if ! "$python" -m venv .venv-fuzz >/dev/null 2>&1 || ! .venv-fuzz/bin/pip install -q schemathesis >/dev/null 2>&1; then
+  echo "[fuzz_api] SKIPPED: could not install schemathesis from PyPI" >&2
+  exit 0
+fi
 # shellcheck source=lib/serve.sh
 . scripts/lib/serve.sh
 trap serve_stop EXIT
-serve_start '["ai_gateway","read","write"]'
+# The key cannot revoke or delete itself (no `write`), and goes first: the access-token pass
+# may delete it (the stateful phase deletes the keys it lists).
+serve_start '["ai_gateway","read"]'
 status=0
-for credential in "Bearer $token" "$key"; do
-  .venv-fuzz/bin/st run "$base/api/v1/openapi.json" --url "$base" -H "Authorization: $credential" \
-    --checks all --max-examples "$examples" --workers 2 --exclude-path /api/v1/auth/logout || status=1
+for credential in "$key" "Bearer $token"; do
+  .venv-fuzz/bin/st --config-file scripts/fuzz_api.toml run "$base/api/v1/openapi.json" \
+    --url "$base" -H "Authorization: $credential" --checks all --max-examples "$examples" \
+    --workers 2 --exclude-path /api/v1/auth/logout || status=1
 done
 if grep -qiE 'panicked|internal error' "$work/server.log"; then
   echo "server log shows panics or internal errors:" >&2

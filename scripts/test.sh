@@ -114,6 +114,11 @@ elif ci; then
 else
   log "!!! python3 not found: the OpenAI SDK check was SKIPPED !!!"
 fi
+# schemathesis over the OpenAPI description against the same binary (SECURITY.md 27): every
+# check, every phase; skipped with a notice when PyPI is out of reach.
+if command -v python3 >/dev/null 2>&1; then
+  AIGW_BIN=target/debug/aigw scripts/fuzz_api.sh
+fi
 if [ ${#skip_args[@]} -gt 0 ]; then
   log "REMINDER: the PostgreSQL tests were SKIPPED (no PostgreSQL found)."
 fi

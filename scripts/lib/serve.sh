@@ -1,17 +1,22 @@
-# Sourced by scripts/bench.sh and scripts/fuzz_api.sh: starts the release binary on a free
-# loopback port with a fresh SQLite database in a temporary folder (rate limits off), waits
+# Sourced by scripts/bench.sh and scripts/fuzz_api.sh: starts the release binary (or $AIGW_BIN
+# when set, e.g. the debug binary the tests just built) on a free loopback port with a fresh SQLite database in a temporary folder (rate limits off), waits
 # until it answers, registers a user and creates an API key. Sets: work, pid, base, token, key.
 # The caller's EXIT trap must call `serve_stop`.
 # shellcheck shell=bash
 
 serve_start() { # permissions JSON array for the API key, e.g. '["ai_gateway","read"]'
   local permissions=$1
-  cargo build --release --quiet
+  local bin=${AIGW_BIN:-}
+  if [ -z "$bin" ]; then
+    cargo build --release --quiet
+    bin=target/release/aigw
+  fi
+  case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
   work=$(mktemp -d)
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   (cd "$work" && AIGW__SERVER__LISTEN="127.0.0.1:$port" AIGW__LOG__LEVEL=warn \
-    AIGW__RATE_LIMIT__ENABLED=false exec "$OLDPWD/target/release/aigw" >"$work/server.log" 2>&1) &
+    AIGW__RATE_LIMIT__ENABLED=false exec "$bin" >"$work/server.log" 2>&1) &
   pid=$!
   base="http://127.0.0.1:$port"
   for _ in $(seq 100); do curl -sf "$base/healthz" >/dev/null && break; sleep 0.1; done

@@ -17,13 +17,23 @@ use crate::refresh_token::REFRESH_TOKEN_PREFIX;
 /// before any parsing (a JWT of ours is well under 1 KiB).
 pub const MAX_AUTHORIZATION_LEN: usize = 4096;
 
-/// A credential found in an `Authorization` header, classified by its shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A credential found in an `Authorization` header, classified by its shape. `Debug` never
+/// prints the credential.
+#[derive(Clone, PartialEq, Eq)]
 pub enum PresentedCredential {
     /// A compact JWS (`header.payload.signature`), to be verified as an access token.
     AccessToken(String),
     /// An API key whose prefix, length and checksum are already verified.
     ApiKey(ApiKeySecret),
+}
+
+impl std::fmt::Debug for PresentedCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PresentedCredential::AccessToken(_) => f.write_str("AccessToken(***)"),
+            PresentedCredential::ApiKey(key) => write!(f, "ApiKey({key:?})"),
+        }
+    }
 }
 
 /// Why an `Authorization` header holds no usable credential. Each is a 401 `unauthorized`;
@@ -153,5 +163,41 @@ mod tests {
         fn never_panics_on_bearer_values(s in "(?i:bearer) {0,3}\\PC{0,120}") {
             let _ = PresentedCredential::from_authorization(Some(&s));
         }
+    }
+}
+
+/// No `Debug` of a credential prints the secret (issue 10).
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod debug_redaction {
+    use super::*;
+    use crate::{ApiKeySecret, RefreshTokenSecret};
+    use rand_core::OsRng;
+
+    #[test]
+    fn presented_access_token() {
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbm4ifQ.c2lnbmF0dXJlLXNlY3JldA";
+        let presented = PresentedCredential::from_authorization(Some(&format!("Bearer {jwt}")));
+        let shown = format!("{presented:?}");
+        assert!(shown.contains("AccessToken") && !shown.contains("c2lnbmF0dXJl"), "{shown}");
+    }
+
+    #[test]
+    fn presented_api_key_and_api_key_secret() {
+        let key = ApiKeySecret::generate(&mut OsRng);
+        let secret = key.expose().to_owned();
+        for shown in [
+            format!("{key:?}"),
+            format!("{:?}", PresentedCredential::from_authorization(Some(&secret))),
+        ] {
+            assert!(!shown.contains(&secret[12..]), "{shown}");
+        }
+    }
+
+    #[test]
+    fn refresh_token_secret() {
+        let token = RefreshTokenSecret::generate(&mut OsRng);
+        let shown = format!("{token:?}");
+        assert!(!shown.contains(&token.expose()[10..]), "{shown}");
     }
 }

@@ -81,7 +81,7 @@ pub struct ErrorBody {
 }
 
 /// `POST /auth/register` body.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 pub struct RegisterRequest {
     /// E-mail address, the login name (trimmed, compared case-insensitively).
     #[schema(example = "ann@example.com", format = Email, max_length = 254)]
@@ -95,16 +95,17 @@ pub struct RegisterRequest {
 }
 
 /// `POST /auth/login` body.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
     /// E-mail address.
     pub email: String,
-    /// Password.
+    /// Password (at most 256 characters: longer ones are refused before hashing).
+    #[schema(max_length = 256)]
     pub password: String,
 }
 
 /// `POST /auth/refresh` body.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 pub struct RefreshRequest {
     /// The current refresh token (`aigwr_…`).
     pub refresh_token: String,
@@ -124,7 +125,7 @@ pub enum LogoutScopeDto {
 }
 
 /// `POST /auth/logout` body (optional).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Default, Deserialize, ToSchema)]
 pub struct LogoutRequest {
     /// `local` (default), `global` or `others`.
     #[serde(default)]
@@ -193,7 +194,7 @@ impl From<UserView> for UserDto {
 }
 
 /// A token set (seed §2): login, refresh, and (with the user's fields on top) register.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct TokenSetDto {
     /// The user.
     pub user: UserDto,
@@ -290,7 +291,7 @@ impl From<ApiKeyView> for ApiKeyDto {
 }
 
 /// `POST /auth/api-keys` answer: the key object with the full `key`, shown only here.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct CreatedApiKeyDto {
     /// The full key (`aigw_…`, 43 characters). Store it now: it is never shown again.
     pub key: String,
@@ -389,6 +390,18 @@ pub struct ChatCompletionRequest {
     pub stream: Option<bool>,
 }
 
+/// One server-sent event of a streamed chat completion (`text/event-stream`).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct ChatCompletionEvent {
+    /// A `chat.completion.chunk` object as JSON text, or `[DONE]` at the end.
+    pub data: String,
+    /// The event type, if the upstream names one (normally absent: `message`).
+    pub event: Option<String>,
+    /// The event id, if the upstream sends one.
+    pub id: Option<String>,
+}
+
 /// `GET /ai/models` answer (OpenAI-compatible list).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ModelList {
@@ -407,4 +420,115 @@ pub struct ModelDto {
     pub object: String,
     /// Always `aigw`.
     pub owned_by: String,
+}
+
+/// `Debug` for request and answer bodies that carry a password, token or key: the secret
+/// fields print as `***`.
+macro_rules! redacted_debug {
+    ($type:ty { $($field:ident),* } secret { $($secret:ident),* }) => {
+        impl std::fmt::Debug for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($type))
+                    $(.field(stringify!($field), &self.$field))*
+                    $(.field(stringify!($secret), &"***"))*
+                    .finish()
+            }
+        }
+    };
+}
+
+redacted_debug!(RegisterRequest { email, name } secret { password });
+redacted_debug!(LoginRequest { email } secret { password });
+redacted_debug!(RefreshRequest {} secret { refresh_token });
+redacted_debug!(LogoutRequest { scope } secret { refresh_token });
+redacted_debug!(TokenSetDto { user, expires_at, expires_in, token_type } secret { token, refresh_token });
+redacted_debug!(CreatedApiKeyDto { api_key } secret { key });
+
+/// No `Debug` of a body holding a password, token or key prints it (issue 10).
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod debug_redaction {
+    use super::*;
+
+    const SECRET: &str = "TOPSECRET-0123456789";
+
+    fn hidden(shown: String) {
+        assert!(!shown.contains(SECRET), "{shown}");
+    }
+
+    #[test]
+    fn register_request() {
+        hidden(format!(
+            "{:?}",
+            RegisterRequest { email: "a@example.com".into(), password: SECRET.into(), name: None }
+        ));
+    }
+
+    #[test]
+    fn login_request() {
+        hidden(format!(
+            "{:?}",
+            LoginRequest { email: "a@example.com".into(), password: SECRET.into() }
+        ));
+    }
+
+    #[test]
+    fn refresh_request() {
+        hidden(format!("{:?}", RefreshRequest { refresh_token: SECRET.into() }));
+    }
+
+    #[test]
+    fn logout_request() {
+        hidden(format!(
+            "{:?}",
+            LogoutRequest { scope: LogoutScopeDto::Local, refresh_token: Some(SECRET.into()) }
+        ));
+    }
+
+    fn token_set() -> TokenSetDto {
+        TokenSetDto {
+            user: UserDto {
+                id: "u".into(),
+                email: "a@example.com".into(),
+                name: "a".into(),
+                role: "user".into(),
+                created_at: "2026-01-01T00:00:00Z".into(),
+            },
+            token: SECRET.into(),
+            refresh_token: SECRET.into(),
+            expires_at: "2026-01-01T01:00:00Z".into(),
+            expires_in: 3600,
+            token_type: "Bearer".into(),
+        }
+    }
+
+    #[test]
+    fn token_set_dto_and_register_data() {
+        hidden(format!("{:?}", token_set()));
+        hidden(format!(
+            "{:?}",
+            RegisterData {
+                id: "u".into(),
+                email: "a@example.com".into(),
+                name: "a".into(),
+                role: "user".into(),
+                tokens: token_set(),
+            }
+        ));
+    }
+
+    #[test]
+    fn created_api_key_dto() {
+        let api_key = ApiKeyDto {
+            id: "k".into(),
+            name: "n".into(),
+            key_prefix: "aigw_1234567".into(),
+            permissions: vec!["read".into()],
+            expires_at: None,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            revoked_at: None,
+            last_used_at: None,
+        };
+        hidden(format!("{:?}", CreatedApiKeyDto { key: SECRET.into(), api_key }));
+    }
 }

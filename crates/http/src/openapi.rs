@@ -22,7 +22,7 @@ use utoipa::{Modify, OpenApi};
         dto::UserDto, dto::TokenSetDto, dto::RegisterData, dto::MeData, dto::LogoutData,
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
-        dto::ChatContentPart, dto::ModelList, dto::ModelDto
+        dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto
     )),
     modifiers(&SecuritySchemes),
     tags(

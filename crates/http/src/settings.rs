@@ -96,8 +96,8 @@ impl Default for ServerSettings {
     }
 }
 
-/// `[database]`.
-#[derive(Debug, Clone, Deserialize)]
+/// `[database]`. `Debug` prints `url` without its password.
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// `sqlite://PATH` or `postgres://user@host:5432/db`; default: `aigw.db` in
@@ -117,6 +117,17 @@ pub struct DatabaseSettings {
 impl Default for DatabaseSettings {
     fn default() -> Self {
         Self { url: None, max_connections: 10, acquire_timeout_secs: 5, statement_timeout_secs: 5 }
+    }
+}
+
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &self.url.as_deref().map(aigw_persistence::pool::redact_password))
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout_secs", &self.acquire_timeout_secs)
+            .field("statement_timeout_secs", &self.statement_timeout_secs)
+            .finish()
     }
 }
 
@@ -250,6 +261,43 @@ models = ["gpt-4o-mini"]
         assert_eq!(settings.auth.access_token_ttl_secs, 3600);
         assert_eq!(settings.providers.len(), 1);
         assert_eq!(settings.providers[0].models, vec!["gpt-4o-mini".to_owned()]);
+    }
+
+    /// No `Debug` of the configuration prints a password, secret or key (issue 10).
+    #[test]
+    fn settings_debug_hides_every_secret() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        std::fs::write(
+            &path,
+            r#"
+[database]
+url = "postgres://aigw:TOPSECRET1@db:5432/aigw"
+[auth]
+jwt_secret = "TOPSECRET2 that is long enough for HS256"
+[[auth.signing_keys]]
+kid = "k2"
+algorithm = "HS256"
+secret = "TOPSECRET3 that is long enough for HS256"
+[gateway]
+proxy_url = "http://u:TOPSECRET4@proxy:3128"
+[rate_limit]
+redis_url = "redis://:TOPSECRET5@cache:6379/0"
+[[providers]]
+name = "openai"
+base_url = "https://api.openai.com/v1"
+api_key = "sk-TOPSECRET6"
+models = ["gpt-4o-mini"]
+"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let settings =
+            Settings::load_from(Some(&path), Some(&[])).unwrap_or_else(|e| panic!("{e:#}"));
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("TOPSECRET"), "{shown}");
+        assert!(shown.contains("db:5432") && shown.contains("cache:6379"), "{shown}");
+        let database = format!("{:?}", settings.database);
+        assert!(!database.contains("TOPSECRET"), "{database}");
     }
 
     #[test]

@@ -339,8 +339,22 @@ pub fn ping(conn: &mut DbConnection) -> Result<(), PersistenceError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
+
+    /// No `Debug` of a type holding a database URL prints its password (issue 10).
+    #[test]
+    fn database_url_pool_and_manager_hide_the_password() {
+        let raw = "postgres://aigw:TOPSECRET@db.internal:5432/aigw";
+        let url = DatabaseUrl::parse(raw).unwrap_or_else(|e| panic!("{e}"));
+        let manager = ConnectionManager { url: url.clone(), options: PoolOptions::default() };
+        let pool = Pool::new(&url, &PoolOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        for shown in [format!("{url:?}"), format!("{manager:?}"), format!("{pool:?}")] {
+            assert!(!shown.contains("TOPSECRET"), "{shown}");
+        }
+        assert!(format!("{url:?}").contains("db.internal"));
+    }
 
     #[test]
     fn libpq_parameters_are_added_unless_the_url_sets_them() {

@@ -123,8 +123,8 @@ impl SigningKey {
     }
 }
 
-/// A freshly issued access token.
-#[derive(Debug, Clone)]
+/// A freshly issued access token. `Debug` never prints the token.
+#[derive(Clone)]
 pub struct IssuedAccessToken {
     /// The compact JWS.
     pub token: String,
@@ -132,6 +132,16 @@ pub struct IssuedAccessToken {
     pub expires_at: DateTime<Utc>,
     /// Lifetime in seconds.
     pub expires_in: u64,
+}
+
+impl std::fmt::Debug for IssuedAccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedAccessToken")
+            .field("token", &"***")
+            .field("expires_at", &self.expires_at)
+            .field("expires_in", &self.expires_in)
+            .finish()
+    }
 }
 
 /// Issues and verifies access tokens with a set of keys; the first key signs, all verify.

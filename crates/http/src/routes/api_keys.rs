@@ -16,7 +16,7 @@ use aigw_service::{CreatedApiKey, NewApiKey, Policy};
 /// Create an API key (access token only). The full key is in this answer and never again.
 #[utoipa::path(post, path = "/api/v1/auth/api-keys", tag = "api-keys", request_body = CreateApiKeyRequest,
     security(("access_token" = [])),
-    params(("Idempotency-Key" = Option<String>, Header,
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
         description = "Optional (draft-ietf-httpapi-idempotency-key-header): a retry with the same key and body within 24 h answers the first result (with `Idempotent-Replayed: true`) and creates nothing new")),
     responses(
         (status = 201, body = Envelope<CreatedApiKeyDto>),

@@ -20,7 +20,7 @@ use futures_util::StreamExt;
         (status = 200, description = "The provider's chat completion, unchanged: a `chat.completion` object, or with `\"stream\": true` server-sent events of `chat.completion.chunk` objects ending in `data: [DONE]`",
             content(
                 (Object = "application/json"),
-                (String = "text/event-stream")
+                (crate::dto::ChatCompletionEvent = "text/event-stream")
             )),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Access token, or key without ai_gateway", body = ErrorEnvelope),

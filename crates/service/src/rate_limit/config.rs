@@ -7,8 +7,8 @@
 
 use serde::Deserialize;
 
-/// `[rate_limit]`.
-#[derive(Debug, Clone, Deserialize)]
+/// `[rate_limit]`. `Debug` prints `redis_url` without its password.
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// `false` turns every policy off (default `true`).
@@ -50,6 +50,22 @@ impl Default for RateLimitConfig {
             forwarded_header: ForwardedHeader::XForwardedFor,
             policies: Policies::default(),
         }
+    }
+}
+
+impl std::fmt::Debug for RateLimitConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitConfig")
+            .field("enabled", &self.enabled)
+            .field("backend", &self.backend)
+            .field("redis_url", &aigw_persistence::pool::redact_password(&self.redis_url))
+            .field("redis_key_prefix", &self.redis_key_prefix)
+            .field("redis_timeout_ms", &self.redis_timeout_ms)
+            .field("redis_retry_secs", &self.redis_retry_secs)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("forwarded_header", &self.forwarded_header)
+            .field("policies", &self.policies)
+            .finish()
     }
 }
 
