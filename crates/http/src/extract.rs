@@ -53,6 +53,30 @@ fn read_body(
     payload: &mut Payload,
     allow_empty: bool,
 ) -> LocalBoxFuture<'static, Result<Option<Bytes>, ApiError>> {
+    read_stream(req, payload.take(), allow_empty)
+}
+
+/// Reads a JSON body from `payload` after the handler has checked the caller: the chat
+/// endpoint takes up to `server.chat_body_limit_bytes`, so it reads nothing for a caller that
+/// fails authentication (no unauthenticated client can make it buffer megabytes).
+///
+/// # Errors
+/// 413, 415, 408 or 400 as for [`RawJson`].
+pub async fn read_json_payload(
+    req: &HttpRequest,
+    payload: actix_web::web::Payload,
+) -> Result<Bytes, ApiError> {
+    Ok(read_stream(req, payload, false).await?.unwrap_or_default())
+}
+
+fn read_stream<S>(
+    req: &HttpRequest,
+    payload: S,
+    allow_empty: bool,
+) -> LocalBoxFuture<'static, Result<Option<Bytes>, ApiError>>
+where
+    S: futures_util::Stream<Item = Result<Bytes, actix_web::error::PayloadError>> + Unpin + 'static,
+{
     let limit = req.app_data::<BodyLimit>().map_or(64 * 1024, |l| l.0);
     let timeout =
         req.app_data::<BodyReadTimeout>().map_or(std::time::Duration::from_secs(10), |t| t.0);
@@ -62,7 +86,7 @@ fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    let mut payload = payload.take();
+    let mut payload = payload;
     Box::pin(async move {
         if declared.is_some_and(|n| n > limit) {
             return Err(ApiError::too_large(limit));

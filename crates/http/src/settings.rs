@@ -71,9 +71,9 @@ pub struct ServerSettings {
     pub header_read_timeout_secs: u64,
     /// Seconds an idle keep-alive connection stays open (default 5).
     pub keep_alive_secs: u64,
-    /// Most open client connections of the whole process (default 4096: about 170 MB resident
-    /// at the cap, see docs/deploy.md). Further connections wait in the listen backlog until
-    /// one closes.
+    /// Most open client connections of the whole process (default 1024: under 200 MB resident
+    /// at the cap even when every connection holds a stalled 64 KB upload, see
+    /// docs/deploy.md). Further connections wait in the listen backlog until one closes.
     pub max_connections: usize,
 }
 
@@ -91,7 +91,7 @@ impl Default for ServerSettings {
             body_read_timeout_secs: 10,
             header_read_timeout_secs: 5,
             keep_alive_secs: 5,
-            max_connections: 4096,
+            max_connections: 1024,
         }
     }
 }

@@ -4,7 +4,7 @@ use crate::dto::{
     BodyErrors, ChatCompletionRequest, ErrorEnvelope, ModelDto, ModelList, ServerErrors,
 };
 use crate::error::ApiError;
-use crate::extract::{After, Caller, RawJson};
+use crate::extract::{read_json_payload, Caller};
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -34,11 +34,12 @@ pub async fn completions(
     state: web::Data<AppState>,
     req: HttpRequest,
     Caller(caller): Caller,
-    body: After<RawJson>,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_caller(&req, Policy::Ai, &caller).await?;
     caller.authorize(Operation::ChatCompletion)?;
-    let RawJson(body) = body.into_inner()?;
+    // Read only now that the caller is known (see `read_json_payload`).
+    let body = read_json_payload(&req, payload).await?;
     let reply = state.gateway.chat_completion(&caller, body).await?;
     Ok(match reply {
         ChatReply::Json { status, body } => {

@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 backend_tests!(
     half_sent_bodies_are_cut_after_the_body_read_timeout,
     stalled_connections_are_capped_and_cut,
+    chat_bodies_of_unauthenticated_callers_are_not_read,
 );
 
 const SLACK: Duration = Duration::from_millis(1500);
@@ -105,4 +106,20 @@ async fn stalled_connections_are_capped_and_cut(backend: Backend) {
     for s in stalled {
         read_until_closed(s, SLACK).await;
     }
+}
+
+async fn chat_bodies_of_unauthenticated_callers_are_not_read(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.server.body_read_timeout_secs = 5).await;
+    let mut stream = TcpStream::connect(("127.0.0.1", port_of(&app))).await.unwrap();
+    let head = "POST /api/v1/ai/chat/completions HTTP/1.1\r\nHost: localhost\r\n\
+                Authorization: Bearer not-a-credential\r\nContent-Type: application/json\r\n\
+                Content-Length: 4000000\r\n\r\n{\"model\":\"echo\",";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The 401 comes at once: the server does not wait for (nor buffer) the 4 MB first.
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf))
+        .await
+        .expect("no answer before the body arrived")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 401"), "{:?}", &buf[..n]);
 }
