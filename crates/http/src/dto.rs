@@ -67,15 +67,17 @@ pub enum ServerErrors {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// Machine-readable code: `invalid_request`, `unauthorized`, `forbidden`, `not_found`,
-    /// `method_not_allowed`, `payload_too_large`, `unsupported_media_type`,
-    /// `rate_limit_exceeded`, `internal_error`, `upstream_error`, `service_unavailable`,
-    /// `upstream_timeout`.
+    /// `method_not_allowed`, `request_timeout`, `conflict`, `payload_too_large`,
+    /// `unsupported_media_type`, `idempotency_key_reused`, `rate_limit_exceeded`,
+    /// `internal_error`, `upstream_error`, `service_unavailable`, `upstream_timeout`,
+    /// `upstream_rejected` (docs/errors.md).
     pub code: String,
     /// Human-readable text.
     pub message: String,
     /// Code-specific fields: `field`+`issue` (400), `hint` (401), `required`+`current` (403),
-    /// `resource`+`id` (404), `limit`+`remaining`+`reset` (429), `request_id`+`timestamp`
-    /// (500, 503), `provider` (502, 504).
+    /// `resource`+`id` (404), `timeout_secs` (408), `idempotency_key` (409, 422),
+    /// `limit`+`remaining`+`reset` (429), `request_id`+`timestamp` (500, 503), `provider`
+    /// (502, 504), `provider`+`upstream_status`+`type`+`code`+`param` (`upstream_rejected`).
     #[schema(value_type = Object)]
     pub details: serde_json::Value,
 }

@@ -28,6 +28,10 @@ pub fn probe(
             Ok(_) | Err(PersistenceError::Conflict) => {}
             Err(e) => return Err(e),
         }
+        // A new node (process) has started: forget the rows of nodes gone for a day.
+        let day_ago = now - chrono::Duration::days(1);
+        diesel::delete(health_checks::table.filter(health_checks::checked_at.lt(day_ago)))
+            .execute(conn)?;
     }
     Ok(())
 }
