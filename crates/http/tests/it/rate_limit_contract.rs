@@ -488,7 +488,7 @@ fn defaults_are_the_documented_ones() {
 // ---------------------------------------------------------------------------------------
 
 /// A `redis-server` of this test on a free port; killed when dropped.
-struct RedisServer {
+pub(crate) struct RedisServer {
     port: u16,
     child: Option<Child>,
 }
@@ -514,7 +514,7 @@ fn redis_binary() -> Option<String> {
 impl RedisServer {
     /// Starts one, or returns `None` after a loud message when `redis-server` is not
     /// installed (a failure under `CI=true`).
-    fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         let Some(binary) = redis_binary() else {
             if std::env::var("CI").as_deref() == Ok("true") {
                 panic!("CI=true but redis-server is not installed: the Redis tests cannot run");
@@ -575,7 +575,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn use_redis(s: &mut Settings, redis: &RedisServer) {
+pub(crate) fn use_redis(s: &mut Settings, redis: &RedisServer) {
     s.rate_limit.backend = RateLimitBackend::Redis;
     s.rate_limit.redis_url = redis.url();
     s.rate_limit.redis_retry_secs = 1;

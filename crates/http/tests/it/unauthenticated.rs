@@ -16,6 +16,7 @@ backend_tests!(
     login_is_limited_per_ip_across_emails,
     the_hashing_queue_is_bounded,
     an_unknown_refresh_token_opens_no_write_transaction,
+    failed_authentication_limit_is_shared_through_redis,
 );
 
 fn refused(reply: &Reply, policy: &str) {
@@ -146,4 +147,28 @@ async fn an_unknown_refresh_token_opens_no_write_transaction(backend: Backend) {
         assert!(Instant::now() < deadline, "readyz never recovered");
     }
     app.refresh_raw(&user.refresh_token).await.data(200);
+}
+
+/// With `backend = "redis"` the failures counted on one node refuse the address on another.
+async fn failed_authentication_limit_is_shared_through_redis(backend: Backend) {
+    use crate::rate_limit_contract::{use_redis, RedisServer};
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let prefix = format!("aigw-test:{}:", uuid::Uuid::now_v7().simple());
+    let setup = |s: &mut aigw_http::settings::Settings| {
+        s.rate_limit.enabled = true;
+        use_redis(s, &redis);
+        s.rate_limit.redis_key_prefix = prefix.clone();
+        s.rate_limit.policies.auth_failure = PolicyConfig::new(2, 60);
+    };
+    let a = spawn_app_with(backend, setup).await;
+    let user = a.new_user("redisfail").await;
+    let key = a.key(&user.token, &["read"]).await;
+    let b = a.spawn_sibling(setup).await;
+    b.me(Auth::Bearer(&key)).await.data(200);
+    a.me(Auth::Bearer(&flip_char(&key, 10))).await.unauthorized();
+    a.me(Auth::Bearer(&flip_char(&key, 11))).await.unauthorized();
+    refused(&b.me(Auth::Bearer(&key)).await, "auth_failure");
+    refused(&a.me(Auth::Bearer(&key)).await, "auth_failure");
 }
