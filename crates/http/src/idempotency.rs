@@ -91,8 +91,17 @@ where
             match work(Some(recording)).await {
                 Ok(value) => Ok(answer(status, render(&value))),
                 Err(e) => {
-                    if !matches!(e, ServiceError::IdempotencyInFlight { .. }) {
-                        state.idempotency.release(claim).await;
+                    match e {
+                        ServiceError::IdempotencyInFlight { .. } => {}
+                        // The database is in trouble: release in the background, since waiting
+                        // could cost a whole deadline more and the answer must not.
+                        ServiceError::Unavailable(_) | ServiceError::Busy { .. } => {
+                            let store = state.idempotency.clone();
+                            tokio::spawn(async move { store.release(claim).await });
+                        }
+                        // A refusal (4xx): released before answering, so that a corrected
+                        // retry with the same key is never told 409.
+                        _ => state.idempotency.release(claim).await,
                     }
                     Err(e.into())
                 }

@@ -141,9 +141,19 @@ async fn hung_database_answers_503_within_the_deadline(backend: Backend) {
             }
         });
     }
-    for (label, (reply, took)) in futures_util::future::join_all(calls).await {
+    let idempotent = async {
+        let request = app
+            .request(reqwest::Method::POST, "/api/v1/auth/api-keys", Auth::Bearer(&user.token))
+            .header("idempotency-key", "hung-1")
+            .json(&json!({"name": "k", "permissions": ["read"]}));
+        timed(app.send(request)).await
+    };
+    let (replies, (reply, took)) =
+        futures_util::future::join(futures_util::future::join_all(calls), idempotent).await;
+    for (label, (reply, took)) in replies {
         assert_bounded_503(label, &reply, took, DEADLINE + SLACK);
     }
+    assert_bounded_503("create key with an Idempotency-Key", &reply, took, DEADLINE + SLACK);
     let (ready, took) = timed(app.get("/readyz", Auth::None)).await;
     assert_eq!(ready.status, 503, "readyz while hung: {}", ready.text);
     assert!(took < Duration::from_secs(2), "readyz took {took:?}");
