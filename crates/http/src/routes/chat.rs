@@ -33,7 +33,8 @@ pub async fn completions(
     state.limits.by_caller(&req, Policy::Ai, &caller).await?;
     caller.authorize(Operation::ChatCompletion)?;
     let RawJson(body) = body.into_inner()?;
-    let reply = state.gateway.chat_completion(&caller, body).await?;
+    let request_id = crate::error::current_request_id();
+    let reply = state.gateway.chat_completion(&caller, &request_id, body).await?;
     Ok(match reply {
         ChatReply::Json { status, body } => {
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
