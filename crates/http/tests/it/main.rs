@@ -23,3 +23,4 @@ mod outage;
 mod permissions;
 mod rate_limit_contract;
 mod sessions;
+mod usage;

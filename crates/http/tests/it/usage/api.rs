@@ -1,0 +1,1 @@
+//! The usage API: validation, who may read what, paging, retention.

@@ -1,0 +1,1 @@
+//! The database away under load: no record lost.
