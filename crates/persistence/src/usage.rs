@@ -1,9 +1,10 @@
 //! Repository of the usage ledger: `usage_records` (one row per metered chat completion) and
 //! `usage_daily` (rollups per API key, model and UTC day).
 //!
-//! Writes are idempotent by request id: [`insert_batch`] inserts with `ON CONFLICT DO
-//! NOTHING`, learns which rows were new from `RETURNING`, and adds only those to the rollups,
-//! all in one transaction, so a batch replayed after a crash or an outage never counts twice.
+//! Writes are idempotent by request id: [`insert_batch`] inserts only the records whose
+//! request id is not in the ledger yet (the unique index guarding a race) and adds
+//! exactly those to the rollups, all in one transaction, so a batch replayed after a crash or
+//! an outage never counts twice.
 //! Rollup rows are updated in a fixed order (by key, model, day), so two nodes writing
 //! overlapping batches cannot deadlock.
 //!
@@ -23,17 +24,6 @@ use std::collections::BTreeMap;
 
 /// Rows per `INSERT` statement (15 binds each: 7,500 binds, below both backends' limits).
 const ROWS_PER_STATEMENT: usize = 500;
-
-/// Runs the same code on the concrete connection of either backend, for the statements the
-/// multi-backend connection cannot express (`ON CONFLICT`).
-macro_rules! each_backend {
-    ($conn:expr, |$c:ident| $body:expr) => {
-        match $conn {
-            DbConnection::Postgres($c) => $body,
-            DbConnection::Sqlite($c) => $body,
-        }
-    };
-}
 
 /// A row of `usage_records`.
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
@@ -155,12 +145,39 @@ impl DailyRow {
     }
 }
 
+/// Adds an increment to its rollup row, creating it when missing (on a concrete
+/// connection: the multi-backend connection has no `ON CONFLICT`).
+macro_rules! upsert_daily {
+    ($c:ident, $inc:expr) => {{
+        use usage_daily::dsl as d;
+        diesel::insert_into(d::usage_daily)
+            .values($inc)
+            .on_conflict((d::api_key_id, d::model, d::day))
+            .do_update()
+            .set((
+                d::requests.eq(d::requests + excluded(d::requests)),
+                d::prompt_tokens.eq(d::prompt_tokens + excluded(d::prompt_tokens)),
+                d::completion_tokens.eq(d::completion_tokens + excluded(d::completion_tokens)),
+                d::total_tokens.eq(d::total_tokens + excluded(d::total_tokens)),
+                d::cost_micros.eq(d::cost_micros + excluded(d::cost_micros)),
+                d::estimated_requests.eq(d::estimated_requests + excluded(d::estimated_requests)),
+                d::unpriced_requests.eq(d::unpriced_requests + excluded(d::unpriced_requests)),
+            ))
+            .execute($c)?;
+    }};
+}
 /// Inserts `records` that are not in the ledger yet and adds exactly those to the daily
 /// rollups, in one transaction. Returns how many were new (the others were already there:
 /// a replay).
 ///
+/// The transaction first reads which request ids exist, then inserts the others; should a
+/// concurrent writer insert one of them meanwhile, the unique index fails the transaction,
+/// which rolls back whole and is retried later. On SQLite it is a `BEGIN IMMEDIATE`
+/// transaction, so the write lock is taken before the first read.
+///
 /// # Errors
-/// On database failure; then nothing was written.
+/// On database failure ([`PersistenceError::Conflict`] for such a race); then nothing was
+/// written.
 pub fn insert_batch(
     conn: &mut DbConnection,
     records: &[UsageRecord],
@@ -168,59 +185,61 @@ pub fn insert_batch(
     if records.is_empty() {
         return Ok(0);
     }
-    let rows: Vec<UsageRecordRow> = records.iter().map(UsageRecordRow::from).collect();
-    crate::pool::transaction(conn, |conn| {
-        let mut inserted_ids = Vec::with_capacity(rows.len());
-        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-            let ids: Vec<String> =
-                each_backend!(conn, |c| diesel::insert_into(usage_records::table)
-                    .values(chunk)
-                    .on_conflict_do_nothing()
-                    .returning(usage_records::request_id)
-                    .get_results(c)?);
-            inserted_ids.extend(ids);
-        }
-        let inserted: std::collections::HashSet<&str> =
-            inserted_ids.iter().map(String::as_str).collect();
-        let mut rollups: BTreeMap<(&str, &str, String), DailyRow> = BTreeMap::new();
-        for row in rows.iter().filter(|r| inserted.contains(r.request_id.as_str())) {
-            let day = format_day(row.started_at.date());
-            rollups
-                .entry((row.api_key_id.as_str(), row.model.as_str(), day.clone()))
-                .or_insert_with(|| DailyRow {
-                    api_key_id: row.api_key_id.clone(),
-                    model: row.model.clone(),
-                    day,
-                    user_id: row.user_id.clone(),
-                    ..DailyRow::default()
-                })
-                .add(row);
-        }
-        for increment in rollups.values() {
-            upsert_daily(conn, increment)?;
-        }
-        Ok(inserted_ids.len())
-    })
+    let mut seen = std::collections::HashSet::new();
+    let rows: Vec<UsageRecordRow> = records
+        .iter()
+        .filter(|r| seen.insert(r.request_id.as_str()))
+        .map(UsageRecordRow::from)
+        .collect();
+    macro_rules! write_batch {
+        ($c:ident) => {{
+            let mut existing = std::collections::HashSet::new();
+            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                let ids: Vec<&str> = chunk.iter().map(|r| r.request_id.as_str()).collect();
+                let found: Vec<String> = usage_records::table
+                    .filter(usage_records::request_id.eq_any(&ids))
+                    .select(usage_records::request_id)
+                    .load($c)?;
+                existing.extend(found);
+            }
+            let new: Vec<&UsageRecordRow> =
+                rows.iter().filter(|r| !existing.contains(&r.request_id)).collect();
+            let mut inserted = 0;
+            for chunk in new.chunks(ROWS_PER_STATEMENT) {
+                let chunk: Vec<UsageRecordRow> = chunk.iter().map(|r| (*r).clone()).collect();
+                inserted += diesel::insert_into(usage_records::table).values(&chunk).execute($c)?;
+            }
+            for increment in rollups(&new).values() {
+                upsert_daily!($c, increment);
+            }
+            Ok(inserted)
+        }};
+    }
+    let result: QueryResult<usize> = match conn {
+        DbConnection::Postgres(c) => c.transaction(|c| write_batch!(c)),
+        DbConnection::Sqlite(c) => c.immediate_transaction(|c| write_batch!(c)),
+    };
+    Ok(result?)
 }
 
-/// Adds `inc` to its rollup row, creating it when missing.
-fn upsert_daily(conn: &mut DbConnection, inc: &DailyRow) -> Result<(), PersistenceError> {
-    use usage_daily::dsl as d;
-    each_backend!(conn, |c| diesel::insert_into(d::usage_daily)
-        .values(inc)
-        .on_conflict((d::api_key_id, d::model, d::day))
-        .do_update()
-        .set((
-            d::requests.eq(d::requests + excluded(d::requests)),
-            d::prompt_tokens.eq(d::prompt_tokens + excluded(d::prompt_tokens)),
-            d::completion_tokens.eq(d::completion_tokens + excluded(d::completion_tokens)),
-            d::total_tokens.eq(d::total_tokens + excluded(d::total_tokens)),
-            d::cost_micros.eq(d::cost_micros + excluded(d::cost_micros)),
-            d::estimated_requests.eq(d::estimated_requests + excluded(d::estimated_requests)),
-            d::unpriced_requests.eq(d::unpriced_requests + excluded(d::unpriced_requests)),
-        ))
-        .execute(c)?);
-    Ok(())
+/// The rollup increments of `rows`, in a fixed order (by key, model, day) so that
+/// concurrent writers lock rollup rows in the same order.
+fn rollups(rows: &[&UsageRecordRow]) -> BTreeMap<(String, String, String), DailyRow> {
+    let mut rollups: BTreeMap<(String, String, String), DailyRow> = BTreeMap::new();
+    for row in rows {
+        let day = format_day(row.started_at.date());
+        rollups
+            .entry((row.api_key_id.clone(), row.model.clone(), day.clone()))
+            .or_insert_with(|| DailyRow {
+                api_key_id: row.api_key_id.clone(),
+                model: row.model.clone(),
+                day,
+                user_id: row.user_id.clone(),
+                ..DailyRow::default()
+            })
+            .add(row);
+    }
+    rollups
 }
 
 /// How [`summary`] groups the rollups.
