@@ -64,7 +64,7 @@ FROM usage_records WHERE request_id LIKE 'bench-%' GROUP BY 1, 2, 3, 4;
 ANALYZE;
 SQL
 else
-  sqlite3 "$work/data/aigw.db" <<SQL
+  sqlite3 "$work/data/aigw.db" >/dev/null <<SQL
 PRAGMA busy_timeout = 10000;
 BEGIN;
 WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n < $records - 1)

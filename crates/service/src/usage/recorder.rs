@@ -291,7 +291,13 @@ impl Context {
             };
             tokio::select! {
                 biased;
-                _ = stopped.changed() => {}
+                changed = stopped.changed() => {
+                    // The recorder itself is gone (never shut down): stop as if asked to.
+                    if changed.is_err() {
+                        self.drain_and_stop(state).await;
+                        return;
+                    }
+                }
                 done = job => {
                     state.job = None;
                     match done {
