@@ -81,6 +81,19 @@ impl UsageField {
     }
 }
 
+/// An answer, of which only `usage` is read.
+#[derive(Debug, Deserialize)]
+struct UsageOnly {
+    #[serde(default, deserialize_with = "lenient_usage")]
+    usage: Option<UsageField>,
+}
+
+/// A `usage` that is null or not an object reads as absent rather than failing the parse.
+fn lenient_usage<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UsageField>, D::Error> {
+    let value = Value::deserialize(d)?;
+    Ok(UsageField::deserialize(&value).ok())
+}
+
 /// Reads a `usage` object (`prompt_tokens`, `completion_tokens`, optional `total_tokens`).
 pub(crate) fn parse_usage(value: &Value) -> Option<TokenUsage> {
     UsageField::deserialize(value).ok().map(UsageField::into_usage)
@@ -102,19 +115,19 @@ impl Pending {
         };
         let (usage, estimated) = match &self.observed {
             Observed::Json(body) => {
-                let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-                match answer.get("usage").and_then(parse_usage) {
-                    Some(usage) => (usage, false),
+                // Only `usage` is read (serde skips the rest without building a tree); the
+                // whole answer is parsed only for an estimate.
+                let reported = serde_json::from_slice::<UsageOnly>(body).ok().and_then(|a| a.usage);
+                match reported {
+                    Some(usage) => (usage.into_usage(), false),
                     None if self.outcome == UsageOutcome::UpstreamError => {
                         (TokenUsage::default(), false)
                     }
-                    None => (
-                        TokenUsage::new(
-                            prompt_estimate(),
-                            tokens::count_completion_json(encoding, &answer),
-                        ),
-                        true,
-                    ),
+                    None => {
+                        let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+                        let completion = tokens::count_completion_json(encoding, &answer);
+                        (TokenUsage::new(prompt_estimate(), completion), true)
+                    }
                 }
             }
             Observed::Stream { usage: Some(usage), .. } => (*usage, false),
