@@ -3,7 +3,9 @@
 //!
 //! - The request body is validated (`model`, `messages[i].role`, `messages[i].content`,
 //!   `stream`) and then forwarded byte for byte to `{base_url}/chat/completions` with the
-//!   provider's own key; the caller's API key never leaves the gateway.
+//!   provider's own key; the caller's API key never leaves the gateway. (A metered stream
+//!   whose caller did not ask for usage gains `"stream_options":{"include_usage":true},`
+//!   after the opening brace: see [`crate::usage::meter::CallMeter::upstream_body`].)
 //! - A 2xx upstream answer is returned unchanged: JSON as JSON, and with `"stream": true`
 //!   server-sent events passed through chunk by chunk as the upstream sends them.
 //! - Upstream unreachable or answering non-2xx: 502 `upstream_error`; no answer in time:
