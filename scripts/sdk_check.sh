@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end check with the official OpenAI Python SDK (issue #2 "Done when"): the SDK, pointed
-# at aigw with an aigw API key, gets plain and streaming completions from the built-in `echo`
-# model and from a configured upstream (docs/examples/fake_upstream.py), and a 404 for an
-# unknown model. Loopback only.
+# at aigw with an aigw API key, gets identical plain and streaming completions (with and
+# without stream_options.include_usage) from the built-in `echo` model and from a configured
+# upstream (docs/examples/fake_upstream.py), and a 404 for an unknown model; then the usage
+# ledger holds one record per completion (issue 8). Loopback only.
 #
 #   scripts/sdk_check.sh [path to the aigw binary (default target/debug/aigw)]
 #
@@ -59,5 +60,16 @@ printf '%s\n' "$out"
 grep -q "\[echo\] streaming: 'hello from the OpenAI SDK'" <<<"$out"
 grep -q "\[fake-model\] plain:     'fake-upstream says hi (auth: Bearer sk-provider-secret)'" <<<"$out"
 grep -q "upstream 400: BadRequestError status=400 code='upstream_rejected'" <<<"$out"
+grep -q "\[fake-model\] streaming+usage: 'fake-upstream says hi (auth: Bearer sk-provider-secret)' (usage: prompt_tokens=1, completion_tokens=4)" <<<"$out"
 grep -q '^OK$' <<<"$out"
-log "OpenAI SDK: echo and upstream, plain and streaming: OK"
+# Six completions (two models, plain + two streams each) and the upstream's 400 (outcome
+# upstream_error) -> seven usage records, each written once.
+records=0
+for _ in $(seq 100); do
+  records=$(curl -sf "$base/api/v1/usage/requests?limit=200" -H "authorization: Bearer $token" |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]["requests"]))')
+  [ "$records" -ge 7 ] && break
+  sleep 0.1
+done
+[ "$records" = 7 ] || { log "FAIL: expected 7 usage records, found $records"; exit 1; }
+log "OpenAI SDK: echo and upstream, plain and streaming (with and without usage), upstream 400: OK; 7 usage records"

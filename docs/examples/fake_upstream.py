@@ -5,6 +5,8 @@
 
 POST /chat/completions answers a fixed chat.completion (JSON), or server-sent
 chat.completion.chunk events ending in `data: [DONE]` when the body has "stream": true.
+Like OpenAI, a stream asked for usage ("stream_options": {"include_usage": true}) carries
+"usage": null in every chunk and a last chunk with "choices": [] and the usage.
 The answer's content is "fake-upstream says hi" followed by the Authorization header it
 received, so you can see that aigw sends the provider's api_key, never the caller's.
 Two model names misbehave on purpose: "fake-fail" answers 500, "fake-slow" sleeps 30 s.
@@ -62,17 +64,29 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
 
+        include_usage = (req.get("stream_options") or {}).get("include_usage") is True
+
+        def send(chunk):
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+
         def event(delta, finish=None):
             chunk = {"id": "chatcmpl-fake-2", "object": "chat.completion.chunk", "created": created,
                      "model": model,
                      "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            self.wfile.flush()
+            if include_usage:
+                chunk["usage"] = None
+            send(chunk)
 
         event({"role": "assistant", "content": ""})
-        for word in text.split(" "):
-            event({"content": word + " "})
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            event({"content": word + (" " if i < len(words) - 1 else "")})
         event({}, "stop")
+        if include_usage:
+            send({"id": "chatcmpl-fake-2", "object": "chat.completion.chunk", "created": created,
+                  "model": model, "choices": [],
+                  "usage": {"prompt_tokens": 1, "completion_tokens": 4, "total_tokens": 5}})
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True

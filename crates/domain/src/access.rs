@@ -6,6 +6,7 @@
 //! | [`Operation::CreateApiKey`] (POST api-keys) | yes | never (`required: access_token`) |
 //! | [`Operation::ChangeApiKey`] (revoke, DELETE) | yes | permission `write` |
 //! | [`Operation::ChatCompletion`] (POST ai/chat/completions) | never (`required: api_key`) | permission `ai_gateway` |
+//! | [`Operation::ReadUsage`] (GET usage, GET usage/requests) | yes | permission `read` |
 //!
 //! `admin` includes every other permission (but never lets a key create a key: seed §5 rule 1).
 
@@ -22,6 +23,8 @@ pub enum Operation {
     ChangeApiKey,
     /// Call the AI gateway.
     ChatCompletion,
+    /// Read the caller's own usage (the ledger of their keys' chat completions).
+    ReadUsage,
 }
 
 /// The kind of credential a request authenticated with, and what it carries.
@@ -63,7 +66,9 @@ pub fn authorize(caller: CallerCredential<'_>, operation: Operation) -> Result<(
         (CallerCredential::ApiKey(_), Operation::CreateApiKey) => {
             Err(Denied { required: "access_token".into(), current: "api_key".into() })
         }
-        (CallerCredential::ApiKey(set), Operation::ReadAccount) => needs(Permission::Read, set),
+        (CallerCredential::ApiKey(set), Operation::ReadAccount | Operation::ReadUsage) => {
+            needs(Permission::Read, set)
+        }
         (CallerCredential::ApiKey(set), Operation::ChangeApiKey) => needs(Permission::Write, set),
         (CallerCredential::ApiKey(set), Operation::ChatCompletion) => {
             needs(Permission::AiGateway, set)
@@ -89,6 +94,14 @@ mod tests {
             Some("api_key".into())
         );
         assert!(authorize(ApiKey(&read), ReadAccount).is_ok());
+        assert!(authorize(AccessToken, ReadUsage).is_ok());
+        assert!(authorize(ApiKey(&read), ReadUsage).is_ok());
+        assert_eq!(
+            authorize(ApiKey(&PermissionSet::from_iter([Permission::AiGateway])), ReadUsage)
+                .err()
+                .map(|d| d.required),
+            Some("read".into())
+        );
         assert_eq!(
             authorize(ApiKey(&read), ChangeApiKey),
             Err(Denied { required: "write".into(), current: "read".into() })

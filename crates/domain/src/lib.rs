@@ -16,7 +16,9 @@
 //! - [`claims`]: the claims of a JWT access token (RFC 7519, RFC 8725);
 //! - [`error`]: the stable, machine-readable error codes of the seed (§7);
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
-//! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`).
+//! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`);
+//! - [`usage`]: the usage ledger's record, outcomes, prices in integer micro-USD and UTC day
+//!   ranges.
 //!
 //! Nothing in this crate performs I/O. Random secrets are generated from a caller-supplied
 //! cryptographically secure RNG ([`rand_core::CryptoRng`]), so the caller decides where
@@ -31,6 +33,7 @@ pub mod error;
 pub mod permission;
 pub mod refresh_token;
 pub mod time;
+pub mod usage;
 pub mod user;
 pub mod validation;
 

@@ -2,8 +2,11 @@
 //! their OpenAPI schemas. Timestamps are RFC 3339 strings in UTC with `Z`.
 
 use aigw_domain::time::format_timestamp;
+use aigw_domain::usage::micros_to_usd;
+use aigw_service::usage::UsageTotals;
 use aigw_service::{ApiKeyView, CreatedApiKey, TokenSet, UserView};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use utoipa::ToSchema;
 
 /// The success envelope: `{"success": true, "data": …}`.
@@ -275,9 +278,41 @@ pub struct ApiKeyDto {
     pub revoked_at: Option<String>,
     /// Last use (recorded at most once a minute), or null.
     pub last_used_at: Option<String>,
+    /// The key's usage over the last 30 UTC days (today included), from the daily rollups.
+    pub usage_30d: KeyUsageDto,
+}
+
+/// `usage_30d` of a key object.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct KeyUsageDto {
+    /// Chat completions recorded.
+    pub requests: u64,
+    /// Their total tokens.
+    pub total_tokens: u64,
+    /// Their cost in USD (0 for unpriced models).
+    pub cost_usd: f64,
+}
+
+impl From<&UsageTotals> for KeyUsageDto {
+    fn from(t: &UsageTotals) -> Self {
+        Self {
+            requests: t.requests,
+            total_tokens: t.total_tokens,
+            cost_usd: micros_to_usd(t.cost_micros),
+        }
+    }
+}
+
+impl ApiKeyDto {
+    /// The key object with its `usage_30d` from `usage` (keys absent from it have none).
+    pub fn with_usage(mut self, usage: &HashMap<String, UsageTotals>) -> Self {
+        self.usage_30d = usage.get(&self.id).map(KeyUsageDto::from).unwrap_or_default();
+        self
+    }
 }
 
 impl From<ApiKeyView> for ApiKeyDto {
+    /// The key object with no usage yet (a new key); see [`ApiKeyDto::with_usage`].
     fn from(k: ApiKeyView) -> Self {
         Self {
             id: k.id,
@@ -288,6 +323,7 @@ impl From<ApiKeyView> for ApiKeyDto {
             created_at: format_timestamp(k.created_at),
             revoked_at: k.revoked_at.map(format_timestamp),
             last_used_at: k.last_used_at.map(format_timestamp),
+            usage_30d: KeyUsageDto::default(),
         }
     }
 }
@@ -530,6 +566,7 @@ mod debug_redaction {
             created_at: "2026-01-01T00:00:00Z".into(),
             revoked_at: None,
             last_used_at: None,
+            usage_30d: KeyUsageDto::default(),
         };
         hidden(format!("{:?}", CreatedApiKeyDto { key: SECRET.into(), api_key }));
     }

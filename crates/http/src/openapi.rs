@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{api_keys, auth, chat, health};
+use crate::routes::{api_keys, auth, chat, health, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -14,7 +14,8 @@ use utoipa::{Modify, OpenApi};
     paths(
         auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
-        chat::completions, chat::models, health::healthz, health::readyz
+        chat::completions, chat::models, health::healthz, health::readyz,
+        usage::summary, usage::requests
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -22,13 +23,17 @@ use utoipa::{Modify, OpenApi};
         dto::UserDto, dto::TokenSetDto, dto::RegisterData, dto::MeData, dto::LogoutData,
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
-        dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto
+        dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto,
+        dto::KeyUsageDto, crate::dto_usage::UsageTotalsDto, crate::dto_usage::UsageRowDto,
+        crate::dto_usage::UsageSummaryData, crate::dto_usage::UsageRecordDto,
+        crate::dto_usage::UsageRequestsData
     )),
     modifiers(&SecuritySchemes),
     tags(
         (name = "auth", description = "Register, log in, refresh, log out"),
         (name = "api-keys", description = "Long-lived API keys"),
         (name = "ai", description = "OpenAI-compatible gateway"),
+        (name = "usage", description = "The caller's metered usage of the gateway"),
         (name = "health", description = "Probes")
     )
 )]

@@ -4,7 +4,7 @@
 //! the `config` crate. Unknown keys are errors, so a typo never goes unnoticed.
 //! Every duration is in whole seconds; every size in bytes.
 
-use aigw_service::{AuthConfig, GatewayConfig, ProviderConfig, RateLimitConfig};
+use aigw_service::{AuthConfig, GatewayConfig, ProviderConfig, RateLimitConfig, UsageConfig};
 use anyhow::Context;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// `[rate_limit]` and `[rate_limit.policies.*]` (see `aigw_service::rate_limit`).
     pub rate_limit: RateLimitConfig,
+    /// `[usage]`: the usage ledger (see `aigw_service::usage`).
+    pub usage: UsageConfig,
 }
 
 /// Where the service runs.
@@ -298,6 +300,32 @@ models = ["gpt-4o-mini"]
         assert!(shown.contains("db:5432") && shown.contains("cache:6379"), "{shown}");
         let database = format!("{:?}", settings.database);
         assert!(!database.contains("TOPSECRET"), "{database}");
+    }
+
+    /// Prices as issue 8 writes them, with model names holding dots and capitals.
+    #[test]
+    fn provider_prices_load_as_written() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        let toml = r#"
+[usage]
+retention_days = 7
+[[providers]]
+name = "openai"
+base_url = "https://api.openai.com/v1"
+models = ["gpt-4o-mini", "GPT-4.1"]
+prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60 }, "GPT-4.1" = { input_per_million = 2, output_per_million = 8 } }
+"#;
+        std::fs::write(&path, toml).unwrap_or_else(|e| panic!("{e}"));
+        let settings =
+            Settings::load_from(Some(&path), Some(&[])).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(settings.usage.retention_days, 7);
+        let prices = &settings.providers[0].prices;
+        assert_eq!(prices.len(), 2, "{prices:?}");
+        assert_eq!(prices["gpt-4o-mini"].output_per_million, 0.60);
+        assert_eq!(prices["GPT-4.1"].input_per_million, 2.0);
+        aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

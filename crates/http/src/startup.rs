@@ -7,7 +7,7 @@ use actix_web::dev::Server;
 use actix_web::middleware::{from_fn, Compress, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
-use aigw_service::{AuthService, Db, Gateway, TokenIssuer};
+use aigw_service::{AuthService, Db, Gateway, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -24,12 +24,15 @@ pub struct AppState {
     pub limits: crate::rate_limit::RequestLimits,
     /// `Idempotency-Key` records (see `crate::idempotency`).
     pub idempotency: aigw_service::idempotency::Idempotency,
+    /// The usage ledger (`[usage]`).
+    pub usage: UsageService,
 }
 
 /// A built, bound, not yet running server.
 pub struct Application {
     port: u16,
     server: Server,
+    usage: UsageService,
 }
 
 impl std::fmt::Debug for Application {
@@ -110,12 +113,21 @@ impl Application {
         );
         let db = Db::new(pool);
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
-        let auth = AuthService::new(db, tokens, settings.auth.clone())?;
+        let auth = AuthService::new(db.clone(), tokens, settings.auth.clone())?;
         // Revocations made on other nodes reach this one by polling (see `revocation`).
         let _background = auth.spawn_background_tasks();
-        let gateway = Gateway::new(&settings.gateway, &settings.providers)?;
+        // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
+        let usage = UsageService::start(
+            db,
+            &settings.usage,
+            &settings.providers,
+            &settings.server.data_dir,
+        )?;
+        let gateway =
+            Gateway::new(&settings.gateway, &settings.providers)?.with_meter(usage.meter());
         let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
-        let state = web::Data::new(AppState { auth, gateway, limits, idempotency });
+        let state =
+            web::Data::new(AppState { auth, gateway, limits, idempotency, usage: usage.clone() });
 
         let listener = TcpListener::bind(&settings.server.listen)
             .with_context(|| format!("binding {}", settings.server.listen))?;
@@ -155,7 +167,7 @@ impl Application {
         .keep_alive(Duration::from_secs(settings.server.keep_alive_secs.max(1)))
         .listen(listener)?;
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
-        Ok(Self { port, server: server.run() })
+        Ok(Self { port, server: server.run(), usage })
     }
 
     /// The bound port (useful with port 0).
@@ -164,11 +176,14 @@ impl Application {
     }
 
     /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish (up to
-    /// `server.shutdown_timeout_secs`) and returns.
+    /// `server.shutdown_timeout_secs`), writes the usage records still in memory (to the
+    /// database, else to the spool file) and returns.
     ///
     /// # Errors
     /// An I/O error of the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        self.usage.shutdown().await;
+        served
     }
 }

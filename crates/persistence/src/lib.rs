@@ -8,7 +8,8 @@
 //!   connection set-up (SQLite: WAL, `busy_timeout`, `foreign_keys`);
 //! - [`migrations`]: the embedded migrations of `migrations/{sqlite,postgres}`;
 //! - [`schema`] and [`models`]: tables and rows;
-//! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection.
+//! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection;
+//! - [`usage`]: the usage ledger (records and daily rollups), idempotent by request id.
 //!
 //! Everything here is synchronous and blocking. Callers on an async runtime must run it on a
 //! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
@@ -23,6 +24,7 @@ pub mod models;
 pub mod pool;
 pub mod schema;
 pub mod sessions;
+pub mod usage;
 pub mod users;
 
 pub use error::PersistenceError;

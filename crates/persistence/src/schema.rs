@@ -57,6 +57,46 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// The usage ledger: one row per metered chat completion, unique by request id. No
+    /// foreign keys: records outlive the deletion of their key.
+    usage_records (request_id) {
+        request_id -> Text,
+        api_key_id -> Text,
+        user_id -> Text,
+        model -> Text,
+        provider -> Text,
+        streamed -> Bool,
+        outcome -> Text,
+        prompt_tokens -> BigInt,
+        completion_tokens -> BigInt,
+        total_tokens -> BigInt,
+        estimated -> Bool,
+        cost_micros -> BigInt,
+        priced -> Bool,
+        latency_ms -> BigInt,
+        started_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Daily usage rollups per (API key, model, UTC day `YYYY-MM-DD`), updated in the
+    /// transaction that inserts the records they count. Money in micro-USD.
+    usage_daily (api_key_id, model, day) {
+        api_key_id -> Text,
+        model -> Text,
+        day -> Text,
+        user_id -> Text,
+        requests -> BigInt,
+        prompt_tokens -> BigInt,
+        completion_tokens -> BigInt,
+        total_tokens -> BigInt,
+        cost_micros -> BigInt,
+        estimated_requests -> BigInt,
+        unpriced_requests -> BigInt,
+    }
+}
+
 diesel::joinable!(sessions -> users (user_id));
 diesel::joinable!(refresh_tokens -> sessions (session_id));
 diesel::joinable!(api_keys -> users (user_id));

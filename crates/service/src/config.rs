@@ -147,6 +147,11 @@ pub struct ProviderConfig {
     pub api_key: Option<SecretString>,
     /// Model names routed to this provider.
     pub models: Vec<String>,
+    /// Prices of some of `models`, in USD per million tokens:
+    /// `prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60 } }`.
+    /// A model without a price costs 0 and its usage says `priced: false`.
+    #[serde(default)]
+    pub prices: std::collections::BTreeMap<String, crate::usage::config::PriceConfig>,
 }
 
 fn default_kind() -> ProviderKind {

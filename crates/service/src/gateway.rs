@@ -3,7 +3,9 @@
 //!
 //! - The request body is validated (`model`, `messages[i].role`, `messages[i].content`,
 //!   `stream`) and then forwarded byte for byte to `{base_url}/chat/completions` with the
-//!   provider's own key; the caller's API key never leaves the gateway.
+//!   provider's own key; the caller's API key never leaves the gateway. (A metered stream
+//!   whose caller did not ask for usage gains `"stream_options":{"include_usage":true},`
+//!   after the opening brace: see [`crate::usage::meter::CallMeter::upstream_body`].)
 //! - A 2xx upstream answer is returned unchanged: JSON as JSON, and with `"stream": true`
 //!   server-sent events passed through chunk by chunk as the upstream sends them.
 //! - Upstream answers other than 2xx (issue 10, SECURITY.md 33): a 4xx is passed to the
@@ -16,11 +18,15 @@
 //!   cut there). Upstream calls use no proxy unless `gateway.proxy_url` is set: the
 //!   `*_PROXY` environment variables are ignored.
 //! - The built-in `echo` model answers with the last user message, offline, in the same
-//!   OpenAI shapes (JSON and SSE).
+//!   OpenAI shapes (JSON and SSE), with tokenizer counts as its `usage`.
+//! - With a [`Meter`] ([`Gateway::with_meter`]), every routed call is metered into the usage
+//!   ledger (`crate::usage`); for a stream the meter may ask the provider for `usage`.
 
 use crate::auth::Principal;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
+use crate::usage::meter::{caller_wants_usage, Meter};
+use crate::usage::tokens;
 use aigw_domain::access::Operation;
 use aigw_domain::FieldError;
 use bytes::Bytes;
@@ -83,6 +89,7 @@ pub struct Gateway {
     client: reqwest::Client,
     timeout: Duration,
     max_response_bytes: usize,
+    meter: Option<Meter>,
 }
 
 /// What a validated chat request asks for.
@@ -151,7 +158,14 @@ impl Gateway {
             client,
             timeout: Duration::from_secs(config.upstream_timeout_secs.max(1)),
             max_response_bytes: config.max_response_bytes.max(1),
+            meter: None,
         })
+    }
+
+    /// Meters every routed call into the usage ledger with `meter`.
+    pub fn with_meter(mut self, meter: Option<Meter>) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// The model names offered, sorted.
@@ -159,7 +173,8 @@ impl Gateway {
         self.routes.keys().cloned().collect()
     }
 
-    /// Validates `body` and answers it from the model's provider.
+    /// Validates `body` and answers it from the model's provider. `request_id` (the answer's
+    /// `x-request-id`) identifies the call in the usage ledger.
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] without `ai_gateway`; [`ServiceError::Invalid`] on a
@@ -168,6 +183,7 @@ impl Gateway {
     pub async fn chat_completion(
         &self,
         principal: &Principal,
+        request_id: &str,
         body: Bytes,
     ) -> Result<ChatReply, ServiceError> {
         principal.authorize(Operation::ChatCompletion)?;
@@ -178,9 +194,21 @@ impl Gateway {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
-        match provider.kind {
-            ProviderKind::Echo => Ok(echo(&parsed, &summary)),
+        let meter = self.meter.as_ref();
+        let mut call = meter.and_then(|m| {
+            m.start(principal, request_id, &summary.model, &provider.name, summary.stream, &body)
+        });
+        let (body, include_usage) = match call.as_mut() {
+            Some(call) => call.upstream_body(body, &parsed),
+            None => (body, caller_wants_usage(&parsed)),
+        };
+        let reply = match provider.kind {
+            ProviderKind::Echo => Ok(echo(&parsed, &summary, include_usage)),
             ProviderKind::Openai => self.forward(provider.clone(), body, summary.stream).await,
+        };
+        match call {
+            Some(call) => call.finish(reply),
+            None => reply,
         }
     }
 
@@ -417,20 +445,23 @@ fn last_user_text(body: &Value) -> String {
 }
 
 /// The built-in `echo` model: answers with the last user message, as an OpenAI chat
-/// completion (or, when streaming, as `chat.completion.chunk` events ending in `[DONE]`).
-fn echo(body: &Value, summary: &ChatRequestSummary) -> ChatReply {
+/// completion (or, when streaming, as `chat.completion.chunk` events ending in `[DONE]`, with a
+/// final usage chunk when `include_usage`). Its `usage` counts tokens with the `cl100k_base`
+/// tokenizer, as OpenAI counts a chat prompt.
+fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bool) -> ChatReply {
     let text = last_user_text(body);
     let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     let created = chrono::Utc::now().timestamp();
     let model = summary.model.clone();
+    let encoding = tokens::encoding_for_model(&model);
+    let prompt_tokens = tokens::count_prompt(encoding, body);
+    let completion_tokens = tokens::count_text(encoding, &text);
+    let usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens
+    });
     if !summary.stream {
-        let tokens = |s: &str| s.split_whitespace().count();
-        let prompt_tokens: usize = body
-            .get("messages")
-            .and_then(Value::as_array)
-            .map(|m| m.iter().filter_map(|m| m.get("content")?.as_str()).map(tokens).sum())
-            .unwrap_or(0);
-        let completion_tokens = tokens(&text);
         let reply = json!({
             "id": id,
             "object": "chat.completion",
@@ -442,29 +473,35 @@ fn echo(body: &Value, summary: &ChatRequestSummary) -> ChatReply {
                 "logprobs": null,
                 "finish_reason": "stop"
             }],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens
-            }
+            "usage": usage
         });
         return ChatReply::Json { status: 200, body: Bytes::from(reply.to_string()) };
     }
+    let event = |event: Value| Ok(Bytes::from(format!("data: {event}\n\n")));
     let chunk = |delta: Value, finish: Value| {
-        let event = json!({
+        event(json!({
             "id": id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]
-        });
-        Ok(Bytes::from(format!("data: {event}\n\n")))
+        }))
     };
     let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
     for piece in text.split_inclusive(' ') {
         events.push(chunk(json!({"content": piece}), Value::Null));
     }
     events.push(chunk(json!({}), json!("stop")));
+    if include_usage {
+        events.push(event(json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage
+        })));
+    }
     events.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
     ChatReply::Stream {
         status: 200,

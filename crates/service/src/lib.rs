@@ -3,7 +3,8 @@
 //!
 //! The use cases of aigw, independent of HTTP: registration, login, sessions and
 //! refresh-token rotation, logout, API keys, authentication and authorization of presented
-//! credentials, and the routing of chat completions to upstream providers.
+//! credentials, the routing of chat completions to upstream providers, and the usage ledger
+//! that meters them.
 //!
 //! Blocking work never runs on the caller's async worker: database calls go through
 //! [`db::Db::run`] (tokio's blocking pool, gated by the connection count) and argon2 through
@@ -24,6 +25,7 @@ pub mod revocation;
 pub mod seal;
 pub mod sessions;
 pub mod tokens;
+pub mod usage;
 pub mod views;
 
 pub use api_keys::NewApiKey;
@@ -37,4 +39,6 @@ pub use gateway::{ChatReply, Gateway};
 pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
 pub use sessions::LogoutScope;
 pub use tokens::{SigningKey, TokenIssuer};
+pub use usage::config::{PriceConfig, UsageConfig};
+pub use usage::UsageService;
 pub use views::{ApiKeyView, CreatedApiKey, TokenSet, UserView};

@@ -212,6 +212,7 @@ mod debug_redaction {
             base_url: Some("https://api.example.com/v1".into()),
             api_key: Some(SecretString::from(SECRET)),
             models: vec!["m".into()],
+            prices: Default::default(),
         };
         assert_hidden(format!("{provider:?}"));
         let gateway = GatewayConfig {

@@ -63,7 +63,8 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let keys = state.auth.list_api_keys(&caller).await?;
-    let api_keys = keys.into_iter().map(ApiKeyDto::from).collect();
+    let usage = state.usage.usage_30d(caller.user_id(), None).await?;
+    let api_keys = keys.into_iter().map(|k| ApiKeyDto::from(k).with_usage(&usage)).collect();
     Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyListData { api_keys })))
 }
 
@@ -85,7 +86,8 @@ pub async fn revoke(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let key = state.auth.revoke_api_key(&caller, &id).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyDto::from(key))))
+    let usage = state.usage.usage_30d(caller.user_id(), Some(&key.id)).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyDto::from(key).with_usage(&usage))))
 }
 
 /// Delete one of the caller's keys (access token, or API key with `write`).

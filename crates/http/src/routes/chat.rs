@@ -40,7 +40,8 @@ pub async fn completions(
     caller.authorize(Operation::ChatCompletion)?;
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
-    let reply = state.gateway.chat_completion(&caller, body).await?;
+    let request_id = crate::error::current_request_id();
+    let reply = state.gateway.chat_completion(&caller, &request_id, body).await?;
     Ok(match reply {
         ChatReply::Json { status, body } => {
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))

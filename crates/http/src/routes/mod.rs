@@ -4,6 +4,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod chat;
 pub mod health;
+pub mod usage;
 
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
@@ -63,6 +64,14 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
             .service(
                 one("/ai/models", &["GET"], get_or_head().to(chat::models))
                     .app_data(LimitedBy(Policy::Ai)),
+            )
+            .service(
+                one("/usage", &["GET"], get_or_head().to(usage::summary))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/usage/requests", &["GET"], get_or_head().to(usage::requests))
+                    .app_data(LimitedBy(Policy::Account)),
             )
             .service(one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))),
     )

@@ -82,6 +82,32 @@ pub(crate) async fn wait_until_healthy(client: &reqwest::Client, base: &str) {
     }
 }
 
+/// Registers `email` on the server at `base` and creates an `ai_gateway` key; returns
+/// (access token, key).
+pub(crate) async fn register_with_key(
+    client: &reqwest::Client,
+    base: &str,
+    email: &str,
+) -> (String, String) {
+    let post = |path: &str, token: Option<&str>, body: Value| {
+        let mut request = client.post(format!("{base}{path}")).json(&body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let reg = post(
+        "/api/v1/auth/register",
+        None,
+        json!({"email": email, "password": "a long passphrase"}),
+    )
+    .await;
+    let token = reg["data"]["token"].as_str().unwrap().to_owned();
+    let body = json!({"name": "test", "permissions": ["ai_gateway"]});
+    let key = post("/api/v1/auth/api-keys", Some(&token), body).await;
+    (token, key["data"]["key"].as_str().unwrap().to_owned())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -100,27 +126,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let base = format!("http://127.0.0.1:{port}");
     wait_until_healthy(&client, &base).await;
 
-    let reg: Value = client
-        .post(format!("{base}/api/v1/auth/register"))
-        .json(&json!({"email": "drain@example.com", "password": "a long passphrase"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = reg["data"]["token"].as_str().unwrap().to_owned();
-    let key: Value = client
-        .post(format!("{base}/api/v1/auth/api-keys"))
-        .bearer_auth(&token)
-        .json(&json!({"name": "drain", "permissions": ["ai_gateway"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let key = key["data"]["key"].as_str().unwrap().to_owned();
+    let (_, key) = register_with_key(&client, &base, "drain@example.com").await;
 
     let in_flight = tokio::spawn({
         let client = client.clone();

@@ -29,3 +29,4 @@ mod sessions;
 mod slow_clients;
 mod unauthenticated;
 mod upstream_errors;
+mod usage;

@@ -5,20 +5,7 @@ use crate::common;
 
 mod postgres {
     use super::common::*;
-    use diesel::{Connection, RunQueryDsl};
     use std::time::{Duration, Instant};
-
-    fn admin(sql: &str) {
-        let url =
-            std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
-        let mut conn = diesel::PgConnection::establish(&url).unwrap();
-        diesel::sql_query(sql).execute(&mut conn).unwrap();
-    }
-
-    fn db_name(url: &str) -> String {
-        let path = url.rsplit('/').next().unwrap();
-        path.split('?').next().unwrap().to_owned()
-    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn database_outage_gives_503_and_recovers() {
@@ -29,16 +16,7 @@ mod postgres {
         let user = app.new_user("outage").await;
         let key = app.key(&user.token, &["read"]).await;
         app.me(Auth::Bearer(&user.token)).await.data(200);
-        let name = db_name(&app.database_url);
-        let n = name.clone();
-        tokio::task::spawn_blocking(move || {
-            admin(&format!("ALTER DATABASE \"{n}\" ALLOW_CONNECTIONS false"));
-            admin(&format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{n}'"
-            ));
-        })
-        .await
-        .unwrap();
+        pg_set_reachable(&app.database_url, false).await;
         let started = Instant::now();
         let reply = app.me(Auth::Bearer(&user.token)).await;
         reply.error(503, "service_unavailable");
@@ -62,12 +40,7 @@ mod postgres {
         let health = app.get("/healthz", Auth::None).await;
         assert_eq!(health.status, 200, "healthz is liveness only: {}", health.text);
         // The database returns: service resumes without a restart.
-        let n = name.clone();
-        tokio::task::spawn_blocking(move || {
-            admin(&format!("ALTER DATABASE \"{n}\" ALLOW_CONNECTIONS true"));
-        })
-        .await
-        .unwrap();
+        pg_set_reachable(&app.database_url, true).await;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let reply = app.me(Auth::Bearer(&user.token)).await;

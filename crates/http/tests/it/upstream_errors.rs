@@ -37,6 +37,7 @@ async fn app_with(
                 .iter()
                 .map(|m| (*m).to_owned())
                 .collect(),
+            prices: Default::default(),
         }];
         if let Some(cap) = cap {
             s.gateway.max_response_bytes = cap;

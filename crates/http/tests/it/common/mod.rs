@@ -120,6 +120,37 @@ fn create_pg_database() -> (String, PgDatabase) {
     (url, PgDatabase { admin_url, name })
 }
 
+/// Runs one SQL statement as the PostgreSQL admin user (`AIGW_TEST_DATABASE_URL`).
+pub fn pg_admin(sql: &str) {
+    use diesel::{Connection, RunQueryDsl};
+    let url = std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
+    let mut conn = diesel::PgConnection::establish(&url).unwrap();
+    diesel::sql_query(sql).execute(&mut conn).unwrap();
+}
+
+/// The database name of a PostgreSQL URL.
+pub fn pg_db_name(url: &str) -> String {
+    let path = url.rsplit('/').next().unwrap();
+    path.split('?').next().unwrap().to_owned()
+}
+
+/// Makes a test's own PostgreSQL database refuse connections and ends the open ones (the
+/// machine's server and the other tests' databases are untouched), or lets it accept them
+/// again.
+pub async fn pg_set_reachable(database_url: &str, reachable: bool) {
+    let name = pg_db_name(database_url);
+    tokio::task::spawn_blocking(move || {
+        pg_admin(&format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {reachable}"));
+        if !reachable {
+            pg_admin(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            ));
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// Default settings of a test app: random port, fresh data folder, fast argon2.
 pub fn test_settings(data_dir: PathBuf, database_url: String) -> Settings {
     let mut settings = Settings::default();

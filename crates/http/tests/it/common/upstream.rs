@@ -8,8 +8,14 @@
 //! - `up-302`: a redirect; `up-huge`: a 2 MiB JSON answer;
 //! - `up-gated`: streams one SSE event, then waits until [`FakeUpstream::release`] is called,
 //!   then sends the rest (proves the gateway passes chunks through as they come);
+//! - `up-nousage`: like the default but reports no `usage` (JSON without it; a stream that
+//!   ignores `stream_options.include_usage`);
+//! - `up-slow`: streams [`SLOW_PIECES`] pieces, one every [`SLOW_PIECE_DELAY`];
+//! - `up-break`: streams two pieces, then drops the connection mid-stream;
 //! - anything else: answers [`UPSTREAM_JSON`] verbatim, or with `"stream": true` the events of
-//!   [`UPSTREAM_SSE_EVENTS`] then `data: [DONE]`.
+//!   [`UPSTREAM_SSE_PIECES`] then `data: [DONE]`. Like OpenAI, a stream asked for usage
+//!   (`"stream_options": {"include_usage": true}`) carries `"usage": null` in every chunk and
+//!   a last chunk with `"choices": []` and [`STREAM_USAGE`].
 //!
 //! Every request is recorded (method, path, headers, body bytes).
 
@@ -25,6 +31,15 @@ pub const UPSTREAM_JSON: &str = "{\"id\":\"chatcmpl-upstream-1\",  \"object\":\"
 
 /// The delta contents the upstream streams, in order.
 pub const UPSTREAM_SSE_PIECES: [&str; 3] = ["Hel", "lo ", "stream!"];
+
+/// The `usage` a stream asked for it reports: (prompt, completion, total) tokens.
+pub const STREAM_USAGE: (u64, u64, u64) = (7, 3, 10);
+
+/// Pieces of an `up-slow` stream.
+pub const SLOW_PIECES: usize = 40;
+
+/// Pause before each piece of an `up-slow` stream.
+pub const SLOW_PIECE_DELAY: Duration = Duration::from_millis(100);
 
 /// One request the upstream received.
 #[derive(Debug, Clone)]
@@ -89,21 +104,77 @@ pub async fn closed_port_url() -> String {
     format!("http://127.0.0.1:{port}")
 }
 
-fn sse_event(
+/// One chunk event; `with_usage` adds `"usage": null` as OpenAI does once asked for usage.
+fn sse_chunk(
     id: &str,
     model: &str,
     delta: &serde_json::Value,
     finish: &serde_json::Value,
+    with_usage: bool,
 ) -> String {
-    let event = serde_json::json!({
+    let mut event = serde_json::json!({
         "id": id,
         "object": "chat.completion.chunk",
         "created": 1_700_000_000,
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
     });
+    if with_usage {
+        event["usage"] = serde_json::Value::Null;
+    }
     format!("data: {event}\n\n")
 }
+
+/// The events of a default stream of `model`: exactly what the upstream sends, asked for
+/// usage or not.
+pub fn default_stream(model: &str, include_usage: bool) -> Vec<String> {
+    stream_events(model, &UPSTREAM_SSE_PIECES, include_usage)
+}
+
+fn stream_events(model: &str, pieces: &[&str], include_usage: bool) -> Vec<String> {
+    let id = "chatcmpl-upstream-stream";
+    let null = serde_json::Value::Null;
+    let mut events = vec![sse_chunk(
+        id,
+        model,
+        &serde_json::json!({"role": "assistant", "content": ""}),
+        &null,
+        include_usage,
+    )];
+    for piece in pieces {
+        events.push(sse_chunk(
+            id,
+            model,
+            &serde_json::json!({"content": piece}),
+            &null,
+            include_usage,
+        ));
+    }
+    events.push(sse_chunk(
+        id,
+        model,
+        &serde_json::json!({}),
+        &serde_json::json!("stop"),
+        include_usage,
+    ));
+    if include_usage {
+        let (prompt, completion, total) = STREAM_USAGE;
+        let usage = serde_json::json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+        });
+        events.push(format!("data: {usage}\n\n"));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    events
+}
+
+/// The JSON answer of `up-nousage`: [`UPSTREAM_JSON`]'s shape without `usage`.
+pub const UPSTREAM_JSON_NO_USAGE: &str = "{\"id\":\"chatcmpl-upstream-2\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"up-nousage\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"hello world\"},\"finish_reason\":\"stop\"}]}";
 
 fn find_header_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n")
@@ -229,40 +300,36 @@ async fn handle(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
                 )
                 .await?;
-            let id = "chatcmpl-upstream-stream";
-            write_chunk(
-                &mut stream,
-                &sse_event(
-                    id,
-                    &model,
-                    &serde_json::json!({"role": "assistant", "content": ""}),
-                    &serde_json::Value::Null,
-                ),
-            )
-            .await?;
-            if model == "up-gated" {
-                gate.notified().await;
+            let include_usage = model != "up-nousage"
+                && parsed.pointer("/stream_options/include_usage")
+                    == Some(&serde_json::json!(true));
+            let slow: Vec<String> = (0..SLOW_PIECES).map(|i| format!("w{i} ")).collect();
+            let slow: Vec<&str> = slow.iter().map(String::as_str).collect();
+            let pieces: &[&str] = if model == "up-slow" { &slow } else { &UPSTREAM_SSE_PIECES };
+            let events = stream_events(&model, pieces, include_usage);
+            for (i, event) in events.iter().enumerate() {
+                if model == "up-slow" && i > 0 {
+                    tokio::time::sleep(SLOW_PIECE_DELAY).await;
+                }
+                if model == "up-break" && i == 3 {
+                    // Gone mid-stream: no terminating chunk.
+                    return stream.shutdown().await;
+                }
+                write_chunk(&mut stream, event).await?;
+                if model == "up-gated" && i == 0 {
+                    gate.notified().await;
+                }
             }
-            for piece in UPSTREAM_SSE_PIECES {
-                write_chunk(
-                    &mut stream,
-                    &sse_event(
-                        id,
-                        &model,
-                        &serde_json::json!({"content": piece}),
-                        &serde_json::Value::Null,
-                    ),
-                )
-                .await?;
-            }
-            write_chunk(
-                &mut stream,
-                &sse_event(id, &model, &serde_json::json!({}), &serde_json::json!("stop")),
-            )
-            .await?;
-            write_chunk(&mut stream, "data: [DONE]\n\n").await?;
             stream.write_all(b"0\r\n\r\n").await?;
             stream.flush().await?;
+            stream.shutdown().await
+        }
+        "up-nousage" => {
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{UPSTREAM_JSON_NO_USAGE}",
+                UPSTREAM_JSON_NO_USAGE.len()
+            );
+            stream.write_all(response.as_bytes()).await?;
             stream.shutdown().await
         }
         _ => {

@@ -1,0 +1,313 @@
+//! The usage ledger's pure rules: what one metered chat completion records, what it costs,
+//! and which UTC days a usage query covers (DESIGN.md "Usage and money", issue 8).
+//!
+//! - Money is integer **micro-USD** (1 USD = 1,000,000 µUSD) in storage and arithmetic; JSON
+//!   shows USD as a number (`cost_usd`).
+//! - Prices are configured in USD per million tokens and held as integer µUSD per million
+//!   tokens ([`ModelPrice`]); a request's cost is rounded once, half up, to a whole µUSD
+//!   ([`ModelPrice::cost_micros`]).
+//! - Days are UTC calendar days; a range is inclusive of both ends ([`DayRange`]).
+
+use crate::validation::FieldError;
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+
+/// How a metered chat completion ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageOutcome {
+    /// The provider answered in full (JSON, or a stream that reached its end).
+    Ok,
+    /// The provider could not be reached, answered an error, or broke its stream.
+    UpstreamError,
+    /// The caller went away before the answer was complete.
+    ClientCancelled,
+    /// The provider did not answer (or send the next chunk) in time.
+    Timeout,
+}
+
+impl UsageOutcome {
+    /// Every outcome, in a stable order.
+    pub const ALL: [UsageOutcome; 4] =
+        [Self::Ok, Self::UpstreamError, Self::ClientCancelled, Self::Timeout];
+
+    /// The stored and shown name: `ok`, `upstream_error`, `client_cancelled`, `timeout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::UpstreamError => "upstream_error",
+            Self::ClientCancelled => "client_cancelled",
+            Self::Timeout => "timeout",
+        }
+    }
+
+    /// Parses a stored name; `None` for anything else.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == name)
+    }
+}
+
+/// Token counts of one request, as the provider reported them or as estimated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Tokens of the prompt (the request's messages).
+    pub prompt_tokens: u64,
+    /// Tokens of the completion (the answer).
+    pub completion_tokens: u64,
+    /// The provider's `total_tokens`, normally their sum.
+    pub total_tokens: u64,
+}
+
+impl TokenUsage {
+    /// Counts whose total is the sum of the two parts.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
+        }
+    }
+}
+
+/// One metered chat completion: a row of the usage ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    /// The request's id (the `x-request-id` of the answer, a UUIDv7); unique in the ledger.
+    pub request_id: String,
+    /// The API key that made the call.
+    pub api_key_id: String,
+    /// The key's owner.
+    pub user_id: String,
+    /// The `model` of the request.
+    pub model: String,
+    /// The provider that served it (`echo` for the built-in model).
+    pub provider: String,
+    /// Whether the caller asked for `"stream": true`.
+    pub streamed: bool,
+    /// How the call ended.
+    pub outcome: UsageOutcome,
+    /// Token counts.
+    pub tokens: TokenUsage,
+    /// Whether the counts were estimated with a tokenizer (the provider reported none).
+    pub estimated: bool,
+    /// Cost in micro-USD (0 when the model has no price).
+    pub cost_micros: u64,
+    /// Whether the model had a configured price.
+    pub priced: bool,
+    /// Milliseconds from sending the request upstream to its last byte (or the failure).
+    pub latency_ms: u64,
+    /// When the gateway started the call, UTC (microsecond precision).
+    pub started_at: DateTime<Utc>,
+}
+
+impl UsageRecord {
+    /// The UTC day the record counts towards (that of `started_at`).
+    pub fn day(&self) -> NaiveDate {
+        self.started_at.date_naive()
+    }
+}
+
+/// Most USD per million tokens a price may state (a typo guard).
+pub const MAX_USD_PER_MILLION: f64 = 1_000_000.0;
+
+/// µUSD in one USD.
+pub const MICROS_PER_USD: u64 = 1_000_000;
+
+/// Tokens in the "per million" of a price.
+const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
+
+/// A model's price, in integer micro-USD per million tokens (`0.15` USD per million tokens is
+/// `150_000`), so costs are exact integer arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelPrice {
+    /// µUSD per million prompt tokens.
+    pub input_micros_per_million: u64,
+    /// µUSD per million completion tokens.
+    pub output_micros_per_million: u64,
+}
+
+/// A price that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} must be a number of USD per million tokens between 0 and {MAX_USD_PER_MILLION}")]
+pub struct PriceError {
+    /// `input_per_million` or `output_per_million`.
+    pub field: &'static str,
+}
+
+impl ModelPrice {
+    /// Converts prices given in USD per million tokens, rounded to the nearest µUSD per
+    /// million tokens (the finest step a price can take).
+    ///
+    /// # Errors
+    /// [`PriceError`] when a price is negative, not finite, or above [`MAX_USD_PER_MILLION`].
+    pub fn from_usd_per_million(input: f64, output: f64) -> Result<Self, PriceError> {
+        let convert = |usd: f64, field: &'static str| {
+            if !usd.is_finite() || !(0.0..=MAX_USD_PER_MILLION).contains(&usd) {
+                return Err(PriceError { field });
+            }
+            // In range by the check above: at most 1e12, far below u64::MAX.
+            Ok((usd * MICROS_PER_USD as f64).round() as u64)
+        };
+        Ok(Self {
+            input_micros_per_million: convert(input, "input_per_million")?,
+            output_micros_per_million: convert(output, "output_per_million")?,
+        })
+    }
+
+    /// The cost of `tokens` in µUSD: `(prompt × input + completion × output) / 1,000,000`,
+    /// computed exactly and rounded once, half up, to a whole µUSD. The error is thus at most
+    /// 0.5 µUSD per request, never accumulated per token.
+    pub fn cost_micros(&self, tokens: &TokenUsage) -> u64 {
+        let exact = u128::from(tokens.prompt_tokens) * u128::from(self.input_micros_per_million)
+            + u128::from(tokens.completion_tokens) * u128::from(self.output_micros_per_million);
+        let rounded = (exact + TOKENS_PER_PRICE_UNIT / 2) / TOKENS_PER_PRICE_UNIT;
+        u64::try_from(rounded).unwrap_or(u64::MAX)
+    }
+}
+
+/// µUSD as USD for JSON (`cost_usd`). Exact for every amount below 2^53 µUSD (9 billion USD).
+pub fn micros_to_usd(micros: u64) -> f64 {
+    micros as f64 / MICROS_PER_USD as f64
+}
+
+/// Default length of a usage query's range when `from` is not given, in days.
+pub const DEFAULT_RANGE_DAYS: i64 = 30;
+
+/// Longest range a usage query may cover, in days (both ends included).
+pub const MAX_RANGE_DAYS: i64 = 366;
+
+/// An inclusive range of UTC days, at most [`MAX_RANGE_DAYS`] long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DayRange {
+    /// First day.
+    pub from: NaiveDate,
+    /// Last day (inclusive).
+    pub to: NaiveDate,
+}
+
+impl DayRange {
+    /// Builds the range of a usage query from its `from` and `to` parameters
+    /// (`YYYY-MM-DD`). `to` defaults to `today`; `from` to the [`DEFAULT_RANGE_DAYS`] days
+    /// that end on `to`.
+    ///
+    /// # Errors
+    /// [`FieldError`] on `from` or `to` when not a `YYYY-MM-DD` date; on `from` when it is
+    /// after `to` or the range spans more than [`MAX_RANGE_DAYS`] days.
+    pub fn parse(
+        from: Option<&str>,
+        to: Option<&str>,
+        today: NaiveDate,
+    ) -> Result<Self, FieldError> {
+        let to = match to {
+            Some(raw) => parse_day(raw, "to")?,
+            None => today,
+        };
+        let from = match from {
+            Some(raw) => parse_day(raw, "from")?,
+            None => to - Duration::days(DEFAULT_RANGE_DAYS - 1),
+        };
+        if from > to {
+            return Err(FieldError::new("from", "must not be after to"));
+        }
+        if (to - from).num_days() + 1 > MAX_RANGE_DAYS {
+            return Err(FieldError::new(
+                "from",
+                format!("the range from..to may span at most {MAX_RANGE_DAYS} days"),
+            ));
+        }
+        Ok(Self { from, to })
+    }
+
+    /// The [`DEFAULT_RANGE_DAYS`] days ending on `today` (`usage_30d` of key objects).
+    pub fn last_days(today: NaiveDate, days: i64) -> Self {
+        Self { from: today - Duration::days(days.max(1) - 1), to: today }
+    }
+
+    /// Number of days in the range.
+    pub fn days(&self) -> i64 {
+        (self.to - self.from).num_days() + 1
+    }
+}
+
+/// Parses a `YYYY-MM-DD` day.
+fn parse_day(raw: &str, field: &str) -> Result<NaiveDate, FieldError> {
+    let valid_shape = raw.len() == 10
+        && raw.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    let date = valid_shape.then(|| NaiveDate::parse_from_str(raw, "%Y-%m-%d").ok()).flatten();
+    date.ok_or_else(|| FieldError::new(field, "must be a date YYYY-MM-DD"))
+}
+
+/// A day as stored and shown: `YYYY-MM-DD`.
+pub fn format_day(day: NaiveDate) -> String {
+    day.format("%Y-%m-%d").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn day(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap_or_default()
+    }
+
+    #[test]
+    fn outcome_names_round_trip() {
+        for o in UsageOutcome::ALL {
+            assert_eq!(UsageOutcome::parse(o.as_str()), Some(o));
+        }
+        assert_eq!(UsageOutcome::parse("nope"), None);
+    }
+
+    #[test]
+    fn prices_are_integer_micro_usd_per_million() {
+        let p = ModelPrice::from_usd_per_million(0.15, 0.60);
+        assert_eq!(
+            p,
+            Ok(ModelPrice {
+                input_micros_per_million: 150_000,
+                output_micros_per_million: 600_000
+            })
+        );
+        assert!(ModelPrice::from_usd_per_million(-1.0, 0.0).is_err());
+        assert!(ModelPrice::from_usd_per_million(0.0, f64::NAN).is_err());
+        assert!(ModelPrice::from_usd_per_million(2e6, 0.0).is_err());
+    }
+
+    #[test]
+    fn cost_rounds_once_half_up() {
+        let p =
+            ModelPrice { input_micros_per_million: 150_000, output_micros_per_million: 600_000 };
+        // 1000 × 0.15 + 500 × 0.60 = 150 + 300 µUSD.
+        assert_eq!(p.cost_micros(&TokenUsage::new(1000, 500)), 450);
+        // 3 × 0.15 = 0.45 µUSD rounds down; 4 × 0.15 = 0.6 rounds up; 0.5 rounds up.
+        assert_eq!(p.cost_micros(&TokenUsage::new(3, 0)), 0);
+        assert_eq!(p.cost_micros(&TokenUsage::new(4, 0)), 1);
+        let half = ModelPrice { input_micros_per_million: 500_000, output_micros_per_million: 0 };
+        assert_eq!(half.cost_micros(&TokenUsage::new(1, 0)), 1);
+        // No overflow at the extremes.
+        let max =
+            ModelPrice::from_usd_per_million(MAX_USD_PER_MILLION, MAX_USD_PER_MILLION).unwrap_or(p);
+        assert_eq!(max.cost_micros(&TokenUsage::new(u64::MAX, u64::MAX)), u64::MAX);
+        assert!((micros_to_usd(450) - 0.00045).abs() < 1e-12);
+    }
+
+    #[test]
+    fn day_ranges_default_and_validate() {
+        let today = day("2026-11-22");
+        let r = DayRange::parse(None, None, today);
+        assert_eq!(r, Ok(DayRange { from: day("2026-10-24"), to: today }));
+        assert_eq!(r.map(|r| r.days()), Ok(30));
+        let field =
+            |f: Option<&str>, t: Option<&str>| DayRange::parse(f, t, today).err().map(|e| e.field);
+        assert_eq!(field(Some("2026-13-01"), None), Some("from".into()));
+        assert_eq!(field(Some("2026-1-01"), None), Some("from".into()));
+        assert_eq!(field(None, Some("yesterday")), Some("to".into()));
+        assert_eq!(field(Some("2026-11-23"), Some("2026-11-22")), Some("from".into()));
+        assert_eq!(field(Some("2025-11-21"), Some("2026-11-22")), Some("from".into()));
+        assert!(DayRange::parse(Some("2025-11-22"), Some("2026-11-22"), today).is_ok());
+        assert_eq!(format_day(today), "2026-11-22");
+    }
+}

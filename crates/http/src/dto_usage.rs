@@ -1,0 +1,171 @@
+//! Bodies of the usage API (`GET /api/v1/usage`, `GET /api/v1/usage/requests`) with their
+//! OpenAPI schemas. Money is shown in USD (`cost_usd`), computed from integer micro-USD.
+
+use aigw_domain::time::format_timestamp;
+use aigw_domain::usage::{format_day, micros_to_usd, UsageRecord};
+use aigw_service::usage::{GroupBy, UsagePage, UsageSummary, UsageTotals};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Usage summed over a set of requests.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UsageTotalsDto {
+    /// Chat completions recorded.
+    pub requests: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Total tokens.
+    pub total_tokens: u64,
+    /// Cost in USD (exact sum of integer micro-USD; unpriced models count 0).
+    pub cost_usd: f64,
+    /// Requests whose tokens were estimated with a tokenizer (the provider reported none).
+    pub estimated_requests: u64,
+    /// False when some of these requests were of a model without a configured price.
+    pub priced: bool,
+}
+
+impl From<&UsageTotals> for UsageTotalsDto {
+    fn from(t: &UsageTotals) -> Self {
+        Self {
+            requests: t.requests,
+            prompt_tokens: t.prompt_tokens,
+            completion_tokens: t.completion_tokens,
+            total_tokens: t.total_tokens,
+            cost_usd: micros_to_usd(t.cost_micros),
+            estimated_requests: t.estimated_requests,
+            priced: t.priced(),
+        }
+    }
+}
+
+/// One row of a usage summary: the group's value (`day`, `model` or `api_key_id`, as
+/// grouped) and its sums.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UsageRowDto {
+    /// UTC day `YYYY-MM-DD` (`group_by=day`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub day: Option<String>,
+    /// Model name (`group_by=model`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// API key id (`group_by=api_key`); deleted keys keep their usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_id: Option<String>,
+    /// The sums.
+    #[serde(flatten)]
+    pub totals: UsageTotalsDto,
+}
+
+/// `GET /usage` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageSummaryData {
+    /// First day, `YYYY-MM-DD` (UTC).
+    pub from: String,
+    /// Last day, inclusive.
+    pub to: String,
+    /// `day`, `model` or `api_key`.
+    pub group_by: String,
+    /// One row per value with usage, sorted by it.
+    pub rows: Vec<UsageRowDto>,
+    /// The sum of the rows.
+    pub totals: UsageTotalsDto,
+}
+
+impl From<UsageSummary> for UsageSummaryData {
+    fn from(s: UsageSummary) -> Self {
+        let rows = s
+            .rows
+            .iter()
+            .map(|(value, totals)| {
+                let value = Some(value.clone());
+                let (day, model, api_key_id) = match s.group_by {
+                    GroupBy::Day => (value, None, None),
+                    GroupBy::Model => (None, value, None),
+                    GroupBy::ApiKey => (None, None, value),
+                };
+                UsageRowDto { day, model, api_key_id, totals: totals.into() }
+            })
+            .collect();
+        Self {
+            from: format_day(s.range.from),
+            to: format_day(s.range.to),
+            group_by: s.group_by.as_str().to_owned(),
+            rows,
+            totals: (&s.totals).into(),
+        }
+    }
+}
+
+/// One usage record: a metered chat completion.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageRecordDto {
+    /// The call's request id (its `x-request-id`).
+    pub request_id: String,
+    /// The API key that made it.
+    pub api_key_id: String,
+    /// The requested model.
+    pub model: String,
+    /// The provider that served it (`echo` for the built-in model).
+    pub provider: String,
+    /// Whether it was a `"stream": true` call.
+    pub streamed: bool,
+    /// `ok`, `upstream_error`, `client_cancelled` or `timeout`.
+    pub outcome: String,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Total tokens.
+    pub total_tokens: u64,
+    /// True when the tokens were estimated with a tokenizer.
+    pub estimated: bool,
+    /// Cost in USD (0 when unpriced).
+    pub cost_usd: f64,
+    /// Whether the model had a price.
+    pub priced: bool,
+    /// Milliseconds from the upstream request to its last byte (or failure).
+    pub latency_ms: u64,
+    /// When the call started, RFC 3339 UTC.
+    pub started_at: String,
+}
+
+impl From<UsageRecord> for UsageRecordDto {
+    fn from(r: UsageRecord) -> Self {
+        Self {
+            request_id: r.request_id,
+            api_key_id: r.api_key_id,
+            model: r.model,
+            provider: r.provider,
+            streamed: r.streamed,
+            outcome: r.outcome.as_str().to_owned(),
+            prompt_tokens: r.tokens.prompt_tokens,
+            completion_tokens: r.tokens.completion_tokens,
+            total_tokens: r.tokens.total_tokens,
+            estimated: r.estimated,
+            cost_usd: micros_to_usd(r.cost_micros),
+            priced: r.priced,
+            latency_ms: r.latency_ms,
+            started_at: format_timestamp(r.started_at),
+        }
+    }
+}
+
+/// `GET /usage/requests` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageRequestsData {
+    /// Records, newest first.
+    pub requests: Vec<UsageRecordDto>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl From<UsagePage> for UsageRequestsData {
+    fn from(p: UsagePage) -> Self {
+        Self {
+            requests: p.records.into_iter().map(UsageRecordDto::from).collect(),
+            next_cursor: p.next_cursor,
+        }
+    }
+}

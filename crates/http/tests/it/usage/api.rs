@@ -1,0 +1,204 @@
+//! The usage API: validation, who may read what, paging, retention.
+
+use super::*;
+use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+
+backend_tests!(
+    usage_parameters_are_validated_naming_the_field,
+    usage_is_read_with_read_and_only_ones_own,
+    requests_are_paged_newest_first,
+    old_records_are_pruned_and_rollups_kept,
+);
+
+fn today() -> chrono::NaiveDate {
+    chrono::Utc::now().date_naive()
+}
+
+fn day(d: chrono::NaiveDate) -> String {
+    d.format("%Y-%m-%d").to_string()
+}
+
+/// Makes `n` echo calls with `key` one after the other; returns their request ids in order.
+async fn echo_calls(app: &TestApp, key: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let reply = app.chat(Auth::Bearer(key), &chat_body("echo", &format!("call {i}"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        ids.push(reply.header("x-request-id").unwrap().to_owned());
+    }
+    ids
+}
+
+async fn usage_parameters_are_validated_naming_the_field(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("usage-params").await;
+    let auth = Auth::Bearer(&user.token);
+    // Defaults: the last 30 days, grouped by day; nothing recorded yet.
+    let data = app.get("/api/v1/usage", auth).await.data(200);
+    assert_eq!(data["to"], json!(day(today())));
+    assert_eq!(data["from"], json!(day(today() - chrono::Duration::days(29))));
+    assert_eq!(data["group_by"], json!("day"));
+    assert_eq!(data["rows"], json!([]));
+    assert_eq!(data["totals"]["requests"], json!(0));
+    assert_eq!(data["totals"]["cost_usd"], json!(0.0));
+    assert_eq!(data["totals"]["priced"], json!(true));
+    let cases = [
+        ("/api/v1/usage?from=2026-13-01", "from"),
+        ("/api/v1/usage?from=yesterday", "from"),
+        ("/api/v1/usage?to=2026-1-1", "to"),
+        ("/api/v1/usage?from=2026-02-01&to=2026-01-31", "from"),
+        ("/api/v1/usage?from=2025-01-01&to=2026-01-02", "from"),
+        ("/api/v1/usage?group_by=week", "group_by"),
+        ("/api/v1/usage?groupby=day", "groupby"),
+        ("/api/v1/usage?from=2026-01-01&from=2026-01-02", "from"),
+        ("/api/v1/usage/requests?limit=0", "limit"),
+        ("/api/v1/usage/requests?limit=201", "limit"),
+        ("/api/v1/usage/requests?limit=ten", "limit"),
+        ("/api/v1/usage/requests?cursor=not-a-cursor", "cursor"),
+        ("/api/v1/usage/requests?page=2", "page"),
+    ];
+    for (path, field) in cases {
+        app.get(path, auth).await.invalid(field);
+    }
+    // 366 days is the longest range.
+    let data = app.get("/api/v1/usage?from=2025-01-01&to=2026-01-01", auth).await.data(200);
+    assert_eq!(data["from"], json!("2025-01-01"));
+    let data = app.get("/api/v1/usage/requests?limit=200", auth).await.data(200);
+    assert_eq!(data, json!({"requests": [], "next_cursor": null}));
+}
+
+async fn usage_is_read_with_read_and_only_ones_own(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let ann = app.new_user("usage-ann").await;
+    let made = app.create_key(&ann.token, &["ai_gateway", "read"], None).await;
+    let (key, key_id) = (made["key"].as_str().unwrap(), made["id"].as_str().unwrap());
+    let ai_only = app.key(&ann.token, &["ai_gateway"]).await;
+    let ids = echo_calls(&app, key, 2).await;
+    echo_calls(&app, &ai_only, 1).await;
+    wait_for_records(&app, Auth::Bearer(&ann.token), 3).await;
+    // Access token and a key with `read` see the user's usage (all their keys).
+    for auth in [Auth::Bearer(&ann.token), Auth::Bearer(key)] {
+        let data = app.get("/api/v1/usage?group_by=api_key", auth).await.data(200);
+        assert_eq!(data["rows"].as_array().unwrap().len(), 2, "{data}");
+        assert_eq!(data["totals"]["requests"], json!(3));
+        assert_eq!(all_records(&app, auth).await.len(), 3);
+    }
+    let one =
+        app.get(&format!("/api/v1/usage?api_key_id={key_id}"), Auth::Bearer(key)).await.data(200);
+    assert_eq!(one["totals"]["requests"], json!(2), "{one}");
+    // Without `read`: 403; without a credential: 401.
+    app.get("/api/v1/usage", Auth::Bearer(&ai_only)).await.forbidden("read", "ai_gateway");
+    app.get("/api/v1/usage/requests", Auth::Bearer(&ai_only)).await.forbidden("read", "ai_gateway");
+    app.get("/api/v1/usage", Auth::None).await.unauthorized();
+    // Another user sees none of it, even naming Ann's key.
+    let bob = app.new_user("usage-bob").await;
+    let data = app
+        .get(&format!("/api/v1/usage?api_key_id={key_id}"), Auth::Bearer(&bob.token))
+        .await
+        .data(200);
+    assert_eq!(data["rows"], json!([]));
+    assert!(all_records(&app, Auth::Bearer(&bob.token)).await.is_empty());
+    // The ledger is history: a deleted key's usage stays.
+    app.delete_key(Auth::Bearer(&ann.token), key_id).await.data(200);
+    let data = app.get("/api/v1/usage?group_by=api_key", Auth::Bearer(&ann.token)).await.data(200);
+    let row =
+        data["rows"].as_array().unwrap().iter().find(|r| r["api_key_id"] == json!(key_id)).cloned();
+    assert_eq!(row.map(|r| r["requests"].clone()), Some(json!(2)), "{data}");
+    let records = all_records(&app, Auth::Bearer(&ann.token)).await;
+    for id in &ids {
+        assert!(records.iter().any(|r| r["request_id"] == json!(id)));
+    }
+}
+
+async fn requests_are_paged_newest_first(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("usage-pages").await;
+    let key = app.key(&user.token, &["ai_gateway"]).await;
+    let ids = echo_calls(&app, &key, 5).await;
+    let auth = Auth::Bearer(&user.token);
+    wait_for_records(&app, auth, 5).await;
+    let mut seen = Vec::new();
+    let mut path = "/api/v1/usage/requests?limit=2".to_owned();
+    let mut pages = 0;
+    loop {
+        let data = app.get(&path, auth).await.data(200);
+        pages += 1;
+        let page = data["requests"].as_array().unwrap();
+        assert!(page.len() <= 2);
+        seen.extend(page.iter().map(|r| r["request_id"].as_str().unwrap().to_owned()));
+        match data["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/api/v1/usage/requests?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let newest_first: Vec<String> = ids.into_iter().rev().collect();
+    assert_eq!(seen, newest_first);
+}
+
+/// Records older than `retention_days` go; the daily rollups that counted them stay.
+async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
+    let app = spawn_app_with(backend, |s| {
+        s.usage.retention_days = 2;
+        s.usage.prune_interval_secs = 1;
+    })
+    .await;
+    let user = app.new_user("usage-retention").await;
+    let made = app.create_key(&user.token, &["ai_gateway"], None).await;
+    let key_id = made["id"].as_str().unwrap().to_owned();
+    let old_day = today() - chrono::Duration::days(5);
+    let old = UsageRecord {
+        request_id: uuid::Uuid::now_v7().to_string(),
+        api_key_id: key_id.clone(),
+        user_id: user.id.clone(),
+        model: "echo".into(),
+        provider: "echo".into(),
+        streamed: false,
+        outcome: UsageOutcome::Ok,
+        tokens: TokenUsage::new(5, 6),
+        estimated: false,
+        cost_micros: 0,
+        priced: false,
+        latency_ms: 1,
+        started_at: old_day.and_hms_opt(12, 0, 0).unwrap().and_utc(),
+    };
+    let url = app.database_url.clone();
+    let old_id = old.request_id.clone();
+    tokio::task::spawn_blocking(move || {
+        let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
+        let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
+        let mut conn = pool.get().unwrap();
+        assert_eq!(
+            aigw_persistence::usage::insert_batch(&mut conn, std::slice::from_ref(&old)).unwrap(),
+            1
+        );
+        // A replay counts nothing twice: of a batch holding it again and a new record, only
+        // the new one is inserted (and added to the rollups).
+        let mut other = old.clone();
+        other.request_id = uuid::Uuid::now_v7().to_string();
+        other.tokens = TokenUsage::new(1, 1);
+        assert_eq!(
+            aigw_persistence::usage::insert_batch(&mut conn, &[old.clone(), other, old]).unwrap(),
+            1
+        );
+    })
+    .await
+    .unwrap();
+    let fresh = echo_calls(&app, made["key"].as_str().unwrap(), 1).await;
+    let auth = Auth::Bearer(&user.token);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let records = all_records(&app, auth).await;
+        let ids: Vec<&str> = records.iter().map(|r| r["request_id"].as_str().unwrap()).collect();
+        if ids == [fresh[0].as_str()] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the old record was not pruned: {ids:?} (old {old_id})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let path = format!("/api/v1/usage?from={}&to={}", day(old_day), day(old_day));
+    let data = app.get(&path, auth).await.data(200);
+    assert_eq!(data["rows"][0]["day"], json!(day(old_day)), "{data}");
+    assert_eq!(data["totals"]["requests"], json!(2));
+    assert_eq!(data["totals"]["total_tokens"], json!(13));
+}

@@ -1,0 +1,192 @@
+//! The real `aigw` binary (SQLite): SIGTERM writes the records still in memory before the
+//! process exits, and the spool left by a killed process is replayed at the next start.
+
+use crate::binary::{free_port, register_with_key, wait_until_healthy, BIN};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn start(dir: &Path, port: u16, flush_interval_ms: u64) -> Child {
+    let config = dir.join("aigw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:{port}"
+data_dir = "{dir}/data"
+shutdown_timeout_secs = 5
+[database]
+url = "sqlite://{dir}/data/aigw.db"
+[auth]
+jwt_secret = "a test secret that is long enough!!"
+[auth.argon2]
+memory_kib = 8192
+iterations = 1
+[rate_limit]
+enabled = false
+[usage]
+flush_interval_ms = {flush_interval_ms}
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Makes `n` echo calls; returns their request ids.
+async fn calls(client: &reqwest::Client, base: &str, key: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let response = client
+            .post(format!("{base}/api/v1/ai/chat/completions"))
+            .header("authorization", key)
+            .json(&json!({"model": "echo", "messages": [{"role": "user", "content": format!("call {i}")}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        ids.push(response.headers()["x-request-id"].to_str().unwrap().to_owned());
+    }
+    ids
+}
+
+/// The request ids in the ledger, read from the database file itself.
+fn ledger_ids(dir: &Path) -> Vec<String> {
+    use diesel::{Connection, QueryDsl, RunQueryDsl};
+    let mut conn =
+        diesel::SqliteConnection::establish(&dir.join("data/aigw.db").to_string_lossy()).unwrap();
+    let mut ids: Vec<String> = aigw_persistence::schema::usage_records::table
+        .select(aigw_persistence::schema::usage_records::request_id)
+        .load(&mut conn)
+        .unwrap();
+    ids.sort();
+    ids
+}
+
+/// Polls `check` every 50 ms until it holds; fails with `what` after 30 s.
+async fn poll_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "aigw did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_writes_the_records_still_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // A flush interval far longer than the test: only the shutdown can write these.
+    let mut child = start(dir.path(), port, 600_000);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_healthy(&client, &base).await;
+    let (_, key) = register_with_key(&client, &base, "usage-bin@example.com").await;
+    let mut ids = calls(&client, &base, &key, 5).await;
+    assert!(ledger_ids(dir.path()).is_empty(), "nothing written before the shutdown");
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || wait_for_exit(&mut child)).await.unwrap();
+    assert_eq!(exit.code(), Some(0), "{exit:?}");
+    ids.sort();
+    assert_eq!(ledger_ids(dir.path()), ids);
+    assert!(!dir.path().join("data/usage-spool.jsonl").exists(), "nothing left to spool");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spool_of_a_killed_process_is_replayed_at_start() {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = start(dir.path(), port, 100);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_healthy(&client, &base).await;
+    let (token, key) = register_with_key(&client, &base, "usage-bin@example.com").await;
+    let mut ids = calls(&client, &base, &key, 1).await;
+    poll_until("the first record was not written", || async { ledger_ids(dir.path()) == ids })
+        .await;
+    // Another process holds SQLite's write lock: the recorder cannot write and spools.
+    let db = dir.path().join("data/aigw.db");
+    let (locked, locked_rx) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let mut conn = diesel::SqliteConnection::establish(&db.to_string_lossy()).unwrap();
+        conn.batch_execute("PRAGMA busy_timeout = 10000; BEGIN EXCLUSIVE;").unwrap();
+        locked.send(()).unwrap();
+        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+        conn.batch_execute("COMMIT;").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    ids.extend(calls(&client, &base, &key, 5).await);
+    poll_until("the records were not spooled", || async {
+        let ready: Value =
+            client.get(format!("{base}/readyz")).send().await.unwrap().json().await.unwrap();
+        ready["usage"]["spooled"].as_u64().unwrap_or(0) >= 5
+    })
+    .await;
+    // kill -9: no shutdown, no flush.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(ledger_ids(dir.path()).len(), 1, "only the call before the lock was written");
+
+    let mut child = start(dir.path(), port, 100);
+    wait_until_healthy(&client, &base).await;
+    ids.sort();
+    poll_until("the spool was not replayed", || async {
+        let page: Value = client
+            .get(format!("{base}/api/v1/usage/requests"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut recorded: Vec<String> = page["data"]["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["request_id"].as_str().unwrap().to_owned())
+            .collect();
+        recorded.sort();
+        recorded == ids
+    })
+    .await;
+    let spool_files: Vec<_> = std::fs::read_dir(dir.path().join("data"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("usage-spool"))
+        .collect();
+    assert!(spool_files.is_empty(), "replayed spool files are removed: {spool_files:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

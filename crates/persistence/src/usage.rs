@@ -1,0 +1,387 @@
+//! Repository of the usage ledger: `usage_records` (one row per metered chat completion) and
+//! `usage_daily` (rollups per API key, model and UTC day).
+//!
+//! Writes are idempotent by request id: [`insert_batch`] inserts only the records whose
+//! request id is not in the ledger yet (the unique index guarding a race) and adds
+//! exactly those to the rollups, all in one transaction, so a batch replayed after a crash or
+//! an outage never counts twice.
+//! Rollup rows are updated in a fixed order (by key, model, day), so two nodes writing
+//! overlapping batches cannot deadlock.
+//!
+//! Usage queries read the rollups only ([`summary`]); the raw records are read newest first
+//! by keyset paging ([`list_records`]) and pruned by age ([`prune_before`]).
+
+use crate::error::PersistenceError;
+use crate::pool::DbConnection;
+use crate::schema::{usage_daily, usage_records};
+use aigw_domain::usage::{format_day, TokenUsage, UsageOutcome, UsageRecord};
+use chrono::{NaiveDate, NaiveDateTime};
+use diesel::dsl::sql;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use diesel::upsert::excluded;
+use std::collections::BTreeMap;
+
+/// Rows per `INSERT` statement (15 binds each: 7,500 binds, below both backends' limits).
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// A row of `usage_records`.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
+#[diesel(table_name = usage_records)]
+pub struct UsageRecordRow {
+    /// Request id (UUIDv7), unique.
+    pub request_id: String,
+    /// API key id (no foreign key: the ledger outlives deleted keys).
+    pub api_key_id: String,
+    /// The key's owner.
+    pub user_id: String,
+    /// Model name.
+    pub model: String,
+    /// Provider name.
+    pub provider: String,
+    /// Whether the call streamed.
+    pub streamed: bool,
+    /// `ok`, `upstream_error`, `client_cancelled` or `timeout`.
+    pub outcome: String,
+    /// Prompt tokens.
+    pub prompt_tokens: i64,
+    /// Completion tokens.
+    pub completion_tokens: i64,
+    /// Total tokens.
+    pub total_tokens: i64,
+    /// Whether the tokens were estimated.
+    pub estimated: bool,
+    /// Cost in micro-USD.
+    pub cost_micros: i64,
+    /// Whether the model had a price.
+    pub priced: bool,
+    /// Upstream latency in milliseconds.
+    pub latency_ms: i64,
+    /// Start of the call, UTC.
+    pub started_at: NaiveDateTime,
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl From<&UsageRecord> for UsageRecordRow {
+    fn from(r: &UsageRecord) -> Self {
+        Self {
+            request_id: r.request_id.clone(),
+            api_key_id: r.api_key_id.clone(),
+            user_id: r.user_id.clone(),
+            model: r.model.clone(),
+            provider: r.provider.clone(),
+            streamed: r.streamed,
+            outcome: r.outcome.as_str().to_owned(),
+            prompt_tokens: to_i64(r.tokens.prompt_tokens),
+            completion_tokens: to_i64(r.tokens.completion_tokens),
+            total_tokens: to_i64(r.tokens.total_tokens),
+            estimated: r.estimated,
+            cost_micros: to_i64(r.cost_micros),
+            priced: r.priced,
+            latency_ms: to_i64(r.latency_ms),
+            started_at: r.started_at.naive_utc(),
+        }
+    }
+}
+
+impl UsageRecordRow {
+    /// The domain record. An outcome name this build does not know reads as `upstream_error`.
+    pub fn into_record(self) -> UsageRecord {
+        UsageRecord {
+            request_id: self.request_id,
+            api_key_id: self.api_key_id,
+            user_id: self.user_id,
+            model: self.model,
+            provider: self.provider,
+            streamed: self.streamed,
+            outcome: UsageOutcome::parse(&self.outcome).unwrap_or(UsageOutcome::UpstreamError),
+            tokens: TokenUsage {
+                prompt_tokens: to_u64(self.prompt_tokens),
+                completion_tokens: to_u64(self.completion_tokens),
+                total_tokens: to_u64(self.total_tokens),
+            },
+            estimated: self.estimated,
+            cost_micros: to_u64(self.cost_micros),
+            priced: self.priced,
+            latency_ms: to_u64(self.latency_ms),
+            started_at: self.started_at.and_utc(),
+        }
+    }
+}
+
+/// A row of `usage_daily`, also the increment added to one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Queryable, Selectable, Insertable)]
+#[diesel(table_name = usage_daily)]
+struct DailyRow {
+    api_key_id: String,
+    model: String,
+    day: String,
+    user_id: String,
+    requests: i64,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    total_tokens: i64,
+    cost_micros: i64,
+    estimated_requests: i64,
+    unpriced_requests: i64,
+}
+
+impl DailyRow {
+    fn add(&mut self, r: &UsageRecordRow) {
+        self.requests += 1;
+        self.prompt_tokens = self.prompt_tokens.saturating_add(r.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(r.completion_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(r.total_tokens);
+        self.cost_micros = self.cost_micros.saturating_add(r.cost_micros);
+        self.estimated_requests += i64::from(r.estimated);
+        self.unpriced_requests += i64::from(!r.priced);
+    }
+}
+
+/// Adds an increment to its rollup row, creating it when missing (on a concrete
+/// connection: the multi-backend connection has no `ON CONFLICT`).
+macro_rules! upsert_daily {
+    ($c:ident, $inc:expr) => {{
+        use usage_daily::dsl as d;
+        diesel::insert_into(d::usage_daily)
+            .values($inc)
+            .on_conflict((d::api_key_id, d::model, d::day))
+            .do_update()
+            .set((
+                d::requests.eq(d::requests + excluded(d::requests)),
+                d::prompt_tokens.eq(d::prompt_tokens + excluded(d::prompt_tokens)),
+                d::completion_tokens.eq(d::completion_tokens + excluded(d::completion_tokens)),
+                d::total_tokens.eq(d::total_tokens + excluded(d::total_tokens)),
+                d::cost_micros.eq(d::cost_micros + excluded(d::cost_micros)),
+                d::estimated_requests.eq(d::estimated_requests + excluded(d::estimated_requests)),
+                d::unpriced_requests.eq(d::unpriced_requests + excluded(d::unpriced_requests)),
+            ))
+            .execute($c)?;
+    }};
+}
+/// Inserts `records` that are not in the ledger yet and adds exactly those to the daily
+/// rollups, in one transaction. Returns how many were new (the others were already there:
+/// a replay).
+///
+/// The transaction first reads which request ids exist, then inserts the others; should a
+/// concurrent writer insert one of them meanwhile, the unique index fails the transaction,
+/// which rolls back whole and is retried later. On SQLite it is a `BEGIN IMMEDIATE`
+/// transaction, so the write lock is taken before the first read.
+///
+/// # Errors
+/// On database failure ([`PersistenceError::Conflict`] for such a race); then nothing was
+/// written.
+pub fn insert_batch(
+    conn: &mut DbConnection,
+    records: &[UsageRecord],
+) -> Result<usize, PersistenceError> {
+    if records.is_empty() {
+        return Ok(0);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let rows: Vec<UsageRecordRow> = records
+        .iter()
+        .filter(|r| seen.insert(r.request_id.as_str()))
+        .map(UsageRecordRow::from)
+        .collect();
+    macro_rules! write_batch {
+        ($c:ident) => {{
+            let mut existing = std::collections::HashSet::new();
+            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                let ids: Vec<&str> = chunk.iter().map(|r| r.request_id.as_str()).collect();
+                let found: Vec<String> = usage_records::table
+                    .filter(usage_records::request_id.eq_any(&ids))
+                    .select(usage_records::request_id)
+                    .load($c)?;
+                existing.extend(found);
+            }
+            let new: Vec<&UsageRecordRow> =
+                rows.iter().filter(|r| !existing.contains(&r.request_id)).collect();
+            let mut inserted = 0;
+            for chunk in new.chunks(ROWS_PER_STATEMENT) {
+                let chunk: Vec<UsageRecordRow> = chunk.iter().map(|r| (*r).clone()).collect();
+                inserted += diesel::insert_into(usage_records::table).values(&chunk).execute($c)?;
+            }
+            for increment in rollups(&new).values() {
+                upsert_daily!($c, increment);
+            }
+            Ok(inserted)
+        }};
+    }
+    let result: QueryResult<usize> = match conn {
+        DbConnection::Postgres(c) => c.transaction(|c| write_batch!(c)),
+        DbConnection::Sqlite(c) => c.immediate_transaction(|c| write_batch!(c)),
+    };
+    Ok(result?)
+}
+
+/// The rollup increments of `rows`, in a fixed order (by key, model, day) so that
+/// concurrent writers lock rollup rows in the same order.
+fn rollups(rows: &[&UsageRecordRow]) -> BTreeMap<(String, String, String), DailyRow> {
+    let mut rollups: BTreeMap<(String, String, String), DailyRow> = BTreeMap::new();
+    for row in rows {
+        let day = format_day(row.started_at.date());
+        rollups
+            .entry((row.api_key_id.clone(), row.model.clone(), day.clone()))
+            .or_insert_with(|| DailyRow {
+                api_key_id: row.api_key_id.clone(),
+                model: row.model.clone(),
+                day,
+                user_id: row.user_id.clone(),
+                ..DailyRow::default()
+            })
+            .add(row);
+    }
+    rollups
+}
+
+/// How [`summary`] groups the rollups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageGroup {
+    /// By UTC day (`YYYY-MM-DD`).
+    Day,
+    /// By model name.
+    Model,
+    /// By API key id.
+    ApiKey,
+}
+
+/// Sums over a group of rollup rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Queryable)]
+pub struct UsageTotalsRow {
+    /// The group's value: a day, a model or an API key id.
+    pub group: String,
+    /// Requests counted.
+    pub requests: i64,
+    /// Prompt tokens.
+    pub prompt_tokens: i64,
+    /// Completion tokens.
+    pub completion_tokens: i64,
+    /// Total tokens.
+    pub total_tokens: i64,
+    /// Cost in micro-USD.
+    pub cost_micros: i64,
+    /// Requests whose tokens were estimated.
+    pub estimated_requests: i64,
+    /// Requests of models without a price.
+    pub unpriced_requests: i64,
+}
+
+/// The rollups of `user_id` for the days `from..=to` (optionally of one API key), summed per
+/// `group` and sorted by it. Reads `usage_daily` only, through its `(user_id, day)` index.
+///
+/// # Errors
+/// On database failure.
+pub fn summary(
+    conn: &mut DbConnection,
+    user_id: &str,
+    from: NaiveDate,
+    to: NaiveDate,
+    api_key_id: Option<&str>,
+    group: UsageGroup,
+) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
+    use usage_daily::dsl as d;
+    let (from, to) = (format_day(from), format_day(to));
+    macro_rules! grouped {
+        ($column:expr) => {{
+            let mut query = d::usage_daily
+                .filter(d::user_id.eq(user_id))
+                .filter(d::day.ge(&from))
+                .filter(d::day.le(&to))
+                .group_by($column)
+                .select((
+                    $column,
+                    sql::<BigInt>("CAST(SUM(requests) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(prompt_tokens) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(completion_tokens) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(total_tokens) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(cost_micros) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(estimated_requests) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(unpriced_requests) AS BIGINT)"),
+                ))
+                .order($column.asc())
+                .into_boxed();
+            if let Some(key) = api_key_id {
+                query = query.filter(d::api_key_id.eq(key));
+            }
+            query.load::<UsageTotalsRow>(conn)?
+        }};
+    }
+    Ok(match group {
+        UsageGroup::Day => grouped!(d::day),
+        UsageGroup::Model => grouped!(d::model),
+        UsageGroup::ApiKey => grouped!(d::api_key_id),
+    })
+}
+
+/// Up to `limit` records of `user_id`, newest first (by `started_at`, then `request_id`),
+/// strictly after the keyset position `after` (the last record of the previous page).
+///
+/// # Errors
+/// On database failure.
+pub fn list_records(
+    conn: &mut DbConnection,
+    user_id: &str,
+    after: Option<(NaiveDateTime, &str)>,
+    limit: i64,
+) -> Result<Vec<UsageRecordRow>, PersistenceError> {
+    use usage_records::dsl as r;
+    let mut query = r::usage_records
+        .filter(r::user_id.eq(user_id))
+        .order((r::started_at.desc(), r::request_id.desc()))
+        .limit(limit)
+        .into_boxed();
+    if let Some((started_at, request_id)) = after {
+        query = query.filter(
+            r::started_at
+                .lt(started_at)
+                .or(r::started_at.eq(started_at).and(r::request_id.lt(request_id))),
+        );
+    }
+    Ok(query.select(UsageRecordRow::as_select()).load(conn)?)
+}
+
+/// The record `request_id`, if in the ledger.
+///
+/// # Errors
+/// On database failure.
+pub fn find_record(
+    conn: &mut DbConnection,
+    request_id: &str,
+) -> Result<Option<UsageRecordRow>, PersistenceError> {
+    Ok(usage_records::table
+        .find(request_id)
+        .select(UsageRecordRow::as_select())
+        .first(conn)
+        .optional()?)
+}
+
+/// Deletes at most `batch` records that started before `cutoff` (UTC), oldest first. Returns
+/// how many were deleted; call again while it returns `batch`. Rollups are kept.
+///
+/// # Errors
+/// On database failure.
+pub fn prune_before(
+    conn: &mut DbConnection,
+    cutoff: NaiveDateTime,
+    batch: i64,
+) -> Result<usize, PersistenceError> {
+    use usage_records::dsl as r;
+    let oldest: Vec<String> = r::usage_records
+        .filter(r::started_at.lt(cutoff))
+        .order(r::started_at.asc())
+        .select(r::request_id)
+        .limit(batch)
+        .load(conn)?;
+    if oldest.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(r::usage_records.filter(r::request_id.eq_any(&oldest))).execute(conn)?)
+}

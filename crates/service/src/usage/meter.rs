@@ -1,0 +1,315 @@
+//! Metering one chat completion: the seam between the gateway and the recorder.
+//!
+//! The gateway starts a [`CallMeter`] once a request is routed to a provider, lets it adjust
+//! the upstream body of a stream ([`CallMeter::upstream_body`]: ask for `usage`), and hands it
+//! the provider's answer ([`CallMeter::finish`]). The meter then records exactly once:
+//!
+//! - a JSON answer or a failure at once;
+//! - a stream when it ends, fails, or is dropped before its end (the caller went away:
+//!   `client_cancelled`), through the [`super::sse::MeteredStream`] that wraps it;
+//! - a call whose future is dropped before the provider answered (the caller went away while
+//!   waiting) from the meter's own `Drop`.
+//!
+//! Nothing here blocks or fails the request: the request path only moves a [`Pending`] (the
+//! shared request and answer bytes, no copies) into the recorder's channel. Parsing the
+//! answer's `usage`, estimating tokens and pricing happen in the recorder task
+//! ([`Pending::into_record`]).
+
+use super::prices::PriceTable;
+use super::recorder::RecorderHandle;
+use super::sse::MeteredStream;
+use super::tokens;
+use crate::auth::Principal;
+use crate::error::ServiceError;
+use crate::gateway::ChatReply;
+use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+use std::time::Instant;
+
+/// What was seen of the provider's answer.
+#[derive(Debug)]
+pub(crate) enum Observed {
+    /// No answer (failure before any byte, or cancelled while waiting).
+    Nothing,
+    /// A complete JSON answer.
+    Json(Bytes),
+    /// A stream, as far as it went: the `usage` it reported, if any, and its text.
+    Stream {
+        /// The `usage` of a chunk, if one came.
+        usage: Option<TokenUsage>,
+        /// The concatenated text of the deltas (for an estimate).
+        completion: String,
+    },
+}
+
+/// A metered call waiting to become a [`UsageRecord`] in the recorder.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) request_id: String,
+    pub(crate) api_key_id: String,
+    pub(crate) user_id: String,
+    pub(crate) model: String,
+    pub(crate) provider: String,
+    pub(crate) streamed: bool,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) outcome: UsageOutcome,
+    pub(crate) latency_ms: u64,
+    /// The request body as the caller sent it (for a prompt estimate).
+    pub(crate) request: Bytes,
+    pub(crate) observed: Observed,
+}
+
+/// The `usage` object of an OpenAI answer or chunk.
+#[derive(Debug, Deserialize)]
+struct UsageField {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: Option<u64>,
+}
+
+impl UsageField {
+    fn into_usage(self) -> TokenUsage {
+        let sum = self.prompt_tokens.saturating_add(self.completion_tokens);
+        TokenUsage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: self.total_tokens.unwrap_or(sum),
+        }
+    }
+}
+
+/// An answer, of which only `usage` is read.
+#[derive(Debug, Deserialize)]
+struct UsageOnly {
+    #[serde(default, deserialize_with = "lenient_usage")]
+    usage: Option<UsageField>,
+}
+
+/// A `usage` that is null or not an object reads as absent rather than failing the parse.
+fn lenient_usage<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UsageField>, D::Error> {
+    let value = Value::deserialize(d)?;
+    Ok(UsageField::deserialize(&value).ok())
+}
+
+/// Reads a `usage` object (`prompt_tokens`, `completion_tokens`, optional `total_tokens`).
+pub(crate) fn parse_usage(value: &Value) -> Option<TokenUsage> {
+    UsageField::deserialize(value).ok().map(UsageField::into_usage)
+}
+
+impl Pending {
+    /// The final record: the provider's `usage` when it reported one, else an estimate with
+    /// the model's tokenizer (marked `estimated`), priced from `prices`.
+    ///
+    /// A failure before any answer (`upstream_error`) counts no tokens: nothing was generated.
+    /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
+    /// what was streamed so far, estimated.
+    pub(crate) fn into_record(self, prices: &PriceTable) -> UsageRecord {
+        let encoding = tokens::encoding_for_model(&self.model);
+        let prompt_estimate = || {
+            serde_json::from_slice::<Value>(&self.request)
+                .map(|body| tokens::count_prompt(encoding, &body))
+                .unwrap_or(0)
+        };
+        let (usage, estimated) = match &self.observed {
+            Observed::Json(body) => {
+                // Only `usage` is read (serde skips the rest without building a tree); the
+                // whole answer is parsed only for an estimate.
+                let reported = serde_json::from_slice::<UsageOnly>(body).ok().and_then(|a| a.usage);
+                match reported {
+                    Some(usage) => (usage.into_usage(), false),
+                    None if self.outcome == UsageOutcome::UpstreamError => {
+                        (TokenUsage::default(), false)
+                    }
+                    None => {
+                        let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+                        let completion = tokens::count_completion_json(encoding, &answer);
+                        (TokenUsage::new(prompt_estimate(), completion), true)
+                    }
+                }
+            }
+            Observed::Stream { usage: Some(usage), .. } => (*usage, false),
+            Observed::Stream { usage: None, completion } => {
+                (TokenUsage::new(prompt_estimate(), tokens::count_text(encoding, completion)), true)
+            }
+            Observed::Nothing if self.outcome == UsageOutcome::UpstreamError => {
+                (TokenUsage::default(), false)
+            }
+            Observed::Nothing => (TokenUsage::new(prompt_estimate(), 0), true),
+        };
+        let price = prices.get(&self.model);
+        UsageRecord {
+            request_id: self.request_id,
+            api_key_id: self.api_key_id,
+            user_id: self.user_id,
+            model: self.model,
+            provider: self.provider,
+            streamed: self.streamed,
+            outcome: self.outcome,
+            tokens: usage,
+            estimated,
+            cost_micros: price.map_or(0, |p| p.cost_micros(&usage)),
+            priced: price.is_some(),
+            latency_ms: self.latency_ms,
+            started_at: self.started_at,
+        }
+    }
+}
+
+/// Starts meters for routed chat completions (cheap to clone; one per gateway).
+#[derive(Debug, Clone)]
+pub struct Meter {
+    recorder: RecorderHandle,
+}
+
+impl Meter {
+    pub(crate) fn new(recorder: RecorderHandle) -> Self {
+        Self { recorder }
+    }
+
+    /// Starts metering a call of `principal` (an API key; `None` for anything else, which
+    /// cannot call the gateway) to `provider`'s `model`. `request` is the body as received.
+    pub fn start(
+        &self,
+        principal: &Principal,
+        request_id: &str,
+        model: &str,
+        provider: &str,
+        streamed: bool,
+        request: &Bytes,
+    ) -> Option<CallMeter> {
+        let Principal::ApiKey { key_id, user_id, .. } = principal else {
+            return None;
+        };
+        Some(CallMeter {
+            recorder: self.recorder.clone(),
+            pending: Some(Pending {
+                request_id: request_id.to_owned(),
+                api_key_id: key_id.clone(),
+                user_id: user_id.clone(),
+                model: model.to_owned(),
+                provider: provider.to_owned(),
+                streamed,
+                started_at: aigw_domain::time::now(),
+                outcome: UsageOutcome::Ok,
+                latency_ms: 0,
+                request: request.clone(),
+                observed: Observed::Nothing,
+            }),
+            started: Instant::now(),
+            caller_wants_usage: false,
+        })
+    }
+}
+
+/// Whether a chat request asks for a final `usage` chunk itself
+/// (`"stream_options": {"include_usage": true}`).
+pub fn caller_wants_usage(body: &Value) -> bool {
+    body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true))
+}
+
+/// The metering of one call; records exactly once (see the module docs).
+#[derive(Debug)]
+pub struct CallMeter {
+    recorder: RecorderHandle,
+    pending: Option<Pending>,
+    started: Instant,
+    caller_wants_usage: bool,
+}
+
+impl CallMeter {
+    /// The body to send upstream, and whether it asks for a final `usage` chunk.
+    ///
+    /// For a stream whose caller did not ask for `usage`, aigw asks for it
+    /// (`stream_options.include_usage = true`) and later removes what that adds to the stream,
+    /// so the caller gets what it would have got without. The insertion keeps the caller's
+    /// bytes: `"stream_options":{"include_usage":true},` goes right after the opening brace.
+    /// Only when the caller sent `stream_options` without `include_usage: true` is the body
+    /// re-serialised (same fields, `include_usage` set). Other bodies go unchanged.
+    pub fn upstream_body(&mut self, body: Bytes, parsed: &Value) -> (Bytes, bool) {
+        let streamed = self.pending.as_ref().is_some_and(|p| p.streamed);
+        self.caller_wants_usage = caller_wants_usage(parsed);
+        if !streamed || self.caller_wants_usage {
+            return (body, self.caller_wants_usage);
+        }
+        if parsed.get("stream_options").is_none() {
+            if let Some(open) = body.iter().position(|b| *b == b'{') {
+                let mut out = Vec::with_capacity(body.len() + 40);
+                out.extend_from_slice(&body[..=open]);
+                out.extend_from_slice(br#""stream_options":{"include_usage":true},"#);
+                out.extend_from_slice(&body[open + 1..]);
+                return (Bytes::from(out), true);
+            }
+        }
+        let mut changed = parsed.clone();
+        if let Some(object) = changed.as_object_mut() {
+            let options = object
+                .entry("stream_options")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if !options.is_object() {
+                *options = Value::Object(serde_json::Map::new());
+            }
+            if let Some(options) = options.as_object_mut() {
+                options.insert("include_usage".to_owned(), Value::Bool(true));
+            }
+        }
+        match serde_json::to_vec(&changed) {
+            Ok(bytes) => (Bytes::from(bytes), true),
+            Err(_) => (body, false),
+        }
+    }
+
+    /// Records the outcome of the provider call and returns its answer; a stream comes back
+    /// wrapped so that it is recorded when it ends or is dropped.
+    ///
+    /// # Errors
+    /// The provider's error, unchanged.
+    pub fn finish(
+        mut self,
+        reply: Result<ChatReply, ServiceError>,
+    ) -> Result<ChatReply, ServiceError> {
+        match reply {
+            Ok(ChatReply::Json { status, body }) => {
+                let outcome =
+                    if status < 400 { UsageOutcome::Ok } else { UsageOutcome::UpstreamError };
+                self.record(outcome, Observed::Json(body.clone()));
+                Ok(ChatReply::Json { status, body })
+            }
+            Ok(ChatReply::Stream { status, content_type, body }) => {
+                let strip = !self.caller_wants_usage;
+                Ok(ChatReply::Stream {
+                    status,
+                    content_type,
+                    body: Box::pin(MeteredStream::new(body, self, strip)),
+                })
+            }
+            Err(e) => {
+                let outcome = match e {
+                    ServiceError::UpstreamTimeout { .. } => UsageOutcome::Timeout,
+                    _ => UsageOutcome::UpstreamError,
+                };
+                self.record(outcome, Observed::Nothing);
+                Err(e)
+            }
+        }
+    }
+
+    /// Records `outcome` unless already recorded.
+    pub(crate) fn record(&mut self, outcome: UsageOutcome, observed: Observed) {
+        if let Some(mut pending) = self.pending.take() {
+            pending.outcome = outcome;
+            pending.observed = observed;
+            pending.latency_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(0);
+            self.recorder.submit(pending);
+        }
+    }
+}
+
+impl Drop for CallMeter {
+    /// The call was dropped before the provider's answer was recorded: the caller went away.
+    fn drop(&mut self) {
+        self.record(UsageOutcome::ClientCancelled, Observed::Nothing);
+    }
+}

@@ -1,0 +1,381 @@
+//! The usage ledger (issue 8): every routed chat completion is metered and recorded once,
+//! off the request path, and read back by its owner.
+//!
+//! - [`meter`]: the seam in the gateway; a [`meter::CallMeter`] per call, [`sse`] for streams.
+//! - [`recorder`]: the supervised task that writes records in batches, with the [`spool`]
+//!   file for when the database is away.
+//! - [`tokens`]: tokenizer estimates when a provider reports no `usage`.
+//! - [`prices`]: per-model prices, in integer micro-USD.
+//! - [`retention`]: pruning of old raw records.
+//! - [`UsageService`]: the queries behind `GET /api/v1/usage`, `GET /api/v1/usage/requests`
+//!   and the `usage_30d` of key objects.
+
+pub mod config;
+pub mod meter;
+pub mod prices;
+pub mod recorder;
+mod retention;
+pub mod spool;
+pub mod sse;
+mod supervisor;
+pub mod tokens;
+
+use crate::auth::Principal;
+use crate::config::ProviderConfig;
+use crate::db::Db;
+use crate::error::ServiceError;
+use aigw_domain::access::Operation;
+use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
+use aigw_domain::FieldError;
+use aigw_persistence::usage::{self as ledger, UsageGroup, UsageTotalsRow};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use config::UsageConfig;
+use prices::PriceTable;
+use recorder::{Recorder, RecorderHealth, RecorderOptions};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default page size of `GET /usage/requests`.
+pub const DEFAULT_PAGE_LIMIT: i64 = 50;
+/// Largest page size of `GET /usage/requests`.
+pub const MAX_PAGE_LIMIT: i64 = 200;
+
+/// Sums of usage over a set of records (a row of a usage answer, or its totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageTotals {
+    /// Requests.
+    pub requests: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Total tokens.
+    pub total_tokens: u64,
+    /// Cost in micro-USD.
+    pub cost_micros: u64,
+    /// Requests whose tokens were estimated.
+    pub estimated_requests: u64,
+    /// Requests of models without a price (their cost counts as 0).
+    pub unpriced_requests: u64,
+}
+
+impl UsageTotals {
+    /// Whether every request counted had a price.
+    pub fn priced(&self) -> bool {
+        self.unpriced_requests == 0
+    }
+
+    fn add(&mut self, other: &UsageTotals) {
+        self.requests += other.requests;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+        self.cost_micros += other.cost_micros;
+        self.estimated_requests += other.estimated_requests;
+        self.unpriced_requests += other.unpriced_requests;
+    }
+}
+
+impl From<&UsageTotalsRow> for UsageTotals {
+    fn from(r: &UsageTotalsRow) -> Self {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Self {
+            requests: n(r.requests),
+            prompt_tokens: n(r.prompt_tokens),
+            completion_tokens: n(r.completion_tokens),
+            total_tokens: n(r.total_tokens),
+            cost_micros: n(r.cost_micros),
+            estimated_requests: n(r.estimated_requests),
+            unpriced_requests: n(r.unpriced_requests),
+        }
+    }
+}
+
+/// How a usage summary is grouped (`group_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// `day`: one row per UTC day (`YYYY-MM-DD`).
+    Day,
+    /// `model`.
+    Model,
+    /// `api_key`: one row per API key id.
+    ApiKey,
+}
+
+impl GroupBy {
+    /// `day`, `model` or `api_key`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Model => "model",
+            Self::ApiKey => "api_key",
+        }
+    }
+
+    fn parse(raw: Option<&str>) -> Result<Self, FieldError> {
+        match raw {
+            None | Some("day") => Ok(Self::Day),
+            Some("model") => Ok(Self::Model),
+            Some("api_key") => Ok(Self::ApiKey),
+            Some(_) => Err(FieldError::new("group_by", "must be one of day, model, api_key")),
+        }
+    }
+}
+
+/// The parameters of `GET /usage`, as received (validated by [`UsageService::summary`]).
+#[derive(Debug, Clone, Default)]
+pub struct UsageQuery {
+    /// First day, `YYYY-MM-DD` (default: 29 days before `to`).
+    pub from: Option<String>,
+    /// Last day, inclusive (default: today, UTC).
+    pub to: Option<String>,
+    /// `day` (default), `model` or `api_key`.
+    pub group_by: Option<String>,
+    /// Only this API key's usage.
+    pub api_key_id: Option<String>,
+}
+
+/// The answer of `GET /usage`.
+#[derive(Debug, Clone)]
+pub struct UsageSummary {
+    /// The days covered.
+    pub range: DayRange,
+    /// The grouping.
+    pub group_by: GroupBy,
+    /// One row per group value that has usage, sorted by it.
+    pub rows: Vec<(String, UsageTotals)>,
+    /// The sum of the rows.
+    pub totals: UsageTotals,
+}
+
+/// A page of `GET /usage/requests`.
+#[derive(Debug, Clone)]
+pub struct UsagePage {
+    /// Records, newest first.
+    pub records: Vec<UsageRecord>,
+    /// Opaque cursor of the next page; `None` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// The usage ledger of a node: its recorder (when metering is on), its retention task, and
+/// the queries of the usage API.
+#[derive(Debug, Clone)]
+pub struct UsageService {
+    db: Db,
+    recorder: Option<Arc<Recorder>>,
+}
+
+impl UsageService {
+    /// Starts the recorder (when `config.enabled`) with its spool in `data_dir`, and the
+    /// retention task. Must run on a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] for a bad price in `providers` or an unusable spool folder.
+    pub fn start(
+        db: Db,
+        config: &UsageConfig,
+        providers: &[ProviderConfig],
+        data_dir: &Path,
+    ) -> Result<Self, ServiceError> {
+        let prices = PriceTable::from_providers(providers)?;
+        let recorder = if config.enabled {
+            let options = RecorderOptions {
+                flush_interval: Duration::from_millis(config.flush_interval_ms.max(10)),
+                batch_size: config.batch_size.max(1),
+                queue_capacity: config.queue_capacity.max(1),
+                spool_dir: data_dir.to_path_buf(),
+            };
+            Some(Arc::new(Recorder::start(db.clone(), prices, options)?))
+        } else {
+            None
+        };
+        // The retention task runs for the life of the runtime.
+        let _retention = retention::spawn(
+            db.clone(),
+            config.retention_days,
+            Duration::from_secs(config.prune_interval_secs),
+            Arc::new(AtomicU64::new(0)),
+        );
+        // The tokenizer's tables load in the background rather than on a first request.
+        tokio::task::spawn_blocking(|| tokens::warm_up(tokens::Encoding::Cl100k));
+        Ok(Self { db, recorder })
+    }
+
+    /// The meter for the gateway; `None` when metering is off.
+    pub fn meter(&self) -> Option<meter::Meter> {
+        self.recorder.as_ref().map(|r| r.meter())
+    }
+
+    /// The recorder's health; `None` when metering is off.
+    pub fn health(&self) -> Option<RecorderHealth> {
+        self.recorder.as_ref().map(|r| r.health())
+    }
+
+    /// Writes every accepted record (or spools it) and stops the recorder: call after the
+    /// HTTP server has stopped.
+    pub async fn shutdown(&self) {
+        if let Some(recorder) = &self.recorder {
+            recorder.shutdown().await;
+        }
+    }
+
+    /// The caller's usage over a range of days, grouped (`GET /usage`). Reads the daily
+    /// rollups only.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Invalid`] on
+    /// `from`, `to` or `group_by`; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn summary(
+        &self,
+        principal: &Principal,
+        query: UsageQuery,
+    ) -> Result<UsageSummary, ServiceError> {
+        principal.authorize(Operation::ReadUsage)?;
+        let today = aigw_domain::time::now().date_naive();
+        let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
+        let group_by = GroupBy::parse(query.group_by.as_deref())?;
+        let group = match group_by {
+            GroupBy::Day => UsageGroup::Day,
+            GroupBy::Model => UsageGroup::Model,
+            GroupBy::ApiKey => UsageGroup::ApiKey,
+        };
+        let user_id = principal.user_id().to_owned();
+        let key = query.api_key_id;
+        let rows = self
+            .db
+            .run(move |conn| {
+                Ok(ledger::summary(conn, &user_id, range.from, range.to, key.as_deref(), group)?)
+            })
+            .await?;
+        let rows: Vec<(String, UsageTotals)> =
+            rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect();
+        let mut totals = UsageTotals::default();
+        for (_, row) in &rows {
+            totals.add(row);
+        }
+        Ok(UsageSummary { range, group_by, rows, totals })
+    }
+
+    /// The last [`DEFAULT_RANGE_DAYS`] days of usage of each of `user_id`'s keys (or of key
+    /// `api_key_id` only), by key id; keys without usage are absent.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn usage_30d(
+        &self,
+        user_id: &str,
+        api_key_id: Option<&str>,
+    ) -> Result<HashMap<String, UsageTotals>, ServiceError> {
+        let range = DayRange::last_days(aigw_domain::time::now().date_naive(), DEFAULT_RANGE_DAYS);
+        let (user_id, key) = (user_id.to_owned(), api_key_id.map(str::to_owned));
+        let rows = self
+            .db
+            .run(move |conn| {
+                Ok(ledger::summary(
+                    conn,
+                    &user_id,
+                    range.from,
+                    range.to,
+                    key.as_deref(),
+                    UsageGroup::ApiKey,
+                )?)
+            })
+            .await?;
+        Ok(rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect())
+    }
+
+    /// The caller's usage records, newest first, a page at a time (`GET /usage/requests`).
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Invalid`] on
+    /// `limit` (not an integer from 1 to [`MAX_PAGE_LIMIT`]) or `cursor` (not one this
+    /// service issued); [`ServiceError::Unavailable`] when the database is down.
+    pub async fn requests(
+        &self,
+        principal: &Principal,
+        limit: Option<&str>,
+        cursor: Option<&str>,
+    ) -> Result<UsagePage, ServiceError> {
+        principal.authorize(Operation::ReadUsage)?;
+        let limit = match limit {
+            None => DEFAULT_PAGE_LIMIT,
+            Some(raw) => {
+                raw.parse::<i64>().ok().filter(|n| (1..=MAX_PAGE_LIMIT).contains(n)).ok_or_else(
+                    || {
+                        FieldError::new(
+                            "limit",
+                            format!("must be an integer from 1 to {MAX_PAGE_LIMIT}"),
+                        )
+                    },
+                )?
+            }
+        };
+        let after = cursor.map(decode_cursor).transpose()?;
+        let user_id = principal.user_id().to_owned();
+        let mut rows = self
+            .db
+            .run(move |conn| {
+                let after = after.as_ref().map(|(t, id)| (*t, id.as_str()));
+                Ok(ledger::list_records(conn, &user_id, after, limit + 1)?)
+            })
+            .await?;
+        let more = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+        rows.truncate(usize::try_from(limit).unwrap_or(0));
+        let next_cursor = more.then(|| rows.last().map(encode_cursor)).flatten();
+        Ok(UsagePage { records: rows.into_iter().map(|r| r.into_record()).collect(), next_cursor })
+    }
+}
+
+/// The cursor after `row`: base64url of `<started_at in µs since the epoch>:<request_id>`.
+fn encode_cursor(row: &ledger::UsageRecordRow) -> String {
+    let micros = row.started_at.and_utc().timestamp_micros();
+    URL_SAFE_NO_PAD.encode(format!("{micros}:{}", row.request_id))
+}
+
+fn decode_cursor(raw: &str) -> Result<(chrono::NaiveDateTime, String), FieldError> {
+    let bad = || FieldError::new("cursor", "is not a cursor from a previous page");
+    let text = URL_SAFE_NO_PAD.decode(raw.trim()).ok().and_then(|b| String::from_utf8(b).ok());
+    let (micros, id) = text.as_deref().and_then(|t| t.split_once(':')).ok_or_else(bad)?;
+    let micros: i64 = micros.parse().map_err(|_| bad())?;
+    let at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
+    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(bad());
+    }
+    Ok((at.naive_utc(), id.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let row = ledger::UsageRecordRow {
+            request_id: "01a1fb7f-0100-733f-9984-2509643042fa".into(),
+            api_key_id: String::new(),
+            user_id: String::new(),
+            model: String::new(),
+            provider: String::new(),
+            streamed: false,
+            outcome: "ok".into(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            estimated: false,
+            cost_micros: 0,
+            priced: false,
+            latency_ms: 0,
+            started_at: aigw_domain::time::now().naive_utc(),
+        };
+        let cursor = encode_cursor(&row);
+        assert_eq!(decode_cursor(&cursor).ok(), Some((row.started_at, row.request_id.clone())));
+        for bad in ["", "!!", "bm9jb2xvbg", &URL_SAFE_NO_PAD.encode("12:a b")] {
+            assert_eq!(decode_cursor(bad).err().map(|e| e.field), Some("cursor".into()), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Retention of raw usage records: a supervised task deletes records older than
+//! `usage.retention_days`, in bounded batches so it never holds a long write lock. Daily
+//! rollups are kept for ever (they are small and are what usage queries read).
+
+use super::supervisor::supervise;
+use crate::db::Db;
+use chrono::Duration as Days;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// Records deleted per statement.
+const PRUNE_BATCH: i64 = 2000;
+/// Pause between two batches, leaving room for other writers.
+const PAUSE_BETWEEN_BATCHES: Duration = Duration::from_millis(20);
+/// Delay before the first sweep after start.
+const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(1);
+
+/// Starts the retention task: a sweep shortly after start, then every `interval`.
+pub(crate) fn spawn(
+    db: Db,
+    retention_days: u32,
+    interval: Duration,
+    restarts: Arc<AtomicU64>,
+) -> JoinHandle<()> {
+    supervise("usage retention", restarts, move || {
+        let db = db.clone();
+        async move {
+            tokio::time::sleep(FIRST_SWEEP_AFTER).await;
+            loop {
+                match sweep(&db, retention_days).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(deleted = n, retention_days, "pruned old usage records")
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pruning usage records failed; retrying later")
+                    }
+                }
+                tokio::time::sleep(interval.max(Duration::from_secs(1))).await;
+            }
+        }
+    })
+}
+
+/// Deletes every record older than `retention_days`, batch by batch. Returns how many.
+///
+/// # Errors
+/// [`crate::ServiceError`] when the database fails (what was deleted stays deleted).
+pub(crate) async fn sweep(db: &Db, retention_days: u32) -> Result<usize, crate::ServiceError> {
+    let cutoff =
+        (aigw_domain::time::now() - Days::days(i64::from(retention_days.max(1)))).naive_utc();
+    let mut total = 0;
+    loop {
+        let deleted = db
+            .run(move |conn| Ok(aigw_persistence::usage::prune_before(conn, cutoff, PRUNE_BATCH)?))
+            .await?;
+        total += deleted;
+        if i64::try_from(deleted).unwrap_or(0) < PRUNE_BATCH {
+            return Ok(total);
+        }
+        tokio::time::sleep(PAUSE_BETWEEN_BATCHES).await;
+    }
+}

@@ -1,0 +1,308 @@
+//! The metered server-sent-events stream: passes a provider's stream to the caller event by
+//! event, reads the `usage` and the text of its chunks on the way, and records the call when
+//! the stream ends, fails, or is dropped early (the caller disconnected: actix drops a
+//! response body whose connection is gone).
+//!
+//! When aigw itself asked for `usage` (the caller did not), it removes what that option
+//! adds, so the caller receives what the provider sends without it:
+//!
+//! - the usage-only final chunk (`"choices": []` with a `usage` object) is dropped;
+//! - the `"usage":null` member of the other chunks is cut out of the event's bytes (only
+//!   when it occurs once in the event: a JSON string cannot contain an unescaped `"`, so the
+//!   text `"usage":null` is a member, and the top-level one when the parse says so).
+//!
+//! Every other byte is passed through unchanged. Events are forwarded as soon as their
+//! terminating blank line arrives; a chunk holding several events goes out as one chunk.
+
+use super::meter::{parse_usage, CallMeter, Observed};
+use crate::error::ServiceError;
+use aigw_domain::usage::{TokenUsage, UsageOutcome};
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{BoxStream, Stream};
+use serde_json::Value;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Most bytes of delta text kept for an estimate; beyond, 4 bytes count as one token.
+const MAX_KEPT_TEXT: usize = 4 * 1024 * 1024;
+
+/// A provider's SSE stream, metered (see the module docs).
+pub struct MeteredStream {
+    inner: BoxStream<'static, Result<Bytes, ServiceError>>,
+    meter: CallMeter,
+    strip_usage: bool,
+    buffer: BytesMut,
+    usage: Option<TokenUsage>,
+    completion: String,
+    /// Text bytes beyond [`MAX_KEPT_TEXT`].
+    overflow: usize,
+    done: bool,
+}
+
+impl std::fmt::Debug for MeteredStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeteredStream")
+            .field("strip_usage", &self.strip_usage)
+            .field("usage", &self.usage)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MeteredStream {
+    pub(crate) fn new(
+        inner: BoxStream<'static, Result<Bytes, ServiceError>>,
+        meter: CallMeter,
+        strip_usage: bool,
+    ) -> Self {
+        Self {
+            inner,
+            meter,
+            strip_usage,
+            buffer: BytesMut::new(),
+            usage: None,
+            completion: String::new(),
+            overflow: 0,
+            done: false,
+        }
+    }
+
+    fn observed(&mut self) -> Observed {
+        let mut completion = std::mem::take(&mut self.completion);
+        // Keep the estimate's order of magnitude for text beyond the cap (4 bytes a token).
+        for _ in 0..self.overflow.div_ceil(4) {
+            completion.push_str(" x");
+        }
+        Observed::Stream { usage: self.usage, completion }
+    }
+
+    fn record(&mut self, outcome: UsageOutcome) {
+        let observed = self.observed();
+        self.meter.record(outcome, observed);
+    }
+
+    /// Takes every complete event out of the buffer, processed, as one chunk.
+    fn complete_events(&mut self) -> Option<Bytes> {
+        let mut out = BytesMut::new();
+        while let Some(end) = event_end(&self.buffer) {
+            let event = self.buffer.split_to(end).freeze();
+            self.process(event, &mut out);
+        }
+        (!out.is_empty()).then(|| out.freeze())
+    }
+
+    /// Reads one event's usage and text and appends what the caller gets of it to `out`.
+    fn process(&mut self, event: Bytes, out: &mut BytesMut) {
+        let Some(data) = event_data(&event) else {
+            out.extend_from_slice(&event);
+            return;
+        };
+        let Ok(chunk) = serde_json::from_slice::<Value>(&data) else {
+            out.extend_from_slice(&event);
+            return;
+        };
+        if let Some(usage) = chunk.get("usage").and_then(parse_usage) {
+            self.usage = Some(usage);
+        }
+        self.collect_text(&chunk);
+        if !self.strip_usage {
+            out.extend_from_slice(&event);
+            return;
+        }
+        let usage_only = chunk.get("usage").is_some_and(Value::is_object)
+            && chunk.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty);
+        if usage_only {
+            return;
+        }
+        if chunk.get("usage") == Some(&Value::Null) {
+            if let Some(cut) = without_null_usage(&event) {
+                out.extend_from_slice(&cut);
+                return;
+            }
+        }
+        out.extend_from_slice(&event);
+    }
+
+    fn collect_text(&mut self, chunk: &Value) {
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        for delta in choices.into_iter().flatten().filter_map(|c| c.get("delta")) {
+            let mut push = |s: &str| {
+                if self.completion.len() + s.len() <= MAX_KEPT_TEXT {
+                    self.completion.push_str(s);
+                } else {
+                    self.overflow += s.len();
+                }
+            };
+            for key in ["content", "refusal"] {
+                if let Some(s) = delta.get(key).and_then(Value::as_str) {
+                    push(s);
+                }
+            }
+            for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                for key in ["/function/name", "/function/arguments"] {
+                    if let Some(s) = call.pointer(key).and_then(Value::as_str) {
+                        push(s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Stream for MeteredStream {
+    type Item = Result<Bytes, ServiceError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(chunk))) => {
+                    this.buffer.extend_from_slice(&chunk);
+                    if let Some(out) = this.complete_events() {
+                        return Poll::Ready(Some(Ok(out)));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.done = true;
+                    let outcome = match e {
+                        ServiceError::UpstreamTimeout { .. } => UsageOutcome::Timeout,
+                        _ => UsageOutcome::UpstreamError,
+                    };
+                    this.record(outcome);
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    // An unterminated last event goes out as it is.
+                    let mut out = BytesMut::new();
+                    if !this.buffer.is_empty() {
+                        let rest = this.buffer.split().freeze();
+                        this.process(rest, &mut out);
+                    }
+                    this.record(UsageOutcome::Ok);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(out.freeze())));
+                    }
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for MeteredStream {
+    /// Dropped before its end: the caller went away (a no-op once recorded).
+    fn drop(&mut self) {
+        if !self.done {
+            self.record(UsageOutcome::ClientCancelled);
+        }
+    }
+}
+
+/// The end (exclusive) of the first complete event in `buf`: after its blank line
+/// (`\n\n` or `\r\n\r\n`).
+fn event_end(buf: &[u8]) -> Option<usize> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The `data` of an event: its `data:` lines joined by newlines; `None` without any or for
+/// `[DONE]`.
+fn event_data(event: &[u8]) -> Option<Vec<u8>> {
+    let mut data: Option<Vec<u8>> = None;
+    for line in event.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+            match &mut data {
+                Some(d) => {
+                    d.push(b'\n');
+                    d.extend_from_slice(rest);
+                }
+                None => data = Some(rest.to_vec()),
+            }
+        }
+    }
+    data.filter(|d| d.first() == Some(&b'{'))
+}
+
+/// `event` without its one `"usage":null` member (and the comma that joined it), or `None`
+/// when that text is not there exactly once.
+fn without_null_usage(event: &[u8]) -> Option<Vec<u8>> {
+    const PATTERNS: [&[u8]; 2] = [b"\"usage\":null", b"\"usage\": null"];
+    let mut found = None;
+    for pattern in PATTERNS {
+        let mut at = event.windows(pattern.len()).enumerate().filter(|(_, w)| *w == pattern);
+        if let Some((i, _)) = at.next() {
+            if at.next().is_some() || found.is_some() {
+                return None;
+            }
+            found = Some((i, pattern.len()));
+        }
+    }
+    let (start, len) = found?;
+    let (mut from, mut to) = (start, start + len);
+    let is_space = |b: u8| matches!(b, b' ' | b'\t');
+    // Prefer the comma before (`…,"usage":null}`), else the one after (`{"usage":null,…`).
+    let mut before = from;
+    while before > 0 && is_space(event[before - 1]) {
+        before -= 1;
+    }
+    if before > 0 && event[before - 1] == b',' {
+        from = before - 1;
+    } else {
+        let mut after = to;
+        while after < event.len() && is_space(event[after]) {
+            after += 1;
+        }
+        if after < event.len() && event[after] == b',' {
+            to = after + 1;
+        }
+    }
+    let mut out = Vec::with_capacity(event.len() - (to - from));
+    out.extend_from_slice(&event[..from]);
+    out.extend_from_slice(&event[to..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_end_at_a_blank_line() {
+        assert_eq!(event_end(b"data: {}\n\ndata: x"), Some(10));
+        assert_eq!(event_end(b"data: {}\r\n\r\n"), Some(12));
+        assert_eq!(event_end(b"data: {}\n"), None);
+    }
+
+    #[test]
+    fn null_usage_is_cut_with_its_comma() {
+        let cut = |s: &str| {
+            without_null_usage(s.as_bytes()).map(|v| String::from_utf8_lossy(&v).into_owned())
+        };
+        assert_eq!(
+            cut("data: {\"a\":1,\"usage\":null}\n\n").as_deref(),
+            Some("data: {\"a\":1}\n\n")
+        );
+        assert_eq!(
+            cut("data: {\"usage\":null,\"a\":1}\n\n").as_deref(),
+            Some("data: {\"a\":1}\n\n")
+        );
+        assert_eq!(
+            cut("data: {\"a\":1, \"usage\": null}\n\n").as_deref(),
+            Some("data: {\"a\":1}\n\n")
+        );
+        assert_eq!(cut("data: {\"x\":{\"usage\":null},\"usage\":null}\n\n"), None);
+        assert_eq!(event_data(b"data: [DONE]\n\n"), None);
+        assert_eq!(event_data(b"data: {\"a\":1}\n\n").as_deref(), Some(&b"{\"a\":1}"[..]));
+    }
+}

@@ -1,0 +1,2 @@
+DROP TABLE usage_daily;
+DROP TABLE usage_records;

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Usage queries over a big ledger (issue 8: "usage queries stay under 50 ms with 1M records").
+# A benchmark, not a test: it prints timings and the 50 ms target next to them.
+#
+#   scripts/bench_usage.sh [records (default 1000000)] [sqlite|postgres (default sqlite)]
+#
+# Starts the release binary (scripts/lib/serve.sh) on a fresh SQLite file, or on a fresh
+# PostgreSQL database of the server at $AIGW_BENCH_PG (default postgres://postgres@127.0.0.1:5432),
+# dropped afterwards. Then loads N usage records of one user (10 API keys, 5 models, spread
+# over the last 30 days) and their daily rollups with plain SQL (sqlite3 / psql), and times
+# each usage query 30 times with curl (loopback, the whole HTTP round trip): p50, p95, max.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+records=${1:-1000000}
+backend=${2:-sqlite}
+runs=30
+for tool in curl python3 sqlite3; do
+  command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 1; }
+done
+
+pg_server=${AIGW_BENCH_PG:-postgres://postgres@127.0.0.1:5432}
+pg_db=""
+if [ "$backend" = postgres ]; then
+  command -v psql >/dev/null || { echo "psql not found" >&2; exit 1; }
+  pg_db="aigw_bench_usage_$$"
+  psql -q "$pg_server/postgres" -c "CREATE DATABASE $pg_db"
+  export AIGW__DATABASE__URL="$pg_server/$pg_db"
+fi
+
+# shellcheck source=lib/serve.sh
+. scripts/lib/serve.sh
+cleanup() {
+  local status=$?
+  if [ -n "$pg_db" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    psql -q "$pg_server/postgres" -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" || true
+  fi
+  (exit "$status")
+  serve_stop
+}
+trap cleanup EXIT
+serve_start '["ai_gateway","read"]'
+
+user_id=$(curl -sf "$base/api/v1/auth/me" -H "authorization: Bearer $token" | serve_json '["data"]["user"]["id"]')
+key_id=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" | serve_json '["data"]["api_keys"][0]["id"]')
+
+echo "== loading $records usage records ($backend)"
+started=$(date +%s)
+if [ "$backend" = postgres ]; then
+  psql -q "$AIGW__DATABASE__URL" <<SQL
+INSERT INTO usage_records
+SELECT 'bench-' || lpad(n::text, 8, '0'),
+       CASE WHEN n % 10 = 0 THEN '$key_id' ELSE 'bench-key-' || (n % 10) END,
+       '$user_id', 'model-' || (n % 5), 'bench', n % 2 = 0, 'ok', 100, 50, 150, n % 7 = 0, 123,
+       true, 10,
+       (now() AT TIME ZONE 'utc') - make_interval(days => n % 30, secs => n % 86400)
+FROM generate_series(0, $records - 1) AS n;
+INSERT INTO usage_daily
+SELECT api_key_id, model, to_char(started_at, 'YYYY-MM-DD'), user_id, count(*),
+       sum(prompt_tokens), sum(completion_tokens), sum(total_tokens), sum(cost_micros),
+       sum(estimated::int), sum((NOT priced)::int)
+FROM usage_records WHERE request_id LIKE 'bench-%' GROUP BY 1, 2, 3, 4;
+ANALYZE;
+SQL
+else
+  sqlite3 "$work/data/aigw.db" >/dev/null <<SQL
+PRAGMA busy_timeout = 10000;
+BEGIN;
+WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n < $records - 1)
+INSERT INTO usage_records
+SELECT printf('bench-%08d', n),
+       CASE WHEN n % 10 = 0 THEN '$key_id' ELSE 'bench-key-' || (n % 10) END,
+       '$user_id', 'model-' || (n % 5), 'bench', n % 2 = 0, 'ok', 100, 50, 150, n % 7 = 0, 123,
+       1, 10,
+       strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n % 30) || ' days', '-' || (n % 86400) || ' seconds')
+FROM seq;
+INSERT INTO usage_daily
+SELECT api_key_id, model, substr(started_at, 1, 10), user_id, count(*),
+       sum(prompt_tokens), sum(completion_tokens), sum(total_tokens), sum(cost_micros),
+       sum(estimated), sum(1 - priced)
+FROM usage_records WHERE request_id LIKE 'bench-%' GROUP BY 1, 2, 3, 4;
+COMMIT;
+ANALYZE;
+SQL
+fi
+echo "   loaded in $(( $(date +%s) - started )) s"
+
+time_query() { # name, path
+  local name=$1 path=$2
+  for _ in $(seq "$runs"); do
+    curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "$base$path" -H "authorization: Bearer $token"
+  done | python3 -c '
+import sys
+name = sys.argv[1]
+rows = [l.split() for l in sys.stdin if l.strip()]
+bad = [r[0] for r in rows if r[0] != "200"]
+ms = sorted(float(r[1]) * 1000 for r in rows)
+p = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]
+verdict = "ok" if p(0.95) < 50 else "OVER 50 ms"
+print(f"{name:<58} p50 {p(0.5):6.1f} ms  p95 {p(0.95):6.1f} ms  max {ms[-1]:6.1f} ms  {verdict}" + (f"  non-200: {bad}" if bad else ""))
+' "$name"
+}
+
+from_year=$(python3 -c 'import datetime; print(datetime.date.today() - datetime.timedelta(days=365))')
+echo "== usage queries, $runs runs each (target: under 50 ms)"
+time_query "GET /usage (30 days by day)" "/api/v1/usage"
+time_query "GET /usage?group_by=model (366 days)" "/api/v1/usage?group_by=model&from=$from_year"
+time_query "GET /usage?group_by=api_key" "/api/v1/usage?group_by=api_key"
+time_query "GET /usage?api_key_id=... (one key, by day)" "/api/v1/usage?api_key_id=$key_id"
+time_query "GET /usage/requests?limit=200 (first page)" "/api/v1/usage/requests?limit=200"
+cursor=""
+for _ in $(seq 25); do
+  cursor=$(curl -sf "$base/api/v1/usage/requests?limit=200${cursor:+&cursor=$cursor}" \
+    -H "authorization: Bearer $token" | serve_json '["data"]["next_cursor"]')
+done
+time_query "GET /usage/requests?limit=200&cursor=... (page 26)" "/api/v1/usage/requests?limit=200&cursor=$cursor"
+time_query "GET /auth/api-keys (usage_30d per key)" "/api/v1/auth/api-keys"
