@@ -6,7 +6,7 @@ use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::Operation;
 use aigw_domain::{time, Email, FieldError, Role, UserName};
-use aigw_persistence::models::{from_utc, UserRow};
+use aigw_persistence::models::UserRow;
 use aigw_persistence::{transaction, users, PersistenceError};
 
 /// The one answer to every failed login, whatever the cause (SECURITY.md 18).
@@ -39,10 +39,10 @@ impl AuthService {
             id: uuid::Uuid::now_v7().to_string(),
             email: email.as_str().to_owned(),
             name: name.into_string(),
-            role: Role::User.as_str().to_owned(),
+            role: Role::User,
             password_hash,
-            created_at: from_utc(now),
-            updated_at: from_utc(now),
+            created_at: now,
+            updated_at: now,
         };
         let (session, token, refresh) = self.new_session(&user.id, now);
         let stored = user.clone();
@@ -105,7 +105,7 @@ impl AuthService {
         let id = user_id.to_owned();
         let result = async {
             let hash = self.passwords.hash(password).await?;
-            let now = from_utc(time::now());
+            let now = time::now();
             self.db.run(move |conn| Ok(users::update_password_hash(conn, &id, &hash, now)?)).await
         }
         .await;

@@ -6,7 +6,7 @@ use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::Operation;
 use aigw_domain::{time, ApiKeySecret, FieldError, PermissionSet, UserName};
 use aigw_persistence::api_keys;
-use aigw_persistence::models::{from_utc, to_utc, ApiKeyRow};
+use aigw_persistence::models::ApiKeyRow;
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::OsRng;
 
@@ -58,9 +58,9 @@ impl AuthService {
             name: name.into_string(),
             key_prefix: secret.key_prefix().to_owned(),
             key_hash: secret.digest().into_string(),
-            permissions: permissions.to_storage(),
-            expires_at: expires_at.map(from_utc),
-            created_at: from_utc(now),
+            permissions,
+            expires_at,
+            created_at: now,
             revoked_at: None,
             last_used_at: None,
         };
@@ -98,7 +98,7 @@ impl AuthService {
     ) -> Result<ApiKeyView, ServiceError> {
         principal.authorize(Operation::ChangeApiKey)?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let now = from_utc(time::now());
+        let now = time::now();
         let row = self
             .db
             .run(move |conn| Ok(api_keys::revoke(conn, &key_id, &user_id, now)?))
@@ -141,16 +141,13 @@ impl AuthService {
             .run(move |conn| {
                 let found = api_keys::find_by_hash(conn, &digest)?;
                 if let Some(row) = &found {
-                    let not_before = from_utc(now - Duration::seconds(LAST_USED_RESOLUTION_SECS));
-                    let usable =
-                        row.revoked_at.is_none() && row.expires_at.is_none_or(|e| to_utc(e) > now);
+                    let not_before = now - Duration::seconds(LAST_USED_RESOLUTION_SECS);
+                    let usable = row.revoked_at.is_none() && row.expires_at.is_none_or(|e| e > now);
                     // Only write when the recorded use is older than the resolution, so a busy
                     // key costs one write a minute, not a write lock per request.
                     if usable && row.last_used_at.is_none_or(|t| t < not_before) {
                         // Best effort: a failed bookkeeping write never fails the request.
-                        if let Err(e) =
-                            api_keys::touch_last_used(conn, &row.id, from_utc(now), not_before)
-                        {
+                        if let Err(e) = api_keys::touch_last_used(conn, &row.id, now, not_before) {
                             tracing::warn!(error = %e, "recording API key use failed");
                         }
                     }
@@ -164,14 +161,10 @@ impl AuthService {
         if row.revoked_at.is_some() {
             return Err(ServiceError::invalid_credential("the API key has been revoked"));
         }
-        if row.expires_at.is_some_and(|e| to_utc(e) <= now) {
+        if row.expires_at.is_some_and(|e| e <= now) {
             return Err(ServiceError::invalid_credential("the API key has expired"));
         }
-        Ok(Principal::ApiKey {
-            key_id: row.id,
-            user_id: row.user_id,
-            permissions: PermissionSet::from_storage(&row.permissions),
-        })
+        Ok(Principal::ApiKey { key_id: row.id, user_id: row.user_id, permissions: row.permissions })
     }
 }
 

@@ -11,7 +11,7 @@ use crate::error::ServiceError;
 use crate::revocation::{POLL_INTERVAL, POLL_OVERLAP_SECS};
 use crate::views::{TokenSet, UserView};
 use aigw_domain::{time, RefreshTokenSecret};
-use aigw_persistence::models::{from_utc, to_utc, RefreshTokenRow, SessionRow, UserRow};
+use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
 use aigw_persistence::{sessions, transaction, users, DbConnection};
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::OsRng;
@@ -52,8 +52,8 @@ impl AuthService {
         let session = SessionRow {
             id: uuid::Uuid::now_v7().to_string(),
             user_id: user_id.to_owned(),
-            created_at: from_utc(now),
-            expires_at: from_utc(expires_at),
+            created_at: now,
+            expires_at,
             revoked_at: None,
             revoked_reason: None,
         };
@@ -63,7 +63,7 @@ impl AuthService {
             session_id: session.id.clone(),
             token_hash: secret.digest().into_string(),
             parent_id: None,
-            created_at: from_utc(now),
+            created_at: now,
             rotated_at: None,
             successor_sealed: None,
         };
@@ -94,9 +94,9 @@ impl AuthService {
         let access = self.tokens.issue(
             &user.id,
             &session_id,
-            &user.role,
+            user.role.as_str(),
             now,
-            to_utc(session.expires_at),
+            session.expires_at,
         )?;
         Ok(TokenSet {
             user: UserView::from(user),
@@ -137,17 +137,12 @@ impl AuthService {
             .run(move |conn| {
                 let won = transaction(conn, |conn| {
                     // First statement: the compare-and-set (takes SQLite's write lock at once).
-                    if !sessions::claim_for_rotation(
-                        conn,
-                        &digest,
-                        from_utc(now),
-                        sealed.as_deref(),
-                    )? {
+                    if !sessions::claim_for_rotation(conn, &digest, now, sealed.as_deref())? {
                         return Ok(None);
                     }
                     let (token, session) =
                         sessions::find_refresh_token(conn, &digest)?.ok_or_else(invalid)?;
-                    if session.revoked_at.is_some() || to_utc(session.expires_at) <= now {
+                    if session.revoked_at.is_some() || session.expires_at <= now {
                         return Err(invalid()); // rolls the claim back; nothing changes
                     }
                     let user = users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
@@ -162,7 +157,7 @@ impl AuthService {
                             session_id: session.id.clone(),
                             token_hash: successor_hash,
                             parent_id: Some(token.id),
-                            created_at: from_utc(now),
+                            created_at: now,
                             rotated_at: None,
                             successor_sealed: None,
                         },
@@ -175,11 +170,11 @@ impl AuthService {
                 let Some((token, session)) = sessions::find_refresh_token(conn, &digest)? else {
                     return Err(invalid()); // unknown token
                 };
-                if session.revoked_at.is_some() || to_utc(session.expires_at) <= now {
+                if session.revoked_at.is_some() || session.expires_at <= now {
                     return Err(invalid());
                 }
                 let within_grace = token.rotated_at.is_some_and(|at| {
-                    (now - to_utc(at)).num_milliseconds() <= grace_secs.saturating_mul(1000)
+                    (now - at).num_milliseconds() <= grace_secs.saturating_mul(1000)
                 });
                 if let (true, Some(sealed)) = (within_grace, token.successor_sealed) {
                     if let Some(child) = sessions::find_successor(conn, &token.id)? {
@@ -196,12 +191,7 @@ impl AuthService {
                     }
                 }
                 // Reuse outside the grace window, or of an older ancestor: revoke the family.
-                if sessions::revoke_session(
-                    conn,
-                    &session.id,
-                    "refresh_token_reuse",
-                    from_utc(now),
-                )? {
+                if sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
                     tracing::warn!(
                         session_id = %session.id,
                         user_id = %session.user_id,
@@ -252,12 +242,10 @@ impl AuthService {
             let mut failing = false;
             loop {
                 let poll_started = time::now();
-                let since = from_utc(cursor - Duration::seconds(POLL_OVERLAP_SECS));
+                let since = cursor - Duration::seconds(POLL_OVERLAP_SECS);
                 match service.db.run(move |conn| Ok(sessions::revoked_since(conn, since)?)).await {
                     Ok(rows) => {
-                        service
-                            .revoked
-                            .insert_all(rows.into_iter().map(|(id, at)| (id, to_utc(at))));
+                        service.revoked.insert_all(rows);
                         cursor = poll_started;
                         if failing {
                             tracing::info!("revocation polling recovered");
@@ -274,7 +262,7 @@ impl AuthService {
                     last_sweep = poll_started;
                     service.revoked.prune(poll_started);
                     let grace = i64::try_from(service.config.refresh_reuse_grace_secs).unwrap_or(0);
-                    let before = from_utc(poll_started - Duration::seconds(grace + 1));
+                    let before = poll_started - Duration::seconds(grace + 1);
                     if let Err(e) = service
                         .db
                         .run(move |conn| Ok(sessions::clear_sealed_before(conn, before)?))
@@ -324,34 +312,33 @@ impl AuthService {
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
         let now = time::now();
-        let at = from_utc(now);
         let revoked = self
             .db
             .run(move |conn| {
                 let mut revoked = match scope {
                     LogoutScope::Local => {
-                        if sessions::revoke_session(conn, &session_id, "logout", at)? {
+                        if sessions::revoke_session(conn, &session_id, "logout", now)? {
                             vec![session_id.clone()]
                         } else {
                             Vec::new()
                         }
                     }
                     LogoutScope::Global => {
-                        sessions::revoke_user_sessions(conn, &user_id, None, "logout_global", at)?
+                        sessions::revoke_user_sessions(conn, &user_id, None, "logout_global", now)?
                     }
                     LogoutScope::Others => sessions::revoke_user_sessions(
                         conn,
                         &user_id,
                         Some(&session_id),
                         "logout_others",
-                        at,
+                        now,
                     )?,
                 };
                 if let Some(digest) = extra_digest {
                     if let Some((_, session)) = sessions::find_refresh_token(conn, &digest)? {
                         if session.user_id == user_id
                             && session.id != session_id
-                            && sessions::revoke_session(conn, &session.id, "logout", at)?
+                            && sessions::revoke_session(conn, &session.id, "logout", now)?
                         {
                             revoked.push(session.id);
                         }
