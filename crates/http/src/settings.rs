@@ -4,7 +4,9 @@
 //! the `config` crate. Unknown keys are errors, so a typo never goes unnoticed.
 //! Every duration is in whole seconds; every size in bytes.
 
-use aigw_service::{AuthConfig, GatewayConfig, ProviderConfig, RateLimitConfig};
+use aigw_service::{
+    AuthConfig, CredentialCacheConfig, GatewayConfig, ProviderConfig, RateLimitConfig,
+};
 use anyhow::Context;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,9 @@ pub struct Settings {
     pub log: LogSettings,
     /// `[rate_limit]` and `[rate_limit.policies.*]` (see `aigw_service::rate_limit`).
     pub rate_limit: RateLimitConfig,
+    /// `[credential_cache]`: API key and user caches, and the change feed that invalidates
+    /// them (see `aigw_service::credential_cache`).
+    pub credential_cache: CredentialCacheConfig,
 }
 
 /// Where the service runs.

@@ -7,7 +7,7 @@ use actix_web::dev::Server;
 use actix_web::middleware::{from_fn, Compress, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
-use aigw_service::{AuthService, Db, Gateway, TokenIssuer};
+use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer};
 use anyhow::Context;
 use std::net::TcpListener;
 use tracing_actix_web::TracingLogger;
@@ -27,6 +27,7 @@ pub struct AppState {
 pub struct Application {
     port: u16,
     server: Server,
+    background: BackgroundTasks,
 }
 
 impl std::fmt::Debug for Application {
@@ -101,9 +102,14 @@ impl Application {
             settings.auth.access_token_ttl_secs,
             settings.auth.leeway_secs,
         )?;
-        let auth = AuthService::new(Db::new(pool), tokens, settings.auth.clone())?;
-        // Revocations made on other nodes reach this one by polling (see `revocation`).
-        let _background = auth.spawn_background_tasks();
+        let auth = AuthService::new(
+            Db::new(pool),
+            tokens,
+            settings.auth.clone(),
+            settings.credential_cache.clone(),
+        )?;
+        // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
+        let background = auth.start_background();
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?;
         let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
         let state = web::Data::new(AppState { auth, gateway, limits });
@@ -131,7 +137,7 @@ impl Application {
             server = server.workers(workers.max(1));
         }
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
-        Ok(Self { port, server: server.run() })
+        Ok(Self { port, server: server.run(), background })
     }
 
     /// The bound port (useful with port 0).
@@ -140,11 +146,14 @@ impl Application {
     }
 
     /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish (up to
-    /// `server.shutdown_timeout_secs`) and returns.
+    /// `server.shutdown_timeout_secs`), writes the `last_used_at` uses still in memory, and
+    /// returns.
     ///
     /// # Errors
     /// An I/O error of the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        self.background.shutdown().await;
+        served
     }
 }

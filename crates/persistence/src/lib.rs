@@ -8,13 +8,15 @@
 //!   connection set-up (SQLite: WAL, `busy_timeout`, `foreign_keys`);
 //! - [`migrations`]: the embedded migrations of `migrations/{sqlite,postgres}`;
 //! - [`schema`] and [`models`]: tables and rows;
-//! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection.
+//! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection;
+//! - [`changes`]: the credential change feed every node tails, and each node's progress.
 //!
 //! Everything here is synchronous and blocking. Callers on an async runtime must run it on a
 //! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
 //! knows nothing of HTTP.
 
 pub mod api_keys;
+pub mod changes;
 pub mod error;
 pub mod migrations;
 pub mod models;

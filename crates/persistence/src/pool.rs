@@ -157,6 +157,8 @@ impl r2d2::ManageConnection for ConnectionManager {
 #[derive(Clone)]
 pub struct Pool {
     inner: r2d2::Pool<ConnectionManager>,
+    url: DatabaseUrl,
+    sqlite_busy_timeout_ms: u64,
 }
 
 impl std::fmt::Debug for Pool {
@@ -183,17 +185,15 @@ impl Pool {
                 })?;
             }
         }
-        let manager = ConnectionManager {
-            url: url.clone(),
-            sqlite_busy_timeout_ms: options.sqlite_busy_timeout_ms,
-        };
+        let sqlite_busy_timeout_ms = options.sqlite_busy_timeout_ms;
+        let manager = ConnectionManager { url: url.clone(), sqlite_busy_timeout_ms };
         let inner = r2d2::Pool::builder()
             .max_size(options.max_connections.max(1))
             .min_idle(Some(0))
             .connection_timeout(Duration::from_secs(options.acquire_timeout_secs.max(1)))
             .test_on_check_out(false)
             .build_unchecked(manager);
-        Ok(Self { inner })
+        Ok(Self { inner, url: url.clone(), sqlite_busy_timeout_ms })
     }
 
     /// Checks out a connection, waiting at most the acquire timeout. Blocking.
@@ -202,6 +202,21 @@ impl Pool {
     /// [`PersistenceError::Unavailable`] when no connection could be had in time.
     pub fn get(&self) -> Result<PooledConnection, PersistenceError> {
         Ok(self.inner.get()?)
+    }
+
+    /// Opens a connection outside the pool, set up like the pool's (for a long-lived task such
+    /// as the change-feed tailer, which must never wait behind requests for a connection).
+    /// Blocking.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`] when the database cannot be reached.
+    pub fn dedicated_connection(&self) -> Result<DbConnection, PersistenceError> {
+        let manager = ConnectionManager {
+            url: self.url.clone(),
+            sqlite_busy_timeout_ms: self.sqlite_busy_timeout_ms,
+        };
+        r2d2::ManageConnection::connect(&manager)
+            .map_err(|e| PersistenceError::Unavailable(e.to_string()))
     }
 
     /// The most connections the pool holds.

@@ -153,6 +153,19 @@ pub fn revoke_user_sessions(
     })
 }
 
+/// Whether session `id` is revoked (an unknown id counts as revoked: it cannot be live).
+///
+/// # Errors
+/// On database failure.
+pub fn is_revoked(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+    let revoked_at = sessions::table
+        .find(id)
+        .select(sessions::revoked_at)
+        .first::<Option<chrono::NaiveDateTime>>(conn)
+        .optional()?;
+    Ok(!matches!(revoked_at, Some(None)))
+}
+
 /// Ids of sessions revoked at or after `since` (used to warm a revocation cache).
 ///
 /// # Errors

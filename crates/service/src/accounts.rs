@@ -1,11 +1,12 @@
 //! Registration, login and the current user (seed §4: register, login, me).
 
 use crate::auth::{AuthService, Principal};
+use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::Operation;
-use aigw_domain::{time, Email, FieldError, Role, UserName};
+use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{transaction, users, PersistenceError};
 
@@ -106,7 +107,17 @@ impl AuthService {
         let result = async {
             let hash = self.passwords.hash(password).await?;
             let now = time::now();
-            self.db.run(move |conn| Ok(users::update_password_hash(conn, &id, &hash, now)?)).await
+            let change = self
+                .db
+                .run(move |conn| {
+                    transaction(conn, |conn| {
+                        users::update_password_hash(conn, &id, &hash, now)?;
+                        credential_cache::append(conn, CredentialChangeKind::UserChanged, &id, now)
+                    })
+                })
+                .await?;
+            self.publish(vec![change]).await;
+            Ok::<_, ServiceError>(())
         }
         .await;
         match result {
@@ -123,10 +134,9 @@ impl AuthService {
     /// down.
     pub async fn me(&self, principal: &Principal) -> Result<UserView, ServiceError> {
         principal.authorize(Operation::ReadAccount)?;
-        let id = principal.user_id().to_owned();
-        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
-        user.as_ref()
-            .map(UserView::from)
+        self.cache
+            .user(principal.user_id())
+            .await?
             .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))
     }
 }

@@ -21,6 +21,11 @@ impl Db {
         Self { pool, permits: std::sync::Arc::new(tokio::sync::Semaphore::new(permits)) }
     }
 
+    /// The pool itself (for connections kept outside it, such as the change-feed tailer's).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// Checks out a connection and runs `f` on it, both on the blocking pool
     /// (`tokio::task::spawn_blocking`).
     ///

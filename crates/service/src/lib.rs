@@ -14,12 +14,12 @@ pub mod accounts;
 pub mod api_keys;
 pub mod auth;
 pub mod config;
+pub mod credential_cache;
 pub mod db;
 pub mod error;
 pub mod gateway;
 pub mod password;
 pub mod rate_limit;
-pub mod revocation;
 pub mod seal;
 pub mod sessions;
 pub mod tokens;
@@ -30,6 +30,7 @@ pub use auth::{AuthService, Principal};
 pub use config::{
     AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, SigningKeyConfig,
 };
+pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};
 pub use db::Db;
 pub use error::ServiceError;
 pub use gateway::{ChatReply, Gateway};

@@ -7,10 +7,11 @@
 //! token included. The session's end is absolute from login; rotation never extends it.
 
 use crate::auth::{AuthService, Principal};
+use crate::credential_cache;
 use crate::error::ServiceError;
-use crate::revocation::{POLL_INTERVAL, POLL_OVERLAP_SECS};
 use crate::views::{TokenSet, UserView};
-use aigw_domain::{time, RefreshTokenSecret};
+use aigw_domain::{time, CredentialChangeKind, RefreshTokenSecret};
+use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
 use aigw_persistence::{sessions, transaction, users, DbConnection};
 use chrono::{DateTime, Duration, Utc};
@@ -22,8 +23,8 @@ enum Refreshed {
     Rotated { user: UserRow, session: SessionRow },
     /// The presented token was rotated moments ago: hand out the same successor again.
     Repeated { user: UserRow, session: SessionRow, sealed: String, successor_hash: String },
-    /// Reuse: the session was revoked.
-    Reused { session_id: String },
+    /// Reuse: the session was revoked (the feed row, unless it already was).
+    Reused { change: Option<ChangeRow> },
 }
 
 const INVALID_REFRESH: &str = "the refresh token is invalid, expired or revoked";
@@ -191,14 +192,21 @@ impl AuthService {
                     }
                 }
                 // Reuse outside the grace window, or of an older ancestor: revoke the family.
-                if sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
+                let change = transaction(conn, |conn| {
+                    if !sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
+                        return Ok(None);
+                    }
+                    let kind = CredentialChangeKind::SessionRevoked;
+                    credential_cache::append(conn, kind, &session.id, now).map(Some)
+                })?;
+                if change.is_some() {
                     tracing::warn!(
                         session_id = %session.id,
                         user_id = %session.user_id,
                         "refresh token reused; session revoked"
                     );
                 }
-                Ok(Refreshed::Reused { session_id: session.id })
+                Ok(Refreshed::Reused { change })
             })
             .await?;
         match outcome {
@@ -214,66 +222,30 @@ impl AuthService {
                     .ok_or_else(invalid)?;
                 self.token_set(&user, &session, &same, now)
             }
-            Refreshed::Reused { session_id } => {
-                self.revoked.insert_all([(session_id, now)]);
+            Refreshed::Reused { change } => {
+                self.publish(change.into_iter().collect()).await;
                 Err(invalid())
             }
         }
     }
 
-    /// Refuses access tokens whose session is known to be revoked (no database round trip:
-    /// see [`crate::revocation`]).
-    pub(crate) fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
-        if self.revoked.is_revoked(session_id) {
+    /// Refuses access tokens whose session is revoked: from the node's revoked-session set
+    /// while its change feed is fresh, else from the database (see [`crate::credential_cache`]).
+    pub(crate) async fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
+        if self.cache.session_revoked(session_id).await? {
             Err(ServiceError::invalid_credential("the session has ended; log in again"))
         } else {
             Ok(())
         }
     }
 
-    /// Loads recent revocations, then keeps polling the database for new ones every
-    /// [`POLL_INTERVAL`] and sweeps expired sealed successors once a minute. Runs until the
-    /// returned task is aborted; database errors are logged and retried.
-    pub fn spawn_background_tasks(&self) -> tokio::task::JoinHandle<()> {
-        let service = self.clone();
-        tokio::spawn(async move {
-            let mut cursor = time::now() - service.revoked.horizon();
-            let mut last_sweep = time::now();
-            let mut failing = false;
-            loop {
-                let poll_started = time::now();
-                let since = cursor - Duration::seconds(POLL_OVERLAP_SECS);
-                match service.db.run(move |conn| Ok(sessions::revoked_since(conn, since)?)).await {
-                    Ok(rows) => {
-                        service.revoked.insert_all(rows);
-                        cursor = poll_started;
-                        if failing {
-                            tracing::info!("revocation polling recovered");
-                            failing = false;
-                        }
-                    }
-                    Err(e) if !failing => {
-                        tracing::warn!(error = %e, "revocation polling failed; retrying");
-                        failing = true;
-                    }
-                    Err(_) => {}
-                }
-                if (poll_started - last_sweep).num_seconds() >= 60 {
-                    last_sweep = poll_started;
-                    service.revoked.prune(poll_started);
-                    let grace = i64::try_from(service.config.refresh_reuse_grace_secs).unwrap_or(0);
-                    let before = poll_started - Duration::seconds(grace + 1);
-                    if let Err(e) = service
-                        .db
-                        .run(move |conn| Ok(sessions::clear_sealed_before(conn, before)?))
-                        .await
-                    {
-                        tracing::warn!(error = %e, "sweeping sealed refresh successors failed");
-                    }
-                }
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-        })
+    /// Makes changes this node has just committed hold here at once, then waits until every
+    /// live node has applied them (bounded; see `credential_cache::propagation`).
+    pub(crate) async fn publish(&self, changes: Vec<ChangeRow>) {
+        self.cache.applied_locally(&changes);
+        if let Some(newest) = changes.iter().map(|c| c.id).max() {
+            self.cache.propagated(newest).await;
+        }
     }
 
     /// Logout needs an access token: an API key has no session to end.
@@ -312,43 +284,51 @@ impl AuthService {
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
         let now = time::now();
-        let revoked = self
+        let changes: Vec<ChangeRow> = self
             .db
             .run(move |conn| {
-                let mut revoked = match scope {
-                    LogoutScope::Local => {
-                        if sessions::revoke_session(conn, &session_id, "logout", now)? {
-                            vec![session_id.clone()]
-                        } else {
-                            Vec::new()
+                transaction(conn, |conn| {
+                    let mut revoked = match scope {
+                        LogoutScope::Local => {
+                            if sessions::revoke_session(conn, &session_id, "logout", now)? {
+                                vec![session_id.clone()]
+                            } else {
+                                Vec::new()
+                            }
+                        }
+                        LogoutScope::Global => sessions::revoke_user_sessions(
+                            conn,
+                            &user_id,
+                            None,
+                            "logout_global",
+                            now,
+                        )?,
+                        LogoutScope::Others => sessions::revoke_user_sessions(
+                            conn,
+                            &user_id,
+                            Some(&session_id),
+                            "logout_others",
+                            now,
+                        )?,
+                    };
+                    if let Some(digest) = extra_digest {
+                        if let Some((_, session)) = sessions::find_refresh_token(conn, &digest)? {
+                            if session.user_id == user_id
+                                && session.id != session_id
+                                && sessions::revoke_session(conn, &session.id, "logout", now)?
+                            {
+                                revoked.push(session.id);
+                            }
                         }
                     }
-                    LogoutScope::Global => {
-                        sessions::revoke_user_sessions(conn, &user_id, None, "logout_global", now)?
-                    }
-                    LogoutScope::Others => sessions::revoke_user_sessions(
-                        conn,
-                        &user_id,
-                        Some(&session_id),
-                        "logout_others",
-                        now,
-                    )?,
-                };
-                if let Some(digest) = extra_digest {
-                    if let Some((_, session)) = sessions::find_refresh_token(conn, &digest)? {
-                        if session.user_id == user_id
-                            && session.id != session_id
-                            && sessions::revoke_session(conn, &session.id, "logout", now)?
-                        {
-                            revoked.push(session.id);
-                        }
-                    }
-                }
-                Ok(revoked)
+                    // Last statements of the transaction (see `aigw_persistence::changes`).
+                    let kind = CredentialChangeKind::SessionRevoked;
+                    revoked.iter().map(|id| credential_cache::append(conn, kind, id, now)).collect()
+                })
             })
             .await?;
-        let count = revoked.len();
-        self.revoked.insert_all(revoked.into_iter().map(|id| (id, now)));
+        let count = changes.len();
+        self.publish(changes).await;
         Ok(count)
     }
 }
