@@ -116,7 +116,8 @@ async fn maintain(cache: CredentialCache) {
     loop {
         tokio::time::sleep(flush).await;
         rounds += 1;
-        let round = tokio::spawn(maintenance_round(cache.clone(), rounds.is_multiple_of(every_minute)));
+        let round =
+            tokio::spawn(maintenance_round(cache.clone(), rounds.is_multiple_of(every_minute)));
         if let Err(e) = round.await {
             tracing::error!(error = %e, "credential cache maintenance panicked");
         }
