@@ -4,7 +4,7 @@ use crate::routes;
 use crate::settings::Settings;
 use crate::telemetry;
 use actix_web::dev::Server;
-use actix_web::middleware::{from_fn, Compress, Condition};
+use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
 use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer};
@@ -126,7 +126,6 @@ impl Application {
                 .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
                 .default_service(web::to(routes::no_route))
                 .wrap(from_fn(crate::rate_limit::headers))
-                .wrap(Compress::default())
                 .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
                 .wrap(from_fn(telemetry::request_id))
                 .wrap(TracingLogger::default())

@@ -24,6 +24,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::chat_request::{validate_chat_request, ChatRequestSummary};
+
 /// Name of the built-in model.
 pub const ECHO_MODEL: &str = "echo";
 
@@ -62,7 +64,8 @@ impl std::fmt::Debug for ChatReply {
 struct Provider {
     name: String,
     kind: ProviderKind,
-    base_url: String,
+    /// `{base_url}/chat/completions`, built and parsed once (`None` for `echo`).
+    chat_url: Option<reqwest::Url>,
     api_key: Option<SecretString>,
 }
 
@@ -72,15 +75,6 @@ pub struct Gateway {
     routes: Arc<BTreeMap<String, Arc<Provider>>>,
     client: reqwest::Client,
     timeout: Duration,
-}
-
-/// What a validated chat request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatRequestSummary {
-    /// The `model` field.
-    pub model: String,
-    /// The `stream` field (default false).
-    pub stream: bool,
 }
 
 impl Gateway {
@@ -98,7 +92,7 @@ impl Gateway {
                 Arc::new(Provider {
                     name: ECHO_MODEL.to_owned(),
                     kind: ProviderKind::Echo,
-                    base_url: String::new(),
+                    chat_url: None,
                     api_key: None,
                 }),
             );
@@ -110,10 +104,20 @@ impl Gateway {
             {
                 return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
             }
+            let chat_url = match p.kind {
+                ProviderKind::Echo => None,
+                ProviderKind::Openai => {
+                    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+                    match reqwest::Url::parse(&url) {
+                        Ok(url) => Some(url),
+                        Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+                    }
+                }
+            };
             let provider = Arc::new(Provider {
                 name: p.name.clone(),
                 kind: p.kind,
-                base_url: base_url.trim_end_matches('/').to_owned(),
+                chat_url,
                 api_key: p.api_key.clone(),
             });
             for model in &p.models {
@@ -151,15 +155,17 @@ impl Gateway {
         body: Bytes,
     ) -> Result<ChatReply, ServiceError> {
         principal.authorize(Operation::ChatCompletion)?;
-        let parsed: Value = serde_json::from_slice(&body)
-            .map_err(|_| FieldError::new("body", "is not valid JSON"))?;
-        let summary = validate_chat_request(&parsed)?;
+        let summary = validate_chat_request(&body)?;
         let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
         match provider.kind {
-            ProviderKind::Echo => Ok(echo(&parsed, &summary)),
+            ProviderKind::Echo => {
+                let parsed: Value = serde_json::from_slice(&body)
+                    .map_err(|_| FieldError::new("body", "is not valid JSON"))?;
+                Ok(echo(&parsed, &summary))
+            }
             ProviderKind::Openai => self.forward(provider.clone(), body, summary.stream).await,
         }
     }
@@ -173,9 +179,10 @@ impl Gateway {
         let name = provider.name.clone();
         let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
         let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
+        let url = provider.chat_url.clone().ok_or_else(|| failed("no upstream URL".to_owned()))?;
         let mut request = self
             .client
-            .post(format!("{}/chat/completions", provider.base_url))
+            .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(
                 reqwest::header::ACCEPT,
@@ -242,55 +249,6 @@ impl Gateway {
             .unwrap_or_default();
         Err(failed(format!("upstream answered {status}: {upstream_message}")))
     }
-}
-
-/// Checks the fields the gateway relies on; every other field is passed through untouched.
-///
-/// # Errors
-/// [`FieldError`] on `body` (not an object), `model` (missing, not a non-empty string),
-/// `messages` (missing, not a non-empty array), `messages[i]` (not an object),
-/// `messages[i].role` (missing, not a string), `messages[i].content` (not a string, array or
-/// null) or `stream` (not a boolean).
-pub fn validate_chat_request(body: &Value) -> Result<ChatRequestSummary, FieldError> {
-    let object =
-        body.as_object().ok_or_else(|| FieldError::new("body", "must be a JSON object"))?;
-    let model = match object.get("model") {
-        None | Some(Value::Null) => return Err(FieldError::new("model", "is required")),
-        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(_) => return Err(FieldError::new("model", "must be a non-empty string")),
-    };
-    let messages = match object.get("messages") {
-        None | Some(Value::Null) => return Err(FieldError::new("messages", "is required")),
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(_) => return Err(FieldError::new("messages", "must be a non-empty array")),
-    };
-    for (i, message) in messages.iter().enumerate() {
-        let m = message
-            .as_object()
-            .ok_or_else(|| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
-        match m.get("role") {
-            Some(Value::String(_)) => {}
-            None => return Err(FieldError::new(format!("messages[{i}].role"), "is required")),
-            Some(_) => {
-                return Err(FieldError::new(format!("messages[{i}].role"), "must be a string"))
-            }
-        }
-        match m.get("content") {
-            None | Some(Value::String(_) | Value::Array(_) | Value::Null) => {}
-            Some(_) => {
-                return Err(FieldError::new(
-                    format!("messages[{i}].content"),
-                    "must be a string or an array of content parts",
-                ))
-            }
-        }
-    }
-    let stream = match object.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(FieldError::new("stream", "must be a boolean")),
-    };
-    Ok(ChatRequestSummary { model, stream })
 }
 
 /// The text of the last `user` message (string content, or the `text` parts of an array).
@@ -370,31 +328,6 @@ fn echo(body: &Value, summary: &ChatRequestSummary) -> ChatReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn validation_names_the_field() {
-        let field = |v: Value| validate_chat_request(&v).err().map(|e| e.field);
-        assert_eq!(field(json!({"messages": []})), Some("model".into()));
-        assert_eq!(field(json!({"model": "echo"})), Some("messages".into()));
-        assert_eq!(
-            field(json!({"model": "echo", "messages": [{"content": "x"}]})),
-            Some("messages[0].role".into())
-        );
-        assert_eq!(
-            field(json!({"model": "echo", "messages": [{"role": "user", "content": 5}]})),
-            Some("messages[0].content".into())
-        );
-        assert_eq!(
-            field(
-                json!({"model": "echo", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})
-            ),
-            Some("stream".into())
-        );
-        assert!(validate_chat_request(
-            &json!({"model": "echo", "messages": [{"role": "user", "content": "x"}]})
-        )
-        .is_ok());
-    }
 
     #[test]
     fn echo_answers_the_last_user_message() {

@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod api_keys;
 pub mod auth;
+pub mod chat_request;
 pub mod config;
 pub mod credential_cache;
 pub mod db;

@@ -79,6 +79,7 @@ async fn feed_becomes(app: &TestApp, status: &str) -> Value {
 async fn revoked_or_deleted_key_is_refused_on_a_warm_sibling_within_a_second(backend: Backend) {
     let a = spawn_app_with(backend, |_| {}).await;
     let b = a.spawn_sibling(|_| {}).await;
+    feed_becomes(&b, "ok").await; // B trusts its caches from here on
     let user = a.new_user("warm-keys").await;
     for action in ["revoke", "delete"] {
         let made = a.create_key(&user.token, &["read"], None).await;
@@ -102,6 +103,7 @@ async fn changed_key_is_refused_on_a_warm_sibling_within_a_second(backend: Backe
     use aigw_persistence::schema::api_keys;
     let a = spawn_app_with(backend, |_| {}).await;
     let b = a.spawn_sibling(|_| {}).await;
+    feed_becomes(&b, "ok").await; // B trusts its caches from here on
     let user = a.new_user("changed-key").await;
     let made = a.create_key(&user.token, &["read"], None).await;
     let (key, id) =
@@ -148,6 +150,7 @@ async fn changed_key_is_refused_on_a_warm_sibling_within_a_second(backend: Backe
 async fn logged_out_session_is_refused_on_a_warm_sibling_within_a_second(backend: Backend) {
     let a = spawn_app_with(backend, |_| {}).await;
     let b = a.spawn_sibling(|_| {}).await;
+    feed_becomes(&b, "ok").await; // B trusts its caches from here on
     let user = a.new_user("warm-logout").await;
     let other = a.login(&user.email, &user.password).await;
     let other_token = other["token"].as_str().unwrap().to_owned();
@@ -168,6 +171,7 @@ async fn a_node_that_cannot_read_the_feed_reads_the_database_instead(backend: Ba
     use aigw_persistence::schema::{api_keys, sessions};
     let a = spawn_app_with(backend, |_| {}).await;
     let b = a.spawn_sibling(|_| {}).await;
+    feed_becomes(&b, "ok").await; // B trusts its caches from here on
     let user = a.new_user("stale-node").await;
     let made = a.create_key(&user.token, &["read"], None).await;
     let key = made["key"].as_str().unwrap().to_owned();
@@ -221,6 +225,7 @@ async fn negative_caching_never_refuses_a_just_created_key(backend: Backend) {
     use rand::rngs::OsRng;
     let a = spawn_app_with(backend, |_| {}).await;
     let b = a.spawn_sibling(|_| {}).await;
+    feed_becomes(&b, "ok").await; // B trusts its caches from here on
     let user = a.new_user("negative").await;
     // Well-formed keys nobody created are refused, twice (the second time from the cache).
     let unknown = ApiKeySecret::generate(&mut OsRng);

@@ -25,7 +25,15 @@ pub(crate) trait Subject {
 pub(crate) struct Cached<V> {
     pub(crate) value: Option<V>,
     loaded_at: i64,
+    generation: u64,
     loaded: Instant,
+}
+
+impl<V> Cached<V> {
+    /// A value read while the caches are not trusted, handed to the caller and not cached.
+    pub(crate) fn uncached(value: Option<V>) -> Self {
+        Self { value, loaded_at: i64::MIN, generation: u64::MAX, loaded: Instant::now() }
+    }
 }
 
 /// A bounded map from `K` to [`Cached`] values with feed-driven invalidation.
@@ -60,12 +68,14 @@ where
         }
     }
 
-    /// The entry for `key` if it can be trusted: not past its TTL, loaded at or above `floor`,
-    /// and no change of its subject applied since it was loaded.
-    pub(crate) fn get(&self, key: &K, floor: i64) -> Option<Arc<Cached<V>>> {
+    /// The entry for `key` if it can be trusted: not past its TTL, loaded in the current
+    /// `generation` (bumped when the node re-synchronises or recovers from a stale spell) at or
+    /// above `floor`, and no change of its subject applied since it was loaded.
+    pub(crate) fn get(&self, key: &K, floor: i64, generation: u64) -> Option<Arc<Cached<V>>> {
         let entry = self.cache.get(key)?;
         let ttl = if entry.value.is_some() { self.ttl } else { self.negative_ttl };
-        if entry.loaded_at < floor || entry.loaded.elapsed() > ttl {
+        if entry.generation != generation || entry.loaded_at < floor || entry.loaded.elapsed() > ttl
+        {
             return None;
         }
         if let Some(value) = &entry.value {
@@ -77,16 +87,16 @@ where
         Some(entry)
     }
 
-    /// Caches `value` for `key`, read from the database after the feed was at `loaded_at`
-    /// (read at `loaded`, before the database read started).
+    /// Caches `value` for `key`, read from the database after the feed was at `loaded_at` in
+    /// `generation` (both read at `loaded`, before the database read started).
     pub(crate) fn insert(
         &self,
         key: K,
         value: Option<V>,
-        loaded_at: i64,
+        (loaded_at, generation): (i64, u64),
         loaded: Instant,
     ) -> Arc<Cached<V>> {
-        let entry = Arc::new(Cached { value, loaded_at, loaded });
+        let entry = Arc::new(Cached { value, loaded_at, generation, loaded });
         self.cache.insert(key, entry.clone());
         entry
     }
@@ -151,30 +161,31 @@ mod tests {
         let started = Instant::now();
         // The read starts with the feed at 10; change 11 is applied before the insert.
         cache.record_change("k1", 11);
-        cache.insert("digest".into(), Some(Value("k1")), 10, started);
-        assert!(cache.get(&"digest".to_owned(), 0).is_none(), "stale entry trusted");
+        cache.insert("digest".into(), Some(Value("k1")), (10, 0), started);
+        assert!(cache.get(&"digest".to_owned(), 0, 0).is_none(), "stale entry trusted");
         // A read that starts after change 11 was applied is trusted.
-        cache.insert("digest".into(), Some(Value("k1")), 11, Instant::now());
-        assert!(cache.get(&"digest".to_owned(), 0).is_some());
+        cache.insert("digest".into(), Some(Value("k1")), (11, 0), Instant::now());
+        assert!(cache.get(&"digest".to_owned(), 0, 0).is_some());
         // ...until the next change of the same subject.
         cache.record_change("k1", 12);
-        assert!(cache.get(&"digest".to_owned(), 0).is_none());
+        assert!(cache.get(&"digest".to_owned(), 0, 0).is_none());
         // Changes of other subjects do not matter.
-        cache.insert("digest".into(), Some(Value("k1")), 12, Instant::now());
+        cache.insert("digest".into(), Some(Value("k1")), (12, 0), Instant::now());
         cache.record_change("k2", 13);
-        assert!(cache.get(&"digest".to_owned(), 0).is_some());
+        assert!(cache.get(&"digest".to_owned(), 0, 0).is_some());
     }
 
     #[test]
-    fn the_floor_and_the_ttl_distrust_entries() {
+    fn the_floor_the_generation_and_the_ttl_distrust_entries() {
         let cache = entries();
-        cache.insert("d".into(), Some(Value("k")), 5, Instant::now());
-        assert!(cache.get(&"d".to_owned(), 5).is_some());
-        assert!(cache.get(&"d".to_owned(), 6).is_none());
+        cache.insert("d".into(), Some(Value("k")), (5, 3), Instant::now());
+        assert!(cache.get(&"d".to_owned(), 5, 3).is_some());
+        assert!(cache.get(&"d".to_owned(), 6, 3).is_none());
+        assert!(cache.get(&"d".to_owned(), 5, 4).is_none(), "entry of an older generation trusted");
         let short: Entries<String, Value> =
             Entries::new(100, Duration::from_secs(60), Duration::from_millis(0));
-        short.insert("absent".into(), None, 0, Instant::now());
+        short.insert("absent".into(), None, (0, 0), Instant::now());
         std::thread::sleep(Duration::from_millis(2));
-        assert!(short.get(&"absent".to_owned(), 0).is_none(), "negative entry outlived its TTL");
+        assert!(short.get(&"absent".to_owned(), 0, 0).is_none(), "negative entry outlived its TTL");
     }
 }

@@ -31,6 +31,7 @@ pub(super) fn run(inner: &Inner, stop: &AtomicBool) -> Result<(), PersistenceErr
     // the revocation horizon may have been pruned.
     let far_behind = inner.lag_ms() > horizon_ms(inner) / 2;
     if !inner.synced.load(Ordering::Acquire) || far_behind {
+        inner.synced.store(false, Ordering::Release);
         resync(inner, &mut conn)?;
     } else {
         read(inner, &mut conn)?;
@@ -38,7 +39,11 @@ pub(super) fn run(inner: &Inner, stop: &AtomicBool) -> Result<(), PersistenceErr
     let mut last_read = Instant::now();
     let mut last_report: Option<(i64, Instant)> = None;
     loop {
-        report_progress(inner, &mut conn, &mut last_report);
+        // The caches are trusted only once this node is on the node list, so that every
+        // revocation committed from then on waits for it (see `propagation`).
+        if report_progress(inner, &mut conn, &mut last_report) {
+            inner.synced.store(true, Ordering::Release);
+        }
         loop {
             if stop.load(Ordering::Acquire) {
                 return Ok(());
@@ -58,8 +63,10 @@ fn horizon_ms(inner: &Inner) -> u64 {
     u64::try_from(inner.revoked.horizon().num_milliseconds()).unwrap_or(u64::MAX)
 }
 
-/// Reads and applies the rows after the cursor.
+/// Reads and applies the rows after the cursor. After a stale spell (no read for longer than
+/// `max_feed_lag_ms`), nothing cached before it is trusted again: the node starts cold.
 fn read(inner: &Inner, conn: &mut DbConnection) -> Result<(), PersistenceError> {
+    let was_stale = inner.lag_ms() > inner.config.max_lag().as_millis() as u64;
     loop {
         let after = inner.cursor.load(Ordering::Acquire);
         let rows = changes::changes_after(conn, after, PAGE)?;
@@ -71,6 +78,13 @@ fn read(inner: &Inner, conn: &mut DbConnection) -> Result<(), PersistenceError> 
             inner.cursor.store(last.id, Ordering::Release);
         }
         if rows.len() < PAGE as usize {
+            if was_stale {
+                inner.start_cold();
+                tracing::info!(
+                    cursor = inner.cursor.load(Ordering::Acquire),
+                    "credential change feed caught up"
+                );
+            }
             inner.mark_read();
             return Ok(());
         }
@@ -85,24 +99,29 @@ fn resync(inner: &Inner, conn: &mut DbConnection) -> Result<(), PersistenceError
     let end = snapshot.end;
     inner.revoked.replace(snapshot.revoked_sessions);
     inner.cursor.store(end, Ordering::Release);
-    inner.floor.fetch_max(end, Ordering::AcqRel);
+    inner.start_cold();
     inner.keys.clear_changes();
     inner.users.clear_changes();
-    inner.synced.store(true, Ordering::Release);
     inner.mark_read();
     tracing::info!(cursor = end, "credential change feed synchronised");
     Ok(())
 }
 
 /// Reports the node's cursor when it moved, or as a heartbeat every [`REPORT_EVERY`]. A failed
-/// report is not fatal (SQLite may be busy); it is retried on the next round.
-fn report_progress(inner: &Inner, conn: &mut DbConnection, last: &mut Option<(i64, Instant)>) {
+/// report is not fatal (SQLite may be busy); it is retried on the next round. Returns whether
+/// the node has reported at least once.
+fn report_progress(
+    inner: &Inner,
+    conn: &mut DbConnection,
+    last: &mut Option<(i64, Instant)>,
+) -> bool {
     let cursor = inner.cursor.load(Ordering::Acquire);
     if last.is_some_and(|(id, at)| id == cursor && at.elapsed() < REPORT_EVERY) {
-        return;
+        return true;
     }
     match changes::report_progress(conn, &inner.node_id, cursor, aigw_domain::time::now()) {
         Ok(()) => *last = Some((cursor, Instant::now())),
         Err(e) => tracing::debug!(error = %e, "reporting change-feed progress failed"),
     }
+    last.is_some()
 }

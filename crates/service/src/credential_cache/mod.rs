@@ -132,8 +132,12 @@ struct Inner {
     epoch: Instant,
     /// Highest feed id applied.
     cursor: AtomicI64,
-    /// Entries loaded below this feed id are not trusted.
+    /// Entries loaded below this feed id are not trusted (raised by a change kind this
+    /// version does not know).
     floor: AtomicI64,
+    /// Entries loaded in an earlier generation are not trusted (bumped when the node
+    /// re-synchronises, or catches up after a stale spell).
+    generation: AtomicU64,
     /// Milliseconds after `epoch` of the last successful feed read.
     last_read_ms: AtomicU64,
     /// Whether the revoked-session set and the cursor have been loaded.
@@ -166,6 +170,7 @@ impl CredentialCache {
                 epoch: Instant::now(),
                 cursor: AtomicI64::new(0),
                 floor: AtomicI64::new(0),
+                generation: AtomicU64::new(0),
                 last_read_ms: AtomicU64::new(0),
                 synced: AtomicBool::new(false),
                 keys,
@@ -209,16 +214,24 @@ impl CredentialCache {
     /// [`ServiceError::Unavailable`] when the database is needed and down.
     pub(crate) async fn api_key(&self, digest: &str) -> Result<KeyEntry, ServiceError> {
         let inner = &self.inner;
-        let floor = inner.floor.load(Ordering::Acquire);
+        let (floor, generation) = inner.validity();
         if self.trusted() {
-            if let Some(entry) = inner.keys.get(&digest.to_owned(), floor) {
+            if let Some(entry) = inner.keys.get(&digest.to_owned(), floor, generation) {
                 return Ok(entry);
             }
         }
-        let (loaded_at, loaded) = (inner.cursor.load(Ordering::Acquire), Instant::now());
+        // Only what is read while the caches are trusted is cached: an entry read before the
+        // node synchronised (or while it was stale) could predate a change it never applied.
+        let trusted = self.trusted();
+        let (loaded_at, loaded) = (inner.position(), Instant::now());
         let wanted = digest.to_owned();
         let row = inner.db.run(move |conn| Ok(api_keys::find_by_hash(conn, &wanted)?)).await?;
-        Ok(inner.keys.insert(digest.to_owned(), row.map(CachedKey::from_row), loaded_at, loaded))
+        let value = row.map(CachedKey::from_row);
+        Ok(if trusted {
+            inner.keys.insert(digest.to_owned(), value, loaded_at, loaded)
+        } else {
+            Arc::new(entries::Cached::uncached(value))
+        })
     }
 
     /// The user with id `id` (`None`: no such account), from the cache while it is trusted.
@@ -227,17 +240,20 @@ impl CredentialCache {
     /// [`ServiceError::Unavailable`] when the database is needed and down.
     pub(crate) async fn user(&self, id: &str) -> Result<Option<UserView>, ServiceError> {
         let inner = &self.inner;
-        let floor = inner.floor.load(Ordering::Acquire);
+        let (floor, generation) = inner.validity();
         if self.trusted() {
-            if let Some(entry) = inner.users.get(&id.to_owned(), floor) {
+            if let Some(entry) = inner.users.get(&id.to_owned(), floor, generation) {
                 return Ok(entry.value.clone());
             }
         }
-        let (loaded_at, loaded) = (inner.cursor.load(Ordering::Acquire), Instant::now());
+        let trusted = self.trusted();
+        let (loaded_at, loaded) = (inner.position(), Instant::now());
         let wanted = id.to_owned();
         let row = inner.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         let view = row.as_ref().map(UserView::from);
-        inner.users.insert(id.to_owned(), view.clone(), loaded_at, loaded);
+        if trusted {
+            inner.users.insert(id.to_owned(), view.clone(), loaded_at, loaded);
+        }
         Ok(view)
     }
 
@@ -306,6 +322,21 @@ impl Inner {
 
     fn lag_ms(&self) -> u64 {
         self.now_ms().saturating_sub(self.last_read_ms.load(Ordering::Acquire))
+    }
+
+    /// The floor and the generation entries are checked against.
+    fn validity(&self) -> (i64, u64) {
+        (self.floor.load(Ordering::Acquire), self.generation.load(Ordering::Acquire))
+    }
+
+    /// Where a database read that starts now stands: the cursor and the generation.
+    fn position(&self) -> (i64, u64) {
+        (self.cursor.load(Ordering::Acquire), self.generation.load(Ordering::Acquire))
+    }
+
+    /// Distrusts every entry loaded so far.
+    fn start_cold(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     fn mark_read(&self) {
