@@ -1,47 +1,326 @@
 #!/usr/bin/env bash
-# Load benchmark of the release binary on this machine (loopback only, bounded in time).
+# The issue-7 benchmark: aigw beside a bare actix-web handler and an nginx proxy hop, in one
+# run, on this machine (loopback only; every load bounded in time).
 #
-#   scripts/bench.sh [seconds-per-scenario (default 10)] [connections (default 32)]
+#   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--keys N] [--backends "sqlite postgres"]
 #
-# Builds `aigw` in release mode, starts it on a free port with a fresh SQLite database in a
-# temporary folder, registers a user, creates an API key, then measures with wrk:
-#   1. GET  /api/v1/auth/me              (JWT access token: signature + revocation set + 1 read)
-#   2. GET  /api/v1/auth/api-keys        (API key with read: checksum + digest lookup + list)
-#   3. POST /api/v1/ai/chat/completions  (API key, built-in echo model, no upstream)
-#   4. POST /api/v1/auth/login           (argon2id m=19456 KiB t=2 p=1: CPU bound by design)
-# and reports the server's peak resident memory (VmHWM). Needs wrk (Debian: apt-get install wrk).
+#   --secs N      seconds per measurement (default 5; --quick: 2)
+#   --rounds N    interleaved throughput rounds per backend (default 3; --quick: 1)
+#   --conns N     wrk connections (default 32)
+#   --keys N      stored API keys for the "many keys" measurement (default 1000000; --quick: 100000)
+#   --backends    which aigw backends to run (default "sqlite postgres")
+#
+# It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
+# OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
+# proxy hop in front of it; then, per backend, aigw (release build; SQLite in a temporary
+# folder, or a throwaway PostgreSQL database created on 127.0.0.1:5432 and dropped after) with
+# a provider whose base_url is the mock upstream. It measures, rounds interleaved
+# (bare, /me, hop, chat), with `wrk -t1 -cCONNS`, and reports medians:
+#
+#   me/bare      GET /auth/me (access token) req/s ÷ bare handler req/s             target >= 0.50
+#   chat/hop     API-key chat via aigw req/s ÷ the same request via the nginx hop   target >= 0.50
+#   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
+#                (hop p50 - direct p50), direct = the mock upstream itself          target <= 2
+#   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
+#                argon2id 19 MiB t=2) ÷ the same p99 without it                      target <= 3
+#   RSS          VmRSS after start-up and warm-up; VmHWM over the c32 rounds        target <= 30 / 40 MiB
+#   keys 1M/1k   GET /auth/me with API keys (1000 keys, round robin) req/s with N keys
+#                stored ÷ with 1000 stored (bulk-inserted with SQL)                  target >= 0.9
+#
+# Needs nginx, wrk, sqlite3, curl, python3 (installed with apt-get when missing and root), and
+# for PostgreSQL a server on 127.0.0.1:5432 that user postgres may use (else it is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${1:-10}
-conns=${2:-32}
-command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "python3 not found" >&2; exit 1; }
 
-# shellcheck source=lib/serve.sh
-. scripts/lib/serve.sh
-trap serve_stop EXIT
-serve_start '["ai_gateway","read"]'
+secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) secs=2 rounds=1 many_keys=100000 ;;
+    --secs) secs=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
+    --conns) conns=$2; shift ;;
+    --keys) many_keys=$2; shift ;;
+    --backends) backends=$2; shift ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
 
-lua="$work/post.lua"
-run() { # name, extra wrk args...
-  local name=$1; shift
-  echo "== $name"
-  wrk -t2 -c"$conns" -d"${secs}s" --latency "$@" | grep -E 'Requests/sec|Latency +[0-9]|^ +(50|99)%|Non-2xx|Socket errors'
-  echo "   server: $(grep -E 'VmRSS' "/proc/$pid/status" | tr -s ' \t' ' '), threads $(grep Threads "/proc/$pid/status" | cut -f2)"
+log() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+need() { # command, Debian package
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing $2"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null ||
+      { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }
+  fi
+  command -v "$1" >/dev/null 2>&1 || { log "$1 not found: apt-get install $2"; exit 1; }
 }
-run "GET /auth/me (access token)" -H "authorization: Bearer $token" "$base/api/v1/auth/me"
-run "GET /auth/api-keys (API key)" -H "authorization: $key" "$base/api/v1/auth/api-keys"
-cat > "$lua" <<'LUA'
+need wrk wrk
+need nginx nginx-light
+need sqlite3 sqlite3
+need curl curl
+need python3 python3
+PATH="$PATH:/usr/sbin"
+
+log "building release binaries (aigw, bare, rate, keys)"
+cargo build --release --quiet -p aigw-http -p aigw-bench --bins
+bin=$PWD/target/release
+
+work=$(mktemp -d)
+chmod 755 "$work"
+pids=()
+pg_db=""
+cleanup() {
+  local status=$?
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "$pg_db" ]; then psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null 2>&1 || true; fi
+  rm -rf "$work"
+  exit "$status"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; log "$1 did not answer"; exit 1; }
+json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+rss_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+ratio() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
+
+# wrk: prints requests/s. Args: connections, seconds, wrk args...
+wrk_rps() {
+  local c=$1 s=$2; shift 2
+  wrk -t1 -c"$c" -d"${s}s" "$@" | awk '/^Requests\/sec/ { print $2 }'
+}
+# rate: prints "p50_us p99_us" (and fails loudly on errors).
+rate_p() {
+  local out
+  out=$("$bin/rate" "$@" --secs "$secs")
+  case "$out" in *" errors=0 "*) ;; *) log "rate: $out" ;; esac
+  echo "$out" | sed -E 's/.*p50_us=([0-9]+).*p99_us=([0-9]+).*/\1 \2/'
+}
+
+chat_body='{"model":"mock-model","messages":[{"role":"user","content":"Say hello to the benchmark in one short sentence."}]}'
+completion='{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, benchmark."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}'
+
+# --- references: bare actix, nginx mock upstream, nginx hop ------------------------------------
+bare_port=$(free_port) mock_port=$(free_port) hop_port=$(free_port)
+"$bin/bare" "127.0.0.1:$bare_port" >"$work/bare.log" 2>&1 &
+pids+=($!)
+nginx_conf() { # name, server block
+  mkdir -p "$work/$1"
+  cat >"$work/$1/nginx.conf" <<NGINX
+worker_processes auto;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/$1;
+  proxy_temp_path $work/$1;
+  fastcgi_temp_path $work/$1;
+  uwsgi_temp_path $work/$1;
+  scgi_temp_path $work/$1;
+  keepalive_requests 1000000;
+  $2
+}
+NGINX
+  nginx -c "$work/$1/nginx.conf" -g 'daemon off;' &
+  pids+=($!)
+}
+nginx_conf mock "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } }"
+nginx_conf hop "upstream mock { server 127.0.0.1:$mock_port; keepalive 64; } server { listen 127.0.0.1:$hop_port; location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+wait_http "http://127.0.0.1:$bare_port/"
+wait_http "http://127.0.0.1:$mock_port/"
+wait_http "http://127.0.0.1:$hop_port/"
+
+post_lua="$work/post.lua"
+cat >"$post_lua" <<LUA
 wrk.method = "POST"
 wrk.headers["content-type"] = "application/json"
-wrk.body = '{"model":"echo","messages":[{"role":"user","content":"hello from the benchmark"}]}'
+wrk.body = '$chat_body'
 LUA
-run "POST /ai/chat/completions (echo, API key)" -H "authorization: $key" -s "$lua" "$base/api/v1/ai/chat/completions"
-cat > "$lua" <<'LUA'
+
+declare -A result
+
+# --- one backend --------------------------------------------------------------------------------
+run_backend() {
+  local backend=$1 url port dir pid base token key user_id sql
+  dir="$work/aigw-$backend"
+  mkdir -p "$dir"
+  port=$(free_port)
+  case "$backend" in
+    sqlite)
+      url="sqlite://$dir/aigw.db"
+      sql() { sqlite3 "$dir/aigw.db"; } ;;
+    postgres)
+      pg_db="aigw_bench_$$"
+      psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $pg_db" >/dev/null
+      url="postgres://postgres@127.0.0.1:5432/$pg_db"
+      sql() { psql -q -h 127.0.0.1 -U postgres -d "$pg_db" >/dev/null; } ;;
+  esac
+  cat >"$dir/aigw.toml" <<TOML
+[server]
+listen = "127.0.0.1:$port"
+data_dir = "$dir"
+[database]
+url = "$url"
+[auth]
+jwt_secret = "bench-secret-bench-secret-bench-secret-0123"
+[log]
+level = "warn"
+[rate_limit]
+enabled = false
+[[providers]]
+name = "mock"
+base_url = "http://127.0.0.1:$mock_port/v1"
+models = ["mock-model"]
+TOML
+  "$bin/aigw" --config "$dir/aigw.toml" >"$dir/server.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  base="http://127.0.0.1:$port"
+  wait_http "$base/healthz"
+  local reg
+  reg=$(curl -sf "$base/api/v1/auth/register" -H 'content-type: application/json' \
+    -d '{"email":"bench@example.com","password":"a long bench passphrase"}')
+  token=$(echo "$reg" | json '["data"]["token"]')
+  user_id=$(echo "$reg" | json '["data"]["user"]["id"]')
+  key=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
+    -d '{"name":"bench","permissions":["ai_gateway","read"]}' | json '["data"]["key"]')
+  curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $key" -H 'content-type: application/json' -d "$chat_body" >/dev/null
+  wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/auth/me" >/dev/null
+  sleep 1
+  result[$backend,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
+  echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
+
+  log "$backend: $rounds round(s) of bare, /me, hop, chat (${secs}s each, c$conns)"
+  local bare_l="" me_l="" hop_l="" chat_l=""
+  for _ in $(seq "$rounds"); do
+    bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
+    me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
+    hop_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
+    chat_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
+  done
+  result[$backend,bare]=$(echo "$bare_l" | median)
+  result[$backend,me]=$(echo "$me_l" | median)
+  result[$backend,hop]=$(echo "$hop_l" | median)
+  result[$backend,chat]=$(echo "$chat_l" | median)
+  result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
+
+  log "$backend: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
+  local direct hop aigw
+  direct=$(rate_p "http://127.0.0.1:$mock_port/v1/chat/completions" --method POST --body "$chat_body" | cut -d' ' -f1)
+  hop=$(rate_p "http://127.0.0.1:$hop_port/v1/chat/completions" --method POST --body "$chat_body" | cut -d' ' -f1)
+  aigw=$(rate_p "$base/api/v1/ai/chat/completions" --method POST --body "$chat_body" --header "authorization: $key" | cut -d' ' -f1)
+  result[$backend,p50_direct]=$direct
+  result[$backend,p50_hop]=$hop
+  result[$backend,p50_aigw]=$aigw
+  result[$backend,added]=$(ratio $((aigw - direct)) $((hop - direct)))
+
+  log "$backend: /me p99 at 500 req/s, idle and during a login storm"
+  local idle storm login_lua="$dir/login.lua"
+  idle=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
+  cat >"$login_lua" <<'LUA'
 wrk.method = "POST"
 wrk.headers["content-type"] = "application/json"
-wrk.body = '{"email":"script@example.com","password":"a long script passphrase"}'
+wrk.body = '{"email":"bench@example.com","password":"a long bench passphrase"}'
 LUA
-run "POST /auth/login (argon2id)" -s "$lua" "$base/api/v1/auth/login"
-echo "== server memory"
-grep -E 'VmHWM|VmRSS' "/proc/$pid/status"
+  wrk -t1 -c8 -d"$((secs + 3))s" -s "$login_lua" "$base/api/v1/auth/login" >"$dir/storm.txt" &
+  local storm_pid=$!
+  sleep 1
+  storm=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
+  wait "$storm_pid" || true
+  result[$backend,p99_idle]=$idle
+  result[$backend,p99_storm]=$storm
+  result[$backend,logins]=$(awk '/^Requests\/sec/ { print $2 }' "$dir/storm.txt")
+  result[$backend,storm]=$(ratio "$storm" "$idle")
+
+  log "$backend: API-key auth with 1000 keys stored, then with $many_keys"
+  "$bin/keys" 1000 >"$dir/keys.csv"
+  python3 - "$dir/keys.csv" "$user_id" >"$dir/keys.sql" <<'PY'
+import sys, uuid
+rows = [l.strip().split(",") for l in open(sys.argv[1])]
+print("BEGIN;")
+for key, digest, prefix in rows:
+    print(f"INSERT INTO api_keys (id, user_id, name, key_prefix, key_hash, permissions, created_at) VALUES "
+          f"('{uuid.uuid4()}', '{sys.argv[2]}', 'bench', '{prefix}', '{digest}', 'read', '2026-11-22 00:00:00');")
+print("COMMIT;")
+PY
+  sql <"$dir/keys.sql"
+  python3 - "$dir/keys.csv" >"$dir/keys.lua" <<'PY'
+import sys
+keys = [l.split(",")[0] for l in open(sys.argv[1])]
+print("local keys = {" + ",".join(f'"{k}"' for k in keys) + "}")
+print("local i = 0")
+print("request = function() i = i % #keys + 1; return wrk.format('GET', nil, {authorization = keys[i]}) end")
+PY
+  local few many
+  wrk_rps "$conns" 1 -s "$dir/keys.lua" "$base/api/v1/auth/me" >/dev/null # warm the cache
+  few=$(wrk_rps "$conns" "$secs" -s "$dir/keys.lua" "$base/api/v1/auth/me")
+  local filler=$((many_keys - 1000))
+  case "$backend" in
+    sqlite) echo "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $filler)
+      INSERT INTO api_keys (id, user_id, name, key_prefix, key_hash, permissions, created_at)
+      SELECT lower(hex(randomblob(16))), '$user_id', 'filler', 'aigw_filler0', lower(hex(randomblob(32))), 'read', '2026-11-22 00:00:00' FROM n;
+      ANALYZE;" | sql ;;
+    postgres) echo "INSERT INTO api_keys (id, user_id, name, key_prefix, key_hash, permissions, created_at)
+      SELECT md5('id' || i), '$user_id', 'filler', 'aigw_filler0', encode(sha256(('filler' || i)::bytea), 'hex'), 'read', now()
+      FROM generate_series(1, $filler) AS i; ANALYZE;" | sql ;;
+  esac
+  wrk_rps "$conns" 1 -s "$dir/keys.lua" "$base/api/v1/auth/me" >/dev/null
+  many=$(wrk_rps "$conns" "$secs" -s "$dir/keys.lua" "$base/api/v1/auth/me")
+  result[$backend,keys_few]=$few
+  result[$backend,keys_many]=$many
+  result[$backend,keys]=$(ratio "$many" "$few")
+
+  result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
+  result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
+  result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
+  result[$backend,p50s]="$direct / $hop / $aigw"
+  result[$backend,p99s]="$idle / $storm (${result[$backend,logins]})"
+  result[$backend,keyrps]="$few / $many"
+
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  if [ "$backend" = postgres ]; then
+    psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null
+    pg_db=""
+  fi
+}
+
+ran=()
+for backend in $backends; do
+  if [ "$backend" = postgres ] && ! psql -q -h 127.0.0.1 -U postgres -c 'SELECT 1' >/dev/null 2>&1; then
+    log "PostgreSQL not reachable on 127.0.0.1:5432 as postgres: skipped"
+    continue
+  fi
+  run_backend "$backend"
+  ran+=("$backend")
+done
+
+# --- report -------------------------------------------------------------------------------------
+col() { local out=""; for b in "${ran[@]}"; do out+=" ${result[$b,$1]} |"; done; echo "$out"; }
+header="| measurement |"; rule="|---|"
+for b in "${ran[@]}"; do header+=" $b |"; rule+="---|"; done
+echo
+echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns keys=$many_keys"
+echo
+echo "$header target |"; echo "$rule---|"
+echo "| GET /auth/me ÷ bare actix (req/s) |$(col me_ratio) >= 0.50 |"
+echo "| API-key chat via aigw ÷ nginx hop (req/s) |$(col chat_ratio) >= 0.50 |"
+echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
+echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
+echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
+echo "| API-key auth req/s, $many_keys keys stored ÷ 1000 |$(col keys) >= 0.9 |"
+echo
+echo "$header"; echo "$rule"
+echo "| bare actix req/s (median) |$(col bare)"
+echo "| GET /auth/me req/s |$(col me)"
+echo "| nginx hop chat req/s |$(col hop)"
+echo "| aigw chat req/s |$(col chat)"
+echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
+echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
+echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"

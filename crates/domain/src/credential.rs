@@ -98,7 +98,14 @@ impl PresentedCredential {
             None if value.starts_with(API_KEY_PREFIX) => value,
             None => return Err(CredentialError::Malformed),
         };
-        if token.is_empty() || token.contains(char::is_whitespace) {
+        // Header values are ASCII: test bytes (`char::is_whitespace` on ASCII is
+        // `is_ascii_whitespace` plus vertical tab), and walk characters only when needed.
+        let whitespace = if token.is_ascii() {
+            token.bytes().any(|b| b.is_ascii_whitespace() || b == 0x0b)
+        } else {
+            token.contains(char::is_whitespace)
+        };
+        if token.is_empty() || whitespace {
             return Err(CredentialError::Malformed);
         }
         if token.starts_with(REFRESH_TOKEN_PREFIX) {

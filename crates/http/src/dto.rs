@@ -192,7 +192,7 @@ impl From<UserView> for UserDto {
             id: u.id,
             email: u.email,
             name: u.name,
-            role: u.role,
+            role: u.role.as_str().to_owned(),
             created_at: format_timestamp(u.created_at),
         }
     }

@@ -47,7 +47,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init(&settings.log);
+    let _log = telemetry::init(&settings.log);
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Migrate => startup::migrate(&settings).await.map(|_| ()),
         Command::Serve => match Application::build(settings).await {

@@ -4,7 +4,9 @@
 //! the `config` crate. Unknown keys are errors, so a typo never goes unnoticed.
 //! Every duration is in whole seconds; every size in bytes.
 
-use aigw_service::{AuthConfig, GatewayConfig, ProviderConfig, RateLimitConfig, UsageConfig};
+use aigw_service::{
+    AuthConfig, CredentialCacheConfig, GatewayConfig, ProviderConfig, RateLimitConfig, UsageConfig,
+};
 use anyhow::Context;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,9 @@ pub struct Settings {
     pub rate_limit: RateLimitConfig,
     /// `[usage]`: the usage ledger (see `aigw_service::usage`).
     pub usage: UsageConfig,
+    /// `[credential_cache]`: API key and user caches, and the change feed that invalidates
+    /// them (see `aigw_service::credential_cache`).
+    pub credential_cache: CredentialCacheConfig,
 }
 
 /// Where the service runs.

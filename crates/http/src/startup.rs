@@ -4,10 +4,10 @@ use crate::routes;
 use crate::settings::Settings;
 use crate::telemetry;
 use actix_web::dev::Server;
-use actix_web::middleware::{from_fn, Compress, Condition};
+use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
-use aigw_service::{AuthService, Db, Gateway, TokenIssuer, UsageService};
+use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -33,6 +33,7 @@ pub struct Application {
     port: u16,
     server: Server,
     usage: UsageService,
+    background: BackgroundTasks,
 }
 
 impl std::fmt::Debug for Application {
@@ -113,9 +114,14 @@ impl Application {
         );
         let db = Db::new(pool);
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
-        let auth = AuthService::new(db.clone(), tokens, settings.auth.clone())?;
-        // Revocations made on other nodes reach this one by polling (see `revocation`).
-        let _background = auth.spawn_background_tasks();
+        let auth = AuthService::new(
+            db.clone(),
+            tokens,
+            settings.auth.clone(),
+            settings.credential_cache.clone(),
+        )?;
+        // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
+        let background = auth.start_background();
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
         let usage = UsageService::start(
             db,
@@ -152,7 +158,6 @@ impl Application {
                 .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
                 .default_service(web::to(routes::no_route))
                 .wrap(from_fn(crate::rate_limit::headers))
-                .wrap(Compress::default())
                 .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
                 .wrap(from_fn(telemetry::request_id))
                 .wrap(TracingLogger::default())
@@ -167,7 +172,7 @@ impl Application {
         .keep_alive(Duration::from_secs(settings.server.keep_alive_secs.max(1)))
         .listen(listener)?;
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
-        Ok(Self { port, server: server.run(), usage })
+        Ok(Self { port, server: server.run(), usage, background })
     }
 
     /// The bound port (useful with port 0).
@@ -177,13 +182,15 @@ impl Application {
 
     /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish (up to
     /// `server.shutdown_timeout_secs`), writes the usage records still in memory (to the
-    /// database, else to the spool file) and returns.
+    /// database, else to the spool file) and the `last_used_at` uses still in memory, and
+    /// returns.
     ///
     /// # Errors
     /// An I/O error of the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
         self.usage.shutdown().await;
+        self.background.shutdown().await;
         served
     }
 }

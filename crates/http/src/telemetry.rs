@@ -10,15 +10,30 @@ use actix_web::HttpMessage;
 use tracing_actix_web::RequestId;
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber (`RUST_LOG` overrides `log.level`). Safe to call twice.
-pub fn init(settings: &LogSettings) {
+/// Keeps the log writer thread alive; logs still queued are written when it is dropped, so
+/// hold it until the process ends.
+#[derive(Debug)]
+#[must_use = "dropping the guard stops the log writer"]
+pub struct LogGuard(#[allow(dead_code)] tracing_appender::non_blocking::WorkerGuard);
+
+/// Installs the global subscriber (`RUST_LOG` overrides `log.level`), writing to stdout from a
+/// dedicated thread (`tracing-appender`), so a request never waits on the terminal or a pipe.
+/// The queue holds 128 000 lines; only a writer that far behind makes a logging thread wait
+/// (nothing is dropped). Safe to call twice (the second subscriber is not installed).
+pub fn init(settings: &LogSettings) -> LogGuard {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(settings.level.clone()));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("aigw-log")
+        .finish(std::io::stdout());
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(writer);
     let _ = match settings.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    LogGuard(guard)
 }
 
 /// Middleware: makes the request id (from `tracing-actix-web`, a UUIDv7) available to error

@@ -2,10 +2,10 @@
 //! another user's key is indistinguishable from a missing one.
 
 use crate::error::PersistenceError;
-use crate::models::ApiKeyRow;
+use crate::models::{from_utc, ApiKeyRecord, ApiKeyRow};
 use crate::pool::DbConnection;
 use crate::schema::api_keys;
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 /// Inserts a key.
@@ -13,7 +13,7 @@ use diesel::prelude::*;
 /// # Errors
 /// [`PersistenceError::Conflict`] on a digest collision; others on database failure.
 pub fn insert(conn: &mut DbConnection, row: &ApiKeyRow) -> Result<(), PersistenceError> {
-    diesel::insert_into(api_keys::table).values(row).execute(conn)?;
+    diesel::insert_into(api_keys::table).values(ApiKeyRecord::from(row)).execute(conn)?;
     Ok(())
 }
 
@@ -28,7 +28,11 @@ pub fn list_for_user(
     Ok(api_keys::table
         .filter(api_keys::user_id.eq(user_id))
         .order(api_keys::id.desc())
-        .load::<ApiKeyRow>(conn)?)
+        .select(ApiKeyRecord::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(ApiKeyRow::from)
+        .collect())
 }
 
 /// The key with digest `key_hash`, if any (its owner exists: `user_id` is a cascading
@@ -42,8 +46,10 @@ pub fn find_by_hash(
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     Ok(api_keys::table
         .filter(api_keys::key_hash.eq(key_hash))
-        .first::<ApiKeyRow>(conn)
-        .optional()?)
+        .select(ApiKeyRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(ApiKeyRow::from))
 }
 
 /// Revokes key `id` of `user_id` at `now` (keeping an earlier revocation time) and returns it;
@@ -55,7 +61,7 @@ pub fn revoke(
     conn: &mut DbConnection,
     id: &str,
     user_id: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     conn.transaction(|conn| {
         diesel::update(
@@ -64,13 +70,15 @@ pub fn revoke(
                 .filter(api_keys::user_id.eq(user_id))
                 .filter(api_keys::revoked_at.is_null()),
         )
-        .set(api_keys::revoked_at.eq(now))
+        .set(api_keys::revoked_at.eq(from_utc(now)))
         .execute(conn)?;
         Ok(api_keys::table
             .filter(api_keys::id.eq(id))
             .filter(api_keys::user_id.eq(user_id))
-            .first::<ApiKeyRow>(conn)
-            .optional()?)
+            .select(ApiKeyRecord::as_select())
+            .first(conn)
+            .optional()?
+            .map(ApiKeyRow::from))
     })
 }
 
@@ -94,15 +102,16 @@ pub fn delete(conn: &mut DbConnection, id: &str, user_id: &str) -> Result<bool, 
 pub fn touch_last_used(
     conn: &mut DbConnection,
     id: &str,
-    now: NaiveDateTime,
-    not_before: NaiveDateTime,
+    now: DateTime<Utc>,
+    not_before: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let not_before = from_utc(not_before);
     diesel::update(
         api_keys::table
             .filter(api_keys::id.eq(id))
             .filter(api_keys::last_used_at.is_null().or(api_keys::last_used_at.lt(not_before))),
     )
-    .set(api_keys::last_used_at.eq(now))
+    .set(api_keys::last_used_at.eq(from_utc(now)))
     .execute(conn)?;
     Ok(())
 }

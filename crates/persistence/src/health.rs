@@ -1,9 +1,10 @@
 //! Repository of `health_checks`: the readiness write probe.
 
 use crate::error::PersistenceError;
+use crate::models::from_utc;
 use crate::pool::DbConnection;
 use crate::schema::health_checks;
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 /// Reads (`SELECT 1`) and then writes and commits this node's row, so a database that
@@ -14,8 +15,9 @@ use diesel::prelude::*;
 pub fn probe(
     conn: &mut DbConnection,
     node: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let now = from_utc(now);
     crate::ping(conn)?;
     let updated = diesel::update(health_checks::table.find(node))
         .set(health_checks::checked_at.eq(now))

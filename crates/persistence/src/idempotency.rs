@@ -3,14 +3,14 @@
 //! runs, and then its sealed answer until the row expires.
 
 use crate::error::PersistenceError;
+use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
 use crate::schema::idempotency_keys as t;
-use chrono::NaiveDateTime;
+use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
 /// A row of `idempotency_keys`.
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = t)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyRow {
     /// Whose key it is (`user:<id>`).
     pub scope: String,
@@ -23,11 +23,55 @@ pub struct IdempotencyRow {
     /// The answer's body, sealed (see `aigw_service::seal`), once recorded.
     pub response_sealed: Option<String>,
     /// When the first request came, UTC.
-    pub created_at: NaiveDateTime,
+    pub created_at: DateTime<Utc>,
     /// Until when the first request is considered running, UTC.
-    pub locked_until: NaiveDateTime,
+    pub locked_until: DateTime<Utc>,
     /// When the row is erased, UTC.
-    pub expires_at: NaiveDateTime,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The stored form of [`IdempotencyRow`].
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = t)]
+struct IdempotencyRecord {
+    scope: String,
+    idempotency_key: String,
+    fingerprint: String,
+    status: Option<i32>,
+    response_sealed: Option<String>,
+    created_at: NaiveDateTime,
+    locked_until: NaiveDateTime,
+    expires_at: NaiveDateTime,
+}
+
+impl From<IdempotencyRecord> for IdempotencyRow {
+    fn from(r: IdempotencyRecord) -> Self {
+        Self {
+            scope: r.scope,
+            idempotency_key: r.idempotency_key,
+            fingerprint: r.fingerprint,
+            status: r.status,
+            response_sealed: r.response_sealed,
+            created_at: to_utc(r.created_at),
+            locked_until: to_utc(r.locked_until),
+            expires_at: to_utc(r.expires_at),
+        }
+    }
+}
+
+impl From<&IdempotencyRow> for IdempotencyRecord {
+    fn from(r: &IdempotencyRow) -> Self {
+        Self {
+            scope: r.scope.clone(),
+            idempotency_key: r.idempotency_key.clone(),
+            fingerprint: r.fingerprint.clone(),
+            status: r.status,
+            response_sealed: r.response_sealed.clone(),
+            created_at: from_utc(r.created_at),
+            locked_until: from_utc(r.locked_until),
+            expires_at: from_utc(r.expires_at),
+        }
+    }
 }
 
 /// The row of `scope` and `key`, if any.
@@ -39,7 +83,12 @@ pub fn find(
     scope: &str,
     key: &str,
 ) -> Result<Option<IdempotencyRow>, PersistenceError> {
-    Ok(t::table.find((scope, key)).select(IdempotencyRow::as_select()).first(conn).optional()?)
+    let record: Option<IdempotencyRecord> = t::table
+        .find((scope, key))
+        .select(IdempotencyRecord::as_select())
+        .first(conn)
+        .optional()?;
+    Ok(record.map(IdempotencyRow::from))
 }
 
 /// Inserts a new (running) row.
@@ -47,7 +96,7 @@ pub fn find(
 /// # Errors
 /// [`PersistenceError::Conflict`] when another request inserted it first.
 pub fn insert(conn: &mut DbConnection, row: &IdempotencyRow) -> Result<(), PersistenceError> {
-    diesel::insert_into(t::table).values(row).execute(conn)?;
+    diesel::insert_into(t::table).values(IdempotencyRecord::from(row)).execute(conn)?;
     Ok(())
 }
 
@@ -59,8 +108,9 @@ pub fn delete_unfinished(
     conn: &mut DbConnection,
     scope: &str,
     key: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let now = from_utc(now);
     let n = diesel::delete(
         t::table.find((scope, key)).filter(t::status.is_null().or(t::expires_at.le(now))),
     )
@@ -77,9 +127,10 @@ pub fn take_over(
     conn: &mut DbConnection,
     scope: &str,
     key: &str,
-    seen_lease: NaiveDateTime,
-    new_lease: NaiveDateTime,
+    seen_lease: DateTime<Utc>,
+    new_lease: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let (seen_lease, new_lease) = (from_utc(seen_lease), from_utc(new_lease));
     let n = diesel::update(
         t::table
             .find((scope, key))
@@ -100,10 +151,11 @@ pub fn complete(
     conn: &mut DbConnection,
     scope: &str,
     key: &str,
-    lease: NaiveDateTime,
+    lease: DateTime<Utc>,
     status: i32,
     sealed: &str,
 ) -> Result<bool, PersistenceError> {
+    let lease = from_utc(lease);
     let n = diesel::update(
         t::table.find((scope, key)).filter(t::status.is_null()).filter(t::locked_until.eq(lease)),
     )
@@ -118,7 +170,7 @@ pub fn complete(
 /// On database failure.
 pub fn delete_expired(
     conn: &mut DbConnection,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<usize, PersistenceError> {
-    Ok(diesel::delete(t::table.filter(t::expires_at.le(now))).execute(conn)?)
+    Ok(diesel::delete(t::table.filter(t::expires_at.le(from_utc(now)))).execute(conn)?)
 }

@@ -10,12 +10,14 @@
 //! - [`schema`] and [`models`]: tables and rows;
 //! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection;
 //! - [`usage`]: the usage ledger (records and daily rollups), idempotent by request id.
+//! - [`changes`]: the credential change feed every node tails, and each node's progress.
 //!
 //! Everything here is synchronous and blocking. Callers on an async runtime must run it on a
 //! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
 //! knows nothing of HTTP.
 
 pub mod api_keys;
+pub mod changes;
 pub mod error;
 pub mod health;
 pub mod idempotency;

@@ -1,23 +1,34 @@
-//! Rows of the [`crate::schema`] tables. Times are UTC as `NaiveDateTime` (use [`to_utc`] and
-//! [`from_utc`] at the boundary).
+//! Rows of the [`crate::schema`] tables, built on the domain's types: timestamps are
+//! `DateTime<Utc>`, permissions a [`PermissionSet`], roles a [`Role`]. The repositories take and
+//! return these; the diesel records below them (text and `NaiveDateTime` columns) never leave
+//! this crate, so no caller re-parses a stored string.
 
 use crate::schema::{api_keys, refresh_tokens, sessions, users};
+use aigw_domain::{PermissionSet, Role};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
 /// A UTC `DateTime` as the `NaiveDateTime` stored in a `Timestamp` column.
-pub fn from_utc(t: DateTime<Utc>) -> NaiveDateTime {
+pub(crate) fn from_utc(t: DateTime<Utc>) -> NaiveDateTime {
     t.naive_utc()
 }
 
 /// A stored `Timestamp` (UTC by convention) as a `DateTime<Utc>`.
-pub fn to_utc(t: NaiveDateTime) -> DateTime<Utc> {
+pub(crate) fn to_utc(t: NaiveDateTime) -> DateTime<Utc> {
     t.and_utc()
 }
 
-/// A row of `users`.
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = users)]
+/// A stored role name as a [`Role`]. A name this version does not know (written by a newer
+/// one) reads as the least privileged role, [`Role::User`], and is logged.
+fn role_from_storage(stored: &str) -> Role {
+    stored.parse().unwrap_or_else(|()| {
+        tracing::warn!(role = stored, "unknown stored role; treated as user");
+        Role::User
+    })
+}
+
+/// A user.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserRow {
     /// UUIDv7 string.
     pub id: String,
@@ -25,37 +36,35 @@ pub struct UserRow {
     pub email: String,
     /// Display name.
     pub name: String,
-    /// Role name (`user`, `admin`).
-    pub role: String,
+    /// Role.
+    pub role: Role,
     /// argon2id PHC string.
     pub password_hash: String,
-    /// Creation time, UTC.
-    pub created_at: NaiveDateTime,
-    /// Last change, UTC.
-    pub updated_at: NaiveDateTime,
+    /// Creation time, UTC (microseconds).
+    pub created_at: DateTime<Utc>,
+    /// Last change, UTC (microseconds).
+    pub updated_at: DateTime<Utc>,
 }
 
-/// A row of `sessions`.
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = sessions)]
+/// A login session: each login starts one; its refresh tokens form one rotation family.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRow {
     /// UUIDv7 string; the `sid` claim of the session's access tokens.
     pub id: String,
     /// Owner.
     pub user_id: String,
     /// Login time, UTC.
-    pub created_at: NaiveDateTime,
+    pub created_at: DateTime<Utc>,
     /// Absolute end of the session (login + refresh lifetime), UTC; rotation never extends it.
-    pub expires_at: NaiveDateTime,
+    pub expires_at: DateTime<Utc>,
     /// When the session was revoked (logout, reuse detection), UTC.
-    pub revoked_at: Option<NaiveDateTime>,
+    pub revoked_at: Option<DateTime<Utc>>,
     /// Why it was revoked (`logout`, `logout_global`, `refresh_token_reuse`, …).
     pub revoked_reason: Option<String>,
 }
 
-/// A row of `refresh_tokens`.
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = refresh_tokens)]
+/// A refresh token, stored as its SHA-256 digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefreshTokenRow {
     /// UUIDv7 string.
     pub id: String,
@@ -66,16 +75,15 @@ pub struct RefreshTokenRow {
     /// The token this one replaced, if any.
     pub parent_id: Option<String>,
     /// Issue time, UTC.
-    pub created_at: NaiveDateTime,
+    pub created_at: DateTime<Utc>,
     /// When this token was used and replaced by its successor, UTC.
-    pub rotated_at: Option<NaiveDateTime>,
+    pub rotated_at: Option<DateTime<Utc>>,
     /// The successor, encrypted with a server key, kept for the reuse grace window only.
     pub successor_sealed: Option<String>,
 }
 
-/// A row of `api_keys`.
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = api_keys)]
+/// An API key, stored as its SHA-256 digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRow {
     /// UUIDv7 string.
     pub id: String,
@@ -87,14 +95,219 @@ pub struct ApiKeyRow {
     pub key_prefix: String,
     /// SHA-256 hex digest of the full key.
     pub key_hash: String,
-    /// Comma-separated permission names.
-    pub permissions: String,
+    /// Permissions (stored as comma-separated names; unknown names grant nothing).
+    pub permissions: PermissionSet,
     /// Optional expiry, UTC.
-    pub expires_at: Option<NaiveDateTime>,
+    pub expires_at: Option<DateTime<Utc>>,
     /// Creation time, UTC.
-    pub created_at: NaiveDateTime,
+    pub created_at: DateTime<Utc>,
     /// Revocation time, UTC.
-    pub revoked_at: Option<NaiveDateTime>,
-    /// Last successful authentication with the key, UTC (updated at most once a minute).
-    pub last_used_at: Option<NaiveDateTime>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Last successful authentication with the key, UTC (recorded at most once a minute).
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// The stored form of [`UserRow`].
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = users)]
+pub(crate) struct UserRecord {
+    id: String,
+    email: String,
+    name: String,
+    role: String,
+    password_hash: String,
+    created_at: NaiveDateTime,
+    updated_at: NaiveDateTime,
+}
+
+impl From<UserRecord> for UserRow {
+    fn from(r: UserRecord) -> Self {
+        Self {
+            role: role_from_storage(&r.role),
+            id: r.id,
+            email: r.email,
+            name: r.name,
+            password_hash: r.password_hash,
+            created_at: to_utc(r.created_at),
+            updated_at: to_utc(r.updated_at),
+        }
+    }
+}
+
+impl From<&UserRow> for UserRecord {
+    fn from(r: &UserRow) -> Self {
+        Self {
+            id: r.id.clone(),
+            email: r.email.clone(),
+            name: r.name.clone(),
+            role: r.role.as_str().to_owned(),
+            password_hash: r.password_hash.clone(),
+            created_at: from_utc(r.created_at),
+            updated_at: from_utc(r.updated_at),
+        }
+    }
+}
+
+/// The stored form of [`SessionRow`].
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = sessions)]
+pub(crate) struct SessionRecord {
+    id: String,
+    user_id: String,
+    created_at: NaiveDateTime,
+    expires_at: NaiveDateTime,
+    revoked_at: Option<NaiveDateTime>,
+    revoked_reason: Option<String>,
+}
+
+impl From<SessionRecord> for SessionRow {
+    fn from(r: SessionRecord) -> Self {
+        Self {
+            id: r.id,
+            user_id: r.user_id,
+            created_at: to_utc(r.created_at),
+            expires_at: to_utc(r.expires_at),
+            revoked_at: r.revoked_at.map(to_utc),
+            revoked_reason: r.revoked_reason,
+        }
+    }
+}
+
+impl From<&SessionRow> for SessionRecord {
+    fn from(r: &SessionRow) -> Self {
+        Self {
+            id: r.id.clone(),
+            user_id: r.user_id.clone(),
+            created_at: from_utc(r.created_at),
+            expires_at: from_utc(r.expires_at),
+            revoked_at: r.revoked_at.map(from_utc),
+            revoked_reason: r.revoked_reason.clone(),
+        }
+    }
+}
+
+/// The stored form of [`RefreshTokenRow`].
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = refresh_tokens)]
+pub(crate) struct RefreshTokenRecord {
+    id: String,
+    session_id: String,
+    token_hash: String,
+    parent_id: Option<String>,
+    created_at: NaiveDateTime,
+    rotated_at: Option<NaiveDateTime>,
+    successor_sealed: Option<String>,
+}
+
+impl From<RefreshTokenRecord> for RefreshTokenRow {
+    fn from(r: RefreshTokenRecord) -> Self {
+        Self {
+            id: r.id,
+            session_id: r.session_id,
+            token_hash: r.token_hash,
+            parent_id: r.parent_id,
+            created_at: to_utc(r.created_at),
+            rotated_at: r.rotated_at.map(to_utc),
+            successor_sealed: r.successor_sealed,
+        }
+    }
+}
+
+impl From<&RefreshTokenRow> for RefreshTokenRecord {
+    fn from(r: &RefreshTokenRow) -> Self {
+        Self {
+            id: r.id.clone(),
+            session_id: r.session_id.clone(),
+            token_hash: r.token_hash.clone(),
+            parent_id: r.parent_id.clone(),
+            created_at: from_utc(r.created_at),
+            rotated_at: r.rotated_at.map(from_utc),
+            successor_sealed: r.successor_sealed.clone(),
+        }
+    }
+}
+
+/// The stored form of [`ApiKeyRow`].
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = api_keys)]
+pub(crate) struct ApiKeyRecord {
+    id: String,
+    user_id: String,
+    name: String,
+    key_prefix: String,
+    key_hash: String,
+    permissions: String,
+    expires_at: Option<NaiveDateTime>,
+    created_at: NaiveDateTime,
+    revoked_at: Option<NaiveDateTime>,
+    last_used_at: Option<NaiveDateTime>,
+}
+
+impl From<ApiKeyRecord> for ApiKeyRow {
+    fn from(r: ApiKeyRecord) -> Self {
+        Self {
+            permissions: PermissionSet::from_storage(&r.permissions),
+            id: r.id,
+            user_id: r.user_id,
+            name: r.name,
+            key_prefix: r.key_prefix,
+            key_hash: r.key_hash,
+            expires_at: r.expires_at.map(to_utc),
+            created_at: to_utc(r.created_at),
+            revoked_at: r.revoked_at.map(to_utc),
+            last_used_at: r.last_used_at.map(to_utc),
+        }
+    }
+}
+
+impl From<&ApiKeyRow> for ApiKeyRecord {
+    fn from(r: &ApiKeyRow) -> Self {
+        Self {
+            id: r.id.clone(),
+            user_id: r.user_id.clone(),
+            name: r.name.clone(),
+            key_prefix: r.key_prefix.clone(),
+            key_hash: r.key_hash.clone(),
+            permissions: r.permissions.to_storage(),
+            expires_at: r.expires_at.map(from_utc),
+            created_at: from_utc(r.created_at),
+            revoked_at: r.revoked_at.map(from_utc),
+            last_used_at: r.last_used_at.map(from_utc),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aigw_domain::Permission;
+
+    #[test]
+    fn rows_round_trip_through_their_records() {
+        let now = aigw_domain::time::now();
+        let key = ApiKeyRow {
+            id: "k".into(),
+            user_id: "u".into(),
+            name: "n".into(),
+            key_prefix: "aigw_1234567".into(),
+            key_hash: "h".into(),
+            permissions: PermissionSet::from_iter([Permission::Read, Permission::AiGateway]),
+            expires_at: Some(now),
+            created_at: now,
+            revoked_at: None,
+            last_used_at: Some(now),
+        };
+        assert_eq!(ApiKeyRow::from(ApiKeyRecord::from(&key)), key);
+        let user = UserRow {
+            id: "u".into(),
+            email: "a@example.com".into(),
+            name: "a".into(),
+            role: Role::Admin,
+            password_hash: "$argon2id$".into(),
+            created_at: now,
+            updated_at: now,
+        };
+        assert_eq!(UserRow::from(UserRecord::from(&user)), user);
+        assert_eq!(role_from_storage("superuser"), Role::User);
+    }
 }

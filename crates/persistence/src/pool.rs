@@ -217,6 +217,7 @@ impl r2d2::ManageConnection for ConnectionManager {
 pub struct Pool {
     inner: r2d2::Pool<ConnectionManager>,
     options: PoolOptions,
+    url: DatabaseUrl,
 }
 
 impl std::fmt::Debug for Pool {
@@ -250,7 +251,7 @@ impl Pool {
             .connection_timeout(Duration::from_secs(options.acquire_timeout_secs.max(1)))
             .test_on_check_out(false)
             .build_unchecked(manager);
-        Ok(Self { inner, options: options.clone() })
+        Ok(Self { inner, options: options.clone(), url: url.clone() })
     }
 
     /// Checks out a connection, waiting at most the acquire timeout. Blocking.
@@ -259,6 +260,18 @@ impl Pool {
     /// [`PersistenceError::Unavailable`] when no connection could be had in time.
     pub fn get(&self) -> Result<PooledConnection, PersistenceError> {
         Ok(self.inner.get()?)
+    }
+
+    /// Opens a connection outside the pool, set up like the pool's (for a long-lived task such
+    /// as the change-feed tailer, which must never wait behind requests for a connection).
+    /// Blocking.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`] when the database cannot be reached.
+    pub fn dedicated_connection(&self) -> Result<DbConnection, PersistenceError> {
+        let manager = ConnectionManager { url: self.url.clone(), options: self.options.clone() };
+        r2d2::ManageConnection::connect(&manager)
+            .map_err(|e| PersistenceError::Unavailable(e.to_string()))
     }
 
     /// The most connections the pool holds.

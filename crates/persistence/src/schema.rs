@@ -123,3 +123,23 @@ diesel::table! {
         expires_at -> Timestamp,
     }
 }
+
+diesel::table! {
+    /// The change feed: one row per credential change that every node must see, appended in
+    /// the change's transaction; tailed by `id` (`crate::changes`).
+    credential_changes (id) {
+        id -> BigInt,
+        kind -> Text,
+        subject_id -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Each node's progress through the change feed (its last applied id) and liveness.
+    credential_feed_nodes (node_id) {
+        node_id -> Text,
+        seen_id -> BigInt,
+        heartbeat_at -> Timestamp,
+    }
+}

@@ -7,10 +7,12 @@
 //! transaction, so SQLite takes the write lock at once rather than upgrading a read lock.
 
 use crate::error::PersistenceError;
-use crate::models::{RefreshTokenRow, SessionRow};
+use crate::models::{
+    from_utc, to_utc, RefreshTokenRecord, RefreshTokenRow, SessionRecord, SessionRow,
+};
 use crate::pool::DbConnection;
 use crate::schema::{refresh_tokens, sessions};
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 /// Inserts a session.
@@ -18,7 +20,7 @@ use diesel::prelude::*;
 /// # Errors
 /// On database failure.
 pub fn insert_session(conn: &mut DbConnection, row: &SessionRow) -> Result<(), PersistenceError> {
-    diesel::insert_into(sessions::table).values(row).execute(conn)?;
+    diesel::insert_into(sessions::table).values(SessionRecord::from(row)).execute(conn)?;
     Ok(())
 }
 
@@ -30,7 +32,9 @@ pub fn insert_refresh_token(
     conn: &mut DbConnection,
     row: &RefreshTokenRow,
 ) -> Result<(), PersistenceError> {
-    diesel::insert_into(refresh_tokens::table).values(row).execute(conn)?;
+    diesel::insert_into(refresh_tokens::table)
+        .values(RefreshTokenRecord::from(row))
+        .execute(conn)?;
     Ok(())
 }
 
@@ -42,7 +46,7 @@ pub fn insert_refresh_token(
 pub fn claim_for_rotation(
     conn: &mut DbConnection,
     token_hash: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
     successor_sealed: Option<&str>,
 ) -> Result<bool, PersistenceError> {
     let n = diesel::update(
@@ -51,7 +55,7 @@ pub fn claim_for_rotation(
             .filter(refresh_tokens::rotated_at.is_null()),
     )
     .set((
-        refresh_tokens::rotated_at.eq(now),
+        refresh_tokens::rotated_at.eq(from_utc(now)),
         refresh_tokens::successor_sealed.eq(successor_sealed),
     ))
     .execute(conn)?;
@@ -69,9 +73,10 @@ pub fn find_refresh_token(
     Ok(refresh_tokens::table
         .inner_join(sessions::table)
         .filter(refresh_tokens::token_hash.eq(token_hash))
-        .select((RefreshTokenRow::as_select(), SessionRow::as_select()))
-        .first::<(RefreshTokenRow, SessionRow)>(conn)
-        .optional()?)
+        .select((RefreshTokenRecord::as_select(), SessionRecord::as_select()))
+        .first::<(RefreshTokenRecord, SessionRecord)>(conn)
+        .optional()?
+        .map(|(token, session)| (token.into(), session.into())))
 }
 
 /// The child (successor) of refresh token `parent_id`, if it has one.
@@ -84,8 +89,10 @@ pub fn find_successor(
 ) -> Result<Option<RefreshTokenRow>, PersistenceError> {
     Ok(refresh_tokens::table
         .filter(refresh_tokens::parent_id.eq(parent_id))
-        .first::<RefreshTokenRow>(conn)
-        .optional()?)
+        .select(RefreshTokenRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(RefreshTokenRow::from))
 }
 
 /// Revokes session `id` (if not already revoked) at `now` for `reason`, and drops the sealed
@@ -97,8 +104,9 @@ pub fn revoke_session(
     conn: &mut DbConnection,
     id: &str,
     reason: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let now = from_utc(now);
     let n = diesel::update(sessions::table.find(id).filter(sessions::revoked_at.is_null()))
         .set((sessions::revoked_at.eq(now), sessions::revoked_reason.eq(reason)))
         .execute(conn)?;
@@ -118,8 +126,9 @@ pub fn revoke_user_sessions(
     user_id: &str,
     keep: Option<&str>,
     reason: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<Vec<String>, PersistenceError> {
+    let now = from_utc(now);
     conn.transaction(|conn| {
         // The UPDATE comes first so SQLite takes the write lock before reading.
         let mut query = diesel::update(
@@ -144,18 +153,34 @@ pub fn revoke_user_sessions(
     })
 }
 
+/// Whether session `id` is revoked (an unknown id counts as revoked: it cannot be live).
+///
+/// # Errors
+/// On database failure.
+pub fn is_revoked(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+    let revoked_at = sessions::table
+        .find(id)
+        .select(sessions::revoked_at)
+        .first::<Option<chrono::NaiveDateTime>>(conn)
+        .optional()?;
+    Ok(!matches!(revoked_at, Some(None)))
+}
+
 /// Ids of sessions revoked at or after `since` (used to warm a revocation cache).
 ///
 /// # Errors
 /// On database failure.
 pub fn revoked_since(
     conn: &mut DbConnection,
-    since: NaiveDateTime,
-) -> Result<Vec<(String, NaiveDateTime)>, PersistenceError> {
+    since: DateTime<Utc>,
+) -> Result<Vec<(String, DateTime<Utc>)>, PersistenceError> {
     Ok(sessions::table
-        .filter(sessions::revoked_at.ge(since))
+        .filter(sessions::revoked_at.ge(from_utc(since)))
         .select((sessions::id, sessions::revoked_at.assume_not_null()))
-        .load(conn)?)
+        .load::<(String, chrono::NaiveDateTime)>(conn)?
+        .into_iter()
+        .map(|(id, at)| (id, to_utc(at)))
+        .collect())
 }
 
 /// Erases the sealed successor held by refresh token `id` (once its successor has been used,
@@ -177,12 +202,12 @@ pub fn clear_sealed(conn: &mut DbConnection, id: &str) -> Result<(), Persistence
 /// On database failure.
 pub fn clear_sealed_before(
     conn: &mut DbConnection,
-    before: NaiveDateTime,
+    before: DateTime<Utc>,
 ) -> Result<usize, PersistenceError> {
     Ok(diesel::update(
         refresh_tokens::table
             .filter(refresh_tokens::successor_sealed.is_not_null())
-            .filter(refresh_tokens::rotated_at.lt(before)),
+            .filter(refresh_tokens::rotated_at.lt(from_utc(before))),
     )
     .set(refresh_tokens::successor_sealed.eq(None::<String>))
     .execute(conn)?)

@@ -1,10 +1,10 @@
 //! Repository of `users`.
 
 use crate::error::PersistenceError;
-use crate::models::UserRow;
+use crate::models::{from_utc, UserRecord, UserRow};
 use crate::pool::DbConnection;
 use crate::schema::users;
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 /// Inserts a new user.
@@ -12,7 +12,7 @@ use diesel::prelude::*;
 /// # Errors
 /// [`PersistenceError::Conflict`] when the e-mail is taken; others on database failure.
 pub fn insert(conn: &mut DbConnection, user: &UserRow) -> Result<(), PersistenceError> {
-    diesel::insert_into(users::table).values(user).execute(conn)?;
+    diesel::insert_into(users::table).values(UserRecord::from(user)).execute(conn)?;
     Ok(())
 }
 
@@ -24,7 +24,12 @@ pub fn find_by_email(
     conn: &mut DbConnection,
     email: &str,
 ) -> Result<Option<UserRow>, PersistenceError> {
-    Ok(users::table.filter(users::email.eq(email)).first::<UserRow>(conn).optional()?)
+    Ok(users::table
+        .filter(users::email.eq(email))
+        .select(UserRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(UserRow::from))
 }
 
 /// The user with id `id`, if any.
@@ -32,10 +37,15 @@ pub fn find_by_email(
 /// # Errors
 /// On database failure.
 pub fn find_by_id(conn: &mut DbConnection, id: &str) -> Result<Option<UserRow>, PersistenceError> {
-    Ok(users::table.find(id).first::<UserRow>(conn).optional()?)
+    Ok(users::table
+        .find(id)
+        .select(UserRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(UserRow::from))
 }
 
-/// Replaces a user's password hash (re-hashing with raised parameters).
+/// Replaces a user's password hash (re-hashing with raised parameters) at `now` (UTC).
 ///
 /// # Errors
 /// On database failure.
@@ -43,10 +53,10 @@ pub fn update_password_hash(
     conn: &mut DbConnection,
     id: &str,
     password_hash: &str,
-    now: NaiveDateTime,
+    now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
     diesel::update(users::table.find(id))
-        .set((users::password_hash.eq(password_hash), users::updated_at.eq(now)))
+        .set((users::password_hash.eq(password_hash), users::updated_at.eq(from_utc(now))))
         .execute(conn)?;
     Ok(())
 }

@@ -1,12 +1,13 @@
 //! Registration, login and the current user (seed §4: register, login, me).
 
 use crate::auth::{AuthService, Principal};
+use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::Operation;
-use aigw_domain::{time, Email, FieldError, Role, UserName};
-use aigw_persistence::models::{from_utc, UserRow};
+use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
+use aigw_persistence::models::UserRow;
 use aigw_persistence::{transaction, users, PersistenceError};
 
 /// The one answer to every failed login, whatever the cause (SECURITY.md 18).
@@ -39,10 +40,10 @@ impl AuthService {
             id: uuid::Uuid::now_v7().to_string(),
             email: email.as_str().to_owned(),
             name: name.into_string(),
-            role: Role::User.as_str().to_owned(),
+            role: Role::User,
             password_hash,
-            created_at: from_utc(now),
-            updated_at: from_utc(now),
+            created_at: now,
+            updated_at: now,
         };
         let (session, token, refresh) = self.new_session(&user.id, now);
         let stored = user.clone();
@@ -105,8 +106,18 @@ impl AuthService {
         let id = user_id.to_owned();
         let result = async {
             let hash = self.passwords.hash(password).await?;
-            let now = from_utc(time::now());
-            self.db.run(move |conn| Ok(users::update_password_hash(conn, &id, &hash, now)?)).await
+            let now = time::now();
+            let change = self
+                .db
+                .run(move |conn| {
+                    transaction(conn, |conn| {
+                        users::update_password_hash(conn, &id, &hash, now)?;
+                        credential_cache::append(conn, CredentialChangeKind::UserChanged, &id, now)
+                    })
+                })
+                .await?;
+            self.publish(vec![change]).await;
+            Ok::<_, ServiceError>(())
         }
         .await;
         match result {
@@ -123,10 +134,9 @@ impl AuthService {
     /// down.
     pub async fn me(&self, principal: &Principal) -> Result<UserView, ServiceError> {
         principal.authorize(Operation::ReadAccount)?;
-        let id = principal.user_id().to_owned();
-        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
-        user.as_ref()
-            .map(UserView::from)
+        self.cache
+            .user(principal.user_id())
+            .await?
             .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))
     }
 }

@@ -1,22 +1,19 @@
 //! API keys: create, list, revoke, delete, and authenticate (seed §4, §5 rules 1-2).
 
 use crate::auth::{AuthService, Principal};
+use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::Operation;
-use aigw_domain::{time, ApiKeySecret, FieldError, PermissionSet, UserName};
-use aigw_persistence::api_keys;
-use aigw_persistence::models::{from_utc, to_utc, ApiKeyRow};
-use aigw_persistence::transaction;
-use chrono::{DateTime, Duration, Utc};
+use aigw_domain::{time, ApiKeySecret, CredentialChangeKind, FieldError, PermissionSet, UserName};
+use aigw_persistence::models::ApiKeyRow;
+use aigw_persistence::{api_keys, transaction};
+use chrono::{DateTime, Utc};
 use rand::rngs::OsRng;
 
 /// Longest key id echoed back in a 404, in characters.
 const MAX_ECHOED_ID: usize = 64;
-
-/// How often `last_used_at` is written for a busy key, in seconds.
-const LAST_USED_RESOLUTION_SECS: i64 = 60;
 
 /// A request to create an API key, as parsed from JSON (still unvalidated).
 #[derive(Debug, Clone, Default)]
@@ -75,15 +72,16 @@ impl AuthService {
             name: name.into_string(),
             key_prefix: secret.key_prefix().to_owned(),
             key_hash: secret.digest().into_string(),
-            permissions: permissions.to_storage(),
-            expires_at: expires_at.map(from_utc),
-            created_at: from_utc(now),
+            permissions,
+            expires_at,
+            created_at: now,
             revoked_at: None,
             last_used_at: None,
         };
         let created =
             CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
         let answer = created.clone();
+        let key_hash = row.key_hash.clone();
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -95,6 +93,7 @@ impl AuthService {
                 })
             })
             .await?;
+        self.cache.key_created(&key_hash);
         tracing::info!(key_id = %created.view.id, user_id = %principal.user_id(), "API key created");
         Ok(created)
     }
@@ -111,7 +110,15 @@ impl AuthService {
         principal.authorize(Operation::ReadAccount)?;
         let user_id = principal.user_id().to_owned();
         let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
-        Ok(rows.iter().map(ApiKeyView::from).collect())
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let mut view = ApiKeyView::from(row);
+                // A use this node noted but has not written yet (see `credential_cache`).
+                view.last_used_at = view.last_used_at.max(self.cache.pending_use(&row.id));
+                view
+            })
+            .collect())
     }
 
     /// Revokes one of the caller's keys (idempotent: revoking again keeps the first time).
@@ -127,12 +134,22 @@ impl AuthService {
     ) -> Result<ApiKeyView, ServiceError> {
         principal.authorize(Operation::ChangeApiKey)?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let now = from_utc(time::now());
-        let row = self
+        let now = time::now();
+        let (row, change) = self
             .db
-            .run(move |conn| Ok(api_keys::revoke(conn, &key_id, &user_id, now)?))
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    let Some(row) = api_keys::revoke(conn, &key_id, &user_id, now)? else {
+                        return Ok(None);
+                    };
+                    let kind = CredentialChangeKind::ApiKeyRevoked;
+                    let change = credential_cache::append(conn, kind, &row.id, now)?;
+                    Ok::<_, ServiceError>(Some((row, change)))
+                })
+            })
             .await?
             .ok_or_else(|| not_found(id))?;
+        self.publish(vec![change]).await;
         tracing::info!(key_id = %row.id, "API key revoked");
         Ok(ApiKeyView::from(&row))
     }
@@ -148,58 +165,48 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         principal.authorize(Operation::ChangeApiKey)?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let existed =
-            self.db.run(move |conn| Ok(api_keys::delete(conn, &key_id, &user_id)?)).await?;
-        if !existed {
-            return Err(not_found(id));
-        }
+        let now = time::now();
+        let change = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !api_keys::delete(conn, &key_id, &user_id)? {
+                        return Ok(None);
+                    }
+                    let kind = CredentialChangeKind::ApiKeyDeleted;
+                    credential_cache::append(conn, kind, &key_id, now).map(Some)
+                })
+            })
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        self.publish(vec![change]).await;
         tracing::info!(key_id = %id, "API key deleted");
         Ok(())
     }
 
-    /// Looks up a well-formed key (checksum already verified) and refuses it when unknown,
-    /// revoked or expired.
+    /// Looks up a well-formed key (checksum already verified), from the credential cache when
+    /// it can be trusted, and refuses it when unknown, revoked or expired. Expiry is checked on
+    /// every request; the use is noted for `last_used_at` off the request path.
     pub(crate) async fn authenticate_api_key(
         &self,
         key: ApiKeySecret,
     ) -> Result<Principal, ServiceError> {
-        let digest = key.digest().into_string();
-        let now = time::now();
-        let found = self
-            .db
-            .run(move |conn| {
-                let found = api_keys::find_by_hash(conn, &digest)?;
-                if let Some(row) = &found {
-                    let not_before = from_utc(now - Duration::seconds(LAST_USED_RESOLUTION_SECS));
-                    let usable =
-                        row.revoked_at.is_none() && row.expires_at.is_none_or(|e| to_utc(e) > now);
-                    // Only write when the recorded use is older than the resolution, so a busy
-                    // key costs one write a minute, not a write lock per request.
-                    if usable && row.last_used_at.is_none_or(|t| t < not_before) {
-                        // Best effort: a failed bookkeeping write never fails the request.
-                        if let Err(e) =
-                            api_keys::touch_last_used(conn, &row.id, from_utc(now), not_before)
-                        {
-                            tracing::warn!(error = %e, "recording API key use failed");
-                        }
-                    }
-                }
-                Ok::<_, ServiceError>(found)
-            })
-            .await?;
-        let Some(row) = found else {
+        let entry = self.cache.api_key(key.digest().as_str()).await?;
+        let Some(found) = entry.value.as_ref() else {
             return Err(ServiceError::invalid_credential("the API key is invalid"));
         };
-        if row.revoked_at.is_some() {
+        let now = time::now();
+        if found.revoked {
             return Err(ServiceError::invalid_credential("the API key has been revoked"));
         }
-        if row.expires_at.is_some_and(|e| to_utc(e) <= now) {
+        if found.expires_at.is_some_and(|e| e <= now) {
             return Err(ServiceError::invalid_credential("the API key has expired"));
         }
+        self.cache.note_key_use(found, now);
         Ok(Principal::ApiKey {
-            key_id: row.id,
-            user_id: row.user_id,
-            permissions: PermissionSet::from_storage(&row.permissions),
+            key_id: found.key_id.clone(),
+            user_id: found.user_id.clone(),
+            permissions: found.permissions.clone(),
         })
     }
 }

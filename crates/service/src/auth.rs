@@ -3,10 +3,10 @@
 //! `api_keys`, each an `impl AuthService` block.
 
 use crate::config::AuthConfig;
+use crate::credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig};
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::password::PasswordHasher;
-use crate::revocation::RevocationCache;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
 use aigw_domain::access::{authorize, CallerCredential, Operation};
@@ -67,15 +67,21 @@ pub struct AuthService {
     pub(crate) config: Arc<AuthConfig>,
     pub(crate) password_policy: PasswordPolicy,
     pub(crate) sealer: Sealer,
-    pub(crate) revoked: RevocationCache,
+    pub(crate) cache: CredentialCache,
 }
 
 impl AuthService {
-    /// Builds the service.
+    /// Builds the service. Its credential cache does nothing until
+    /// [`AuthService::start_background`] (until then every lookup reads the database).
     ///
     /// # Errors
     /// [`ServiceError::Internal`] when the argon2 parameters are invalid.
-    pub fn new(db: Db, tokens: TokenIssuer, config: AuthConfig) -> Result<Self, ServiceError> {
+    pub fn new(
+        db: Db,
+        tokens: TokenIssuer,
+        config: AuthConfig,
+        cache_config: CredentialCacheConfig,
+    ) -> Result<Self, ServiceError> {
         let passwords = PasswordHasher::new(&config.argon2)?;
         let password_policy = PasswordPolicy {
             min_chars: config.password_min_chars.max(1),
@@ -86,8 +92,17 @@ impl AuthService {
             blocklist: config.password_blocklist,
         };
         let sealer = Sealer::new(tokens.key_materials());
-        let revoked = RevocationCache::new(
-            tokens.ttl_secs().saturating_add(config.leeway_secs).saturating_add(60),
+        // Every access token of a session revoked longer ago than this has expired.
+        let horizon_secs = tokens.ttl_secs().saturating_add(config.leeway_secs).saturating_add(60);
+        let horizon = i64::try_from(horizon_secs)
+            .ok()
+            .and_then(chrono::Duration::try_seconds)
+            .unwrap_or(chrono::Duration::MAX);
+        let cache = CredentialCache::new(
+            db.clone(),
+            cache_config,
+            horizon,
+            config.refresh_reuse_grace_secs,
         );
         Ok(Self {
             db,
@@ -96,8 +111,20 @@ impl AuthService {
             config: Arc::new(config),
             password_policy,
             sealer,
-            revoked,
+            cache,
         })
+    }
+
+    /// Starts the credential cache's supervised background work (change-feed tailer,
+    /// `last_used_at` writer, pruning); see [`crate::credential_cache`]. Keep the handle: the
+    /// work stops when it is dropped or shut down.
+    pub fn start_background(&self) -> BackgroundTasks {
+        self.cache.start()
+    }
+
+    /// The credential cache (for its health in readiness probes).
+    pub fn credential_cache(&self) -> &CredentialCache {
+        &self.cache
     }
 
     /// The database handle.
@@ -129,7 +156,7 @@ impl AuthService {
         match credential {
             PresentedCredential::AccessToken(token) => {
                 let claims = self.tokens.verify(&token)?;
-                self.ensure_session_live(&claims.sid)?;
+                self.ensure_session_live(&claims.sid).await?;
                 Ok(Principal::User {
                     user_id: claims.sub,
                     session_id: claims.sid,

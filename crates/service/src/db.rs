@@ -70,6 +70,11 @@ impl Db {
         self.deadline
     }
 
+    /// The pool itself (for connections kept outside it, such as the change-feed tailer's).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// Checks out a connection and runs `f` on it, both on the blocking pool
     /// (`tokio::task::spawn_blocking`), within the deadline.
     ///
@@ -151,7 +156,7 @@ impl Db {
             let node = self.node.clone();
             verdict = self
                 .run_within(left, move |conn| {
-                    let now = aigw_persistence::models::from_utc(aigw_domain::time::now());
+                    let now = aigw_domain::time::now();
                     Ok(aigw_persistence::health::probe(conn, &node, now)?)
                 })
                 .await

@@ -25,7 +25,7 @@
 use crate::auth::Principal;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
-use crate::usage::meter::{caller_wants_usage, Meter};
+use crate::usage::meter::Meter;
 use crate::usage::tokens;
 use aigw_domain::access::Operation;
 use aigw_domain::FieldError;
@@ -37,8 +37,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The message roles OpenAI's chat completions know.
-pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+pub use crate::chat_request::{validate_chat_request, ChatRequestSummary, ROLES};
 
 /// Name of the built-in model.
 pub const ECHO_MODEL: &str = "echo";
@@ -78,7 +77,8 @@ impl std::fmt::Debug for ChatReply {
 struct Provider {
     name: String,
     kind: ProviderKind,
-    base_url: String,
+    /// `{base_url}/chat/completions`, built and parsed once (`None` for `echo`).
+    chat_url: Option<reqwest::Url>,
     api_key: Option<SecretString>,
 }
 
@@ -90,15 +90,6 @@ pub struct Gateway {
     timeout: Duration,
     max_response_bytes: usize,
     meter: Option<Meter>,
-}
-
-/// What a validated chat request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatRequestSummary {
-    /// The `model` field.
-    pub model: String,
-    /// The `stream` field (default false).
-    pub stream: bool,
 }
 
 impl Gateway {
@@ -116,7 +107,7 @@ impl Gateway {
                 Arc::new(Provider {
                     name: ECHO_MODEL.to_owned(),
                     kind: ProviderKind::Echo,
-                    base_url: String::new(),
+                    chat_url: None,
                     api_key: None,
                 }),
             );
@@ -128,10 +119,20 @@ impl Gateway {
             {
                 return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
             }
+            let chat_url = match p.kind {
+                ProviderKind::Echo => None,
+                ProviderKind::Openai => {
+                    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+                    match reqwest::Url::parse(&url) {
+                        Ok(url) => Some(url),
+                        Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+                    }
+                }
+            };
             let provider = Arc::new(Provider {
                 name: p.name.clone(),
                 kind: p.kind,
-                base_url: base_url.trim_end_matches('/').to_owned(),
+                chat_url,
                 api_key: p.api_key.clone(),
             });
             for model in &p.models {
@@ -187,9 +188,7 @@ impl Gateway {
         body: Bytes,
     ) -> Result<ChatReply, ServiceError> {
         principal.authorize(Operation::ChatCompletion)?;
-        let parsed: Value = serde_json::from_slice(&body)
-            .map_err(|_| FieldError::new("body", "is not valid JSON"))?;
-        let summary = validate_chat_request(&parsed)?;
+        let summary = validate_chat_request(&body)?;
         let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
@@ -199,11 +198,13 @@ impl Gateway {
             m.start(principal, request_id, &summary.model, &provider.name, summary.stream, &body)
         });
         let (body, include_usage) = match call.as_mut() {
-            Some(call) => call.upstream_body(body, &parsed),
-            None => (body, caller_wants_usage(&parsed)),
+            Some(call) => call.upstream_body(body, &summary),
+            None => (body, summary.include_usage),
         };
         let reply = match provider.kind {
-            ProviderKind::Echo => Ok(echo(&parsed, &summary, include_usage)),
+            ProviderKind::Echo => serde_json::from_slice::<Value>(&body)
+                .map(|parsed| echo(&parsed, &summary, include_usage))
+                .map_err(|_| FieldError::new("body", "is not valid JSON").into()),
             ProviderKind::Openai => self.forward(provider.clone(), body, summary.stream).await,
         };
         match call {
@@ -221,9 +222,10 @@ impl Gateway {
         let name = provider.name.clone();
         let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
         let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
+        let url = provider.chat_url.clone().ok_or_else(|| failed("no upstream URL".to_owned()))?;
         let mut request = self
             .client
-            .post(format!("{}/chat/completions", provider.base_url))
+            .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(
                 reqwest::header::ACCEPT,
@@ -356,77 +358,6 @@ impl Gateway {
     }
 }
 
-/// Checks the fields the gateway relies on; every other field is passed through untouched.
-///
-/// # Errors
-/// [`FieldError`] on `body` (not an object), `model` (missing, not a non-empty string),
-/// `messages` (missing, not a non-empty array), `messages[i]` (not an object),
-/// `messages[i].role` (missing, or not one of [`ROLES`]), `messages[i].content` (not a
-/// string, an array of content parts or null), `messages[i].content[j]` (not an object with
-/// a string `type`, or a `text` that is not a string) or `stream` (not a boolean), exactly
-/// as the OpenAPI description's `ChatCompletionRequest` says.
-pub fn validate_chat_request(body: &Value) -> Result<ChatRequestSummary, FieldError> {
-    let object =
-        body.as_object().ok_or_else(|| FieldError::new("body", "must be a JSON object"))?;
-    let model = match object.get("model") {
-        None | Some(Value::Null) => return Err(FieldError::new("model", "is required")),
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(_) => return Err(FieldError::new("model", "must be a non-empty string")),
-    };
-    let messages = match object.get("messages") {
-        None | Some(Value::Null) => return Err(FieldError::new("messages", "is required")),
-        Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(_) => return Err(FieldError::new("messages", "must be a non-empty array")),
-    };
-    for (i, message) in messages.iter().enumerate() {
-        let m = message
-            .as_object()
-            .ok_or_else(|| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
-        match m.get("role") {
-            Some(Value::String(role)) if ROLES.contains(&role.as_str()) => {}
-            None => return Err(FieldError::new(format!("messages[{i}].role"), "is required")),
-            Some(_) => {
-                return Err(FieldError::new(
-                    format!("messages[{i}].role"),
-                    "must be one of system, developer, user, assistant, tool",
-                ))
-            }
-        }
-        let content_error = || {
-            FieldError::new(
-                format!("messages[{i}].content"),
-                "must be a string or an array of content parts",
-            )
-        };
-        match m.get("content") {
-            None | Some(Value::String(_) | Value::Null) => {}
-            Some(Value::Array(parts)) => {
-                for (j, part) in parts.iter().enumerate() {
-                    let field = |name: &str| format!("messages[{i}].content[{j}]{name}");
-                    let part = part.as_object().ok_or_else(|| {
-                        FieldError::new(field(""), "must be a content part object")
-                    })?;
-                    match part.get("type") {
-                        Some(Value::String(_)) => {}
-                        None => return Err(FieldError::new(field(".type"), "is required")),
-                        Some(_) => return Err(FieldError::new(field(".type"), "must be a string")),
-                    }
-                    if !matches!(part.get("text"), None | Some(Value::String(_) | Value::Null)) {
-                        return Err(FieldError::new(field(".text"), "must be a string"));
-                    }
-                }
-            }
-            Some(_) => return Err(content_error()),
-        }
-    }
-    let stream = match object.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(FieldError::new("stream", "must be a boolean")),
-    };
-    Ok(ChatRequestSummary { model, stream })
-}
-
 /// The text of the last `user` message (string content, or the `text` parts of an array).
 fn last_user_text(body: &Value) -> String {
     let messages = body.get("messages").and_then(Value::as_array);
@@ -513,52 +444,6 @@ fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bool) -> Chat
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn validation_names_the_field() {
-        let field = |v: Value| validate_chat_request(&v).err().map(|e| e.field);
-        assert_eq!(field(json!({"messages": []})), Some("model".into()));
-        assert_eq!(field(json!({"model": "echo"})), Some("messages".into()));
-        assert_eq!(
-            field(json!({"model": "echo", "messages": [{"content": "x"}]})),
-            Some("messages[0].role".into())
-        );
-        assert_eq!(
-            field(json!({"model": "echo", "messages": [{"role": "user", "content": 5}]})),
-            Some("messages[0].content".into())
-        );
-        assert_eq!(
-            field(
-                json!({"model": "echo", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})
-            ),
-            Some("stream".into())
-        );
-        assert!(validate_chat_request(
-            &json!({"model": "echo", "messages": [{"role": "user", "content": "x"}]})
-        )
-        .is_ok());
-        let message = |m: Value| field(json!({"model": "echo", "messages": [m]}));
-        assert_eq!(message(json!({"role": "", "content": "x"})), Some("messages[0].role".into()));
-        assert_eq!(
-            message(json!({"role": "root", "content": "x"})),
-            Some("messages[0].role".into())
-        );
-        assert_eq!(
-            message(json!({"role": "user", "content": [null, null]})),
-            Some("messages[0].content[0]".into())
-        );
-        assert_eq!(
-            message(json!({"role": "user", "content": [{"text": "x"}]})),
-            Some("messages[0].content[0].type".into())
-        );
-        for role in ROLES {
-            assert_eq!(
-                message(json!({"role": role, "content": [{"type": "text", "text": "x"}]})),
-                None
-            );
-        }
-        assert_eq!(message(json!({"role": "assistant", "content": null, "tool_calls": []})), None);
-    }
 
     #[test]
     fn echo_answers_the_last_user_message() {

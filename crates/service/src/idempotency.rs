@@ -23,7 +23,6 @@ use crate::error::ServiceError;
 use crate::seal::Sealer;
 use aigw_domain::time;
 use aigw_persistence::idempotency::{self as repo, IdempotencyRow};
-use aigw_persistence::models::{from_utc, to_utc};
 use aigw_persistence::{transaction, DbConnection, PersistenceError};
 use chrono::{DateTime, Duration, Utc};
 use sha2::{Digest, Sha256};
@@ -95,7 +94,7 @@ pub enum Begin {
 #[derive(Clone)]
 pub struct Claim {
     request: IdempotentRequest,
-    lease: chrono::NaiveDateTime,
+    lease: chrono::DateTime<chrono::Utc>,
     sealer: Sealer,
 }
 
@@ -158,7 +157,7 @@ impl Idempotency {
             .db
             .run(move |conn| {
                 if sweep {
-                    let swept = repo::delete_expired(conn, from_utc(now))?;
+                    let swept = repo::delete_expired(conn, now)?;
                     tracing::debug!(swept, "expired idempotency keys erased");
                 }
                 transaction(conn, |conn| claim(conn, &r, now, lease, ttl))
@@ -184,7 +183,7 @@ impl Idempotency {
     /// the database cannot be reached the lease runs out instead.
     pub async fn release(&self, claim: Claim) {
         let r = claim.request;
-        let now = from_utc(time::now());
+        let now = time::now();
         let result = self
             .db
             .run(move |conn| Ok(repo::delete_unfinished(conn, &r.scope, &r.key, now)?))
@@ -206,7 +205,7 @@ impl Idempotency {
 }
 
 enum Found {
-    Claimed(chrono::NaiveDateTime),
+    Claimed(chrono::DateTime<chrono::Utc>),
     Recorded { status: i32, sealed: String },
 }
 
@@ -218,19 +217,19 @@ fn claim(
     ttl: Duration,
 ) -> Result<Found, ServiceError> {
     let in_flight = || ServiceError::IdempotencyInFlight { key: r.key.clone() };
-    let new_lease = from_utc(now + lease);
-    let existing = repo::find(conn, &r.scope, &r.key)?.filter(|row| to_utc(row.expires_at) > now);
+    let new_lease = now + lease;
+    let existing = repo::find(conn, &r.scope, &r.key)?.filter(|row| row.expires_at > now);
     let Some(row) = existing else {
-        repo::delete_unfinished(conn, &r.scope, &r.key, from_utc(now))?;
+        repo::delete_unfinished(conn, &r.scope, &r.key, now)?;
         let row = IdempotencyRow {
             scope: r.scope.clone(),
             idempotency_key: r.key.clone(),
             fingerprint: r.fingerprint.clone(),
             status: None,
             response_sealed: None,
-            created_at: from_utc(now),
+            created_at: now,
             locked_until: new_lease,
-            expires_at: from_utc(now + ttl),
+            expires_at: now + ttl,
         };
         return match repo::insert(conn, &row) {
             Ok(()) => Ok(Found::Claimed(new_lease)),
@@ -243,7 +242,7 @@ fn claim(
     }
     match (row.status, row.response_sealed) {
         (Some(status), Some(sealed)) => Ok(Found::Recorded { status, sealed }),
-        _ if to_utc(row.locked_until) > now => Err(in_flight()),
+        _ if row.locked_until > now => Err(in_flight()),
         _ => {
             if repo::take_over(conn, &r.scope, &r.key, row.locked_until, new_lease)? {
                 Ok(Found::Claimed(new_lease))

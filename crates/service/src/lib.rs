@@ -14,14 +14,15 @@
 pub mod accounts;
 pub mod api_keys;
 pub mod auth;
+pub mod chat_request;
 pub mod config;
+pub mod credential_cache;
 pub mod db;
 pub mod error;
 pub mod gateway;
 pub mod idempotency;
 pub mod password;
 pub mod rate_limit;
-pub mod revocation;
 pub mod seal;
 pub mod sessions;
 pub mod tokens;
@@ -33,6 +34,7 @@ pub use auth::{AuthService, Principal};
 pub use config::{
     AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, SigningKeyConfig,
 };
+pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};
 pub use db::Db;
 pub use error::ServiceError;
 pub use gateway::{ChatReply, Gateway};

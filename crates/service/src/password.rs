@@ -87,6 +87,18 @@ impl PasswordHasher {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("aigw-argon2-{i}"))
+            // Below the request workers (nice 19): a login storm then takes the CPU that
+            // requests leave, instead of adding milliseconds to every request's latency
+            // (docs/performance.md, "login storm"). Hashes still progress under load.
+            .start_handler(|_| {
+                let low = thread_priority::ThreadPriorityValue::try_from(0u8)
+                    .map(thread_priority::ThreadPriority::Crossplatform);
+                if let Ok(low) = low {
+                    if let Err(e) = thread_priority::set_current_thread_priority(low) {
+                        tracing::debug!(error = ?e, "cannot lower the priority of a hashing thread");
+                    }
+                }
+            })
             .build()
             .map_err(|e| ServiceError::Internal(format!("password hashing threads: {e}")))?;
         Ok(Self {

@@ -7,11 +7,12 @@
 //! token included. The session's end is absolute from login; rotation never extends it.
 
 use crate::auth::{AuthService, Principal};
+use crate::credential_cache;
 use crate::error::ServiceError;
-use crate::revocation::{POLL_INTERVAL, POLL_OVERLAP_SECS};
 use crate::views::{TokenSet, UserView};
-use aigw_domain::{time, RefreshTokenSecret};
-use aigw_persistence::models::{from_utc, to_utc, RefreshTokenRow, SessionRow, UserRow};
+use aigw_domain::{time, CredentialChangeKind, RefreshTokenSecret};
+use aigw_persistence::changes::ChangeRow;
+use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
 use aigw_persistence::{sessions, transaction, users, DbConnection};
 use chrono::{DateTime, Duration, Utc};
 use rand::rngs::OsRng;
@@ -22,8 +23,8 @@ enum Refreshed {
     Rotated { user: UserRow, session: SessionRow },
     /// The presented token was rotated moments ago: hand out the same successor again.
     Repeated { user: UserRow, session: SessionRow, sealed: String, successor_hash: String },
-    /// Reuse: the session was revoked.
-    Reused { session_id: String },
+    /// Reuse: the session was revoked (the feed row, unless it already was).
+    Reused { change: Option<ChangeRow> },
 }
 
 const INVALID_REFRESH: &str = "the refresh token is invalid, expired or revoked";
@@ -52,8 +53,8 @@ impl AuthService {
         let session = SessionRow {
             id: uuid::Uuid::now_v7().to_string(),
             user_id: user_id.to_owned(),
-            created_at: from_utc(now),
-            expires_at: from_utc(expires_at),
+            created_at: now,
+            expires_at,
             revoked_at: None,
             revoked_reason: None,
         };
@@ -63,7 +64,7 @@ impl AuthService {
             session_id: session.id.clone(),
             token_hash: secret.digest().into_string(),
             parent_id: None,
-            created_at: from_utc(now),
+            created_at: now,
             rotated_at: None,
             successor_sealed: None,
         };
@@ -94,9 +95,9 @@ impl AuthService {
         let access = self.tokens.issue(
             &user.id,
             &session_id,
-            &user.role,
+            user.role.as_str(),
             now,
-            to_utc(session.expires_at),
+            session.expires_at,
         )?;
         Ok(TokenSet {
             user: UserView::from(user),
@@ -142,17 +143,12 @@ impl AuthService {
                 }
                 let won = transaction(conn, |conn| {
                     // First statement: the compare-and-set (takes SQLite's write lock at once).
-                    if !sessions::claim_for_rotation(
-                        conn,
-                        &digest,
-                        from_utc(now),
-                        sealed.as_deref(),
-                    )? {
+                    if !sessions::claim_for_rotation(conn, &digest, now, sealed.as_deref())? {
                         return Ok(None);
                     }
                     let (token, session) =
                         sessions::find_refresh_token(conn, &digest)?.ok_or_else(invalid)?;
-                    if session.revoked_at.is_some() || to_utc(session.expires_at) <= now {
+                    if session.revoked_at.is_some() || session.expires_at <= now {
                         return Err(invalid()); // rolls the claim back; nothing changes
                     }
                     let user = users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
@@ -167,7 +163,7 @@ impl AuthService {
                             session_id: session.id.clone(),
                             token_hash: successor_hash.clone(),
                             parent_id: Some(token.id),
-                            created_at: from_utc(now),
+                            created_at: now,
                             rotated_at: None,
                             successor_sealed: None,
                         },
@@ -180,11 +176,11 @@ impl AuthService {
                 let Some((token, session)) = sessions::find_refresh_token(conn, &digest)? else {
                     return Err(invalid()); // unknown token
                 };
-                if session.revoked_at.is_some() || to_utc(session.expires_at) <= now {
+                if session.revoked_at.is_some() || session.expires_at <= now {
                     return Err(invalid());
                 }
                 let within_grace = token.rotated_at.is_some_and(|at| {
-                    (now - to_utc(at)).num_milliseconds() <= grace_secs.saturating_mul(1000)
+                    (now - at).num_milliseconds() <= grace_secs.saturating_mul(1000)
                 });
                 if let (true, Some(sealed)) = (within_grace, token.successor_sealed) {
                     if let Some(child) = sessions::find_successor(conn, &token.id)? {
@@ -201,19 +197,21 @@ impl AuthService {
                     }
                 }
                 // Reuse outside the grace window, or of an older ancestor: revoke the family.
-                if sessions::revoke_session(
-                    conn,
-                    &session.id,
-                    "refresh_token_reuse",
-                    from_utc(now),
-                )? {
+                let change = transaction(conn, |conn| {
+                    if !sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
+                        return Ok(None);
+                    }
+                    let kind = CredentialChangeKind::SessionRevoked;
+                    credential_cache::append(conn, kind, &session.id, now).map(Some)
+                })?;
+                if change.is_some() {
                     tracing::warn!(
                         session_id = %session.id,
                         user_id = %session.user_id,
                         "refresh token reused; session revoked"
                     );
                 }
-                Ok(Refreshed::Reused { session_id: session.id })
+                Ok(Refreshed::Reused { change })
             })
             .await?;
         match outcome {
@@ -229,68 +227,30 @@ impl AuthService {
                     .ok_or_else(invalid)?;
                 self.token_set(&user, &session, &same, now)
             }
-            Refreshed::Reused { session_id } => {
-                self.revoked.insert_all([(session_id, now)]);
+            Refreshed::Reused { change } => {
+                self.publish(change.into_iter().collect()).await;
                 Err(invalid())
             }
         }
     }
 
-    /// Refuses access tokens whose session is known to be revoked (no database round trip:
-    /// see [`crate::revocation`]).
-    pub(crate) fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
-        if self.revoked.is_revoked(session_id) {
+    /// Refuses access tokens whose session is revoked: from the node's revoked-session set
+    /// while its change feed is fresh, else from the database (see [`crate::credential_cache`]).
+    pub(crate) async fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
+        if self.cache.session_revoked(session_id).await? {
             Err(ServiceError::invalid_credential("the session has ended; log in again"))
         } else {
             Ok(())
         }
     }
 
-    /// Loads recent revocations, then keeps polling the database for new ones every
-    /// [`POLL_INTERVAL`] and sweeps expired sealed successors once a minute. Runs until the
-    /// returned task is aborted; database errors are logged and retried.
-    pub fn spawn_background_tasks(&self) -> tokio::task::JoinHandle<()> {
-        let service = self.clone();
-        tokio::spawn(async move {
-            let mut cursor = time::now() - service.revoked.horizon();
-            let mut last_sweep = time::now();
-            let mut failing = false;
-            loop {
-                let poll_started = time::now();
-                let since = from_utc(cursor - Duration::seconds(POLL_OVERLAP_SECS));
-                match service.db.run(move |conn| Ok(sessions::revoked_since(conn, since)?)).await {
-                    Ok(rows) => {
-                        service
-                            .revoked
-                            .insert_all(rows.into_iter().map(|(id, at)| (id, to_utc(at))));
-                        cursor = poll_started;
-                        if failing {
-                            tracing::info!("revocation polling recovered");
-                            failing = false;
-                        }
-                    }
-                    Err(e) if !failing => {
-                        tracing::warn!(error = %e, "revocation polling failed; retrying");
-                        failing = true;
-                    }
-                    Err(_) => {}
-                }
-                if (poll_started - last_sweep).num_seconds() >= 60 {
-                    last_sweep = poll_started;
-                    service.revoked.prune(poll_started);
-                    let grace = i64::try_from(service.config.refresh_reuse_grace_secs).unwrap_or(0);
-                    let before = from_utc(poll_started - Duration::seconds(grace + 1));
-                    if let Err(e) = service
-                        .db
-                        .run(move |conn| Ok(sessions::clear_sealed_before(conn, before)?))
-                        .await
-                    {
-                        tracing::warn!(error = %e, "sweeping sealed refresh successors failed");
-                    }
-                }
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-        })
+    /// Makes changes this node has just committed hold here at once, then waits until every
+    /// live node has applied them (bounded; see `credential_cache::propagation`).
+    pub(crate) async fn publish(&self, changes: Vec<ChangeRow>) {
+        self.cache.applied_locally(&changes);
+        if let Some(newest) = changes.iter().map(|c| c.id).max() {
+            self.cache.propagated(newest).await;
+        }
     }
 
     /// Logout needs an access token: an API key has no session to end.
@@ -329,44 +289,51 @@ impl AuthService {
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
         let now = time::now();
-        let at = from_utc(now);
-        let revoked = self
+        let changes: Vec<ChangeRow> = self
             .db
             .run(move |conn| {
-                let mut revoked = match scope {
-                    LogoutScope::Local => {
-                        if sessions::revoke_session(conn, &session_id, "logout", at)? {
-                            vec![session_id.clone()]
-                        } else {
-                            Vec::new()
+                transaction(conn, |conn| {
+                    let mut revoked = match scope {
+                        LogoutScope::Local => {
+                            if sessions::revoke_session(conn, &session_id, "logout", now)? {
+                                vec![session_id.clone()]
+                            } else {
+                                Vec::new()
+                            }
+                        }
+                        LogoutScope::Global => sessions::revoke_user_sessions(
+                            conn,
+                            &user_id,
+                            None,
+                            "logout_global",
+                            now,
+                        )?,
+                        LogoutScope::Others => sessions::revoke_user_sessions(
+                            conn,
+                            &user_id,
+                            Some(&session_id),
+                            "logout_others",
+                            now,
+                        )?,
+                    };
+                    if let Some(digest) = &extra_digest {
+                        if let Some((_, session)) = sessions::find_refresh_token(conn, digest)? {
+                            if session.user_id == user_id
+                                && session.id != session_id
+                                && sessions::revoke_session(conn, &session.id, "logout", now)?
+                            {
+                                revoked.push(session.id);
+                            }
                         }
                     }
-                    LogoutScope::Global => {
-                        sessions::revoke_user_sessions(conn, &user_id, None, "logout_global", at)?
-                    }
-                    LogoutScope::Others => sessions::revoke_user_sessions(
-                        conn,
-                        &user_id,
-                        Some(&session_id),
-                        "logout_others",
-                        at,
-                    )?,
-                };
-                if let Some(digest) = extra_digest {
-                    if let Some((_, session)) = sessions::find_refresh_token(conn, &digest)? {
-                        if session.user_id == user_id
-                            && session.id != session_id
-                            && sessions::revoke_session(conn, &session.id, "logout", at)?
-                        {
-                            revoked.push(session.id);
-                        }
-                    }
-                }
-                Ok(revoked)
+                    // Last statements of the transaction (see `aigw_persistence::changes`).
+                    let kind = CredentialChangeKind::SessionRevoked;
+                    revoked.iter().map(|id| credential_cache::append(conn, kind, id, now)).collect()
+                })
             })
             .await?;
-        let count = revoked.len();
-        self.revoked.insert_all(revoked.into_iter().map(|id| (id, now)));
+        let count = changes.len();
+        self.publish(changes).await;
         Ok(count)
     }
 }

@@ -13,7 +13,7 @@ use crate::error::ServiceError;
 use aigw_domain::{AccessClaims, ACCESS_TOKEN_TYPE};
 use chrono::{DateTime, Utc};
 use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use sha2::{Digest, Sha256};
 
 /// Shortest accepted HMAC secret, in bytes (RFC 7518 §3.2: at least the hash size).
@@ -235,36 +235,64 @@ impl TokenIssuer {
 
     /// Verifies an access token and returns its claims.
     ///
+    /// One pass over the token: its header is decoded once (for `kid` and `alg`), the
+    /// signature checked with the key that `kid` names (jsonwebtoken's `crypto::verify`), and
+    /// the claims decoded once into [`AccessClaims`], whose fields are all required and typed
+    /// (a claim of the wrong JSON type is an error, not an absence: GHSA-h395-gr6q-cpjc). Then
+    /// `exp` and `nbf` are checked with the configured leeway (`exp < now - leeway` is expired,
+    /// `nbf > now + leeway` not yet valid, as jsonwebtoken's own validation does), `iss` and
+    /// `aud` for equality and `typ` for `access` (RFC 8725 §3.8-3.11).
+    ///
     /// # Errors
     /// [`ServiceError::Unauthorized`] for every failure: bad shape, unknown `kid`, algorithm
     /// other than the key's, bad signature, expired, not yet valid, wrong `iss`/`aud`, missing
     /// required claim, or `typ` other than `access`.
     pub fn verify(&self, token: &str) -> Result<AccessClaims, ServiceError> {
+        use base64::Engine as _;
         let invalid = || ServiceError::invalid_credential("the access token is invalid");
-        let header = jsonwebtoken::decode_header(token).map_err(|_| invalid())?;
+        let b64 = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (message, signature) = token.rsplit_once('.').ok_or_else(invalid)?;
+        let (header, payload) = message.split_once('.').ok_or_else(invalid)?;
+        let header = b64.decode(header).map_err(|_| invalid())?;
+        let header: JoseHeader<'_> = serde_json::from_slice(&header).map_err(|_| invalid())?;
         let kid = header.kid.as_deref().ok_or_else(invalid)?;
         let key = self.keys.iter().find(|k| k.kid == kid).ok_or_else(invalid)?;
         if header.alg != key.algorithm {
             return Err(invalid());
         }
-        let mut validation = Validation::new(key.algorithm);
-        validation.algorithms = vec![key.algorithm];
-        validation.set_issuer(&[&self.issuer]);
-        validation.set_audience(&[&self.audience]);
-        validation.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
-        validation.validate_exp = true;
-        validation.validate_nbf = true;
-        validation.leeway = self.leeway_secs;
-        let data = jsonwebtoken::decode::<AccessClaims>(token, &key.decoding, &validation)
-            .map_err(|e| match e.kind() {
-                jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
-                    ServiceError::invalid_credential("the access token has expired")
-                }
-                _ => invalid(),
-            })?;
-        if data.claims.typ != ACCESS_TOKEN_TYPE {
+        let verified = jsonwebtoken::crypto::verify(
+            signature,
+            message.as_bytes(),
+            &key.decoding,
+            key.algorithm,
+        )
+        .map_err(|_| invalid())?;
+        if !verified {
             return Err(invalid());
         }
-        Ok(data.claims)
+        let claims: AccessClaims =
+            serde_json::from_slice(&b64.decode(payload).map_err(|_| invalid())?)
+                .map_err(|_| invalid())?;
+        let now = i64::try_from(jsonwebtoken::get_current_timestamp()).unwrap_or(i64::MAX);
+        let leeway = i64::try_from(self.leeway_secs).unwrap_or(i64::MAX);
+        if claims.exp < now.saturating_sub(leeway) {
+            return Err(ServiceError::invalid_credential("the access token has expired"));
+        }
+        if claims.nbf > now.saturating_add(leeway)
+            || claims.iss != self.issuer
+            || claims.aud != self.audience
+            || claims.typ != ACCESS_TOKEN_TYPE
+        {
+            return Err(invalid());
+        }
+        Ok(claims)
     }
+}
+
+/// The JOSE header fields a verifier needs (RFC 7515 §4.1); others are ignored.
+#[derive(serde::Deserialize)]
+struct JoseHeader<'a> {
+    alg: Algorithm,
+    #[serde(borrow)]
+    kid: Option<std::borrow::Cow<'a, str>>,
 }

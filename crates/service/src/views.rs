@@ -1,7 +1,7 @@
 //! What the use cases return: plain data, rendered by the HTTP layer.
 
-use aigw_domain::PermissionSet;
-use aigw_persistence::models::{to_utc, ApiKeyRow, UserRow};
+use aigw_domain::{PermissionSet, Role};
+use aigw_persistence::models::{ApiKeyRow, UserRow};
 use chrono::{DateTime, Utc};
 
 /// A user as shown to its owner (seed §2 "User").
@@ -13,8 +13,8 @@ pub struct UserView {
     pub email: String,
     /// Display name.
     pub name: String,
-    /// Role (`user`).
-    pub role: String,
+    /// Role.
+    pub role: Role,
     /// Creation time, UTC.
     pub created_at: DateTime<Utc>,
 }
@@ -25,8 +25,8 @@ impl From<&UserRow> for UserView {
             id: row.id.clone(),
             email: row.email.clone(),
             name: row.name.clone(),
-            role: row.role.clone(),
-            created_at: to_utc(row.created_at),
+            role: row.role,
+            created_at: row.created_at,
         }
     }
 }
@@ -76,11 +76,11 @@ impl From<&ApiKeyRow> for ApiKeyView {
             id: row.id.clone(),
             name: row.name.clone(),
             key_prefix: row.key_prefix.clone(),
-            permissions: PermissionSet::from_storage(&row.permissions),
-            expires_at: row.expires_at.map(to_utc),
-            created_at: to_utc(row.created_at),
-            revoked_at: row.revoked_at.map(to_utc),
-            last_used_at: row.last_used_at.map(to_utc),
+            permissions: row.permissions.clone(),
+            expires_at: row.expires_at,
+            created_at: row.created_at,
+            revoked_at: row.revoked_at,
+            last_used_at: row.last_used_at,
         }
     }
 }
@@ -137,7 +137,7 @@ mod debug_redaction {
             id: "u".into(),
             email: "ann@example.com".into(),
             name: "Ann".into(),
-            role: "user".into(),
+            role: aigw_domain::Role::User,
             created_at: Utc::now(),
         }
     }

@@ -13,26 +13,42 @@ pub async fn healthz() -> HttpResponse {
 }
 
 /// Readiness: the database answers a read and commits a one-row write within 1.5 s (so a
-/// hung, unreachable, full or read-only database makes the node unready within 2 s). With `rate_limit.backend = "redis"` the body also
-/// says whether Redis answers; a Redis outage does not make the node unready (it then limits
-/// from its own memory), so that losing Redis never takes every node out of the balancer.
-/// `usage` reports the usage recorder (records queued, spooled, last write); a metering
-/// backlog never makes the node unready either, since no record is lost meanwhile.
+/// hung, unreachable, full or read-only database makes the node unready within 2 s).
+///
+/// The body also reports the credential change feed: `change_feed.status` is `ok`, or `stale`
+/// when the feed has not been read for more than `credential_cache.max_feed_lag_ms` (the node
+/// then reads every credential from the database, so it stays ready), and `lag_ms` the
+/// milliseconds since its last read. With `rate_limit.backend = "redis"` the body also says
+/// whether Redis answers; a Redis outage does not make the node unready (it then limits from
+/// its own memory), so that losing Redis never takes every node out of the balancer. `usage`
+/// reports the usage recorder (records queued, spooled, last write); a metering backlog never
+/// makes the node unready either, since no record is lost meanwhile.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "Ready (`redis` is `ok` or `unreachable` when configured; `usage`: the usage recorder's `queued`, `spooled`, `spool_bytes`, `last_flush_at`)"), (status = 503, description = "Database unreachable, hung, full or read-only")))]
+    responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, restarts, lost}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`)")))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let feed = state.auth.credential_cache().health();
+    let change_feed = json!({
+        "status": if feed.fresh { "ok" } else { "stale" },
+        "lag_ms": feed.lag_ms,
+    });
     let mut response = match state.auth.db().readiness().await {
-        Ok(()) if state.limits.limiter().uses_redis() => {
-            let redis =
-                if state.limits.limiter().redis_ready().await { "ok" } else { "unreachable" };
-            (StatusCode::OK, json!({"status": "ready", "database": "ok", "redis": redis}))
+        Ok(()) => {
+            let mut body = json!({"status": "ready", "database": "ok", "change_feed": change_feed});
+            if state.limits.limiter().uses_redis() {
+                let ready = state.limits.limiter().redis_ready().await;
+                body["redis"] = json!(if ready { "ok" } else { "unreachable" });
+            }
+            (StatusCode::OK, body)
         }
-        Ok(()) => (StatusCode::OK, json!({"status": "ready", "database": "ok"})),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                json!({"status": "unavailable", "database": "unreachable"}),
+                json!({
+                    "status": "unavailable",
+                    "database": "unreachable",
+                    "change_feed": change_feed,
+                }),
             )
         }
     };

@@ -73,7 +73,13 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                 one("/usage/requests", &["GET"], get_or_head().to(usage::requests))
                     .app_data(LimitedBy(Policy::Account)),
             )
-            .service(one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))),
+            // The only large body aigw serves: gzip it (when asked). Nothing else is compressed:
+            // chat completions and streams go out as the upstream sent them, and the small
+            // account bodies cost more to compress than to send (docs/performance.md).
+            .service(
+                one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))
+                    .wrap(actix_web::middleware::Compress::default()),
+            ),
     )
     .service(one("/.well-known/jwks.json", &["GET"], get_or_head().to(auth::jwks)))
     .service(one("/healthz", &["GET"], get_or_head().to(health::healthz)))

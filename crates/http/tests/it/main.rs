@@ -14,6 +14,7 @@ mod api_keys;
 mod auth;
 mod binary;
 mod chat;
+mod credential_cache;
 mod credentials;
 mod db_faults;
 mod errors;

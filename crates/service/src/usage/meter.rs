@@ -20,6 +20,7 @@ use super::recorder::RecorderHandle;
 use super::sse::MeteredStream;
 use super::tokens;
 use crate::auth::Principal;
+use crate::chat_request::ChatRequestSummary;
 use crate::error::ServiceError;
 use crate::gateway::ChatReply;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
@@ -204,12 +205,6 @@ impl Meter {
     }
 }
 
-/// Whether a chat request asks for a final `usage` chunk itself
-/// (`"stream_options": {"include_usage": true}`).
-pub fn caller_wants_usage(body: &Value) -> bool {
-    body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true))
-}
-
 /// The metering of one call; records exactly once (see the module docs).
 #[derive(Debug)]
 pub struct CallMeter {
@@ -228,13 +223,13 @@ impl CallMeter {
     /// bytes: `"stream_options":{"include_usage":true},` goes right after the opening brace.
     /// Only when the caller sent `stream_options` without `include_usage: true` is the body
     /// re-serialised (same fields, `include_usage` set). Other bodies go unchanged.
-    pub fn upstream_body(&mut self, body: Bytes, parsed: &Value) -> (Bytes, bool) {
+    pub fn upstream_body(&mut self, body: Bytes, request: &ChatRequestSummary) -> (Bytes, bool) {
         let streamed = self.pending.as_ref().is_some_and(|p| p.streamed);
-        self.caller_wants_usage = caller_wants_usage(parsed);
+        self.caller_wants_usage = request.include_usage;
         if !streamed || self.caller_wants_usage {
             return (body, self.caller_wants_usage);
         }
-        if parsed.get("stream_options").is_none() {
+        if !request.has_stream_options {
             if let Some(open) = body.iter().position(|b| *b == b'{') {
                 let mut out = Vec::with_capacity(body.len() + 40);
                 out.extend_from_slice(&body[..=open]);
@@ -243,7 +238,11 @@ impl CallMeter {
                 return (Bytes::from(out), true);
             }
         }
-        let mut changed = parsed.clone();
+        // The caller sent `stream_options` without `include_usage: true`: the only case that
+        // builds a tree of the body, to set that one member.
+        let Ok(mut changed) = serde_json::from_slice::<Value>(&body) else {
+            return (body, false);
+        };
         if let Some(object) = changed.as_object_mut() {
             let options = object
                 .entry("stream_options")

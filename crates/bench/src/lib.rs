@@ -1,0 +1,6 @@
+//! Bench-only helpers of `scripts/bench.sh` (see its header). Nothing here is part of aigw.
+//!
+//! - `bare`: a bare actix-web JSON handler, the reference `GET /auth/me` is compared against;
+//! - `rate`: an open-loop load generator at a fixed request rate (wrk2 is not in Debian), for
+//!   latencies that are not distorted by the generator waiting on slow answers;
+//! - `keys`: prints freshly generated API keys with their digests, for bulk inserts in SQL.

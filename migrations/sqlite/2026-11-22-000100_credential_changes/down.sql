@@ -1,0 +1,2 @@
+DROP TABLE credential_feed_nodes;
+DROP TABLE credential_changes;
