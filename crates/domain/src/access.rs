@@ -5,6 +5,7 @@
 //! | [`Operation::ReadAccount`] (GET me, GET api-keys) | yes | permission `read` |
 //! | [`Operation::CreateApiKey`] (POST api-keys) | yes | never (`required: access_token`) |
 //! | [`Operation::ChangeApiKey`] (revoke, DELETE) | yes | permission `write` |
+//! | [`Operation::UpdateApiKey`] (PATCH api-keys/{id}, rotate) | yes | never (`required: access_token`) |
 //! | [`Operation::ChatCompletion`] (POST ai/chat/completions) | never (`required: api_key`) | permission `ai_gateway` |
 //! | [`Operation::ReadUsage`] (GET usage, GET usage/requests) | yes | permission `read` |
 //!
@@ -21,6 +22,9 @@ pub enum Operation {
     CreateApiKey,
     /// Revoke or delete one of the caller's API keys.
     ChangeApiKey,
+    /// Change one of the caller's API keys (PATCH) or rotate its secret: like creating one,
+    /// only with an access token (issue 9: a key never changes a key).
+    UpdateApiKey,
     /// Call the AI gateway.
     ChatCompletion,
     /// Read the caller's own usage (the ledger of their keys' chat completions).
@@ -63,7 +67,7 @@ pub fn authorize(caller: CallerCredential<'_>, operation: Operation) -> Result<(
             Err(Denied { required: "api_key".into(), current: "access_token".into() })
         }
         (CallerCredential::AccessToken, _) => Ok(()),
-        (CallerCredential::ApiKey(_), Operation::CreateApiKey) => {
+        (CallerCredential::ApiKey(_), Operation::CreateApiKey | Operation::UpdateApiKey) => {
             Err(Denied { required: "access_token".into(), current: "api_key".into() })
         }
         (CallerCredential::ApiKey(set), Operation::ReadAccount | Operation::ReadUsage) => {
@@ -107,6 +111,11 @@ mod tests {
             Err(Denied { required: "write".into(), current: "read".into() })
         );
         assert!(authorize(ApiKey(&admin), CreateApiKey).is_err());
+        assert!(authorize(AccessToken, UpdateApiKey).is_ok());
+        assert_eq!(
+            authorize(ApiKey(&admin), UpdateApiKey),
+            Err(Denied { required: "access_token".into(), current: "api_key".into() })
+        );
         assert!(authorize(ApiKey(&admin), ChatCompletion).is_ok());
     }
 }

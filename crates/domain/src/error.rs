@@ -61,11 +61,15 @@ pub enum ErrorCode {
     /// whose status varies. Details: `provider`, `upstream_status`, and the upstream's
     /// `type`, `code`, `param` when it gave them.
     UpstreamRejected,
+    /// 429: the API key's budget for the current period is spent (issue 9). Details:
+    /// `limit_usd`, `spent_usd`, and `reset` (Unix seconds of the period's end; absent for a
+    /// `total` budget). Sent with `Retry-After`.
+    BudgetExceeded,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used by tests that check each one is documented and used).
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
@@ -82,6 +86,7 @@ impl ErrorCode {
         ErrorCode::ServiceUnavailable,
         ErrorCode::UpstreamTimeout,
         ErrorCode::UpstreamRejected,
+        ErrorCode::BudgetExceeded,
     ];
 
     /// The code as sent on the wire, e.g. `"invalid_request"`.
@@ -103,6 +108,7 @@ impl ErrorCode {
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::UpstreamTimeout => "upstream_timeout",
             ErrorCode::UpstreamRejected => "upstream_rejected",
+            ErrorCode::BudgetExceeded => "budget_exceeded",
         }
     }
 
@@ -126,6 +132,7 @@ impl ErrorCode {
             ErrorCode::ServiceUnavailable => 503,
             ErrorCode::UpstreamTimeout => 504,
             ErrorCode::UpstreamRejected => 400,
+            ErrorCode::BudgetExceeded => 429,
         }
     }
 }
@@ -146,8 +153,9 @@ mod tests {
         for code in ErrorCode::ALL {
             let json = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
-            // `upstream_rejected` passes the upstream's status on; every other code owns one.
-            if code != ErrorCode::UpstreamRejected {
+            // `upstream_rejected` passes the upstream's status on, `budget_exceeded` shares
+            // 429 with `rate_limit_exceeded` (both say "not now"); every other code owns one.
+            if code != ErrorCode::UpstreamRejected && code != ErrorCode::BudgetExceeded {
                 assert!(statuses.insert(code.http_status()), "{code} shares a status");
             }
         }

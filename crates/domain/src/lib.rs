@@ -18,6 +18,7 @@
 //! - [`error`]: the stable, machine-readable error codes of the seed (§7);
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
 //! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`);
+//! - [`key_policy`]: what an API key may spend and call (models, budget, rates, metadata);
 //! - [`usage`]: the usage ledger's record, outcomes, prices in integer micro-USD and UTC day
 //!   ranges.
 //!
@@ -32,6 +33,7 @@ pub mod claims;
 pub mod credential;
 pub mod digest;
 pub mod error;
+pub mod key_policy;
 pub mod permission;
 pub mod refresh_token;
 pub mod time;
@@ -47,6 +49,7 @@ pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
 pub use credential::{CredentialError, PresentedCredential};
 pub use digest::TokenDigest;
 pub use error::ErrorCode;
+pub use key_policy::{BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;
 pub use user::{Email, PasswordPolicy, Role, UserName};

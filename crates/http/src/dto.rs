@@ -4,9 +4,9 @@
 use aigw_domain::time::format_timestamp;
 use aigw_domain::usage::micros_to_usd;
 use aigw_service::usage::UsageTotals;
-use aigw_service::{ApiKeyView, CreatedApiKey, TokenSet, UserView};
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use aigw_service::{ApiKeyPatch, ApiKeyView, CreatedApiKey, KeyPolicyRequest, TokenSet, UserView};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::{BTreeMap, HashMap};
 use utoipa::ToSchema;
 
 /// The success envelope: `{"success": true, "data": …}`.
@@ -169,6 +169,125 @@ pub struct CreateApiKeyRequest {
     /// Optional expiry, RFC 3339 with a time zone, in the future. Absent or null: no expiry.
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
+    /// Model names or `*` globs the key may call (1 to 100, each 1 to 200 printable ASCII
+    /// characters). Absent or null: every configured model.
+    #[schema(example = json!(["gpt-4o*"]), min_items = 1, max_items = 100)]
+    pub allowed_models: Option<Vec<String>>,
+    /// Spend allowed per `budget_period`, in USD (0 to 1e9). Absent or null: no budget.
+    #[schema(example = 25.0, minimum = 0, maximum = 1_000_000_000)]
+    pub max_budget_usd: Option<f64>,
+    /// UTC calendar period of the budget (weeks start Monday). Absent or null: `total`.
+    #[schema(value_type = Option<BudgetPeriodName>)]
+    pub budget_period: Option<String>,
+    /// Requests per minute, across all nodes (1 to 1e9). Absent or null: none.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub rpm_limit: Option<i64>,
+    /// Tokens (prompt + completion) per minute, across all nodes (1 to 1e9). Absent or
+    /// null: none.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub tpm_limit: Option<i64>,
+    /// String metadata: at most 16 entries, 4096 bytes of keys and values in all.
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+impl CreateApiKeyRequest {
+    /// The issue-9 fields, for the service.
+    pub fn policy(&mut self) -> KeyPolicyRequest {
+        KeyPolicyRequest {
+            allowed_models: self.allowed_models.take(),
+            max_budget_usd: self.max_budget_usd.take(),
+            budget_period: self.budget_period.take(),
+            rpm_limit: self.rpm_limit.take(),
+            tpm_limit: self.tpm_limit.take(),
+            metadata: self.metadata.take(),
+        }
+    }
+}
+
+/// A budget period.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[allow(non_camel_case_types, missing_docs)]
+pub enum BudgetPeriodName {
+    daily,
+    weekly,
+    monthly,
+    total,
+}
+
+/// Deserializes a present field (`null` included) as `Some`, so that an absent field (the
+/// `#[serde(default)]` `None`) and `null` (`Some(None)`) differ.
+fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// `PATCH /auth/api-keys/{id}` body: the fields to change; absent fields are kept, `null`
+/// clears one (not `name` or `permissions`). Other fields are refused (400).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateApiKeyRequest {
+    /// Label, 1 to 100 characters.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    pub name: Option<Option<String>>,
+    /// One or more of `ai_gateway`, `proxy`, `read`, `write`, `admin`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<PermissionName>>, min_items = 1)]
+    pub permissions: Option<Option<Vec<String>>>,
+    /// Expiry, RFC 3339 with a time zone, in the future; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, format = DateTime, nullable)]
+    pub expires_at: Option<Option<String>>,
+    /// As in create; null: every configured model.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>, nullable, min_items = 1, max_items = 100)]
+    pub allowed_models: Option<Option<Vec<String>>>,
+    /// As in create; null: no budget.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
+    pub max_budget_usd: Option<Option<f64>>,
+    /// As in create; null: `total`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BudgetPeriodName>, nullable)]
+    pub budget_period: Option<Option<String>>,
+    /// As in create; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
+    pub rpm_limit: Option<Option<i64>>,
+    /// As in create; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
+    pub tpm_limit: Option<Option<i64>>,
+    /// As in create; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BTreeMap<String, String>>, nullable)]
+    pub metadata: Option<Option<BTreeMap<String, String>>>,
+}
+
+impl From<UpdateApiKeyRequest> for ApiKeyPatch {
+    fn from(r: UpdateApiKeyRequest) -> Self {
+        Self {
+            name: r.name,
+            permissions: r.permissions,
+            expires_at: r.expires_at,
+            allowed_models: r.allowed_models,
+            max_budget_usd: r.max_budget_usd,
+            budget_period: r.budget_period,
+            rpm_limit: r.rpm_limit,
+            tpm_limit: r.tpm_limit,
+            metadata: r.metadata,
+        }
+    }
+}
+
+/// `POST /auth/api-keys/{id}/rotate` body (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateApiKeyRequest {
+    /// How long the old secret keeps working, in seconds (0 to 604800; default 86400).
+    #[schema(minimum = 0, maximum = 604_800, example = 3600)]
+    pub grace_period_secs: Option<i64>,
 }
 
 /// A user (seed §2).
@@ -280,6 +399,27 @@ pub struct ApiKeyDto {
     pub last_used_at: Option<String>,
     /// The key's usage over the last 30 UTC days (today included), from the daily rollups.
     pub usage_30d: KeyUsageDto,
+    /// Model names or `*` globs the key may call; null: every configured model.
+    pub allowed_models: Option<Vec<String>>,
+    /// Spend allowed per `budget_period`, USD; null: no budget.
+    pub max_budget_usd: Option<f64>,
+    /// The budget's UTC calendar period; null: `total` (never resets).
+    #[schema(value_type = Option<BudgetPeriodName>)]
+    pub budget_period: Option<String>,
+    /// Requests per minute, across all nodes; null: none.
+    pub rpm_limit: Option<i64>,
+    /// Tokens per minute, across all nodes; null: none.
+    pub tpm_limit: Option<i64>,
+    /// String metadata; null: none.
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// What the key has spent in the current budget period (since creation for `total` or
+    /// no period), USD, from the usage ledger.
+    pub spend_usd: f64,
+    /// When the current period ends and the budget resets, RFC 3339 UTC; null for `total`
+    /// or no period.
+    pub budget_reset_at: Option<String>,
+    /// Last rotation of the key's secret, RFC 3339 UTC, or null.
+    pub rotated_at: Option<String>,
 }
 
 /// `usage_30d` of a key object.
@@ -309,6 +449,13 @@ impl ApiKeyDto {
         self.usage_30d = usage.get(&self.id).map(KeyUsageDto::from).unwrap_or_default();
         self
     }
+
+    /// The key object with its `spend_usd` from `spend` (micro-USD by key id; absent: 0).
+    pub fn with_spend(mut self, spend: &HashMap<String, i64>) -> Self {
+        let micros = spend.get(&self.id).copied().unwrap_or(0);
+        self.spend_usd = micros_to_usd(u64::try_from(micros).unwrap_or(0));
+        self
+    }
 }
 
 impl From<ApiKeyView> for ApiKeyDto {
@@ -324,6 +471,22 @@ impl From<ApiKeyView> for ApiKeyDto {
             revoked_at: k.revoked_at.map(format_timestamp),
             last_used_at: k.last_used_at.map(format_timestamp),
             usage_30d: KeyUsageDto::default(),
+            allowed_models: k.policy.allowed_models.map(|m| m.as_slice().to_vec()),
+            max_budget_usd: k
+                .policy
+                .max_budget_micros
+                .map(|m| micros_to_usd(u64::try_from(m).unwrap_or(0))),
+            budget_period: k.policy.budget_period.map(|p| p.as_str().to_owned()),
+            rpm_limit: k.policy.rpm_limit,
+            tpm_limit: k.policy.tpm_limit,
+            metadata: k.policy.metadata.map(|m| m.entries().clone()),
+            spend_usd: 0.0,
+            budget_reset_at: k
+                .policy
+                .budget_period
+                .and_then(|p| p.reset_at(aigw_domain::time::now()))
+                .map(format_timestamp),
+            rotated_at: k.rotated_at.map(format_timestamp),
         }
     }
 }
@@ -567,6 +730,15 @@ mod debug_redaction {
             revoked_at: None,
             last_used_at: None,
             usage_30d: KeyUsageDto::default(),
+            allowed_models: None,
+            max_budget_usd: None,
+            budget_period: None,
+            rpm_limit: None,
+            tpm_limit: None,
+            metadata: None,
+            spend_usd: 0.0,
+            budget_reset_at: None,
+            rotated_at: None,
         };
         hidden(format!("{:?}", CreatedApiKeyDto { key: SECRET.into(), api_key }));
     }

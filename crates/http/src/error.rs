@@ -213,6 +213,26 @@ impl From<ServiceError> for ApiError {
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err
             }
+            ServiceError::BudgetExceeded {
+                limit_micros,
+                spent_micros,
+                reset,
+                retry_after_secs,
+            } => {
+                let usd = |m: i64| aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0));
+                let mut details =
+                    json!({"limit_usd": usd(limit_micros), "spent_usd": usd(spent_micros)});
+                if let Some(reset) = reset {
+                    details["reset"] = json!(reset);
+                }
+                let mut err = Self::new(
+                    ErrorCode::BudgetExceeded,
+                    "the API key's budget for this period is spent",
+                    details,
+                );
+                err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+                err
+            }
             ServiceError::IdempotencyInFlight { key } => {
                 let mut err = Self::new(
                     ErrorCode::Conflict,

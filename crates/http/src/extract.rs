@@ -161,6 +161,17 @@ fn describe_json_error(path: &str, err: &serde_json::Error) -> FieldError {
                 let name = rest.split('`').next().unwrap_or("");
                 return FieldError::new(join_path(path, name), "is required");
             }
+            // An unknown field (bodies that refuse them, e.g. PATCH) is named when it is a
+            // plausible field name; anything else is not echoed.
+            if let Some(rest) = message.strip_prefix("unknown field `") {
+                let name = rest.split('`').next().unwrap_or("");
+                let plausible = !name.is_empty()
+                    && name.len() <= 64
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                // serde_path_to_error's path already ends with the unknown field's name.
+                let field = if plausible { field } else { "body".to_owned() };
+                return FieldError::new(field, "is not a known field");
+            }
             // serde's messages read "<what was found>, expected <what the type wants>". The
             // first half quotes the input and may itself contain ", expected "; the second half
             // comes from our types and never does, so only the text after the last separator

@@ -14,6 +14,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
+        api_keys::update, api_keys::rotate,
         chat::completions, chat::models, health::healthz, health::readyz,
         usage::summary, usage::requests
     ),
@@ -24,7 +25,8 @@ use utoipa::{Modify, OpenApi};
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
         dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto,
-        dto::KeyUsageDto, crate::dto_usage::UsageTotalsDto, crate::dto_usage::UsageRowDto,
+        dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName,
+        crate::dto_usage::UsageTotalsDto, crate::dto_usage::UsageRowDto,
         crate::dto_usage::UsageSummaryData, crate::dto_usage::UsageRecordDto,
         crate::dto_usage::UsageRequestsData
     )),

@@ -124,13 +124,19 @@ impl Application {
         let background = auth.start_background();
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
         let usage = UsageService::start(
-            db,
+            db.clone(),
             &settings.usage,
             &settings.providers,
             &settings.server.data_dir,
         )?;
-        let gateway =
-            Gateway::new(&settings.gateway, &settings.providers)?.with_meter(usage.meter());
+        // Keys' budgets: worst-case reservations against counters in the database (issue 9).
+        let budgets = aigw_service::budget::Budgets::new(
+            db,
+            aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
+        );
+        let gateway = Gateway::new(&settings.gateway, &settings.providers)?
+            .with_meter(usage.meter())
+            .with_budgets(budgets);
         let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
         let state =
             web::Data::new(AppState { auth, gateway, limits, idempotency, usage: usage.clone() });

@@ -2,7 +2,7 @@
 //! another user's key is indistinguishable from a missing one.
 
 use crate::error::PersistenceError;
-use crate::models::{from_utc, ApiKeyRecord, ApiKeyRow};
+use crate::models::{from_utc, ApiKeyChanges, ApiKeyChangeset, ApiKeyRecord, ApiKeyRow};
 use crate::pool::DbConnection;
 use crate::schema::api_keys;
 use chrono::{DateTime, Utc};
@@ -35,8 +35,9 @@ pub fn list_for_user(
         .collect())
 }
 
-/// The key with digest `key_hash`, if any (its owner exists: `user_id` is a cascading
-/// foreign key).
+/// The key whose current secret, or whose secret replaced by the last rotation, has digest
+/// `key_hash`, if any (its owner exists: `user_id` is a cascading foreign key). Compare
+/// `key_hash` with the row's to tell which.
 ///
 /// # Errors
 /// On database failure.
@@ -45,11 +46,78 @@ pub fn find_by_hash(
     key_hash: &str,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     Ok(api_keys::table
-        .filter(api_keys::key_hash.eq(key_hash))
+        .filter(api_keys::key_hash.eq(key_hash).or(api_keys::previous_key_hash.eq(key_hash)))
         .select(ApiKeyRecord::as_select())
         .first(conn)
         .optional()?
         .map(ApiKeyRow::from))
+}
+
+/// Key `id` of `user_id`, if the user has it.
+///
+/// # Errors
+/// On database failure.
+pub fn find_for_user(
+    conn: &mut DbConnection,
+    id: &str,
+    user_id: &str,
+) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    Ok(api_keys::table
+        .filter(api_keys::id.eq(id))
+        .filter(api_keys::user_id.eq(user_id))
+        .select(ApiKeyRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(ApiKeyRow::from))
+}
+
+/// Applies `changes` to key `id` of `user_id` and returns the key as it now is; `None` when
+/// the user has no such key. Call inside a transaction.
+///
+/// # Errors
+/// On database failure.
+pub fn update(
+    conn: &mut DbConnection,
+    id: &str,
+    user_id: &str,
+    changes: &ApiKeyChanges,
+) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    if !changes.is_empty() {
+        diesel::update(
+            api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::user_id.eq(user_id)),
+        )
+        .set(ApiKeyChangeset::from(changes))
+        .execute(conn)?;
+    }
+    find_for_user(conn, id, user_id)
+}
+
+/// Replaces the secret of key `id` (not revoked): the current digest becomes the previous
+/// one, valid until `previous_expires_at`, and `key_prefix` / `key_hash` take the new
+/// secret's. An older previous secret is dropped at once. Returns whether a key was changed.
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] on a digest collision; others on database failure.
+pub fn rotate(
+    conn: &mut DbConnection,
+    id: &str,
+    key_prefix: &str,
+    key_hash: &str,
+    previous_expires_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::revoked_at.is_null()),
+    )
+    .set((
+        api_keys::previous_key_hash.eq(api_keys::key_hash.nullable()),
+        api_keys::previous_key_expires_at.eq(from_utc(previous_expires_at)),
+        api_keys::key_prefix.eq(key_prefix),
+        api_keys::key_hash.eq(key_hash),
+        api_keys::rotated_at.eq(from_utc(now)),
+    ))
+    .execute(conn)?;
+    Ok(n == 1)
 }
 
 /// Revokes key `id` of `user_id` at `now` (keeping an earlier revocation time) and returns it;
@@ -72,13 +140,7 @@ pub fn revoke(
         )
         .set(api_keys::revoked_at.eq(from_utc(now)))
         .execute(conn)?;
-        Ok(api_keys::table
-            .filter(api_keys::id.eq(id))
-            .filter(api_keys::user_id.eq(user_id))
-            .select(ApiKeyRecord::as_select())
-            .first(conn)
-            .optional()?
-            .map(ApiKeyRow::from))
+        find_for_user(conn, id, user_id)
     })
 }
 

@@ -4,9 +4,10 @@
 //! this crate, so no caller re-parses a stored string.
 
 use crate::schema::{api_keys, refresh_tokens, sessions, users};
-use aigw_domain::{PermissionSet, Role};
+use aigw_domain::{BudgetPeriod, KeyMetadata, ModelPatterns, PermissionSet, Role};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
+use std::collections::BTreeMap;
 
 /// A UTC `DateTime` as the `NaiveDateTime` stored in a `Timestamp` column.
 pub(crate) fn from_utc(t: DateTime<Utc>) -> NaiveDateTime {
@@ -105,6 +106,61 @@ pub struct ApiKeyRow {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Last successful authentication with the key, UTC (recorded at most once a minute).
     pub last_used_at: Option<DateTime<Utc>>,
+    /// What the key spends and calls (issue 9).
+    pub policy: ApiKeyPolicy,
+    /// The secret the last rotation replaced (SHA-256 hex), if any.
+    pub previous_key_hash: Option<String>,
+    /// When the replaced secret stops working, UTC.
+    pub previous_key_expires_at: Option<DateTime<Utc>>,
+    /// When the key was last rotated, UTC.
+    pub rotated_at: Option<DateTime<Utc>>,
+}
+
+/// The per-key limits of issue 9; every field `None` means "no limit" / "not set".
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApiKeyPolicy {
+    /// Model names or `*` globs the key may call; `None`: every configured model.
+    pub allowed_models: Option<ModelPatterns>,
+    /// Spend allowed per period, micro-USD.
+    pub max_budget_micros: Option<i64>,
+    /// The budget's period; `None` behaves as [`BudgetPeriod::Total`].
+    pub budget_period: Option<BudgetPeriod>,
+    /// Requests per minute, across all nodes.
+    pub rpm_limit: Option<i64>,
+    /// Tokens (prompt + completion) per minute, across all nodes.
+    pub tpm_limit: Option<i64>,
+    /// Free-form string metadata.
+    pub metadata: Option<KeyMetadata>,
+}
+
+/// A change to a key (PATCH): `None` leaves a field alone, `Some(None)` clears it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApiKeyChanges {
+    /// New label.
+    pub name: Option<String>,
+    /// New permissions.
+    pub permissions: Option<PermissionSet>,
+    /// New expiry, or none.
+    pub expires_at: Option<Option<DateTime<Utc>>>,
+    /// See [`ApiKeyPolicy::allowed_models`].
+    pub allowed_models: Option<Option<ModelPatterns>>,
+    /// See [`ApiKeyPolicy::max_budget_micros`].
+    pub max_budget_micros: Option<Option<i64>>,
+    /// See [`ApiKeyPolicy::budget_period`].
+    pub budget_period: Option<Option<BudgetPeriod>>,
+    /// See [`ApiKeyPolicy::rpm_limit`].
+    pub rpm_limit: Option<Option<i64>>,
+    /// See [`ApiKeyPolicy::tpm_limit`].
+    pub tpm_limit: Option<Option<i64>>,
+    /// See [`ApiKeyPolicy::metadata`].
+    pub metadata: Option<Option<KeyMetadata>>,
+}
+
+impl ApiKeyChanges {
+    /// Whether the change sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The stored form of [`UserRow`].
@@ -241,11 +297,96 @@ pub(crate) struct ApiKeyRecord {
     created_at: NaiveDateTime,
     revoked_at: Option<NaiveDateTime>,
     last_used_at: Option<NaiveDateTime>,
+    allowed_models: Option<String>,
+    max_budget_micros: Option<i64>,
+    budget_period: Option<String>,
+    rpm_limit: Option<i64>,
+    tpm_limit: Option<i64>,
+    metadata: Option<String>,
+    previous_key_hash: Option<String>,
+    previous_key_expires_at: Option<NaiveDateTime>,
+    rotated_at: Option<NaiveDateTime>,
+}
+
+/// `allowed_models` as stored: a JSON array of strings.
+fn models_to_storage(m: &ModelPatterns) -> String {
+    serde_json::to_string(m.as_slice()).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// A stored `allowed_models`. Unreadable text (never written by aigw) allows nothing, the
+/// safe reading of a restriction, and is logged.
+fn models_from_storage(stored: &str) -> ModelPatterns {
+    ModelPatterns::from_storage(serde_json::from_str(stored).unwrap_or_else(|_| {
+        tracing::warn!("unreadable stored allowed_models; the key may call no model");
+        Vec::new()
+    }))
+}
+
+/// `metadata` as stored: a JSON object of strings.
+fn metadata_to_storage(m: &KeyMetadata) -> String {
+    serde_json::to_string(m.entries()).unwrap_or_else(|_| "{}".to_owned())
+}
+
+fn metadata_from_storage(stored: &str) -> KeyMetadata {
+    KeyMetadata::from_storage(
+        serde_json::from_str::<BTreeMap<String, String>>(stored).unwrap_or_default(),
+    )
+}
+
+/// A stored period name; one this version does not know (written by a newer one) reads as
+/// `total`, the period that never resets a budget, and is logged.
+fn period_from_storage(stored: &str) -> BudgetPeriod {
+    BudgetPeriod::parse(stored).unwrap_or_else(|_| {
+        tracing::warn!(period = stored, "unknown stored budget_period; treated as total");
+        BudgetPeriod::Total
+    })
+}
+
+/// The stored form of [`ApiKeyChanges`].
+#[derive(Debug, Default, AsChangeset)]
+#[diesel(table_name = api_keys)]
+pub(crate) struct ApiKeyChangeset {
+    name: Option<String>,
+    permissions: Option<String>,
+    expires_at: Option<Option<NaiveDateTime>>,
+    allowed_models: Option<Option<String>>,
+    max_budget_micros: Option<Option<i64>>,
+    budget_period: Option<Option<String>>,
+    rpm_limit: Option<Option<i64>>,
+    tpm_limit: Option<Option<i64>>,
+    metadata: Option<Option<String>>,
+}
+
+impl From<&ApiKeyChanges> for ApiKeyChangeset {
+    fn from(c: &ApiKeyChanges) -> Self {
+        Self {
+            name: c.name.clone(),
+            permissions: c.permissions.as_ref().map(PermissionSet::to_storage),
+            expires_at: c.expires_at.map(|t| t.map(from_utc)),
+            allowed_models: c.allowed_models.as_ref().map(|m| m.as_ref().map(models_to_storage)),
+            max_budget_micros: c.max_budget_micros,
+            budget_period: c.budget_period.map(|p| p.map(|p| p.as_str().to_owned())),
+            rpm_limit: c.rpm_limit,
+            tpm_limit: c.tpm_limit,
+            metadata: c.metadata.as_ref().map(|m| m.as_ref().map(metadata_to_storage)),
+        }
+    }
 }
 
 impl From<ApiKeyRecord> for ApiKeyRow {
     fn from(r: ApiKeyRecord) -> Self {
         Self {
+            policy: ApiKeyPolicy {
+                allowed_models: r.allowed_models.as_deref().map(models_from_storage),
+                max_budget_micros: r.max_budget_micros,
+                budget_period: r.budget_period.as_deref().map(period_from_storage),
+                rpm_limit: r.rpm_limit,
+                tpm_limit: r.tpm_limit,
+                metadata: r.metadata.as_deref().map(metadata_from_storage),
+            },
+            previous_key_hash: r.previous_key_hash,
+            previous_key_expires_at: r.previous_key_expires_at.map(to_utc),
+            rotated_at: r.rotated_at.map(to_utc),
             permissions: PermissionSet::from_storage(&r.permissions),
             id: r.id,
             user_id: r.user_id,
@@ -273,6 +414,15 @@ impl From<&ApiKeyRow> for ApiKeyRecord {
             created_at: from_utc(r.created_at),
             revoked_at: r.revoked_at.map(from_utc),
             last_used_at: r.last_used_at.map(from_utc),
+            allowed_models: r.policy.allowed_models.as_ref().map(models_to_storage),
+            max_budget_micros: r.policy.max_budget_micros,
+            budget_period: r.policy.budget_period.map(|p| p.as_str().to_owned()),
+            rpm_limit: r.policy.rpm_limit,
+            tpm_limit: r.policy.tpm_limit,
+            metadata: r.policy.metadata.as_ref().map(metadata_to_storage),
+            previous_key_hash: r.previous_key_hash.clone(),
+            previous_key_expires_at: r.previous_key_expires_at.map(from_utc),
+            rotated_at: r.rotated_at.map(from_utc),
         }
     }
 }
@@ -296,8 +446,30 @@ mod tests {
             created_at: now,
             revoked_at: None,
             last_used_at: Some(now),
+            policy: ApiKeyPolicy::default(),
+            previous_key_hash: None,
+            previous_key_expires_at: None,
+            rotated_at: None,
         };
         assert_eq!(ApiKeyRow::from(ApiKeyRecord::from(&key)), key);
+        let limited = ApiKeyRow {
+            policy: ApiKeyPolicy {
+                allowed_models: Some(ModelPatterns::from_storage(vec!["gpt-4o*".into()])),
+                max_budget_micros: Some(10_000_000),
+                budget_period: Some(BudgetPeriod::Weekly),
+                rpm_limit: Some(60),
+                tpm_limit: Some(10_000),
+                metadata: Some(KeyMetadata::from_storage(BTreeMap::from([(
+                    "team".to_owned(),
+                    "ml \"core\"".to_owned(),
+                )]))),
+            },
+            previous_key_hash: Some("old".into()),
+            previous_key_expires_at: Some(now),
+            rotated_at: Some(now),
+            ..key
+        };
+        assert_eq!(ApiKeyRow::from(ApiKeyRecord::from(&limited)), limited);
         let user = UserRow {
             id: "u".into(),
             email: "a@example.com".into(),

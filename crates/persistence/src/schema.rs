@@ -54,6 +54,15 @@ diesel::table! {
         created_at -> Timestamp,
         revoked_at -> Nullable<Timestamp>,
         last_used_at -> Nullable<Timestamp>,
+        allowed_models -> Nullable<Text>,
+        max_budget_micros -> Nullable<BigInt>,
+        budget_period -> Nullable<Text>,
+        rpm_limit -> Nullable<BigInt>,
+        tpm_limit -> Nullable<BigInt>,
+        metadata -> Nullable<Text>,
+        previous_key_hash -> Nullable<Text>,
+        previous_key_expires_at -> Nullable<Timestamp>,
+        rotated_at -> Nullable<Timestamp>,
     }
 }
 
@@ -141,5 +150,26 @@ diesel::table! {
         node_id -> Text,
         seen_id -> BigInt,
         heartbeat_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Budget counters: micro-USD committed (settled spend plus running reservations) per API
+    /// key and budget period (`YYYY-MM-DD` of its first day, or `total`).
+    key_budget_periods (api_key_id, period) {
+        api_key_id -> Text,
+        period -> Text,
+        committed_micros -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Per-key requests and tokens of one minute (`window_start`: Unix seconds), for the
+    /// keys' `rpm_limit` and `tpm_limit`.
+    key_rate_windows (api_key_id, window_start) {
+        api_key_id -> Text,
+        window_start -> BigInt,
+        requests -> BigInt,
+        tokens -> BigInt,
     }
 }

@@ -1,14 +1,17 @@
-//! API keys: create, list, revoke, delete, and authenticate (seed §4, §5 rules 1-2).
+//! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (seed §4,
+//! §5 rules 1-2; issue 9).
 
 use crate::auth::{AuthService, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
+use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::Operation;
 use aigw_domain::{time, ApiKeySecret, CredentialChangeKind, FieldError, PermissionSet, UserName};
 use aigw_persistence::models::ApiKeyRow;
 use aigw_persistence::{api_keys, transaction};
+use chrono::Duration;
 use chrono::{DateTime, Utc};
 use rand::rngs::OsRng;
 
@@ -24,7 +27,14 @@ pub struct NewApiKey {
     pub permissions: Vec<String>,
     /// Optional expiry, an RFC 3339 timestamp in the future.
     pub expires_at: Option<String>,
+    /// Models, budget, rate limits and metadata (issue 9).
+    pub policy: KeyPolicyRequest,
 }
+
+/// Longest grace period of a rotation, in seconds (7 days).
+pub const MAX_ROTATION_GRACE_SECS: i64 = 604_800;
+/// Grace period of a rotation when none is asked for, in seconds (24 hours).
+pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
 
 fn not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "api_key", id: id.chars().take(MAX_ECHOED_ID).collect() }
@@ -65,6 +75,7 @@ impl AuthService {
             None => None,
             Some(raw) => Some(parse_future_timestamp(raw, now)?),
         };
+        let policy = request.policy.parse()?;
         let secret = ApiKeySecret::generate(&mut OsRng);
         let row = ApiKeyRow {
             id: uuid::Uuid::now_v7().to_string(),
@@ -77,6 +88,10 @@ impl AuthService {
             created_at: now,
             revoked_at: None,
             last_used_at: None,
+            policy,
+            previous_key_hash: None,
+            previous_key_expires_at: None,
+            rotated_at: None,
         };
         let created =
             CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
@@ -110,15 +125,8 @@ impl AuthService {
         principal.authorize(Operation::ReadAccount)?;
         let user_id = principal.user_id().to_owned();
         let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let mut view = ApiKeyView::from(row);
-                // A use this node noted but has not written yet (see `credential_cache`).
-                view.last_used_at = view.last_used_at.max(self.cache.pending_use(&row.id));
-                view
-            })
-            .collect())
+        // With a use this node noted but has not written yet (see `credential_cache`).
+        Ok(rows.iter().map(|row| self.view_of(row)).collect())
     }
 
     /// Revokes one of the caller's keys (idempotent: revoking again keeps the first time).
@@ -152,6 +160,124 @@ impl AuthService {
         self.publish(vec![change]).await;
         tracing::info!(key_id = %row.id, "API key revoked");
         Ok(ApiKeyView::from(&row))
+    }
+
+    /// Changes one of the caller's keys (`PATCH`): the fields present in `patch` are set,
+    /// those `null` cleared. The change reaches every node through the change feed before
+    /// this returns (or within `max_feed_lag_ms` + 0.5 s).
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key caller (`required: access_token`);
+    /// [`ServiceError::Invalid`] naming the first invalid field; [`ServiceError::NotFound`]
+    /// when the caller has no key `id`; [`ServiceError::Unavailable`] when the database is
+    /// down.
+    pub async fn update_api_key(
+        &self,
+        principal: &Principal,
+        id: &str,
+        patch: ApiKeyPatch,
+    ) -> Result<ApiKeyView, ServiceError> {
+        principal.authorize(Operation::UpdateApiKey)?;
+        let now = time::now();
+        let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
+        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let (row, change) = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    let Some(row) = api_keys::update(conn, &key_id, &user_id, &changes)? else {
+                        return Ok(None);
+                    };
+                    if changes.max_budget_micros.is_some() || changes.budget_period.is_some() {
+                        // Counters of the old budget count only calls made under it.
+                        aigw_persistence::budgets::forget(conn, &row.id)?;
+                    }
+                    let change = if changes.is_empty() {
+                        None
+                    } else {
+                        let kind = CredentialChangeKind::ApiKeyChanged;
+                        Some(credential_cache::append(conn, kind, &row.id, now)?)
+                    };
+                    Ok::<_, ServiceError>(Some((row, change)))
+                })
+            })
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        if let Some(change) = change {
+            self.publish(vec![change]).await;
+            tracing::info!(key_id = %row.id, "API key changed");
+        }
+        Ok(self.view_of(&row))
+    }
+
+    /// Rotates the secret of one of the caller's keys: a new secret (and `key_prefix`) under
+    /// the same id, limits and usage; the old secret keeps working for `grace_period_secs`
+    /// (0 to [`MAX_ROTATION_GRACE_SECS`], default [`DEFAULT_ROTATION_GRACE_SECS`]) and then
+    /// answers 401 "rotated". A secret replaced by an earlier rotation stops at once: a key
+    /// has at most two live secrets.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for an API key caller; [`ServiceError::Invalid`] on
+    /// `grace_period_secs` out of range, or on `id` when the key is revoked;
+    /// [`ServiceError::NotFound`] when the caller has no key `id`;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn rotate_api_key(
+        &self,
+        principal: &Principal,
+        id: &str,
+        grace_period_secs: Option<i64>,
+    ) -> Result<CreatedApiKey, ServiceError> {
+        principal.authorize(Operation::UpdateApiKey)?;
+        let grace = grace_period_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
+        if !(0..=MAX_ROTATION_GRACE_SECS).contains(&grace) {
+            return Err(FieldError::new(
+                "grace_period_secs",
+                "must be an integer from 0 to 604800",
+            )
+            .into());
+        }
+        let now = time::now();
+        let secret = ApiKeySecret::generate(&mut OsRng);
+        let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
+        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let new_hash = hash.clone();
+        let outcome = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    let Some(row) = api_keys::find_for_user(conn, &key_id, &user_id)? else {
+                        return Ok(None);
+                    };
+                    if row.revoked_at.is_some() {
+                        return Ok(Some(Err(())));
+                    }
+                    let grace_end = now + Duration::seconds(grace);
+                    api_keys::rotate(conn, &row.id, &prefix, &hash, grace_end, now)?;
+                    let kind = CredentialChangeKind::ApiKeyChanged;
+                    let change = credential_cache::append(conn, kind, &row.id, now)?;
+                    let row = api_keys::find_for_user(conn, &key_id, &user_id)?;
+                    Ok::<_, ServiceError>(row.map(|row| Ok((row, change))))
+                })
+            })
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        let (row, change) = outcome.map_err(|_| {
+            ServiceError::from(FieldError::new(
+                "id",
+                "the API key is revoked and cannot be rotated",
+            ))
+        })?;
+        self.cache.key_created(&new_hash);
+        self.publish(vec![change]).await;
+        tracing::info!(key_id = %row.id, grace_secs = grace, "API key rotated");
+        Ok(CreatedApiKey { view: self.view_of(&row), key: secret.expose().to_owned() })
+    }
+
+    /// The view of `row`, with a use this node noted but has not written yet.
+    fn view_of(&self, row: &ApiKeyRow) -> ApiKeyView {
+        let mut view = ApiKeyView::from(row);
+        view.last_used_at = view.last_used_at.max(self.cache.pending_use(&row.id));
+        view
     }
 
     /// Deletes one of the caller's keys.
@@ -199,6 +325,11 @@ impl AuthService {
         if found.revoked {
             return Err(ServiceError::invalid_credential("the API key has been revoked"));
         }
+        if found.replaced_until.is_some_and(|end| end <= now) {
+            return Err(ServiceError::invalid_credential(
+                "the API key has been rotated; use the new key",
+            ));
+        }
         if found.expires_at.is_some_and(|e| e <= now) {
             return Err(ServiceError::invalid_credential("the API key has expired"));
         }
@@ -207,6 +338,7 @@ impl AuthService {
             key_id: found.key_id.clone(),
             user_id: found.user_id.clone(),
             permissions: found.permissions.clone(),
+            policy: found.policy.clone(),
         })
     }
 }

@@ -11,6 +11,7 @@ use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
 use aigw_domain::access::{authorize, CallerCredential, Operation};
 use aigw_domain::{PasswordPolicy, PermissionSet, PresentedCredential};
+use aigw_persistence::models::ApiKeyPolicy;
 use std::sync::Arc;
 
 /// Who a request authenticated as.
@@ -33,6 +34,9 @@ pub enum Principal {
         user_id: String,
         /// The key's permissions.
         permissions: PermissionSet,
+        /// The key's models, budget and rate limits (issue 9), shared with the credential
+        /// cache entry.
+        policy: Arc<ApiKeyPolicy>,
     },
 }
 
@@ -55,6 +59,35 @@ impl Principal {
         };
         authorize(caller, operation)
             .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })
+    }
+
+    /// The caller's key policy (`None` for an access token).
+    pub fn key_policy(&self) -> Option<&ApiKeyPolicy> {
+        match self {
+            Principal::User { .. } => None,
+            Principal::ApiKey { policy, .. } => Some(policy),
+        }
+    }
+
+    /// Whether the caller may call `model`: always for an access token and for keys without
+    /// `allowed_models`.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.key_policy().and_then(|p| p.allowed_models.as_ref()).is_none_or(|m| m.allows(model))
+    }
+
+    /// Checks [`Principal::allows_model`].
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] with `required: model:<name>` and `current`: the key's
+    /// allowed patterns, comma-separated (issue 9).
+    pub fn authorize_model(&self, model: &str) -> Result<(), ServiceError> {
+        match self.key_policy().and_then(|p| p.allowed_models.as_ref()) {
+            Some(allowed) if !allowed.allows(model) => Err(ServiceError::Forbidden {
+                required: format!("model:{}", model.chars().take(128).collect::<String>()),
+                current: allowed.joined(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

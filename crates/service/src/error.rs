@@ -72,6 +72,18 @@ pub enum ServiceError {
         /// Whole seconds to wait, at least 1 (RFC 9110 §10.2.3 `Retry-After`).
         retry_after_secs: u64,
     },
+    /// 429 `budget_exceeded` (issue 9): the key's budget for the period is spent.
+    #[error("budget of {limit_micros} µUSD spent")]
+    BudgetExceeded {
+        /// The key's budget per period, micro-USD.
+        limit_micros: i64,
+        /// Committed in the period (settled spend plus running reservations), micro-USD.
+        spent_micros: i64,
+        /// Unix seconds of the period's end; `None` for a `total` budget.
+        reset: Option<i64>,
+        /// Whole seconds to wait, at least 1.
+        retry_after_secs: u64,
+    },
     /// 409 `conflict`: a request with this `Idempotency-Key` is still running.
     #[error("a request with this Idempotency-Key is still in progress")]
     IdempotencyInFlight {

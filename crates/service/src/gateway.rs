@@ -23,6 +23,7 @@
 //!   ledger (`crate::usage`); for a stream the meter may ask the provider for `usage`.
 
 use crate::auth::Principal;
+use crate::budget::Budgets;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
 use crate::usage::meter::Meter;
@@ -90,6 +91,7 @@ pub struct Gateway {
     timeout: Duration,
     max_response_bytes: usize,
     meter: Option<Meter>,
+    budgets: Option<Budgets>,
 }
 
 impl Gateway {
@@ -160,6 +162,7 @@ impl Gateway {
             timeout: Duration::from_secs(config.upstream_timeout_secs.max(1)),
             max_response_bytes: config.max_response_bytes.max(1),
             meter: None,
+            budgets: None,
         })
     }
 
@@ -169,16 +172,24 @@ impl Gateway {
         self
     }
 
-    /// The model names offered, sorted.
-    pub fn models(&self) -> Vec<String> {
-        self.routes.keys().cloned().collect()
+    /// Enforces keys' budgets with `budgets` (issue 9).
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = Some(budgets);
+        self
+    }
+
+    /// The model names offered to `principal` (those its key's `allowed_models` match),
+    /// sorted.
+    pub fn models_for(&self, principal: &Principal) -> Vec<String> {
+        self.routes.keys().filter(|m| principal.allows_model(m)).cloned().collect()
     }
 
     /// Validates `body` and answers it from the model's provider. `request_id` (the answer's
     /// `x-request-id`) identifies the call in the usage ledger.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] without `ai_gateway`; [`ServiceError::Invalid`] on a
+    /// [`ServiceError::Forbidden`] without `ai_gateway`, or for a model outside the key's
+    /// `allowed_models` (`required: model:<name>`); [`ServiceError::Invalid`] on a
     /// malformed body; [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
     /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
     pub async fn chat_completion(
@@ -189,14 +200,23 @@ impl Gateway {
     ) -> Result<ChatReply, ServiceError> {
         principal.authorize(Operation::ChatCompletion)?;
         let summary = validate_chat_request(&body)?;
+        principal.authorize_model(&summary.model)?;
         let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
+        let reservation = match &self.budgets {
+            Some(budgets) => budgets.reserve(principal, &summary.model, &body).await?,
+            None => None,
+        };
         let meter = self.meter.as_ref();
         let mut call = meter.and_then(|m| {
             m.start(principal, request_id, &summary.model, &provider.name, summary.stream, &body)
         });
+        // Without metering there is no real cost: the reservation stays charged.
+        if let Some(call) = call.as_mut() {
+            call.hold(reservation);
+        }
         let (body, include_usage) = match call.as_mut() {
             Some(call) => call.upstream_body(body, &summary),
             None => (body, summary.include_usage),

@@ -14,6 +14,7 @@
 pub mod accounts;
 pub mod api_keys;
 pub mod auth;
+pub mod budget;
 pub mod chat_request;
 pub mod config;
 pub mod credential_cache;
@@ -21,6 +22,7 @@ pub mod db;
 pub mod error;
 pub mod gateway;
 pub mod idempotency;
+pub mod key_policy;
 pub mod password;
 pub mod rate_limit;
 pub mod seal;
@@ -38,6 +40,7 @@ pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConf
 pub use db::Db;
 pub use error::ServiceError;
 pub use gateway::{ChatReply, Gateway};
+pub use key_policy::{ApiKeyPatch, KeyPolicyRequest};
 pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
 pub use sessions::LogoutScope;
 pub use tokens::{SigningKey, TokenIssuer};

@@ -1,7 +1,7 @@
 //! What the use cases return: plain data, rendered by the HTTP layer.
 
 use aigw_domain::{PermissionSet, Role};
-use aigw_persistence::models::{ApiKeyRow, UserRow};
+use aigw_persistence::models::{ApiKeyPolicy, ApiKeyRow, UserRow};
 use chrono::{DateTime, Utc};
 
 /// A user as shown to its owner (seed §2 "User").
@@ -68,6 +68,10 @@ pub struct ApiKeyView {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Last use, UTC (recorded at most once a minute).
     pub last_used_at: Option<DateTime<Utc>>,
+    /// Models, budget, rate limits and metadata (issue 9).
+    pub policy: ApiKeyPolicy,
+    /// Last rotation, UTC.
+    pub rotated_at: Option<DateTime<Utc>>,
 }
 
 impl From<&ApiKeyRow> for ApiKeyView {
@@ -81,6 +85,8 @@ impl From<&ApiKeyRow> for ApiKeyView {
             created_at: row.created_at,
             revoked_at: row.revoked_at,
             last_used_at: row.last_used_at,
+            policy: row.policy.clone(),
+            rotated_at: row.rotated_at,
         }
     }
 }
@@ -168,6 +174,8 @@ mod debug_redaction {
             created_at: Utc::now(),
             revoked_at: None,
             last_used_at: None,
+            policy: Default::default(),
+            rotated_at: None,
         };
         assert_hidden(format!("{:?}", CreatedApiKey { view, key: SECRET.into() }));
     }

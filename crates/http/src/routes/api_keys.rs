@@ -1,17 +1,17 @@
-//! `/api/v1/auth/api-keys` (seed §4, §5 rules 1-2).
+//! `/api/v1/auth/api-keys` (seed §4, §5 rules 1-2; PATCH and rotate: issue 9).
 
 use crate::dto::{
     ApiKeyDto, ApiKeyListData, BodyErrors, CreateApiKeyRequest, CreatedApiKeyDto, DeletedData,
-    Envelope, ErrorEnvelope, ServerErrors,
+    Envelope, ErrorEnvelope, RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
 };
 use crate::error::ApiError;
-use crate::extract::{parse_json, After, Caller, RawJson};
+use crate::extract::{parse_json, After, Caller, JsonBody, OptionalJsonBody, RawJson};
 use crate::idempotency;
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::Operation;
-use aigw_service::{CreatedApiKey, NewApiKey, Policy};
+use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey, Policy};
 
 /// Create an API key (access token only). The full key is in this answer and never again.
 #[utoipa::path(post, path = "/api/v1/auth/api-keys", tag = "api-keys", request_body = CreateApiKeyRequest,
@@ -35,9 +35,14 @@ pub async fn create(
     state.limits.by_caller(&req, Policy::Account, &caller).await?;
     caller.authorize(Operation::CreateApiKey)?;
     let RawJson(raw) = body.into_inner()?;
-    let body: CreateApiKeyRequest = parse_json(&raw)?;
-    let request =
-        NewApiKey { name: body.name, permissions: body.permissions, expires_at: body.expires_at };
+    let mut body: CreateApiKeyRequest = parse_json(&raw)?;
+    let policy = body.policy();
+    let request = NewApiKey {
+        name: body.name,
+        permissions: body.permissions,
+        expires_at: body.expires_at,
+        policy,
+    };
     idempotency::run(&state, &req, &caller, &raw, StatusCode::CREATED, render_created, |rec| {
         state.auth.create_api_key_recorded(&caller, request, rec)
     })
@@ -64,8 +69,85 @@ pub async fn list(
     state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let keys = state.auth.list_api_keys(&caller).await?;
     let usage = state.usage.usage_30d(caller.user_id(), None).await?;
-    let api_keys = keys.into_iter().map(|k| ApiKeyDto::from(k).with_usage(&usage)).collect();
+    let spend = state.usage.period_spend(caller.user_id(), &keys).await?;
+    let api_keys = keys
+        .into_iter()
+        .map(|k| ApiKeyDto::from(k).with_usage(&usage).with_spend(&spend))
+        .collect();
     Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyListData { api_keys })))
+}
+
+/// The key object of one key, with its usage and its spend in the current period.
+async fn key_object(
+    state: &AppState,
+    user_id: &str,
+    key: ApiKeyView,
+) -> Result<ApiKeyDto, ApiError> {
+    let usage = state.usage.usage_30d(user_id, Some(&key.id)).await?;
+    let spend = state.usage.period_spend(user_id, std::slice::from_ref(&key)).await?;
+    Ok(ApiKeyDto::from(key).with_usage(&usage).with_spend(&spend))
+}
+
+/// Change one of the caller's keys (access token only): any of `name`, `permissions`,
+/// `expires_at`, `allowed_models`, `max_budget_usd`, `budget_period`, `rpm_limit`,
+/// `tpm_limit`, `metadata`; `null` clears a field, absent fields are kept. Every node applies
+/// the change within 1 s.
+#[utoipa::path(patch, path = "/api/v1/auth/api-keys/{id}", tag = "api-keys",
+    request_body = UpdateApiKeyRequest,
+    params(("id" = String, Path, description = "API key id")),
+    security(("access_token" = [])),
+    responses(
+        (status = 200, description = "The key as it now is", body = Envelope<ApiKeyDto>),
+        (status = 400, description = "An invalid or unknown field (named in details.field)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        BodyErrors,
+        (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
+        (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn update(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    id: web::Path<String>,
+    body: After<JsonBody<UpdateApiKeyRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    caller.authorize(Operation::UpdateApiKey)?;
+    let JsonBody(body) = body.into_inner()?;
+    let key = state.auth.update_api_key(&caller, &id, body.into()).await?;
+    let key = key_object(&state, caller.user_id(), key).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(key)))
+}
+
+/// Rotate the secret of one of the caller's keys (access token only): the answer carries the
+/// new full `key` (shown once) under the same `id`, limits and usage. The old secret keeps
+/// working for `grace_period_secs` (default 86400), then answers 401; a secret replaced by
+/// an earlier rotation stops at once.
+#[utoipa::path(post, path = "/api/v1/auth/api-keys/{id}/rotate", tag = "api-keys",
+    request_body(content = Option<RotateApiKeyRequest>, description = "Optional"),
+    params(("id" = String, Path, description = "API key id")),
+    security(("access_token" = [])),
+    responses(
+        (status = 200, description = "The key with its new secret", body = Envelope<CreatedApiKeyDto>),
+        (status = 400, description = "grace_period_secs out of range, an unknown field, or the key is revoked", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        BodyErrors,
+        (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
+        (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn rotate(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    id: web::Path<String>,
+    body: After<OptionalJsonBody<RotateApiKeyRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    caller.authorize(Operation::UpdateApiKey)?;
+    let OptionalJsonBody(body) = body.into_inner()?;
+    let rotated = state.auth.rotate_api_key(&caller, &id, body.grace_period_secs).await?;
+    let api_key = key_object(&state, caller.user_id(), rotated.view).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(CreatedApiKeyDto { key: rotated.key, api_key })))
 }
 
 /// Revoke one of the caller's keys (access token, or API key with `write`); it is refused
@@ -86,8 +168,8 @@ pub async fn revoke(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let key = state.auth.revoke_api_key(&caller, &id).await?;
-    let usage = state.usage.usage_30d(caller.user_id(), Some(&key.id)).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyDto::from(key).with_usage(&usage))))
+    let key = key_object(&state, caller.user_id(), key).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(key)))
 }
 
 /// Delete one of the caller's keys (access token, or API key with `write`).

@@ -23,7 +23,7 @@ use futures_util::StreamExt;
                 (crate::dto::ChatCompletionEvent = "text/event-stream")
             )),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-        (status = 403, description = "Access token, or key without ai_gateway", body = ErrorEnvelope),
+        (status = 403, description = "Access token, key without ai_gateway, or a model outside the key's allowed_models (required: model:<name>)", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         BodyErrors,
         (status = 409, description = "The upstream refused the request (upstream_rejected, the upstream's status)", body = ErrorEnvelope),
@@ -59,7 +59,8 @@ pub async fn completions(
     })
 }
 
-/// The models this gateway routes (API key with `ai_gateway`).
+/// The models this gateway routes that the key may call (API key with `ai_gateway`; only
+/// those its `allowed_models` match).
 #[utoipa::path(get, path = "/api/v1/ai/models", tag = "ai", security(("api_key" = [])),
     responses((status = 200, body = ModelList), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         ServerErrors))]
@@ -72,7 +73,7 @@ pub async fn models(
     caller.authorize(Operation::ChatCompletion)?;
     let data = state
         .gateway
-        .models()
+        .models_for(&caller)
         .into_iter()
         .map(|id| ModelDto { id, object: "model".to_owned(), owned_by: "aigw".to_owned() })
         .collect();

@@ -51,8 +51,17 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     .app_data(LimitedBy(Policy::Account)),
             )
             .service(
-                one("/auth/api-keys/{id}", &["DELETE"], web::delete().to(api_keys::delete))
+                one("/auth/api-keys/{id}/rotate", &["POST"], web::post().to(api_keys::rotate))
                     .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                web::resource("/auth/api-keys/{id}")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::delete().to(api_keys::delete))
+                    .route(web::patch().to(api_keys::update))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["DELETE", "PATCH"])
+                    })),
             )
             .service(
                 web::resource("/ai/chat/completions")

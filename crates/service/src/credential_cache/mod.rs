@@ -39,7 +39,7 @@ use crate::error::ServiceError;
 use crate::views::UserView;
 use aigw_domain::{CredentialChangeKind, PermissionSet};
 use aigw_persistence::changes::{self, ChangeRow};
-use aigw_persistence::models::ApiKeyRow;
+use aigw_persistence::models::{ApiKeyPolicy, ApiKeyRow};
 use aigw_persistence::{api_keys, sessions, users, DbConnection};
 use chrono::{DateTime, Utc};
 use entries::{Entries, Subject};
@@ -60,14 +60,27 @@ pub(crate) struct CachedKey {
     pub(crate) permissions: PermissionSet,
     pub(crate) expires_at: Option<DateTime<Utc>>,
     pub(crate) revoked: bool,
+    /// Set when the digest looked up is the secret a rotation replaced: when it stops working.
+    pub(crate) replaced_until: Option<DateTime<Utc>>,
+    /// The key's models, budget and rate limits (issue 9).
+    pub(crate) policy: Arc<ApiKeyPolicy>,
     /// Unix seconds of the last use noted for `last_used_at` by this node (0: none).
     last_use_noted: AtomicI64,
 }
 
 impl CachedKey {
-    fn from_row(row: ApiKeyRow) -> Self {
+    /// The key of `row`, as found by digest `digest` (its current or its replaced secret).
+    fn from_row(row: ApiKeyRow, digest: &str) -> Self {
         let noted = row.last_used_at.map_or(0, |t| t.timestamp());
+        let replaced_until = if row.key_hash == digest {
+            None
+        } else {
+            // No expiry stored with a previous digest cannot happen; treat it as expired.
+            Some(row.previous_key_expires_at.unwrap_or(DateTime::<Utc>::MIN_UTC))
+        };
         Self {
+            replaced_until,
+            policy: Arc::new(row.policy),
             key_id: row.id,
             user_id: row.user_id,
             permissions: row.permissions,
@@ -226,7 +239,7 @@ impl CredentialCache {
         let (loaded_at, loaded) = (inner.position(), Instant::now());
         let wanted = digest.to_owned();
         let row = inner.db.run(move |conn| Ok(api_keys::find_by_hash(conn, &wanted)?)).await?;
-        let value = row.map(CachedKey::from_row);
+        let value = row.map(|row| CachedKey::from_row(row, digest));
         Ok(if trusted {
             inner.keys.insert(digest.to_owned(), value, loaded_at, loaded)
         } else {

@@ -20,6 +20,7 @@ use super::recorder::RecorderHandle;
 use super::sse::MeteredStream;
 use super::tokens;
 use crate::auth::Principal;
+use crate::budget::Reservation;
 use crate::chat_request::ChatRequestSummary;
 use crate::error::ServiceError;
 use crate::gateway::ChatReply;
@@ -61,6 +62,8 @@ pub(crate) struct Pending {
     /// The request body as the caller sent it (for a prompt estimate).
     pub(crate) request: Bytes,
     pub(crate) observed: Observed,
+    /// The call's budget reservation, settled to the record's cost (issue 9).
+    pub(crate) reservation: Option<Reservation>,
 }
 
 /// The `usage` object of an OpenAI answer or chunk.
@@ -107,7 +110,8 @@ impl Pending {
     /// A failure before any answer (`upstream_error`) counts no tokens: nothing was generated.
     /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
     /// what was streamed so far, estimated.
-    pub(crate) fn into_record(self, prices: &PriceTable) -> UsageRecord {
+    pub(crate) fn into_record(mut self, prices: &PriceTable) -> UsageRecord {
+        let reservation = self.reservation.take();
         let encoding = tokens::encoding_for_model(&self.model);
         let prompt_estimate = || {
             serde_json::from_slice::<Value>(&self.request)
@@ -141,6 +145,10 @@ impl Pending {
             Observed::Nothing => (TokenUsage::new(prompt_estimate(), 0), true),
         };
         let price = prices.get(&self.model);
+        let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
+        if let Some(reservation) = reservation {
+            reservation.settle(cost_micros);
+        }
         UsageRecord {
             request_id: self.request_id,
             api_key_id: self.api_key_id,
@@ -151,7 +159,7 @@ impl Pending {
             outcome: self.outcome,
             tokens: usage,
             estimated,
-            cost_micros: price.map_or(0, |p| p.cost_micros(&usage)),
+            cost_micros,
             priced: price.is_some(),
             latency_ms: self.latency_ms,
             started_at: self.started_at,
@@ -198,6 +206,7 @@ impl Meter {
                 latency_ms: 0,
                 request: request.clone(),
                 observed: Observed::Nothing,
+                reservation: None,
             }),
             started: Instant::now(),
             caller_wants_usage: false,
@@ -257,6 +266,14 @@ impl CallMeter {
         match serde_json::to_vec(&changed) {
             Ok(bytes) => (Bytes::from(bytes), true),
             Err(_) => (body, false),
+        }
+    }
+
+    /// Hands the call's budget reservation to the meter: it is settled to the call's real
+    /// cost when the call is recorded.
+    pub fn hold(&mut self, reservation: Option<Reservation>) {
+        if let Some(pending) = self.pending.as_mut() {
+            pending.reservation = reservation;
         }
     }
 

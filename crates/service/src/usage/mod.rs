@@ -288,6 +288,48 @@ impl UsageService {
         Ok(rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect())
     }
 
+    /// What each of `keys` has spent in its current budget period, in micro-USD, by key id
+    /// (keys without spend are absent), from the daily rollups: since the period's first UTC
+    /// day, or ever for `total` and keys without a period. At most one query per distinct
+    /// period start (four at most).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn period_spend(
+        &self,
+        user_id: &str,
+        keys: &[crate::views::ApiKeyView],
+    ) -> Result<HashMap<String, i64>, ServiceError> {
+        let now = aigw_domain::time::now();
+        let ever = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+        let mut by_start: HashMap<chrono::NaiveDate, Vec<String>> = HashMap::new();
+        for key in keys {
+            let start = key.policy.budget_period.and_then(|p| p.start_day(now)).unwrap_or(ever);
+            by_start.entry(start).or_default().push(key.id.clone());
+        }
+        let (user_id, today, single) =
+            (user_id.to_owned(), now.date_naive(), (keys.len() == 1).then(|| keys[0].id.clone()));
+        self.db
+            .run(move |conn| {
+                let mut spend = HashMap::new();
+                for (from, ids) in by_start {
+                    let rows = ledger::summary(
+                        conn,
+                        &user_id,
+                        from,
+                        today,
+                        single.as_deref(),
+                        UsageGroup::ApiKey,
+                    )?;
+                    for row in rows.into_iter().filter(|r| ids.contains(&r.group)) {
+                        spend.insert(row.group, row.cost_micros);
+                    }
+                }
+                Ok(spend)
+            })
+            .await
+    }
+
     /// The caller's usage records, newest first, a page at a time (`GET /usage/requests`).
     ///
     /// # Errors

@@ -1,0 +1,214 @@
+//! Issue 9, hard budgets: worst-case reservations that hold under concurrency, on one node and
+//! on two nodes sharing the database; the 429 `budget_exceeded` answer; settlement of JSON
+//! answers and of streams.
+
+use crate::common;
+
+use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
+use common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+backend_tests!(
+    fifty_concurrent_calls_spend_at_most_the_budget,
+    fifty_concurrent_calls_on_two_nodes_spend_at_most_the_budget,
+    an_exhausted_budget_answers_429_with_details_and_retry_after,
+    answers_and_streams_settle_to_their_real_cost,
+    patching_the_budget_takes_effect_at_once,
+);
+
+/// USD per million prompt tokens of `priced` (completions are free, so a call's worst case,
+/// its prompt, is exactly its real cost).
+const INPUT_PER_MILLION: f64 = 100.0;
+
+/// Providers: `priced` (prompt tokens cost [`INPUT_PER_MILLION`]) and `dear` (also
+/// completion tokens, at 1000 USD per million), both answered by the built-in echo.
+fn priced_providers(s: &mut aigw_http::settings::Settings) {
+    let price = |input: f64, output: f64| PriceConfig {
+        input_per_million: input,
+        output_per_million: output,
+    };
+    s.providers = vec![ProviderConfig {
+        name: "local".into(),
+        kind: ProviderKind::Echo,
+        base_url: None,
+        api_key: None,
+        models: vec!["priced".into(), "dear".into()],
+        prices: BTreeMap::from([
+            ("priced".to_owned(), price(INPUT_PER_MILLION, 0.0)),
+            ("dear".to_owned(), price(INPUT_PER_MILLION, 1000.0)),
+        ]),
+    }];
+    s.usage.flush_interval_ms = 20;
+}
+
+/// The cost of one `priced` call with `chat_body("priced", "hi")`, in USD, read from the
+/// echo's own `usage` (the same tokenizer count the reservation uses).
+async fn cost_of_one_call(app: &TestApp, token: &str) -> f64 {
+    let probe = app.key(token, &["ai_gateway"]).await;
+    let reply = app.chat(Auth::Bearer(&probe), &chat_body("priced", "hi")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let prompt = reply.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 0);
+    prompt as f64 * INPUT_PER_MILLION / 1_000_000.0
+}
+
+async fn budget_key(app: &TestApp, token: &str, usd: f64, period: &str) -> Value {
+    app.create_key_raw(
+        Auth::Bearer(token),
+        &json!({"name": "budget", "permissions": ["ai_gateway", "read"],
+                "max_budget_usd": usd, "budget_period": period}),
+    )
+    .await
+    .data(201)
+}
+
+/// Fires `n` calls at once, spread over `nodes`; returns how many got 200 and how many 429
+/// `budget_exceeded` (any other answer fails the test).
+async fn fire(nodes: &[&TestApp], key: &str, n: usize) -> (usize, usize) {
+    let calls = (0..n).map(|i| {
+        let node = nodes[i % nodes.len()];
+        let request = node
+            .request(reqwest::Method::POST, "/api/v1/ai/chat/completions", Auth::Bearer(key))
+            .json(&chat_body("priced", "hi"));
+        async move { node.send(request).await }
+    });
+    let replies = futures_util::future::join_all(calls).await;
+    let (mut ok, mut refused) = (0, 0);
+    for reply in replies {
+        match reply.status {
+            200 => ok += 1,
+            429 => {
+                reply.error(429, "budget_exceeded");
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {}", reply.text),
+        }
+    }
+    (ok, refused)
+}
+
+async fn fifty_concurrent_calls_spend_at_most_the_budget(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let user = app.new_user("budget50").await;
+    let cost = cost_of_one_call(&app, &user.token).await;
+    let made = budget_key(&app, &user.token, 10.0 * cost, "daily").await;
+    let (ok, refused) = fire(&[&app], made["key"].as_str().unwrap(), 50).await;
+    assert_eq!(ok, 10, "a budget for 10 calls let {ok} through");
+    assert_eq!(refused, 40);
+}
+
+async fn fifty_concurrent_calls_on_two_nodes_spend_at_most_the_budget(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let node_b = app.spawn_sibling(priced_providers).await;
+    let user = app.new_user("budgetnodes").await;
+    let cost = cost_of_one_call(&app, &user.token).await;
+    let made = budget_key(&app, &user.token, 10.0 * cost, "monthly").await;
+    let (ok, refused) = fire(&[&app, &node_b], made["key"].as_str().unwrap(), 50).await;
+    assert_eq!(ok, 10, "a budget for 10 calls let {ok} through on two nodes");
+    assert_eq!(refused, 40);
+}
+
+async fn an_exhausted_budget_answers_429_with_details_and_retry_after(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let user = app.new_user("budget429").await;
+    let cost = cost_of_one_call(&app, &user.token).await;
+    let made = budget_key(&app, &user.token, cost, "daily").await;
+    let key = made["key"].as_str().unwrap();
+    let first = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let refused = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    let error = refused.error(429, "budget_exceeded");
+    let details = &error["details"];
+    assert!((details["limit_usd"].as_f64().unwrap() - cost).abs() < 1e-9, "{error}");
+    assert!((details["spent_usd"].as_f64().unwrap() - cost).abs() < 1e-9, "{error}");
+    // `reset`: the next UTC midnight, and Retry-After the seconds until then.
+    let now = chrono::Utc::now();
+    let midnight = (now.date_naive() + chrono::Days::new(1)).and_hms_opt(0, 0, 0).unwrap();
+    assert_eq!(details["reset"], json!(midnight.and_utc().timestamp()), "{error}");
+    let retry: i64 = refused.header("retry-after").unwrap().parse().unwrap();
+    let expected = midnight.and_utc().timestamp() - now.timestamp();
+    assert!((retry - expected).abs() <= 2, "Retry-After {retry}, expected about {expected}");
+    // A `total` budget never resets: no `reset`, still a Retry-After.
+    let total = budget_key(&app, &user.token, 0.0, "total").await;
+    let refused =
+        app.chat(Auth::Bearer(total["key"].as_str().unwrap()), &chat_body("priced", "hi")).await;
+    let error = refused.error(429, "budget_exceeded");
+    assert!(error["details"].get("reset").is_none(), "{error}");
+    assert_eq!(error["details"]["limit_usd"], json!(0.0));
+    assert!(refused.header("retry-after").is_some());
+    // The key's spend shows in its key object once the ledger has it.
+    let id = made["id"].as_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let list = app.list_keys(Auth::Bearer(&user.token)).await.data(200);
+        let spent = list["api_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["id"] == json!(id))
+            .map(|k| k["spend_usd"].as_f64().unwrap())
+            .unwrap();
+        if (spent - cost).abs() < 1e-9 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "spend_usd stayed {spent}, expected {cost}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn answers_and_streams_settle_to_their_real_cost(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let user = app.new_user("settle").await;
+    // `dear` reserves its prompt plus 1000 completion tokens at 1000 USD per million (1 USD);
+    // the echo answers "hi" in a token or two. A budget of 1.5 USD fits one worst case at a
+    // time, and many real calls once each settles.
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "s", "permissions": ["ai_gateway"], "max_budget_usd": 1.5,
+                    "budget_period": "weekly"}),
+        )
+        .await
+        .data(201);
+    let key = made["key"].as_str().unwrap();
+    let mut body = chat_body("dear", "hi");
+    body["max_tokens"] = json!(1000);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    for (round, request) in [&body, &streamed, &body, &streamed].into_iter().enumerate() {
+        // Each call waits for the previous one's settlement (asynchronous, after the answer).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let reply = app.chat(Auth::Bearer(key), request).await;
+            if reply.status == 200 {
+                if request["stream"] == json!(true) {
+                    assert!(reply.text.contains("data: [DONE]"), "{}", reply.text);
+                }
+                break;
+            }
+            reply.error(429, "budget_exceeded");
+            assert!(Instant::now() < deadline, "call {round} never passed: no settlement");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Without max_tokens the worst case is the default cap (4096 tokens, 4 USD): refused.
+    let reply = app.chat(Auth::Bearer(key), &chat_body("dear", "hi")).await;
+    reply.error(429, "budget_exceeded");
+}
+
+async fn patching_the_budget_takes_effect_at_once(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let node_b = app.spawn_sibling(priced_providers).await;
+    let user = app.new_user("budgetpatch").await;
+    let made = budget_key(&app, &user.token, 0.0, "daily").await;
+    let (id, key) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
+    node_b.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await.error(429, "budget_exceeded");
+    app.patch_key(Auth::Bearer(&user.token), id, &json!({"max_budget_usd": 100})).await.data(200);
+    let reply = node_b.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    app.patch_key(Auth::Bearer(&user.token), id, &json!({"max_budget_usd": null})).await.data(200);
+    let reply = node_b.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+}

@@ -1,0 +1,134 @@
+//! Budget counters (`key_budget_periods`, issue 9): per API key and budget period, the
+//! micro-USD committed, i.e. settled spend plus the worst-case cost of calls still running.
+//!
+//! A reservation is one conditional `UPDATE … SET committed = committed + cost WHERE
+//! committed + cost <= limit`: the database evaluates the condition and the increment under
+//! the row's write lock (PostgreSQL re-checks the `WHERE` on the locked row version; SQLite
+//! has one writer), so concurrent calls on any number of nodes sharing the database can never
+//! commit more than the limit together.
+
+use crate::error::PersistenceError;
+use crate::pool::DbConnection;
+use crate::schema::{key_budget_periods as b, usage_daily};
+use diesel::dsl::sql;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+
+/// The outcome of [`reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// Reserved; micro-USD committed now, this reservation included.
+    Yes(i64),
+    /// Refused: the reservation would pass the limit; micro-USD committed now.
+    No(i64),
+    /// The period has no counter yet: call [`open_period`] and retry.
+    NoCounter,
+}
+
+/// Reserves `cost` micro-USD of key `key_id`'s `period` against `limit`.
+///
+/// # Errors
+/// On database failure.
+pub fn reserve(
+    conn: &mut DbConnection,
+    key_id: &str,
+    period: &str,
+    cost: i64,
+    limit: i64,
+) -> Result<Reserved, PersistenceError> {
+    let filter = b::table.filter(b::api_key_id.eq(key_id)).filter(b::period.eq(period));
+    let changed = diesel::update(filter.filter(b::committed_micros.le(limit - cost)))
+        .set(b::committed_micros.eq(b::committed_micros + cost))
+        .execute(conn)?;
+    let committed: Option<i64> = filter.select(b::committed_micros).first(conn).optional()?;
+    Ok(match (changed, committed) {
+        (1, Some(now)) => Reserved::Yes(now),
+        (_, Some(now)) => Reserved::No(now),
+        (_, None) => Reserved::NoCounter,
+    })
+}
+
+/// Creates the counter of key `key_id`'s `period` at `initial` micro-USD, unless another
+/// caller created it first (then it is left alone).
+///
+/// # Errors
+/// On database failure.
+pub fn open_period(
+    conn: &mut DbConnection,
+    key_id: &str,
+    period: &str,
+    initial: i64,
+) -> Result<(), PersistenceError> {
+    let row = (b::api_key_id.eq(key_id), b::period.eq(period), b::committed_micros.eq(initial));
+    match conn {
+        DbConnection::Postgres(c) => {
+            diesel::insert_into(b::table).values(row).on_conflict_do_nothing().execute(c)?
+        }
+        DbConnection::Sqlite(c) => {
+            diesel::insert_into(b::table).values(row).on_conflict_do_nothing().execute(c)?
+        }
+    };
+    Ok(())
+}
+
+/// Adds `delta` micro-USD (negative: a reservation settled below its worst case) to the
+/// counter of key `key_id`'s `period`, never below 0. A missing counter is left missing.
+///
+/// # Errors
+/// On database failure.
+pub fn settle(
+    conn: &mut DbConnection,
+    key_id: &str,
+    period: &str,
+    delta: i64,
+) -> Result<(), PersistenceError> {
+    if delta == 0 {
+        return Ok(());
+    }
+    let filter = b::table.filter(b::api_key_id.eq(key_id)).filter(b::period.eq(period));
+    if delta > 0 {
+        diesel::update(filter)
+            .set(b::committed_micros.eq(b::committed_micros + delta))
+            .execute(conn)?;
+    } else {
+        // committed = max(committed + delta, 0), portable to both backends: the clamp first,
+        // so that the subtraction cannot be clamped a second time.
+        let clamped = diesel::update(filter.filter(b::committed_micros.lt(-delta)))
+            .set(b::committed_micros.eq(0_i64))
+            .execute(conn)?;
+        if clamped == 0 {
+            diesel::update(filter.filter(b::committed_micros.ge(-delta)))
+                .set(b::committed_micros.eq(b::committed_micros + delta))
+                .execute(conn)?;
+        }
+    }
+    Ok(())
+}
+
+/// What key `key_id` has spent from UTC day `from` (`YYYY-MM-DD`, inclusive) on, in
+/// micro-USD, from the daily rollups.
+///
+/// # Errors
+/// On database failure.
+pub fn ledger_spend_since(
+    conn: &mut DbConnection,
+    key_id: &str,
+    from: &str,
+) -> Result<i64, PersistenceError> {
+    let spent: Option<i64> = usage_daily::table
+        .filter(usage_daily::api_key_id.eq(key_id))
+        .filter(usage_daily::day.ge(from))
+        .select(sql::<diesel::sql_types::Nullable<BigInt>>("CAST(SUM(cost_micros) AS BIGINT)"))
+        .first(conn)?;
+    Ok(spent.unwrap_or(0))
+}
+
+/// Drops every counter of key `key_id` (its budget or period changed, or it was deleted): the
+/// next reservation reopens the period from the ledger.
+///
+/// # Errors
+/// On database failure.
+pub fn forget(conn: &mut DbConnection, key_id: &str) -> Result<(), PersistenceError> {
+    diesel::delete(b::table.filter(b::api_key_id.eq(key_id))).execute(conn)?;
+    Ok(())
+}

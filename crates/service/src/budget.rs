@@ -1,0 +1,197 @@
+//! Hard budgets per API key (issue 9): before a call is forwarded, its worst-case cost is
+//! reserved atomically against what is left of the key's budget for the current period; after
+//! the answer the reservation settles to the real cost (docs/budgets.md).
+//!
+//! - **Worst case**: the prompt's tokens (counted with the model's tokenizer, as the ledger
+//!   estimates them) plus `max_completion_tokens` / `max_tokens`, or
+//!   [`DEFAULT_COMPLETION_CAP`] when the request sets neither, at the model's price. An
+//!   unpriced model costs 0 (it still cannot pass an exhausted budget).
+//! - **Atomicity**: one conditional `UPDATE` of the key's counter row in the database
+//!   (`aigw_persistence::budgets`), shared by every node of the cluster; no lock is held
+//!   while the call runs.
+//! - **Settlement**: when the usage recorder turns the call into its ledger record (answer
+//!   done, stream ended, failure or cancellation), the difference between the real cost and the
+//!   reservation is added to the counter, off the request path.
+
+use crate::auth::Principal;
+use crate::db::Db;
+use crate::error::ServiceError;
+use crate::usage::prices::PriceTable;
+use crate::usage::tokens;
+use aigw_domain::usage::TokenUsage;
+use aigw_domain::BudgetPeriod;
+use aigw_persistence::budgets::{self, Reserved};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Completion tokens assumed for a request that sets no `max_tokens`.
+pub const DEFAULT_COMPLETION_CAP: u64 = 4096;
+
+/// The counter period of `period` at `now`: the first UTC day (`YYYY-MM-DD`), or `total`.
+fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
+    match period.start_day(now) {
+        Some(day) => day.format("%Y-%m-%d").to_string(),
+        None => "total".to_owned(),
+    }
+}
+
+/// The completion caps a chat request may set (every other field is skipped).
+#[derive(Debug, Deserialize)]
+struct Caps {
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+}
+
+/// The worst-case token use of the chat request `body` for `model`.
+pub(crate) fn worst_case_tokens(model: &str, body: &[u8]) -> TokenUsage {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let prompt = tokens::count_prompt(tokens::encoding_for_model(model), &parsed);
+    let caps = serde_json::from_value::<Caps>(parsed).ok();
+    let completion = caps
+        .and_then(|c| c.max_completion_tokens.or(c.max_tokens))
+        .unwrap_or(DEFAULT_COMPLETION_CAP);
+    TokenUsage::new(prompt, completion)
+}
+
+/// The budget guard of a node (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    db: Db,
+    prices: PriceTable,
+}
+
+/// A reservation of a call's worst-case cost; settled by [`Reservation::settle`] (a dropped
+/// reservation stays charged at its worst case).
+#[derive(Debug)]
+pub struct Reservation {
+    db: Db,
+    key_id: String,
+    period: String,
+    reserved_micros: i64,
+}
+
+impl Reservation {
+    /// Settles to the real cost `cost_micros`, in the background (never blocks the caller).
+    pub(crate) fn settle(self, cost_micros: u64) {
+        let delta = i64::try_from(cost_micros).unwrap_or(i64::MAX) - self.reserved_micros;
+        if delta == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Reservation { db, key_id, period, .. } = self;
+        runtime.spawn(async move {
+            let settled =
+                db.run(move |conn| Ok(budgets::settle(conn, &key_id, &period, delta)?)).await;
+            if let Err(e) = settled {
+                tracing::warn!(error = %e, "budget settlement failed; the reservation stays charged");
+            }
+        });
+    }
+}
+
+impl Budgets {
+    /// A guard over `db`, pricing calls with `prices`.
+    pub fn new(db: Db, prices: PriceTable) -> Self {
+        Self { db, prices }
+    }
+
+    /// Reserves the worst-case cost of `principal`'s call of `model` with request `body`, when
+    /// the key has a budget (`None`: no budget, nothing reserved).
+    ///
+    /// # Errors
+    /// [`ServiceError::BudgetExceeded`] when the reservation would pass the budget;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn reserve(
+        &self,
+        principal: &Principal,
+        model: &str,
+        body: &[u8],
+    ) -> Result<Option<Reservation>, ServiceError> {
+        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
+        else {
+            return Ok(None);
+        };
+        let Some(limit) = policy.max_budget_micros else {
+            return Ok(None);
+        };
+        let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
+        let now = aigw_domain::time::now();
+        let cost =
+            self.prices.get(model).map_or(0, |p| p.cost_micros(&worst_case_tokens(model, body)));
+        let cost = i64::try_from(cost).unwrap_or(i64::MAX);
+        let period = period_name(budget_period, now);
+        let from = budget_period
+            .start_day(now)
+            .map_or_else(|| "0000-00-00".to_owned(), |d| d.format("%Y-%m-%d").to_string());
+        let (key, name) = (key_id.clone(), period.clone());
+        let outcome = self
+            .db
+            .run(move |conn| {
+                let mut outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
+                if outcome == Reserved::NoCounter {
+                    let spent = budgets::ledger_spend_since(conn, &key, &from)?;
+                    budgets::open_period(conn, &key, &name, spent)?;
+                    outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
+                }
+                Ok(outcome)
+            })
+            .await?;
+        match outcome {
+            Reserved::Yes(_) => Ok(Some(Reservation {
+                db: self.db.clone(),
+                key_id: key_id.clone(),
+                period,
+                reserved_micros: cost,
+            })),
+            Reserved::No(spent) => {
+                let reset = budget_period.reset_at(now);
+                // Seconds until the period ends; a `total` budget never resets: a day.
+                let retry_after_secs = reset
+                    .map_or(86_400, |r| u64::try_from((r - now).num_seconds()).unwrap_or(1))
+                    .max(1);
+                Err(ServiceError::BudgetExceeded {
+                    limit_micros: limit,
+                    spent_micros: spent,
+                    reset: reset.map(|r| r.timestamp()),
+                    retry_after_secs,
+                })
+            }
+            // Created just before and never deleted meanwhile but by a concurrent PATCH.
+            Reserved::NoCounter => {
+                Err(ServiceError::Unavailable("the budget counter vanished; retry".to_owned()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_case_counts_the_prompt_and_the_cap() {
+        let body =
+            br#"{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":7}"#;
+        let worst = worst_case_tokens("m", body);
+        assert!(worst.prompt_tokens > 2, "{worst:?}");
+        assert_eq!(worst.completion_tokens, 7);
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":7,"max_completion_tokens":9}"#;
+        assert_eq!(worst_case_tokens("m", body).completion_tokens, 9);
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
+        assert_eq!(worst_case_tokens("m", body).completion_tokens, DEFAULT_COMPLETION_CAP);
+    }
+
+    #[test]
+    fn counter_periods_are_named_by_their_first_day() {
+        let now = DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        assert_eq!(period_name(BudgetPeriod::Daily, now), "2026-11-22");
+        assert_eq!(period_name(BudgetPeriod::Weekly, now), "2026-11-16");
+        assert_eq!(period_name(BudgetPeriod::Monthly, now), "2026-11-01");
+        assert_eq!(period_name(BudgetPeriod::Total, now), "total");
+    }
+}

@@ -1,0 +1,12 @@
+DROP TABLE key_rate_windows;
+DROP TABLE key_budget_periods;
+DROP INDEX api_keys_previous_key_hash_idx;
+ALTER TABLE api_keys DROP COLUMN rotated_at;
+ALTER TABLE api_keys DROP COLUMN previous_key_expires_at;
+ALTER TABLE api_keys DROP COLUMN previous_key_hash;
+ALTER TABLE api_keys DROP COLUMN metadata;
+ALTER TABLE api_keys DROP COLUMN tpm_limit;
+ALTER TABLE api_keys DROP COLUMN rpm_limit;
+ALTER TABLE api_keys DROP COLUMN budget_period;
+ALTER TABLE api_keys DROP COLUMN max_budget_micros;
+ALTER TABLE api_keys DROP COLUMN allowed_models;
