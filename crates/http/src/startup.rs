@@ -129,14 +129,16 @@ impl Application {
             &settings.providers,
             &settings.server.data_dir,
         )?;
-        // Keys' budgets: worst-case reservations against counters in the database (issue 9).
+        // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
+        // database, shared by every node (issue 9, docs/budgets.md).
         let budgets = aigw_service::budget::Budgets::new(
-            db,
+            db.clone(),
             aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
         );
+        let key_rates = aigw_service::key_rates::KeyRates::new(db);
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())
-            .with_budgets(budgets);
+            .with_key_limits(budgets, key_rates);
         let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
         let state =
             web::Data::new(AppState { auth, gateway, limits, idempotency, usage: usage.clone() });

@@ -65,6 +65,11 @@ pub fn admit(
                     .execute(c)?,
             };
             admitted = try_admit(conn)? == 1;
+            // Once per key and minute: forget the key's earlier windows.
+            diesel::delete(
+                w::table.filter(w::api_key_id.eq(key_id)).filter(w::window_start.lt(window_start)),
+            )
+            .execute(conn)?;
         }
     }
     let (requests, tokens) = row

@@ -21,6 +21,7 @@ use crate::usage::tokens;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::BudgetPeriod;
 use aigw_persistence::budgets::{self, Reserved};
+use aigw_persistence::PersistenceError;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
@@ -71,24 +72,32 @@ pub struct Reservation {
     reserved_micros: i64,
 }
 
+/// Runs `write` (a settlement) on the database in the background, logging a failure: the
+/// reservation then stays counted at its worst case. Nothing runs outside a tokio runtime.
+pub(crate) fn settle_in_background<F>(db: Db, what: &'static str, write: F)
+where
+    F: FnOnce(&mut aigw_persistence::DbConnection) -> Result<(), PersistenceError> + Send + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        if let Err(e) = db.run(move |conn| Ok(write(conn)?)).await {
+            tracing::warn!(error = %e, what, "settlement failed; the reservation stays counted");
+        }
+    });
+}
+
 impl Reservation {
     /// Settles to the real cost `cost_micros`, in the background (never blocks the caller).
     pub(crate) fn settle(self, cost_micros: u64) {
         let delta = i64::try_from(cost_micros).unwrap_or(i64::MAX) - self.reserved_micros;
-        if delta == 0 {
-            return;
+        if delta != 0 {
+            let Reservation { db, key_id, period, .. } = self;
+            settle_in_background(db, "budget", move |conn| {
+                budgets::settle(conn, &key_id, &period, delta)
+            });
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Reservation { db, key_id, period, .. } = self;
-        runtime.spawn(async move {
-            let settled =
-                db.run(move |conn| Ok(budgets::settle(conn, &key_id, &period, delta)?)).await;
-            if let Err(e) = settled {
-                tracing::warn!(error = %e, "budget settlement failed; the reservation stays charged");
-            }
-        });
     }
 }
 

@@ -26,6 +26,7 @@ use crate::auth::Principal;
 use crate::budget::Budgets;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
+use crate::key_rates::{KeyRates, RateStatus};
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
 use aigw_domain::access::Operation;
@@ -92,6 +93,7 @@ pub struct Gateway {
     max_response_bytes: usize,
     meter: Option<Meter>,
     budgets: Option<Budgets>,
+    key_rates: Option<KeyRates>,
 }
 
 impl Gateway {
@@ -163,6 +165,7 @@ impl Gateway {
             max_response_bytes: config.max_response_bytes.max(1),
             meter: None,
             budgets: None,
+            key_rates: None,
         })
     }
 
@@ -172,9 +175,11 @@ impl Gateway {
         self
     }
 
-    /// Enforces keys' budgets with `budgets` (issue 9).
-    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+    /// Enforces keys' budgets with `budgets` and their `rpm_limit` / `tpm_limit` with
+    /// `key_rates` (issue 9).
+    pub fn with_key_limits(mut self, budgets: Budgets, key_rates: KeyRates) -> Self {
         self.budgets = Some(budgets);
+        self.key_rates = Some(key_rates);
         self
     }
 
@@ -198,6 +203,23 @@ impl Gateway {
         request_id: &str,
         body: Bytes,
     ) -> Result<ChatReply, ServiceError> {
+        Ok(self.chat_completion_limited(principal, request_id, body).await?.0)
+    }
+
+    /// [`Gateway::chat_completion`], with where the key stands against its own
+    /// `rpm_limit` / `tpm_limit` after the call was admitted (`None`: the key has none), for
+    /// the `x-ratelimit-*` headers.
+    ///
+    /// # Errors
+    /// As [`Gateway::chat_completion`]; [`ServiceError::BudgetExceeded`] when the key's
+    /// budget cannot take the call's worst case; [`ServiceError::RateLimited`] when its
+    /// `rpm_limit` or `tpm_limit` cannot.
+    pub async fn chat_completion_limited(
+        &self,
+        principal: &Principal,
+        request_id: &str,
+        body: Bytes,
+    ) -> Result<(ChatReply, Option<RateStatus>), ServiceError> {
         principal.authorize(Operation::ChatCompletion)?;
         let summary = validate_chat_request(&body)?;
         principal.authorize_model(&summary.model)?;
@@ -205,6 +227,13 @@ impl Gateway {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
+        let (status, tokens_reserved) = match &self.key_rates {
+            Some(rates) => match rates.admit(principal, &summary.model, &body).await? {
+                Some((status, reserved)) => (Some(status), reserved),
+                None => (None, None),
+            },
+            None => (None, None),
+        };
         let reservation = match &self.budgets {
             Some(budgets) => budgets.reserve(principal, &summary.model, &body).await?,
             None => None,
@@ -215,7 +244,7 @@ impl Gateway {
         });
         // Without metering there is no real cost: the reservation stays charged.
         if let Some(call) = call.as_mut() {
-            call.hold(reservation);
+            call.hold(reservation, tokens_reserved);
         }
         let (body, include_usage) = match call.as_mut() {
             Some(call) => call.upstream_body(body, &summary),
@@ -227,10 +256,11 @@ impl Gateway {
                 .map_err(|_| FieldError::new("body", "is not valid JSON").into()),
             ProviderKind::Openai => self.forward(provider.clone(), body, summary.stream).await,
         };
-        match call {
+        let reply = match call {
             Some(call) => call.finish(reply),
             None => reply,
-        }
+        };
+        Ok((reply?, status))
     }
 
     async fn forward(

@@ -23,6 +23,7 @@ pub mod error;
 pub mod gateway;
 pub mod idempotency;
 pub mod key_policy;
+pub mod key_rates;
 pub mod password;
 pub mod rate_limit;
 pub mod seal;

@@ -14,6 +14,10 @@ use futures_util::StreamExt;
 
 /// Chat completion (API key with `ai_gateway`). The body is forwarded to the model's provider
 /// and its answer returned unchanged (no envelope); `"stream": true` answers server-sent events.
+/// A key's own limits (issue 9): a model outside `allowed_models` is 403; a spent
+/// `max_budget_usd` is 429 `budget_exceeded` (`limit_usd`, `spent_usd`, `reset`), an exhausted
+/// `rpm_limit` / `tpm_limit` 429 `rate_limit_exceeded`, both with `Retry-After`; answers of
+/// keys with `rpm_limit` / `tpm_limit` carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
 #[utoipa::path(post, path = "/api/v1/ai/chat/completions", tag = "ai", request_body = ChatCompletionRequest,
     security(("api_key" = [])),
     responses(
@@ -41,16 +45,23 @@ pub async fn completions(
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
     let request_id = crate::error::current_request_id();
-    let reply = state.gateway.chat_completion(&caller, &request_id, body).await?;
+    let (reply, limits) = state.gateway.chat_completion_limited(&caller, &request_id, body).await?;
+    // A key with its own rpm_limit / tpm_limit: OpenAI's x-ratelimit-* headers (issue 9).
+    let with_limits = |status: u16| {
+        let mut builder =
+            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
+        for (name, value) in limits.iter().flat_map(|l| l.headers()) {
+            builder.insert_header((name, value));
+        }
+        builder
+    };
     Ok(match reply {
         ChatReply::Json { status, body } => {
-            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
-                .content_type("application/json")
-                .body(body)
+            with_limits(status).content_type("application/json").body(body)
         }
         ChatReply::Stream { status, content_type, body } => {
             let body = body.map(|chunk| chunk.map_err(|e| std::io::Error::other(e.to_string())));
-            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+            with_limits(status)
                 .content_type(content_type)
                 .insert_header(("cache-control", "no-cache"))
                 .insert_header(("x-accel-buffering", "no"))

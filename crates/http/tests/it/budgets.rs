@@ -1,6 +1,8 @@
 //! Issue 9, hard budgets: worst-case reservations that hold under concurrency, on one node and
 //! on two nodes sharing the database; the 429 `budget_exceeded` answer; settlement of JSON
-//! answers and of streams.
+//! answers and of streams. And a key's own `rpm_limit` / `tpm_limit` across nodes, with
+//! OpenAI's `x-ratelimit-*` headers (the test apps run with `rate_limit.enabled = false`: a
+//! key's limits hold regardless).
 
 use crate::common;
 
@@ -16,6 +18,8 @@ backend_tests!(
     an_exhausted_budget_answers_429_with_details_and_retry_after,
     answers_and_streams_settle_to_their_real_cost,
     patching_the_budget_takes_effect_at_once,
+    rpm_limit_holds_across_nodes_with_openai_headers,
+    tpm_limit_reserves_worst_case_tokens_and_settles,
 );
 
 /// USD per million prompt tokens of `priced` (completions are free, so a call's worst case,
@@ -211,4 +215,100 @@ async fn patching_the_budget_takes_effect_at_once(backend: Backend) {
     app.patch_key(Auth::Bearer(&user.token), id, &json!({"max_budget_usd": null})).await.data(200);
     let reply = node_b.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
+}
+
+/// Waits until at least 15 s are left in the current UTC minute (the limits count per minute),
+/// so that a test's calls fall into one window.
+async fn early_in_a_minute() {
+    let second = chrono::Utc::now().timestamp().rem_euclid(60);
+    if second > 45 {
+        tokio::time::sleep(Duration::from_secs(u64::try_from(61 - second).unwrap())).await;
+    }
+}
+
+fn header_i64(reply: &Reply, name: &str) -> i64 {
+    reply.header(name).unwrap_or_else(|| panic!("no {name}: {:?}", reply.headers)).parse().unwrap()
+}
+
+async fn rpm_limit_holds_across_nodes_with_openai_headers(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let node_b = app.spawn_sibling(priced_providers).await;
+    let user = app.new_user("rpm").await;
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "rpm", "permissions": ["ai_gateway"], "rpm_limit": 4}),
+        )
+        .await
+        .data(201);
+    let key = made["key"].as_str().unwrap();
+    early_in_a_minute().await;
+    for (i, node) in [&app, &node_b, &app, &node_b].into_iter().enumerate() {
+        let reply = node.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(header_i64(&reply, "x-ratelimit-limit-requests"), 4);
+        assert_eq!(header_i64(&reply, "x-ratelimit-remaining-requests"), 3 - i as i64);
+        let reset = reply.header("x-ratelimit-reset-requests").unwrap();
+        let secs: i64 = reset.strip_suffix('s').unwrap().parse().unwrap();
+        assert!((1..=60).contains(&secs), "reset {reset}");
+        // No token limit: no token headers.
+        assert!(reply.header("x-ratelimit-limit-tokens").is_none());
+    }
+    for node in [&app, &node_b] {
+        let refused = node.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+        let error = refused.error(429, "rate_limit_exceeded");
+        assert_eq!(error["details"]["limit"], json!(4), "{error}");
+        assert_eq!(error["details"]["remaining"], json!(0), "{error}");
+        let reset = error["details"]["reset"].as_i64().unwrap();
+        assert_eq!(reset % 60, 0, "reset is the end of the minute: {error}");
+        assert!(refused.header("retry-after").is_some());
+    }
+    // A key without limits carries no x-ratelimit headers.
+    let open = app.key(&user.token, &["ai_gateway"]).await;
+    let reply = app.chat(Auth::Bearer(&open), &chat_body("priced", "hi")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(reply.header("x-ratelimit-limit-requests").is_none());
+}
+
+async fn tpm_limit_reserves_worst_case_tokens_and_settles(backend: Backend) {
+    let app = spawn_app_with(backend, priced_providers).await;
+    let user = app.new_user("tpm").await;
+    // The prompt's tokens, as the echo (and the reservation) count them.
+    let probe = app.key(&user.token, &["ai_gateway"]).await;
+    let reply = app.chat(Auth::Bearer(&probe), &chat_body("priced", "hi")).await;
+    let prompt = reply.json()["usage"]["prompt_tokens"].as_i64().unwrap();
+    let tpm = prompt + 40;
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "tpm", "permissions": ["ai_gateway"], "tpm_limit": tpm}),
+        )
+        .await
+        .data(201);
+    let key = made["key"].as_str().unwrap();
+    let mut big = chat_body("priced", "hi");
+    big["max_tokens"] = json!(35);
+    early_in_a_minute().await;
+    let first = app.chat(Auth::Bearer(key), &big).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(header_i64(&first, "x-ratelimit-limit-tokens"), tpm);
+    assert_eq!(header_i64(&first, "x-ratelimit-remaining-tokens"), tpm - prompt - 35);
+    assert!(first.header("x-ratelimit-limit-requests").is_none());
+    // The same worst case again does not fit, settled or not (the first used a few tokens).
+    let refused = app.chat(Auth::Bearer(key), &big).await;
+    let error = refused.error(429, "rate_limit_exceeded");
+    assert_eq!(error["details"]["limit"], json!(tpm), "{error}");
+    // A smaller call fits once the first has settled to its real tokens.
+    let mut small = chat_body("priced", "hi");
+    small["max_tokens"] = json!(20);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reply = app.chat(Auth::Bearer(key), &small).await;
+        if reply.status == 200 {
+            break;
+        }
+        reply.error(429, "rate_limit_exceeded");
+        assert!(Instant::now() < deadline, "the first call never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -24,6 +24,7 @@ use crate::budget::Reservation;
 use crate::chat_request::ChatRequestSummary;
 use crate::error::ServiceError;
 use crate::gateway::ChatReply;
+use crate::key_rates::TokenReservation;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -64,6 +65,8 @@ pub(crate) struct Pending {
     pub(crate) observed: Observed,
     /// The call's budget reservation, settled to the record's cost (issue 9).
     pub(crate) reservation: Option<Reservation>,
+    /// The call's `tpm_limit` reservation, settled to the record's total tokens (issue 9).
+    pub(crate) tokens_reserved: Option<TokenReservation>,
 }
 
 /// The `usage` object of an OpenAI answer or chunk.
@@ -112,6 +115,7 @@ impl Pending {
     /// what was streamed so far, estimated.
     pub(crate) fn into_record(mut self, prices: &PriceTable) -> UsageRecord {
         let reservation = self.reservation.take();
+        let tokens_reserved = self.tokens_reserved.take();
         let encoding = tokens::encoding_for_model(&self.model);
         let prompt_estimate = || {
             serde_json::from_slice::<Value>(&self.request)
@@ -148,6 +152,9 @@ impl Pending {
         let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
         if let Some(reservation) = reservation {
             reservation.settle(cost_micros);
+        }
+        if let Some(reserved) = tokens_reserved {
+            reserved.settle(usage.total_tokens);
         }
         UsageRecord {
             request_id: self.request_id,
@@ -207,6 +214,7 @@ impl Meter {
                 request: request.clone(),
                 observed: Observed::Nothing,
                 reservation: None,
+                tokens_reserved: None,
             }),
             started: Instant::now(),
             caller_wants_usage: false,
@@ -269,11 +277,12 @@ impl CallMeter {
         }
     }
 
-    /// Hands the call's budget reservation to the meter: it is settled to the call's real
-    /// cost when the call is recorded.
-    pub fn hold(&mut self, reservation: Option<Reservation>) {
+    /// Hands the call's budget and token reservations to the meter: they settle to the
+    /// call's real cost and tokens when the call is recorded.
+    pub fn hold(&mut self, reservation: Option<Reservation>, tokens: Option<TokenReservation>) {
         if let Some(pending) = self.pending.as_mut() {
             pending.reservation = reservation;
+            pending.tokens_reserved = tokens;
         }
     }
 

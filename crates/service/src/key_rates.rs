@@ -1,0 +1,178 @@
+//! A key's own `rpm_limit` and `tpm_limit` (issue 9), across every node sharing the
+//! database, whatever `rate_limit.enabled` says: they are part of the key.
+//!
+//! Counters are fixed one-minute UTC windows (`aigw_persistence::key_rates`). A call is
+//! admitted by one conditional `UPDATE` that counts one request and the call's worst-case
+//! tokens (as for budgets: prompt plus `max_tokens` or the default cap) only if both stay
+//! within the limits; the tokens settle to the real count when the usage recorder records
+//! the call. Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
+
+use crate::auth::Principal;
+use crate::budget::{settle_in_background, worst_case_tokens};
+use crate::db::Db;
+use crate::error::ServiceError;
+use aigw_persistence::key_rates;
+
+/// Length of a counting window, in seconds.
+pub const WINDOW_SECS: i64 = 60;
+
+/// Where a key stands after an admitted call, for the `x-ratelimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateStatus {
+    /// `rpm_limit` and the requests left in the window, when the key has one.
+    pub requests: Option<(i64, i64)>,
+    /// `tpm_limit` and the tokens left in the window, when the key has one.
+    pub tokens: Option<(i64, i64)>,
+    /// Seconds until the window ends (both counters reset then).
+    pub reset_secs: i64,
+}
+
+impl RateStatus {
+    /// The headers OpenAI sends (`x-ratelimit-limit-requests`, `…-remaining-requests`,
+    /// `…-reset-requests`, and the same with `-tokens`), for the limits the key has. Resets
+    /// are durations as OpenAI writes them (`"37s"`).
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let reset = format!("{}s", self.reset_secs.max(0));
+        let mut out = Vec::with_capacity(6);
+        if let Some((limit, remaining)) = self.requests {
+            out.push(("x-ratelimit-limit-requests", limit.to_string()));
+            out.push(("x-ratelimit-remaining-requests", remaining.max(0).to_string()));
+            out.push(("x-ratelimit-reset-requests", reset.clone()));
+        }
+        if let Some((limit, remaining)) = self.tokens {
+            out.push(("x-ratelimit-limit-tokens", limit.to_string()));
+            out.push(("x-ratelimit-remaining-tokens", remaining.max(0).to_string()));
+            out.push(("x-ratelimit-reset-tokens", reset));
+        }
+        out
+    }
+}
+
+/// The tokens reserved by an admitted call; settled by [`TokenReservation::settle`] (a
+/// dropped one stays counted at its worst case).
+#[derive(Debug)]
+pub struct TokenReservation {
+    db: Db,
+    key_id: String,
+    window_start: i64,
+    reserved: i64,
+}
+
+impl TokenReservation {
+    /// Settles to the real `total_tokens`, in the background.
+    pub(crate) fn settle(self, total_tokens: u64) {
+        let delta = i64::try_from(total_tokens).unwrap_or(i64::MAX) - self.reserved;
+        if delta != 0 {
+            let TokenReservation { db, key_id, window_start, .. } = self;
+            settle_in_background(db, "tpm_limit", move |conn| {
+                key_rates::settle_tokens(conn, &key_id, window_start, delta)
+            });
+        }
+    }
+}
+
+/// The per-key rate limiter of a node (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct KeyRates {
+    db: Db,
+}
+
+impl KeyRates {
+    /// A limiter over `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Admits one call of `principal` to `model` with request `body` when its key has an
+    /// `rpm_limit` or a `tpm_limit` (`None`: no limits, nothing counted).
+    ///
+    /// # Errors
+    /// [`ServiceError::RateLimited`] (`limit`: the limit that refused, `remaining` 0,
+    /// `reset`: the window's end) when the call would pass a limit;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn admit(
+        &self,
+        principal: &Principal,
+        model: &str,
+        body: &[u8],
+    ) -> Result<Option<(RateStatus, Option<TokenReservation>)>, ServiceError> {
+        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
+        else {
+            return Ok(None);
+        };
+        if policy.rpm_limit.is_none() && policy.tpm_limit.is_none() {
+            return Ok(None);
+        }
+        let now = aigw_domain::time::now().timestamp();
+        let window_start = now - now.rem_euclid(WINDOW_SECS);
+        let reset_secs = window_start + WINDOW_SECS - now;
+        let tokens = match policy.tpm_limit {
+            Some(_) => {
+                i64::try_from(worst_case_tokens(model, body).total_tokens).unwrap_or(i64::MAX)
+            }
+            None => 0,
+        };
+        let (rpm, tpm) = (policy.rpm_limit, policy.tpm_limit);
+        let key = key_id.clone();
+        let counts = self
+            .db
+            .run(move |conn| {
+                Ok(key_rates::admit(
+                    conn,
+                    &key,
+                    window_start,
+                    tokens,
+                    rpm.unwrap_or(i64::MAX),
+                    tpm.unwrap_or(i64::MAX),
+                )?)
+            })
+            .await?;
+        if !counts.admitted {
+            let limit = match (rpm, tpm) {
+                (Some(rpm), _) if counts.requests >= rpm => rpm,
+                (_, Some(tpm)) => tpm,
+                (Some(rpm), None) => rpm,
+                (None, None) => 0,
+            };
+            let retry_after_secs = u64::try_from(reset_secs).unwrap_or(1).max(1);
+            return Err(ServiceError::RateLimited {
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                remaining: 0,
+                reset: window_start + WINDOW_SECS,
+                retry_after_secs,
+            });
+        }
+        let status = RateStatus {
+            requests: rpm.map(|l| (l, l - counts.requests)),
+            tokens: tpm.map(|l| (l, l - counts.tokens)),
+            reset_secs,
+        };
+        let reservation = tpm.map(|_| TokenReservation {
+            db: self.db.clone(),
+            key_id: key_id.clone(),
+            window_start,
+            reserved: tokens,
+        });
+        Ok(Some((status, reservation)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_openais_for_the_limits_the_key_has() {
+        let status = RateStatus { requests: Some((60, 59)), tokens: None, reset_secs: 37 };
+        assert_eq!(
+            status.headers(),
+            vec![
+                ("x-ratelimit-limit-requests", "60".to_owned()),
+                ("x-ratelimit-remaining-requests", "59".to_owned()),
+                ("x-ratelimit-reset-requests", "37s".to_owned()),
+            ]
+        );
+        let status = RateStatus { requests: None, tokens: Some((1000, -5)), reset_secs: 2 };
+        assert_eq!(status.headers()[1], ("x-ratelimit-remaining-tokens", "0".to_owned()));
+    }
+}
