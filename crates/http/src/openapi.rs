@@ -15,7 +15,7 @@ use utoipa::{Modify, OpenApi};
         auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         chat::completions, chat::models, health::healthz, health::readyz,
-        usage::summary, usage::requests
+        usage::summary, usage::requests, crate::observe::serve
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,

@@ -21,6 +21,7 @@ pub mod db;
 pub mod error;
 pub mod gateway;
 pub mod idempotency;
+pub mod metrics;
 pub mod password;
 pub mod rate_limit;
 pub mod seal;
@@ -38,6 +39,7 @@ pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConf
 pub use db::Db;
 pub use error::ServiceError;
 pub use gateway::{ChatReply, Gateway};
+pub use metrics::Metrics;
 pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
 pub use sessions::LogoutScope;
 pub use tokens::{SigningKey, TokenIssuer};

@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::extract::{read_json_payload, Caller};
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use aigw_domain::access::Operation;
 use aigw_service::{ChatReply, Policy};
 use futures_util::StreamExt;
@@ -41,7 +41,13 @@ pub async fn completions(
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
     let request_id = crate::error::current_request_id();
-    let reply = state.gateway.chat_completion(&caller, &request_id, body).await?;
+    let arrived = req
+        .extensions()
+        .get::<crate::telemetry::Arrival>()
+        .map_or_else(std::time::Instant::now, |a| a.0);
+    let forward = crate::telemetry::upstream_headers(&req, &request_id);
+    let reply =
+        state.gateway.chat_completion_since(&caller, &request_id, body, arrived, &forward).await?;
     Ok(match reply {
         ChatReply::Json { status, body } => {
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))

@@ -22,6 +22,7 @@ mod http_semantics;
 mod idempotency;
 mod jwt;
 mod limits;
+mod observability;
 mod openapi_contract;
 mod outage;
 mod permissions;
