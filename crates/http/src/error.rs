@@ -3,7 +3,8 @@
 //! Policy: handlers return `Result<_, ApiError>`; [`ApiError`] is built from a
 //! [`ServiceError`] (use cases) or by the extractors (bad JSON, wrong `Content-Type`, oversize
 //! bodies). A 500 or 503 answer carries `request_id` (also sent as `x-request-id`) and
-//! `timestamp`, never internal text; the cause is logged with the same request id. Every 401
+//! `timestamp`, never internal text; the cause is logged on the request's access-log line
+//! (`crate::telemetry::access_log`), at `error`, with the same request id. Every 401
 //! carries `WWW-Authenticate: Bearer` (RFC 6750 §3).
 
 use actix_web::http::header::{self, HeaderValue};
@@ -34,12 +35,27 @@ pub struct ApiError {
     headers: Vec<(header::HeaderName, String)>,
     /// The status when it is not the code's own (`upstream_rejected` carries the upstream's).
     status: Option<StatusCode>,
+    /// What went wrong, for the access log (a 5xx's cause, an upstream refusal); never sent.
+    cause: Option<String>,
 }
 
 impl ApiError {
     /// An error with `code`, `message` and `details`.
     pub fn new(code: ErrorCode, message: impl Into<String>, details: Value) -> Self {
-        Self { code, message: message.into(), details, headers: Vec::new(), status: None }
+        Self {
+            code,
+            message: message.into(),
+            details,
+            headers: Vec::new(),
+            status: None,
+            cause: None,
+        }
+    }
+
+    /// This error with `cause` for the access log (never sent to the client).
+    fn caused_by(mut self, cause: String) -> Self {
+        self.cause = Some(cause);
+        self
     }
 
     /// 400 `invalid_request` for `field` with `issue`.
@@ -47,13 +63,24 @@ impl ApiError {
         Self::from(FieldError::new(field, issue))
     }
 
-    /// 404 `not_found` for an unknown route.
+    /// 404 `not_found` for an unknown route. An OpenAI-style path (`/v1/chat/completions`,
+    /// `/chat/completions`, `/v1/models`) gets a `hint` naming aigw's base URL for OpenAI
+    /// clients, `/api/v1/ai`.
     pub fn no_route(path: &str) -> Self {
-        Self::new(
-            ErrorCode::NotFound,
-            "no such endpoint",
-            json!({"resource": "route", "id": path.chars().take(256).collect::<String>()}),
-        )
+        let id: String = path.chars().take(256).collect();
+        let openai = ["/chat/completions", "/models", "/completions", "/embeddings"];
+        let trimmed = path.trim_end_matches('/');
+        let looks_openai =
+            !trimmed.starts_with("/api/") && openai.iter().any(|p| trimmed.ends_with(p));
+        if looks_openai {
+            return Self::new(
+                ErrorCode::NotFound,
+                "no such endpoint; OpenAI clients use the base URL http://HOST:PORT/api/v1/ai",
+                json!({"resource": "route", "id": id,
+                       "hint": "set the client's base URL to http://HOST:PORT/api/v1/ai (chat completions are POST /api/v1/ai/chat/completions)"}),
+            );
+        }
+        Self::new(ErrorCode::NotFound, "no such endpoint", json!({"resource": "route", "id": id}))
     }
 
     /// 405 `method_not_allowed`.
@@ -98,15 +125,16 @@ impl ApiError {
         )
     }
 
-    /// 500 `internal_error`; `cause` is logged, never sent.
+    /// 500 `internal_error`; `cause` is logged (on the request's access-log line, at
+    /// `error`), never sent.
     pub fn internal(cause: &str) -> Self {
         let request_id = current_request_id();
-        tracing::error!(%request_id, cause, "internal error");
         Self::new(
             ErrorCode::InternalError,
             "an unexpected error occurred; quote the request_id when reporting it",
             json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
         )
+        .caused_by(format!("internal error: {cause}"))
     }
 }
 
@@ -157,12 +185,13 @@ impl From<ServiceError> for ApiError {
                 json!({"resource": resource, "id": id}),
             ),
             ServiceError::Upstream { provider, reason } => {
-                tracing::warn!(request_id = %current_request_id(), %provider, %reason, "upstream failed");
+                let cause = format!("upstream {provider} failed: {reason}");
                 Self::new(
                     ErrorCode::UpstreamError,
                     format!("the upstream provider {provider} failed"),
                     json!({"provider": provider}),
                 )
+                .caused_by(cause)
             }
             ServiceError::UpstreamRejected(rejection) => {
                 let aigw_service::error::UpstreamRejection {
@@ -174,7 +203,7 @@ impl From<ServiceError> for ApiError {
                     param,
                     retry_after_secs,
                 } = *rejection;
-                tracing::info!(request_id = %current_request_id(), %provider, status, "upstream refused the request");
+                let cause = format!("upstream {provider} refused the request with {status}");
                 let mut err = Self::new(
                     ErrorCode::UpstreamRejected,
                     message,
@@ -185,24 +214,25 @@ impl From<ServiceError> for ApiError {
                 if let Some(secs) = retry_after_secs {
                     err.headers.push((header::RETRY_AFTER, secs.max(1).to_string()));
                 }
-                err
+                err.caused_by(cause)
             }
             ServiceError::UpstreamTimeout { provider } => {
-                tracing::warn!(request_id = %current_request_id(), %provider, "upstream timed out");
+                let cause = format!("upstream {provider} timed out");
                 Self::new(
                     ErrorCode::UpstreamTimeout,
                     format!("the upstream provider {provider} did not answer in time"),
                     json!({"provider": provider}),
                 )
+                .caused_by(cause)
             }
             ServiceError::Unavailable(reason) => {
                 let request_id = current_request_id();
-                tracing::error!(%request_id, %reason, "database unavailable");
                 Self::new(
                     ErrorCode::ServiceUnavailable,
                     "the service is temporarily unavailable; retry later",
                     json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
                 )
+                .caused_by(format!("database unavailable: {reason}"))
             }
             ServiceError::RateLimited { limit, remaining, reset, retry_after_secs } => {
                 let mut err = Self::new(
@@ -249,14 +279,13 @@ impl From<ServiceError> for ApiError {
             ),
             ServiceError::Busy { what, retry_after_secs } => {
                 let request_id = current_request_id();
-                tracing::warn!(%request_id, what, "busy: answered 503");
                 let mut err = Self::new(
                     ErrorCode::ServiceUnavailable,
                     "the service is temporarily unavailable; retry later",
                     json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
                 );
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
-                err
+                err.caused_by(format!("{what} is full"))
             }
             ServiceError::Internal(cause) => Self::internal(&cause),
         }
@@ -287,13 +316,17 @@ impl ResponseError for ApiError {
                 response.insert_header((name.clone(), value));
             }
         }
-        response.json(crate::dto::ErrorEnvelope {
+        let mut response = response.json(crate::dto::ErrorEnvelope {
             success: false,
             error: crate::dto::ErrorBody {
                 code: self.code.as_str().to_owned(),
                 message: self.message.clone(),
                 details: self.details.clone(),
             },
-        })
+        });
+        if let Some(cause) = &self.cause {
+            response.extensions_mut().insert(crate::telemetry::ErrorCause(cause.clone()));
+        }
+        response
     }
 }

@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::startup::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::header;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use aigw_domain::FieldError;
 use aigw_service::{Principal, ServiceError};
 use bytes::{Bytes, BytesMut};
@@ -288,8 +288,21 @@ impl FromRequest for Caller {
             let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
             // An address that failed too often is refused before any lookup (auth_failure).
             state.limits.refuse_if_failing(&req).await?;
-            match state.auth.authenticate(authorization.as_deref()).await {
-                Ok(principal) => Ok(Caller(principal)),
+            let result = state.auth.authenticate(authorization.as_deref()).await;
+            if let Err(ServiceError::Unauthorized { hint, token_presented }) = &result {
+                let (credential, outcome) =
+                    refusal_labels(authorization.as_deref(), hint, *token_presented);
+                state.telemetry.metrics.count(
+                    "aigw_authentications_total",
+                    &[("credential", credential), ("outcome", outcome)],
+                );
+            }
+            match result {
+                // Counted as `ok` or `forbidden` once the answer is known (access log).
+                Ok(principal) => {
+                    req.extensions_mut().insert(crate::telemetry::CallerIds::of(&principal));
+                    Ok(Caller(principal))
+                }
                 Err(e @ ServiceError::Unauthorized { token_presented: true, .. }) => {
                     state.limits.count_failure(&req).await;
                     Err(e.into())
@@ -298,6 +311,31 @@ impl FromRequest for Caller {
             }
         })
     }
+}
+
+/// The `credential` and `outcome` labels of a refused credential (bounded sets, see
+/// `aigw_authentications_total` in docs/operations.md).
+fn refusal_labels(
+    authorization: Option<&str>,
+    hint: &str,
+    token_presented: bool,
+) -> (&'static str, &'static str) {
+    if !token_presented {
+        return ("none", "missing");
+    }
+    let credential = match aigw_domain::PresentedCredential::from_authorization(authorization) {
+        Ok(aigw_domain::PresentedCredential::AccessToken(_)) => "access_token",
+        Ok(aigw_domain::PresentedCredential::ApiKey(_)) => "api_key",
+        Err(_) => "malformed",
+    };
+    let outcome = if hint.contains("expired") {
+        "expired"
+    } else if hint.contains("revoked") || hint.contains("ended") || hint.contains("no longer") {
+        "revoked"
+    } else {
+        "invalid"
+    };
+    (credential, outcome)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod dto_usage;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod observe;
 pub mod openapi;
 pub mod rate_limit;
 pub mod routes;

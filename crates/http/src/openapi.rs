@@ -16,7 +16,7 @@ use utoipa::{Modify, OpenApi};
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         api_keys::update, api_keys::rotate,
         chat::completions, chat::models, health::healthz, health::readyz,
-        usage::summary, usage::requests
+        usage::summary, usage::requests, crate::observe::serve
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,

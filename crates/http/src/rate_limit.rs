@@ -196,6 +196,7 @@ impl TrustedProxies {
 pub struct RequestLimits {
     limiter: RateLimiter,
     proxies: TrustedProxies,
+    metrics: aigw_service::Metrics,
 }
 
 impl RequestLimits {
@@ -207,7 +208,19 @@ impl RequestLimits {
         let proxies = TrustedProxies::parse(&config.trusted_proxies, config.forwarded_header)?;
         let limiter =
             RateLimiter::new(config).map_err(|e| RateLimitSetupError::Limiter(e.to_string()))?;
-        Ok(Self { limiter, proxies })
+        Ok(Self { limiter, proxies, metrics: aigw_service::Metrics::default() })
+    }
+
+    /// Counts refusals by policy into `metrics` (`aigw_rate_limited_total{policy}`).
+    pub fn with_metrics(mut self, metrics: aigw_service::Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Whether `req` came straight from a configured trusted proxy (whose `x-request-id`
+    /// and forwarded headers are then believed).
+    pub fn from_trusted_proxy(&self, req: &HttpRequest) -> bool {
+        req.peer_addr().is_some_and(|a| self.proxies.contains(a.ip()))
     }
 
     /// The underlying limiter.
@@ -297,6 +310,7 @@ impl RequestLimits {
         let policy = decision.policy;
         req.extensions_mut().insert(decision);
         if !decision.allowed {
+            self.metrics.count("aigw_rate_limited_total", &[("policy", policy.name())]);
             tracing::info!(
                 policy = policy.name(),
                 retry_after_secs = decision.retry_after_secs(),

@@ -82,6 +82,10 @@ pub struct ServerSettings {
     /// at the cap even when every connection holds a stalled 64 KB upload, see
     /// docs/deploy.md). Further connections wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// Address of a separate listener that serves only `GET /metrics` (e.g.
+    /// `127.0.0.1:9090`), so metrics need not be public; then `server.listen` does not serve
+    /// them. Default: none (`/metrics` is served on `server.listen`).
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -99,6 +103,7 @@ impl Default for ServerSettings {
             header_read_timeout_secs: 5,
             keep_alive_secs: 5,
             max_connections: 1024,
+            metrics_listen: None,
         }
     }
 }
@@ -224,7 +229,29 @@ impl Settings {
             .context("reading configuration")?
             .try_deserialize::<Settings>()
             .context("invalid configuration")?;
+        settings.validate().context("invalid configuration")?;
         Ok(settings)
+    }
+
+    /// Checks what the types alone do not: every `openai` provider has an http(s) `base_url`.
+    ///
+    /// # Errors
+    /// A message naming the provider and the fix.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (i, p) in self.providers.iter().enumerate() {
+            let base_url = p.base_url.as_deref().unwrap_or("");
+            if p.kind == aigw_service::ProviderKind::Openai
+                && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+            {
+                anyhow::bail!(
+                    "providers[{i}] ({:?}): kind \"openai\" needs base_url, the http(s) URL the \
+                     API's paths start from (e.g. base_url = \"https://api.openai.com/v1\"); \
+                     got {base_url:?}",
+                    p.name
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -331,6 +358,86 @@ prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60
         assert_eq!(prices["GPT-4.1"].input_per_million, 2.0);
         aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)
             .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn load_error(toml: &str) -> String {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        std::fs::write(&path, toml).unwrap_or_else(|e| panic!("{e}"));
+        Settings::load_from(Some(&path), Some(&[]))
+            .err()
+            .map(|e| format!("{e:#}"))
+            .unwrap_or_else(|| panic!("loaded: {toml}"))
+    }
+
+    /// Issue 12: an unknown provider `kind` names the valid ones.
+    #[test]
+    fn unknown_provider_kind_lists_the_valid_kinds() {
+        let err = load_error(
+            "[[providers]]\nname = \"x\"\nkind = \"anthropic\"\nbase_url = \"https://x\"\nmodels = []\n",
+        );
+        assert!(
+            err.contains("\"anthropic\"") && err.contains("openai") && err.contains("echo"),
+            "{err}"
+        );
+    }
+
+    /// Issue 12: a provider without `base_url` is a configuration error naming the fix.
+    #[test]
+    fn provider_without_base_url_is_a_clear_configuration_error() {
+        let err = load_error("[[providers]]\nname = \"openai\"\nmodels = [\"gpt-4o\"]\n");
+        assert!(err.contains("invalid configuration") && err.contains("base_url"), "{err}");
+        assert!(err.contains("providers[0]") && !err.contains("internal"), "{err}");
+    }
+
+    /// aigw.example.toml loads, changes no default, and names every key of the settings.
+    #[test]
+    fn the_example_configuration_loads_and_names_every_key() {
+        let example = include_str!("../../../aigw.example.toml");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        std::fs::write(&path, example).unwrap_or_else(|e| panic!("{e}"));
+        let mut loaded =
+            Settings::load_from(Some(&path), Some(&[])).unwrap_or_else(|e| panic!("{e:#}"));
+        let default = Settings::default();
+        // The policies are written out with their default values (unset ones are `None`).
+        for policy in aigw_service::Policy::ALL {
+            let (got, want) =
+                (loaded.rate_limit.policies.get(policy), default.rate_limit.policies.get(policy));
+            assert_eq!(got, want, "rate_limit.policies.{}", policy.name());
+        }
+        loaded.rate_limit.policies = Default::default();
+        let defaults = format!("{default:?}");
+        assert_eq!(format!("{loaded:?}"), defaults);
+        // Every field name in the settings' Debug output (`name: value`) is in the file.
+        let mut unquoted = String::new();
+        let mut quoted = false;
+        for c in defaults.chars() {
+            if c == '"' {
+                quoted = !quoted;
+            } else if !quoted {
+                unquoted.push(c);
+            }
+        }
+        let mut missing = Vec::new();
+        for word in unquoted.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+            let Some(name) = word.strip_suffix(':') else { continue };
+            if name.is_empty() || name.contains(':') {
+                continue;
+            }
+            let forms = [
+                format!("\n{name} = "),
+                format!("\n#{name} = "),
+                format!("[{name}]"),
+                format!(".{name}]"),
+                format!(".{name}."),
+                format!("[[{name}]]"),
+            ];
+            if !forms.iter().any(|f| example.contains(f.as_str())) {
+                missing.push(name.to_owned());
+            }
+        }
+        assert!(missing.is_empty(), "aigw.example.toml lacks {missing:?}");
     }
 
     #[test]

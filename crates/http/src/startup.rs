@@ -11,7 +11,6 @@ use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer, Usage
 use anyhow::Context;
 use std::net::TcpListener;
 use std::time::Duration;
-use tracing_actix_web::TracingLogger;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -26,6 +25,8 @@ pub struct AppState {
     pub idempotency: aigw_service::idempotency::Idempotency,
     /// The usage ledger (`[usage]`).
     pub usage: UsageService,
+    /// This server's metrics (`GET /metrics`, see `crate::observe`).
+    pub telemetry: crate::observe::Telemetry,
 }
 
 /// A built, bound, not yet running server.
@@ -34,6 +35,11 @@ pub struct Application {
     server: Server,
     usage: UsageService,
     background: BackgroundTasks,
+    /// The `server.metrics_listen` server, when configured.
+    metrics_server: Option<Server>,
+    upkeep: tokio::task::JoinHandle<()>,
+    /// `data_dir/aigw.lock`, locked for as long as the server lives.
+    _data_lock: std::fs::File,
 }
 
 impl std::fmt::Debug for Application {
@@ -91,6 +97,54 @@ fn cors(origins: &[String]) -> actix_cors::Cors {
     cors
 }
 
+/// Creates `data_dir` and locks `data_dir/aigw.lock` for this process (an advisory `flock`,
+/// released when the process ends, however it ends), so that a second server on the same
+/// folder (its SQLite file, usage spool and development secret) refuses to start instead of
+/// sharing them silently.
+///
+/// # Errors
+/// When the folder cannot be created, or another process holds it.
+fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use fs4::fs_std::FileExt;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating server.data_dir {}", data_dir.display()))?;
+    let path = data_dir.join("aigw.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let locked =
+        file.try_lock_exclusive().with_context(|| format!("locking {}", path.display()))?;
+    if !locked {
+        anyhow::bail!(
+            "server.data_dir {} is in use by another aigw process (it holds {}); give each \
+             server its own data_dir",
+            data_dir.display(),
+            path.display()
+        );
+    }
+    Ok(file)
+}
+
+/// The `server.metrics_listen` server: `GET /metrics` only, one worker.
+fn metrics_server(address: &str, state: web::Data<AppState>) -> anyhow::Result<Server> {
+    let listener = TcpListener::bind(address)
+        .with_context(|| format!("binding server.metrics_listen {address}"))?;
+    tracing::info!(metrics_listen = %address, "metrics served on their own address");
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .configure(routes::configure_metrics)
+            .default_service(web::to(routes::no_route))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)?
+    .run())
+}
+
 impl Application {
     /// Resolves secrets, connects and migrates the database, builds the services and binds
     /// `server.listen`.
@@ -99,6 +153,7 @@ impl Application {
     /// Any start-up failure, with a one-line cause (bad configuration, short secret in
     /// production, database unreachable, address in use).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let data_lock = lock_data_dir(&settings.server.data_dir)?;
         let keys = crate::secrets::signing_keys(&settings)?;
         let pool = migrate(&settings).await?;
         let tokens = TokenIssuer::new(
@@ -112,6 +167,8 @@ impl Application {
             b"aigw idempotent answer seal v1",
             tokens.key_materials(),
         );
+        let telemetry = crate::observe::Telemetry::new()?;
+        let metrics = telemetry.metrics.clone();
         let db = Db::new(pool);
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
         let auth = AuthService::new(
@@ -119,15 +176,17 @@ impl Application {
             tokens,
             settings.auth.clone(),
             settings.credential_cache.clone(),
-        )?;
+        )?
+        .with_metrics(metrics.clone());
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
         let background = auth.start_background();
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
-        let usage = UsageService::start(
+        let usage = UsageService::start_with_metrics(
             db.clone(),
             &settings.usage,
             &settings.providers,
             &settings.server.data_dir,
+            metrics.clone(),
         )?;
         // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
         // database, shared by every node (issue 9, docs/budgets.md).
@@ -138,10 +197,24 @@ impl Application {
         let key_rates = aigw_service::key_rates::KeyRates::new(db);
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())
-            .with_key_limits(budgets, key_rates);
-        let limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?;
-        let state =
-            web::Data::new(AppState { auth, gateway, limits, idempotency, usage: usage.clone() });
+            .with_key_limits(budgets, key_rates)
+            .with_metrics(metrics.clone());
+        let limits =
+            crate::rate_limit::RequestLimits::new(&settings.rate_limit)?.with_metrics(metrics);
+        let upkeep = telemetry.spawn_upkeep();
+        let state = web::Data::new(AppState {
+            auth,
+            gateway,
+            limits,
+            idempotency,
+            usage: usage.clone(),
+            telemetry,
+        });
+        let metrics_server = match &settings.server.metrics_listen {
+            Some(address) => Some(metrics_server(address, state.clone())?),
+            None => None,
+        };
+        let metrics_here = metrics_server.is_none();
 
         let listener = TcpListener::bind(&settings.server.listen)
             .with_context(|| format!("binding {}", settings.server.listen))?;
@@ -164,11 +237,15 @@ impl Application {
                 .app_data(state.clone())
                 .app_data(body_timeout)
                 .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
+                .configure(|cfg| {
+                    if metrics_here {
+                        routes::configure_metrics(cfg);
+                    }
+                })
                 .default_service(web::to(routes::no_route))
                 .wrap(from_fn(crate::rate_limit::headers))
                 .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
-                .wrap(from_fn(telemetry::request_id))
-                .wrap(TracingLogger::default())
+                .wrap(from_fn(telemetry::access_log))
         })
         .shutdown_timeout(settings.server.shutdown_timeout_secs)
         .workers(workers)
@@ -180,7 +257,15 @@ impl Application {
         .keep_alive(Duration::from_secs(settings.server.keep_alive_secs.max(1)))
         .listen(listener)?;
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
-        Ok(Self { port, server: server.run(), usage, background })
+        Ok(Self {
+            port,
+            server: server.run(),
+            usage,
+            background,
+            metrics_server,
+            upkeep,
+            _data_lock: data_lock,
+        })
     }
 
     /// The bound port (useful with port 0).
@@ -196,7 +281,16 @@ impl Application {
     /// # Errors
     /// An I/O error of the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let metrics = self.metrics_server.map(|server| {
+            let handle = server.handle();
+            (handle, tokio::spawn(server))
+        });
         let served = self.server.await;
+        if let Some((handle, task)) = metrics {
+            handle.stop(true).await;
+            let _ = task.await;
+        }
+        self.upkeep.abort();
         self.usage.shutdown().await;
         self.background.shutdown().await;
         served

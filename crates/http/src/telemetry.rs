@@ -1,13 +1,21 @@
-//! Structured logs (`tracing`) and the request id every answer carries as `x-request-id`.
+//! Structured logs (`tracing`), the request id every answer carries as `x-request-id`, and
+//! the access log: one line per request.
 
 use crate::error::REQUEST_ID;
 use crate::settings::{LogFormat, LogSettings};
-use actix_web::body::MessageBody;
+use crate::startup::AppState;
+use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::Method;
 use actix_web::middleware::Next;
-use actix_web::HttpMessage;
-use tracing_actix_web::RequestId;
+use actix_web::{web, HttpMessage};
+use aigw_service::Metrics;
+use bytes::Bytes;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 /// Keeps the log writer thread alive; logs still queued are written when it is dropped, so
@@ -36,20 +44,285 @@ pub fn init(settings: &LogSettings) -> LogGuard {
     LogGuard(guard)
 }
 
-/// Middleware: makes the request id (from `tracing-actix-web`, a UUIDv7) available to error
-/// rendering and sets it as the `x-request-id` response header.
-pub async fn request_id(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let id = req
-        .extensions()
-        .get::<RequestId>()
-        .map(ToString::to_string)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let mut response = REQUEST_ID.scope(id.clone(), next.call(req)).await?;
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert(HeaderName::from_static("x-request-id"), value);
+/// Who a request authenticated as, for the access log: ids only, never a secret. Put in the
+/// request's extensions by the [`crate::extract::Caller`] extractor.
+#[derive(Debug, Clone)]
+pub struct CallerIds {
+    /// `access_token` or `api_key`.
+    pub credential: &'static str,
+    /// The user.
+    pub user_id: String,
+    /// The session of an access token.
+    pub session_id: Option<String>,
+    /// The API key.
+    pub key_id: Option<String>,
+}
+
+impl CallerIds {
+    /// The ids of `principal`.
+    pub fn of(principal: &aigw_service::Principal) -> Self {
+        match principal {
+            aigw_service::Principal::User { user_id, session_id, .. } => Self {
+                credential: "access_token",
+                user_id: user_id.clone(),
+                session_id: Some(session_id.clone()),
+                key_id: None,
+            },
+            aigw_service::Principal::ApiKey { key_id, user_id, .. } => Self {
+                credential: "api_key",
+                user_id: user_id.clone(),
+                session_id: None,
+                key_id: Some(key_id.clone()),
+            },
+        }
     }
-    Ok(response)
+}
+
+/// When the request arrived (request extension; the gateway's overhead is measured from it).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival(pub Instant);
+
+/// The cause of a 5xx answer, for the access log (response extension set by
+/// [`crate::error::ApiError`]); never sent to the client.
+#[derive(Debug, Clone)]
+pub struct ErrorCause(pub String);
+
+/// An `x-request-id` a trusted proxy may pass: 1 to 128 characters of `A-Z a-z 0-9 - _ . : /
+/// + =` (anything else is ignored rather than logged).
+fn proxy_request_id(req: &ServiceRequest, state: Option<&AppState>) -> Option<String> {
+    let state = state?;
+    if !state.limits.from_trusted_proxy(req.request()) {
+        return None;
+    }
+    let value = req.headers().get(X_REQUEST_ID)?.to_str().ok()?;
+    let ok = !value.is_empty()
+        && value.len() <= 128
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=".contains(&b));
+    ok.then(|| value.to_owned())
+}
+
+/// The headers a chat call sends upstream besides its body (`aigw_service::gateway::
+/// FORWARDED_HEADERS`): the caller's W3C `traceparent` and `tracestate`, when well-formed, so
+/// the upstream continues the caller's trace, and `x-request-id` with this request's id.
+pub fn upstream_headers(
+    req: &actix_web::HttpRequest,
+    request_id: &str,
+) -> Vec<(&'static str, String)> {
+    let mut headers = Vec::with_capacity(3);
+    let traceparent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| valid_traceparent(v));
+    if let Some(parent) = traceparent {
+        headers.push(("traceparent", parent.to_owned()));
+        // tracestate is only meaningful beside a traceparent (W3C Trace Context §3.3).
+        let state: Vec<&str> =
+            req.headers().get_all("tracestate").filter_map(|v| v.to_str().ok()).collect();
+        let state = state.join(",");
+        if !state.is_empty() && state.len() <= 512 {
+            headers.push(("tracestate", state));
+        }
+    }
+    headers.push(("x-request-id", request_id.to_owned()));
+    headers
+}
+
+/// A W3C `traceparent` (Trace Context §3.2) of version `00`: `00-<32 hex>-<16 hex>-<2 hex>`,
+/// trace and parent ids not all zeros; lowercase hex.
+pub fn valid_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    parts.len() == 4
+        && parts[0] == "00"
+        && hex(parts[1], 32)
+        && parts[1].bytes().any(|b| b != b'0')
+        && hex(parts[2], 16)
+        && parts[2].bytes().any(|b| b != b'0')
+        && hex(parts[3], 2)
+}
+
+/// A bounded `method` label: the standard methods, else `other`.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// Middleware, outermost: gives each request its id (a UUIDv7, in the `x-request-id` answer
+/// header, error bodies and every log line of the request), and once the answer's last byte
+/// is sent (or the client went away) writes one access-log line and counts the request in
+/// `aigw_http_requests_total` and `aigw_http_request_duration_seconds`.
+///
+/// The line (target `aigw::access`, message `access`) carries `method`, `route` (the route
+/// template, `unmatched` for none), `path`, `status`, `duration_ms`, `bytes` (body bytes
+/// sent), `request_id`, `client_ip`, and who called (`user_id`, `session_id`, `key_id`), plus
+/// `proxy_request_id` when a trusted proxy sent an `x-request-id`. 5xx answers are logged at
+/// `error` with their `cause`; everything else at `info`.
+///
+/// # Errors
+/// None of its own: an error of the wrapped service is turned into its answer here.
+pub async fn access_log(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<AccessLogged>, actix_web::Error> {
+    let arrived = Instant::now();
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let id = uuid::Uuid::now_v7().to_string();
+    let mut entry = AccessEntry {
+        arrived,
+        method: method_label(req.method()),
+        route: req.match_pattern(),
+        path: req.path().chars().take(256).collect(),
+        status: 0,
+        request_id: id.clone(),
+        proxy_request_id: proxy_request_id(&req, state.as_ref().map(|s| s.get_ref())),
+        client_ip: state.as_ref().map(|s| s.limits.client_ip(req.request()).to_string()),
+        caller: None,
+        cause: None,
+        metrics: state.as_ref().map(|s| s.telemetry.metrics.clone()).unwrap_or_default(),
+        bytes: 0,
+    };
+    req.extensions_mut().insert(Arrival(arrived));
+    let span = tracing::info_span!("request", request_id = %id);
+    let mut response = match REQUEST_ID.scope(id.clone(), next.call(req)).instrument(span).await {
+        Ok(response) => response.map_into_boxed_body(),
+        Err(e) => {
+            // Turned into its answer by actix-web outside this middleware: logged here.
+            entry.status = e.as_response_error().status_code().as_u16();
+            entry.cause = Some(e.to_string());
+            drop(entry);
+            return Err(e);
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(X_REQUEST_ID, value);
+    }
+    entry.status = response.status().as_u16();
+    entry.caller = response.request().extensions().get::<CallerIds>().cloned();
+    entry.cause = response.response().extensions().get::<ErrorCause>().map(|c| c.0.clone());
+    Ok(response.map_body(|_, body| AccessLogged { body, entry: Some(entry) }))
+}
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What the access-log line of one request says; written when it is dropped.
+struct AccessEntry {
+    arrived: Instant,
+    method: &'static str,
+    route: Option<String>,
+    path: String,
+    status: u16,
+    request_id: String,
+    proxy_request_id: Option<String>,
+    client_ip: Option<String>,
+    caller: Option<CallerIds>,
+    cause: Option<String>,
+    metrics: Metrics,
+    bytes: u64,
+}
+
+impl Drop for AccessEntry {
+    fn drop(&mut self) {
+        let elapsed = self.arrived.elapsed();
+        let route = self.route.as_deref().unwrap_or("unmatched");
+        let class = aigw_service::metrics::status_class(self.status);
+        let m = &self.metrics;
+        m.count(
+            "aigw_http_requests_total",
+            &[("route", route), ("method", self.method), ("status_class", class)],
+        );
+        m.histogram("aigw_http_request_duration_seconds", &[("route", route)])
+            .record(elapsed.as_secs_f64());
+        if let Some(caller) = &self.caller {
+            let outcome = if self.status == 403 { "forbidden" } else { "ok" };
+            m.count(
+                "aigw_authentications_total",
+                &[("credential", caller.credential), ("outcome", outcome)],
+            );
+        }
+        let duration_ms = elapsed.as_secs_f64() * 1000.0;
+        let user_id = self.caller.as_ref().map(|c| c.user_id.as_str());
+        let session_id = self.caller.as_ref().and_then(|c| c.session_id.as_deref());
+        let key_id = self.caller.as_ref().and_then(|c| c.key_id.as_deref());
+        macro_rules! line {
+            ($level:expr) => {
+                tracing::event!(
+                    target: "aigw::access",
+                    $level,
+                    method = self.method,
+                    route,
+                    path = %self.path,
+                    status = self.status,
+                    duration_ms,
+                    bytes = self.bytes,
+                    request_id = %self.request_id,
+                    proxy_request_id = self.proxy_request_id.as_deref(),
+                    client_ip = self.client_ip.as_deref(),
+                    user_id,
+                    session_id,
+                    key_id,
+                    cause = self.cause.as_deref(),
+                    "access"
+                )
+            };
+        }
+        if self.status >= 500 {
+            line!(tracing::Level::ERROR);
+        } else {
+            line!(tracing::Level::INFO);
+        }
+    }
+}
+
+/// An answer body that counts its bytes and writes the request's access-log line once its
+/// last byte is handed to the connection (before it is flushed, so a client that reads the
+/// answer and then `/metrics` finds the request counted), or when it is dropped unsent (a
+/// `HEAD`, an empty body, a client that went away).
+pub struct AccessLogged {
+    body: BoxBody,
+    entry: Option<AccessEntry>,
+}
+
+impl std::fmt::Debug for AccessLogged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLogged").finish_non_exhaustive()
+    }
+}
+
+impl MessageBody for AccessLogged {
+    type Error = <BoxBody as MessageBody>::Error;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_next(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(entry) = this.entry.as_mut() {
+                    entry.bytes += chunk.len() as u64;
+                }
+            }
+            // The end (or a broken stream): the line is written as the entry drops.
+            Poll::Ready(None | Some(Err(_))) => drop(this.entry.take()),
+            Poll::Pending => {}
+        }
+        polled
+    }
 }

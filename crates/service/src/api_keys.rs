@@ -109,7 +109,8 @@ impl AuthService {
             })
             .await?;
         self.cache.key_created(&key_hash);
-        tracing::info!(key_id = %created.view.id, user_id = %principal.user_id(), "API key created");
+        self.metrics.count("aigw_api_keys_created_total", &[]);
+        tracing::info!(event = "api_key_created", key_id = %created.view.id, user_id = %principal.user_id(), "API key created");
         Ok(created)
     }
 
@@ -158,7 +159,8 @@ impl AuthService {
             .await?
             .ok_or_else(|| not_found(id))?;
         self.publish(vec![change]).await;
-        tracing::info!(key_id = %row.id, "API key revoked");
+        self.metrics.count("aigw_api_keys_revoked_total", &[("how", "revoke")]);
+        tracing::info!(event = "api_key_revoked", key_id = %row.id, user_id = %row.user_id, "API key revoked");
         Ok(ApiKeyView::from(&row))
     }
 
@@ -306,7 +308,8 @@ impl AuthService {
             .await?
             .ok_or_else(|| not_found(id))?;
         self.publish(vec![change]).await;
-        tracing::info!(key_id = %id, "API key deleted");
+        self.metrics.count("aigw_api_keys_revoked_total", &[("how", "delete")]);
+        tracing::info!(event = "api_key_deleted", key_id = %id, user_id = %principal.user_id(), "API key deleted");
         Ok(())
     }
 

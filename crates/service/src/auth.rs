@@ -101,6 +101,7 @@ pub struct AuthService {
     pub(crate) password_policy: PasswordPolicy,
     pub(crate) sealer: Sealer,
     pub(crate) cache: CredentialCache,
+    pub(crate) metrics: crate::metrics::Metrics,
 }
 
 impl AuthService {
@@ -145,7 +146,20 @@ impl AuthService {
             password_policy,
             sealer,
             cache,
+            metrics: crate::metrics::Metrics::default(),
         })
+    }
+
+    /// Counts refresh-token rotations, grace replays and detected reuses into `metrics`
+    /// (`aigw_refresh_total{outcome}`, docs/operations.md).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The argon2 work running or waiting now, and the threads that run it (capacity gauges).
+    pub fn password_queue(&self) -> (usize, usize) {
+        self.passwords.load()
     }
 
     /// Starts the credential cache's supervised background work (change-feed tailer,

@@ -120,14 +120,33 @@ impl Default for GatewayConfig {
     }
 }
 
-/// The kind of an upstream provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// The kind of an upstream provider: `kind = "openai"` or `kind = "echo"` (any other value
+/// is refused with a message listing these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
     /// Any OpenAI-compatible HTTP API (`POST {base_url}/chat/completions`).
     Openai,
     /// The built-in echo model (no network).
     Echo,
+}
+
+impl ProviderKind {
+    /// The valid `kind` values, as the configuration spells them.
+    pub const NAMES: [&'static str; 2] = ["openai", "echo"];
+}
+
+impl<'de> Deserialize<'de> for ProviderKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let kind = String::deserialize(deserializer)?;
+        match kind.as_str() {
+            "openai" => Ok(Self::Openai),
+            "echo" => Ok(Self::Echo),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown provider kind {other:?}; valid kinds: \"openai\" (any \
+                 OpenAI-compatible API, needs base_url), \"echo\" (the built-in offline model)"
+            ))),
+        }
+    }
 }
 
 /// `[[providers]]`: one upstream and the models it serves.

@@ -17,6 +17,7 @@
 
 use crate::error::ServiceError;
 use aigw_persistence::{DbConnection, Pool};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -33,6 +34,24 @@ pub struct Db {
     deadline: Duration,
     readiness: Arc<tokio::sync::Mutex<Option<Verdict>>>,
     node: Arc<str>,
+    /// Closures waiting for a connection permit now (a capacity gauge).
+    waiting: Arc<AtomicUsize>,
+}
+
+/// Counts a waiter for as long as it lives (also when its future is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A readiness verdict and when it was reached.
@@ -62,7 +81,15 @@ impl Db {
             deadline,
             readiness: Arc::new(tokio::sync::Mutex::new(None)),
             node: Arc::from(uuid::Uuid::now_v7().to_string()),
+            waiting: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Connections in use now, closures waiting for one, and the pool's size.
+    pub fn load(&self) -> (usize, usize, usize) {
+        let size = usize::try_from(self.pool.max_size()).unwrap_or(1).max(1);
+        let in_use = size.saturating_sub(self.permits.available_permits());
+        (in_use, self.waiting.load(Ordering::Relaxed), size)
     }
 
     /// The longest a [`Db::run`] takes before it answers unavailable.
@@ -96,10 +123,15 @@ impl Db {
         F: FnOnce(&mut DbConnection) -> Result<T, ServiceError> + Send + 'static,
     {
         let work = async {
-            let permit =
-                self.permits.clone().acquire_owned().await.map_err(|e| {
-                    ServiceError::Internal(format!("database semaphore closed: {e}"))
-                })?;
+            let permit = match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    let _waiting = Waiting::enter(&self.waiting);
+                    self.permits.clone().acquire_owned().await.map_err(|e| {
+                        ServiceError::Internal(format!("database semaphore closed: {e}"))
+                    })?
+                }
+            };
             let pool = self.pool.clone();
             tokio::task::spawn_blocking(move || {
                 // Held until the thread returns, even when the caller has given up: this bounds

@@ -27,6 +27,7 @@ use crate::budget::Budgets;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
 use crate::key_rates::{KeyRates, RateStatus};
+use crate::metrics::Metrics;
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
 use aigw_domain::access::Operation;
@@ -37,7 +38,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use crate::chat_request::{validate_chat_request, ChatRequestSummary, ROLES};
 
@@ -94,6 +95,7 @@ pub struct Gateway {
     meter: Option<Meter>,
     budgets: Option<Budgets>,
     key_rates: Option<KeyRates>,
+    metrics: Metrics,
 }
 
 impl Gateway {
@@ -166,12 +168,20 @@ impl Gateway {
             meter: None,
             budgets: None,
             key_rates: None,
+            metrics: Metrics::default(),
         })
     }
 
     /// Meters every routed call into the usage ledger with `meter`.
     pub fn with_meter(mut self, meter: Option<Meter>) -> Self {
         self.meter = meter;
+        self
+    }
+
+    /// Counts upstream calls, their latency and time to first byte, and the gateway's own
+    /// overhead into `metrics` (docs/operations.md).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
         self
     }
 
@@ -203,22 +213,26 @@ impl Gateway {
         request_id: &str,
         body: Bytes,
     ) -> Result<ChatReply, ServiceError> {
-        Ok(self.chat_completion_limited(principal, request_id, body).await?.0)
+        Ok(self.chat_completion_since(principal, request_id, body, Instant::now(), &[]).await?.0)
     }
 
-    /// [`Gateway::chat_completion`], with where the key stands against its own
-    /// `rpm_limit` / `tpm_limit` after the call was admitted (`None`: the key has none), for
-    /// the `x-ratelimit-*` headers.
+    /// [`Gateway::chat_completion`] for a request that arrived at `arrived` (the gateway's
+    /// overhead is measured from there to the upstream call), sending `forward_headers`
+    /// (trace context, request id: names from [`FORWARDED_HEADERS`]) upstream with it, and
+    /// answering where the key stands against its own `rpm_limit` / `tpm_limit` after the
+    /// call was admitted (`None`: the key has none), for the `x-ratelimit-*` headers.
     ///
     /// # Errors
     /// As [`Gateway::chat_completion`]; [`ServiceError::BudgetExceeded`] when the key's
     /// budget cannot take the call's worst case; [`ServiceError::RateLimited`] when its
     /// `rpm_limit` or `tpm_limit` cannot.
-    pub async fn chat_completion_limited(
+    pub async fn chat_completion_since(
         &self,
         principal: &Principal,
         request_id: &str,
         body: Bytes,
+        arrived: Instant,
+        forward_headers: &[(&'static str, String)],
     ) -> Result<(ChatReply, Option<RateStatus>), ServiceError> {
         principal.authorize(Operation::ChatCompletion)?;
         let summary = validate_chat_request(&body)?;
@@ -251,10 +265,23 @@ impl Gateway {
             None => (body, summary.include_usage),
         };
         let reply = match provider.kind {
-            ProviderKind::Echo => serde_json::from_slice::<Value>(&body)
-                .map(|parsed| echo(&parsed, &summary, include_usage))
-                .map_err(|_| FieldError::new("body", "is not valid JSON").into()),
-            ProviderKind::Openai => self.forward(provider.clone(), body, summary.stream).await,
+            ProviderKind::Echo => {
+                let reply = serde_json::from_slice::<Value>(&body)
+                    .map(|parsed| echo(&parsed, &summary, include_usage))
+                    .map_err(|_| FieldError::new("body", "is not valid JSON").into());
+                self.overhead(&provider.name, arrived);
+                reply
+            }
+            ProviderKind::Openai => {
+                let call = UpstreamCall {
+                    provider: provider.clone(),
+                    model: summary.model.clone(),
+                    stream: summary.stream,
+                    arrived,
+                    headers: forward_headers,
+                };
+                self.forward(call, body).await
+            }
         };
         let reply = match call {
             Some(call) => call.finish(reply),
@@ -263,12 +290,24 @@ impl Gateway {
         Ok((reply?, status))
     }
 
+    /// Records the time from the request's arrival to now as the gateway's overhead.
+    fn overhead(&self, provider: &str, arrived: Instant) {
+        self.metrics
+            .histogram("aigw_gateway_overhead_seconds", &[("provider", provider)])
+            .record(arrived.elapsed().as_secs_f64());
+    }
+
     async fn forward(
         &self,
-        provider: Arc<Provider>,
+        call: UpstreamCall<'_>,
         body: Bytes,
-        stream: bool,
     ) -> Result<ChatReply, ServiceError> {
+        let UpstreamCall { provider, model, stream, arrived, headers } = call;
+        let labels = UpstreamLabels {
+            metrics: self.metrics.clone(),
+            provider: provider.name.clone(),
+            model,
+        };
         let name = provider.name.clone();
         let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
         let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
@@ -285,13 +324,29 @@ impl Gateway {
         if let Some(key) = &provider.api_key {
             request = request.bearer_auth(key.expose_secret());
         }
+        for (name, value) in headers {
+            request = request.header(*name, value.as_str());
+        }
+        self.overhead(&provider.name, arrived);
+        let sent = Instant::now();
         let response = match tokio::time::timeout(self.timeout, request.send()).await {
-            Err(_) => return Err(timed_out()),
-            Ok(Err(e)) if e.is_timeout() => return Err(timed_out()),
-            Ok(Err(e)) => return Err(failed(format!("request failed: {e}"))),
+            Err(_) => {
+                labels.finished("timeout", sent);
+                return Err(timed_out());
+            }
+            Ok(Err(e)) if e.is_timeout() => {
+                labels.finished("timeout", sent);
+                return Err(timed_out());
+            }
+            Ok(Err(e)) => {
+                labels.finished("error", sent);
+                return Err(failed(format!("request failed: {e}")));
+            }
             Ok(Ok(r)) => r,
         };
         let status = response.status();
+        labels.histogram("aigw_upstream_ttfb_seconds").record(sent.elapsed().as_secs_f64());
+        let class = crate::metrics::status_class(status.as_u16());
         let content_type = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -299,15 +354,21 @@ impl Gateway {
             .unwrap_or("application/json")
             .to_owned();
         if status.is_success() && stream && content_type.starts_with("text/event-stream") {
+            // A stream is counted once its head is in; its duration when it ends.
+            labels.count(class);
             let idle = self.timeout;
             let cap = self.max_response_bytes;
             let provider_name = provider.name.clone();
             let chunks = stream::unfold(Some((response.bytes_stream(), 0usize)), move |state| {
                 let provider_name = provider_name.clone();
+                let labels = labels.clone();
                 async move {
                     let (mut upstream, seen) = state?;
                     match tokio::time::timeout(idle, upstream.next()).await {
-                        Ok(None) => None,
+                        Ok(None) => {
+                            labels.duration(sent);
+                            None
+                        }
                         Ok(Some(Ok(chunk))) if seen + chunk.len() > cap => Some((
                             Err(ServiceError::Upstream {
                                 provider: provider_name,
@@ -358,8 +419,14 @@ impl Gateway {
             Ok(body.freeze())
         };
         let bytes = match tokio::time::timeout(self.timeout, read).await {
-            Err(_) => return Err(timed_out()),
-            Ok(result) => result?,
+            Err(_) => {
+                labels.finished("timeout", sent);
+                return Err(timed_out());
+            }
+            Ok(result) => {
+                labels.finished(if result.is_ok() { class } else { "error" }, sent);
+                result?
+            }
         };
         if status.is_success() {
             return Ok(ChatReply::Json { status: status.as_u16(), body: bytes });
@@ -405,6 +472,52 @@ impl Gateway {
             }
             _ => Err(failed(format!("upstream answered {status}: {message}"))),
         }
+    }
+}
+
+/// Request headers passed on to the upstream when the caller's request carries them: W3C
+/// trace context and the request id.
+pub const FORWARDED_HEADERS: [&str; 3] = ["traceparent", "tracestate", "x-request-id"];
+
+/// One call to an upstream provider.
+struct UpstreamCall<'a> {
+    provider: Arc<Provider>,
+    model: String,
+    stream: bool,
+    arrived: Instant,
+    headers: &'a [(&'static str, String)],
+}
+
+/// The labels of one upstream call's metrics (provider and model: both from configuration).
+#[derive(Clone)]
+struct UpstreamLabels {
+    metrics: Metrics,
+    provider: String,
+    model: String,
+}
+
+impl UpstreamLabels {
+    fn histogram(&self, name: &'static str) -> ::metrics::Histogram {
+        self.metrics.histogram(name, &[("provider", &self.provider), ("model", &self.model)])
+    }
+
+    /// Counts the call with `class` (`2xx`…, `error`, `timeout`).
+    fn count(&self, class: &str) {
+        self.metrics.count(
+            "aigw_upstream_requests_total",
+            &[("provider", &self.provider), ("model", &self.model), ("status_class", class)],
+        );
+    }
+
+    /// Records the call's latency, from `sent` to now.
+    fn duration(&self, sent: Instant) {
+        self.histogram("aigw_upstream_duration_seconds").record(sent.elapsed().as_secs_f64());
+    }
+
+    /// Counts the call with `class` and records its latency from `sent`.
+    fn finished(&self, class: &str, sent: Instant) {
+        self.count(class);
+        self.duration(sent);
     }
 }
 

@@ -53,6 +53,7 @@ pub struct PasswordHasher {
     permits: Arc<Semaphore>,
     pool: Arc<rayon::ThreadPool>,
     dummy_hash: Arc<OnceCell<String>>,
+    max_queued: usize,
 }
 
 impl std::fmt::Debug for PasswordHasher {
@@ -108,7 +109,15 @@ impl PasswordHasher {
             permits: Arc::new(Semaphore::new(threads.saturating_add(config.max_queued))),
             pool: Arc::new(pool),
             dummy_hash: Arc::new(OnceCell::new()),
+            max_queued: config.max_queued,
         })
+    }
+
+    /// Hashes running or waiting now, and the threads that run them.
+    pub fn load(&self) -> (usize, usize) {
+        let threads = self.pool.current_num_threads();
+        let capacity = threads.saturating_add(self.max_queued);
+        (capacity.saturating_sub(self.permits.available_permits()), threads)
     }
 
     fn argon2(params: Params) -> Argon2<'static> {

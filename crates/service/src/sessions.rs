@@ -122,7 +122,10 @@ impl AuthService {
     /// absolute end; [`ServiceError::Unavailable`] when the database is down.
     pub async fn refresh(&self, presented: &str) -> Result<TokenSet, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
-        let presented = RefreshTokenSecret::parse(presented).ok_or_else(invalid)?;
+        let Some(presented) = RefreshTokenSecret::parse(presented) else {
+            self.metrics.count("aigw_refresh_total", &[("outcome", "invalid")]);
+            return Err(invalid());
+        };
         let digest = presented.digest().into_string();
         let presented_digest = digest.clone(); // the sealed successor's associated data
         let successor = RefreshTokenSecret::generate(&mut OsRng);
@@ -133,8 +136,48 @@ impl AuthService {
         let sealed =
             if grace_secs > 0 { self.sealer.seal(&digest, successor.expose()) } else { None };
         let now = time::now();
-        let outcome = self
-            .db
+        let outcome = self.rotate(digest, sealed, successor_hash, grace_secs, now).await;
+        let label = match &outcome {
+            Ok(Refreshed::Rotated { .. }) => "rotated",
+            Ok(Refreshed::Repeated { .. }) => "replayed",
+            Ok(Refreshed::Reused { change: Some(_) }) => "reused",
+            Ok(Refreshed::Reused { change: None }) => "invalid",
+            Err(ServiceError::Unauthorized { .. }) => "invalid",
+            Err(_) => "error",
+        };
+        self.metrics.count("aigw_refresh_total", &[("outcome", label)]);
+        match outcome? {
+            Refreshed::Rotated { user, session } => {
+                self.token_set(&user, &session, &successor, now)
+            }
+            Refreshed::Repeated { user, session, sealed, successor_hash } => {
+                let same = self
+                    .sealer
+                    .open(&presented_digest, &sealed)
+                    .map(RefreshTokenSecret::from_trusted)
+                    .filter(|t| t.digest().as_str() == successor_hash)
+                    .ok_or_else(invalid)?;
+                self.token_set(&user, &session, &same, now)
+            }
+            Refreshed::Reused { change } => {
+                self.publish(change.into_iter().collect()).await;
+                Err(invalid())
+            }
+        }
+    }
+
+    /// The database part of [`AuthService::refresh`]: rotates the token with `digest`, or
+    /// tells a grace-window repeat or a reuse (revoking the session) apart.
+    async fn rotate(
+        &self,
+        digest: String,
+        sealed: Option<String>,
+        successor_hash: String,
+        grace_secs: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Refreshed, ServiceError> {
+        let invalid = || ServiceError::rejected(INVALID_REFRESH);
+        self.db
             .run(move |conn| {
                 // One indexed read first: an unknown token (a guess) never opens a write
                 // transaction, nor takes SQLite's write lock.
@@ -205,7 +248,9 @@ impl AuthService {
                     credential_cache::append(conn, kind, &session.id, now).map(Some)
                 })?;
                 if change.is_some() {
-                    tracing::warn!(
+                    // A security event: at info, with its fields (docs/operations.md).
+                    tracing::info!(
+                        event = "refresh_token_reuse",
                         session_id = %session.id,
                         user_id = %session.user_id,
                         "refresh token reused; session revoked"
@@ -213,25 +258,7 @@ impl AuthService {
                 }
                 Ok(Refreshed::Reused { change })
             })
-            .await?;
-        match outcome {
-            Refreshed::Rotated { user, session } => {
-                self.token_set(&user, &session, &successor, now)
-            }
-            Refreshed::Repeated { user, session, sealed, successor_hash } => {
-                let same = self
-                    .sealer
-                    .open(&presented_digest, &sealed)
-                    .map(RefreshTokenSecret::from_trusted)
-                    .filter(|t| t.digest().as_str() == successor_hash)
-                    .ok_or_else(invalid)?;
-                self.token_set(&user, &session, &same, now)
-            }
-            Refreshed::Reused { change } => {
-                self.publish(change.into_iter().collect()).await;
-                Err(invalid())
-            }
-        }
+            .await
     }
 
     /// Refuses access tokens whose session is revoked: from the node's revoked-session set

@@ -7,7 +7,7 @@ use crate::dto::{
 use crate::error::ApiError;
 use crate::extract::{After, Caller, JsonBody, OptionalJsonBody};
 use crate::startup::AppState;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use aigw_service::{AuthService, LogoutScope, Policy, ServiceError};
 
 /// Create an account; starts a session and answers its tokens.
@@ -24,6 +24,7 @@ pub async fn register(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_ip(&req, Policy::Register).await?;
     let set = state.auth.register(&body.email, body.password, body.name.as_deref()).await?;
+    state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
     let tokens = TokenSetDto::from(set);
     let data = RegisterData {
         id: tokens.user.id.clone(),
@@ -46,12 +47,39 @@ pub async fn register(
 pub async fn login(
     state: web::Data<AppState>,
     req: HttpRequest,
-    JsonBody(body): JsonBody<LoginRequest>,
+    body: Result<JsonBody<LoginRequest>, ApiError>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.refuse_if_failing(&req).await?;
-    state.limits.login(&req, &body.email).await?;
-    let set = failures_counted(&state, &req, state.auth.login(&body.email, body.password)).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+    let result = async {
+        let JsonBody(body) = body?;
+        state.limits.refuse_if_failing(&req).await?;
+        state.limits.login(&req, &body.email).await?;
+        failures_counted(&state, &req, state.auth.login(&body.email, body.password)).await
+    }
+    .await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(e) => match e.status_code().as_u16() {
+            401 => "invalid",
+            429 => "rate_limited",
+            400..=499 => "bad_request",
+            _ => "error",
+        },
+    };
+    state.telemetry.metrics.count("aigw_logins_total", &[("outcome", outcome)]);
+    match result {
+        Ok(set) => {
+            state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
+            Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+        }
+        Err(e) => {
+            if outcome == "invalid" {
+                // A security event, at info (the e-mail stays out of the logs).
+                let client_ip = state.limits.client_ip(&req);
+                tracing::info!(event = "login_failed", %client_ip, "login failed");
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Awaits a credential check and counts a refusal (401) against the client IP's
@@ -130,6 +158,11 @@ pub async fn logout(
         LogoutScopeDto::Others => LogoutScope::Others,
     };
     let revoked_sessions = state.auth.logout(&caller, scope, body.refresh_token.as_deref()).await?;
+    state
+        .telemetry
+        .metrics
+        .counter("aigw_sessions_revoked_total", &[("reason", "logout")])
+        .increment(revoked_sessions as u64);
     Ok(HttpResponse::Ok().json(Envelope::ok(LogoutData { revoked_sessions })))
 }
 

@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::extract::{read_json_payload, Caller};
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use aigw_domain::access::Operation;
 use aigw_service::{ChatReply, Policy};
 use futures_util::StreamExt;
@@ -45,7 +45,13 @@ pub async fn completions(
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
     let request_id = crate::error::current_request_id();
-    let (reply, limits) = state.gateway.chat_completion_limited(&caller, &request_id, body).await?;
+    let arrived = req
+        .extensions()
+        .get::<crate::telemetry::Arrival>()
+        .map_or_else(std::time::Instant::now, |a| a.0);
+    let forward = crate::telemetry::upstream_headers(&req, &request_id);
+    let (reply, limits) =
+        state.gateway.chat_completion_since(&caller, &request_id, body, arrived, &forward).await?;
     // A key with its own rpm_limit / tpm_limit: OpenAI's x-ratelimit-* headers (issue 9).
     let with_limits = |status: u16| {
         let mut builder =

@@ -95,6 +95,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
     .service(one("/readyz", &["GET"], get_or_head().to(health::readyz)));
 }
 
+/// `GET /metrics` (Prometheus text, see `crate::observe`).
+pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
+    cfg.service(one("/metrics", &["GET"], get_or_head().to(crate::observe::serve)));
+}
+
 /// `GET`, and `HEAD` answered by the same handler (actix sends no body for `HEAD`), so load
 /// balancers that probe with `HEAD` work.
 fn get_or_head() -> actix_web::Route {

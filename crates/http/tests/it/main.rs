@@ -24,6 +24,7 @@ mod idempotency;
 mod jwt;
 mod key_policy;
 mod limits;
+mod observability;
 mod openapi_contract;
 mod outage;
 mod permissions;

@@ -554,7 +554,7 @@ impl RedisServer {
     }
 
     /// Kills the server (SIGKILL) and waits until it is gone.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

@@ -242,6 +242,8 @@ struct Inner {
     policies: [PolicyQuota; POLICY_COUNT],
     memory: MemoryLimiter,
     redis: Option<RedisLimiter>,
+    /// Checks the memory limiter decided because Redis was unavailable.
+    fallbacks: std::sync::atomic::AtomicU64,
 }
 
 impl RateLimiter {
@@ -272,7 +274,9 @@ impl RateLimiter {
             RateLimitBackend::Memory => None,
             RateLimitBackend::Redis => Some(RedisLimiter::new(config)?),
         };
-        Ok(Self { inner: Some(Arc::new(Inner { policies, memory, redis })) })
+        Ok(Self {
+            inner: Some(Arc::new(Inner { policies, memory, redis, fallbacks: Default::default() })),
+        })
     }
 
     /// A limiter that allows everything (`enabled = false`).
@@ -299,6 +303,7 @@ impl RateLimiter {
             if let Some(decision) = redis.check(policy, quota, key).await {
                 return Some(decision);
             }
+            inner.fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Some(inner.memory.check(policy, quota, key))
     }
@@ -323,6 +328,18 @@ impl RateLimiter {
     /// Whether counters are kept in Redis (`backend = "redis"` and rate limiting on).
     pub fn uses_redis(&self) -> bool {
         self.inner.as_ref().is_some_and(|i| i.redis.is_some())
+    }
+
+    /// Requests counted by this node's memory limiter because Redis was unavailable, since
+    /// start (a counter for `/metrics`).
+    pub fn memory_fallbacks(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |i| i.fallbacks.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Whether the last call to Redis succeeded (`None` without the Redis backend), without
+    /// calling it: a gauge for `/metrics`.
+    pub fn redis_available(&self) -> Option<bool> {
+        self.inner.as_ref().and_then(|i| i.redis.as_ref()).map(RedisLimiter::available)
     }
 
     /// Whether the configured Redis answers a `PING` (always `true` for the memory backend

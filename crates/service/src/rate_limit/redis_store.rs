@@ -130,6 +130,11 @@ impl RedisLimiter {
         }
     }
 
+    /// Whether the last call to Redis succeeded (true before the first).
+    pub(crate) fn available(&self) -> bool {
+        self.health.lock().map_or(true, |h| !h.failing)
+    }
+
     fn record_success(&self) {
         let Ok(mut h) = self.health.lock() else {
             return;

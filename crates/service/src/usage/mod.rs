@@ -24,6 +24,7 @@ use crate::auth::Principal;
 use crate::config::ProviderConfig;
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::metrics::Metrics;
 use aigw_domain::access::Operation;
 use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
 use aigw_domain::FieldError;
@@ -181,6 +182,20 @@ impl UsageService {
         providers: &[ProviderConfig],
         data_dir: &Path,
     ) -> Result<Self, ServiceError> {
+        Self::start_with_metrics(db, config, providers, data_dir, Metrics::default())
+    }
+
+    /// [`UsageService::start`], counting tokens and cost by model into `metrics`.
+    ///
+    /// # Errors
+    /// As [`UsageService::start`].
+    pub fn start_with_metrics(
+        db: Db,
+        config: &UsageConfig,
+        providers: &[ProviderConfig],
+        data_dir: &Path,
+        metrics: Metrics,
+    ) -> Result<Self, ServiceError> {
         let prices = PriceTable::from_providers(providers)?;
         let recorder = if config.enabled {
             let options = RecorderOptions {
@@ -188,6 +203,7 @@ impl UsageService {
                 batch_size: config.batch_size.max(1),
                 queue_capacity: config.queue_capacity.max(1),
                 spool_dir: data_dir.to_path_buf(),
+                metrics,
             };
             Some(Arc::new(Recorder::start(db.clone(), prices, options)?))
         } else {

@@ -55,6 +55,9 @@ pub struct RecorderOptions {
     pub queue_capacity: usize,
     /// Folder of the spool file.
     pub spool_dir: PathBuf,
+    /// Where tokens and cost by model are counted (`aigw_tokens_total`,
+    /// `aigw_cost_usd_micros_total`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// A snapshot of the recorder's health, for `/readyz`.
@@ -329,7 +332,18 @@ impl Context {
 
     /// Finalizes a metered call into the queue; spools the queue when it is full.
     fn accept(&self, state: &mut State, pending: Pending) {
-        state.queue.push_back(pending.into_record(&self.shared.prices));
+        let record = pending.into_record(&self.shared.prices);
+        let metrics = &self.options.metrics;
+        let labels = [("provider", record.provider.as_str()), ("model", record.model.as_str())];
+        for (kind, n) in [
+            ("prompt", record.tokens.prompt_tokens),
+            ("completion", record.tokens.completion_tokens),
+        ] {
+            let [provider, model] = labels;
+            metrics.counter("aigw_tokens_total", &[provider, model, ("kind", kind)]).increment(n);
+        }
+        metrics.counter("aigw_cost_usd_micros_total", &labels).increment(record.cost_micros);
+        state.queue.push_back(record);
         if state.queue.len() >= self.options.queue_capacity.max(1) {
             self.spool_queue(state);
         }

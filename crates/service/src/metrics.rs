@@ -1,0 +1,103 @@
+//! Where the service's counters and histograms go: a handle to one `metrics` recorder.
+//!
+//! Each server owns its recorder (the HTTP layer builds a Prometheus one and renders it at
+//! `GET /metrics`), so several servers in one process (tests, embedders) never mix their
+//! numbers, which the process-wide recorder of the `metrics` facade would. Without a recorder
+//! ([`Metrics::default`]) every call does nothing.
+//!
+//! Label values must come from a small fixed set: a policy or outcome name, a configured
+//! provider or model, a status class. Never a user id, key id, e-mail or anything a caller
+//! chooses (docs/operations.md lists every metric and its labels).
+
+use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder};
+use std::sync::Arc;
+
+/// A cheap-to-clone handle to the server's metrics recorder.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    recorder: Option<Arc<dyn Recorder + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("enabled", &self.recorder.is_some()).finish()
+    }
+}
+
+const METADATA: Metadata<'static> = Metadata::new("aigw", Level::INFO, Some(module_path!()));
+
+fn key(name: &'static str, labels: &[(&'static str, &str)]) -> Key {
+    let labels: Vec<Label> = labels.iter().map(|(k, v)| Label::new(*k, (*v).to_owned())).collect();
+    Key::from_parts(name, labels)
+}
+
+impl Metrics {
+    /// Records into `recorder`.
+    pub fn new(recorder: Arc<dyn Recorder + Send + Sync>) -> Self {
+        Self { recorder: Some(recorder) }
+    }
+
+    /// The counter `name` with `labels` (a no-op counter without a recorder).
+    pub fn counter(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Counter {
+        match &self.recorder {
+            Some(r) => r.register_counter(&key(name, labels), &METADATA),
+            None => Counter::noop(),
+        }
+    }
+
+    /// Adds 1 to the counter `name` with `labels`.
+    pub fn count(&self, name: &'static str, labels: &[(&'static str, &str)]) {
+        if self.recorder.is_some() {
+            self.counter(name, labels).increment(1);
+        }
+    }
+
+    /// The histogram `name` with `labels` (values in seconds for `*_seconds`).
+    pub fn histogram(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Histogram {
+        match &self.recorder {
+            Some(r) => r.register_histogram(&key(name, labels), &METADATA),
+            None => Histogram::noop(),
+        }
+    }
+
+    /// Sets the gauge `name` with `labels` to `value`.
+    pub fn gauge(&self, name: &'static str, labels: &[(&'static str, &str)], value: f64) {
+        if let Some(r) = &self.recorder {
+            r.register_gauge(&key(name, labels), &METADATA).set(value);
+        }
+    }
+}
+
+/// `"2xx"` … `"5xx"` for an HTTP status (`"other"` outside 100–599): a bounded label.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_classes_are_bounded() {
+        assert_eq!(status_class(200), "2xx");
+        assert_eq!(status_class(429), "4xx");
+        assert_eq!(status_class(503), "5xx");
+        assert_eq!(status_class(0), "other");
+        assert_eq!(status_class(999), "other");
+    }
+
+    #[test]
+    fn without_a_recorder_nothing_happens() {
+        let m = Metrics::default();
+        m.count("aigw_test_total", &[("outcome", "ok")]);
+        m.histogram("aigw_test_seconds", &[]).record(1.0);
+        m.gauge("aigw_test", &[], 1.0);
+    }
+}
