@@ -8,12 +8,14 @@
 //! read its `port()`, and `run_until_stopped()`.
 
 pub mod dto;
+pub mod dto_admin;
 pub mod dto_usage;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
 pub mod observe;
 pub mod openapi;
+pub mod operator;
 pub mod rate_limit;
 pub mod routes;
 pub mod secrets;

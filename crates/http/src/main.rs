@@ -3,6 +3,8 @@
 //! ```text
 //! aigw [--config FILE]            serve (default)
 //! aigw [--config FILE] migrate    apply database migrations and exit
+//! aigw [--config FILE] admin create-user --email E [--name N] --role R [--password-stdin]
+//! aigw [--config FILE] admin set-role --email E --role R
 //! ```
 
 use aigw_http::settings::Settings;
@@ -35,6 +37,68 @@ enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Operator commands on the configured database (no server needed): make the first admin.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+/// A role name on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum RoleArg {
+    User,
+    Admin,
+}
+
+impl From<RoleArg> for aigw_domain::Role {
+    fn from(r: RoleArg) -> Self {
+        match r {
+            RoleArg::User => aigw_domain::Role::User,
+            RoleArg::Admin => aigw_domain::Role::Admin,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Create an account (password asked twice on the terminal, or read from stdin).
+    CreateUser {
+        /// E-mail address (the login name).
+        #[arg(long)]
+        email: String,
+        /// Display name (default: the part of the e-mail before `@`).
+        #[arg(long)]
+        name: Option<String>,
+        /// `user` or `admin`.
+        #[arg(long, value_enum)]
+        role: RoleArg,
+        /// Read the password from standard input instead of asking.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Set the role of an existing account.
+    SetRole {
+        /// E-mail address of the account.
+        #[arg(long)]
+        email: String,
+        /// `user` or `admin`.
+        #[arg(long, value_enum)]
+        role: RoleArg,
+    },
+}
+
+async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()> {
+    use aigw_http::operator::{self, PasswordSource};
+    match command {
+        AdminCommand::CreateUser { email, name, role, password_stdin } => {
+            let source =
+                if password_stdin { PasswordSource::Stdin } else { PasswordSource::Prompt };
+            let password = operator::read_password(source)?;
+            operator::create_user(settings, &email, name.as_deref(), role.into(), password).await
+        }
+        AdminCommand::SetRole { email, role } => {
+            operator::set_role(settings, &email, role.into()).await
+        }
+    }
 }
 
 #[actix_web::main]
@@ -50,6 +114,7 @@ async fn main() -> ExitCode {
     let _log = telemetry::init(&settings.log);
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Migrate => startup::migrate(&settings).await.map(|_| ()),
+        Command::Admin(command) => admin(&settings, command).await,
         Command::Serve => match Application::build(settings).await {
             Ok(app) => app.run_until_stopped().await.map_err(anyhow::Error::from),
             Err(e) => Err(e),

@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{api_keys, auth, chat, health, usage};
+use crate::routes::{admin, api_keys, auth, chat, health, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -16,7 +16,9 @@ use utoipa::{Modify, OpenApi};
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         api_keys::update, api_keys::rotate,
         chat::completions, chat::models, health::healthz, health::readyz,
-        usage::summary, usage::requests, crate::observe::serve
+        usage::summary, usage::requests, crate::observe::serve,
+        admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
+        admin::revoke_api_key
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -28,7 +30,10 @@ use utoipa::{Modify, OpenApi};
         dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName,
         crate::dto_usage::UsageTotalsDto, crate::dto_usage::UsageRowDto,
         crate::dto_usage::UsageSummaryData, crate::dto_usage::UsageRecordDto,
-        crate::dto_usage::UsageRequestsData
+        crate::dto_usage::UsageRequestsData,
+        crate::dto_admin::AdminUserDto, crate::dto_admin::RoleName,
+        crate::dto_admin::UpdateUserRequest, crate::dto_admin::UserListData,
+        crate::dto_admin::AdminApiKeyDto, crate::dto_admin::AdminApiKeyListData
     )),
     modifiers(&SecuritySchemes),
     tags(
@@ -36,7 +41,8 @@ use utoipa::{Modify, OpenApi};
         (name = "api-keys", description = "Long-lived API keys"),
         (name = "ai", description = "OpenAI-compatible gateway"),
         (name = "usage", description = "The caller's metered usage of the gateway"),
-        (name = "health", description = "Probes")
+        (name = "health", description = "Probes"),
+        (name = "admin", description = "Administration: every user and API key (role admin)")
     )
 )]
 #[derive(Debug)]

@@ -82,7 +82,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
 fn cors(origins: &[String]) -> actix_cors::Cors {
     use actix_web::http::{header, Method};
     let mut cors = actix_cors::Cors::default()
-        .allowed_methods([Method::GET, Method::POST, Method::DELETE])
+        .allowed_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
         .allowed_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT])
         .expose_headers([
             header::HeaderName::from_static("x-request-id"),
@@ -145,6 +145,33 @@ fn metrics_server(address: &str, state: web::Data<AppState>) -> anyhow::Result<S
     .run())
 }
 
+/// Resolves the signing keys, connects and migrates the database and builds the account
+/// service (its background work not started): what the server and the operator commands
+/// (`aigw admin …`) share.
+///
+/// # Errors
+/// Bad configuration, a short secret in production, an unreachable database, a failed
+/// migration.
+pub async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, Db)> {
+    let keys = crate::secrets::signing_keys(settings)?;
+    let pool = migrate(settings).await?;
+    let tokens = TokenIssuer::new(
+        keys,
+        settings.auth.issuer.clone(),
+        settings.auth.audience.clone(),
+        settings.auth.access_token_ttl_secs,
+        settings.auth.leeway_secs,
+    )?;
+    let db = Db::new(pool);
+    let auth = AuthService::new(
+        db.clone(),
+        tokens,
+        settings.auth.clone(),
+        settings.credential_cache.clone(),
+    )?;
+    Ok((auth, db))
+}
+
 impl Application {
     /// Resolves secrets, connects and migrates the database, builds the services and binds
     /// `server.listen`.
@@ -154,30 +181,15 @@ impl Application {
     /// production, database unreachable, address in use).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let data_lock = lock_data_dir(&settings.server.data_dir)?;
-        let keys = crate::secrets::signing_keys(&settings)?;
-        let pool = migrate(&settings).await?;
-        let tokens = TokenIssuer::new(
-            keys,
-            settings.auth.issuer.clone(),
-            settings.auth.audience.clone(),
-            settings.auth.access_token_ttl_secs,
-            settings.auth.leeway_secs,
-        )?;
+        let (auth, db) = auth_service(&settings).await?;
         let answers_sealer = aigw_service::seal::Sealer::derive(
             b"aigw idempotent answer seal v1",
-            tokens.key_materials(),
+            auth.tokens().key_materials(),
         );
         let telemetry = crate::observe::Telemetry::new()?;
         let metrics = telemetry.metrics.clone();
-        let db = Db::new(pool);
+        let auth = auth.with_metrics(metrics.clone());
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
-        let auth = AuthService::new(
-            db.clone(),
-            tokens,
-            settings.auth.clone(),
-            settings.credential_cache.clone(),
-        )?
-        .with_metrics(metrics.clone());
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
         let background = auth.start_background();
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.

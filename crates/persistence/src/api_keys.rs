@@ -120,28 +120,58 @@ pub fn rotate(
     Ok(n == 1)
 }
 
-/// Revokes key `id` of `user_id` at `now` (keeping an earlier revocation time) and returns it;
-/// `None` when the user has no such key.
+/// Revokes key `id` of `owner` at `now` (keeping an earlier revocation time) and returns it;
+/// `None` when there is no such key. `owner` is `None` only for an administrator's revocation
+/// of any user's key.
 ///
 /// # Errors
 /// On database failure.
 pub fn revoke(
     conn: &mut DbConnection,
     id: &str,
-    user_id: &str,
+    owner: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     conn.transaction(|conn| {
-        diesel::update(
-            api_keys::table
-                .filter(api_keys::id.eq(id))
-                .filter(api_keys::user_id.eq(user_id))
-                .filter(api_keys::revoked_at.is_null()),
+        let mut update = diesel::update(
+            api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::revoked_at.is_null()),
         )
-        .set(api_keys::revoked_at.eq(from_utc(now)))
-        .execute(conn)?;
-        find_for_user(conn, id, user_id)
+        .into_boxed();
+        let mut read = api_keys::table.filter(api_keys::id.eq(id)).into_boxed();
+        if let Some(owner) = owner {
+            update = update.filter(api_keys::user_id.eq(owner));
+            read = read.filter(api_keys::user_id.eq(owner));
+        }
+        update.set(api_keys::revoked_at.eq(from_utc(now))).execute(conn)?;
+        Ok(read.select(ApiKeyRecord::as_select()).first(conn).optional()?.map(ApiKeyRow::from))
     })
+}
+
+/// Up to `limit` keys of every user (of `owner` when given), newest first (by id), after id
+/// `before` when given.
+///
+/// # Errors
+/// On database failure.
+pub fn list_all(
+    conn: &mut DbConnection,
+    owner: Option<&str>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<ApiKeyRow>, PersistenceError> {
+    let mut query = api_keys::table.select(ApiKeyRecord::as_select()).into_boxed();
+    if let Some(owner) = owner {
+        query = query.filter(api_keys::user_id.eq(owner.to_owned()));
+    }
+    if let Some(before) = before {
+        query = query.filter(api_keys::id.lt(before.to_owned()));
+    }
+    Ok(query
+        .order(api_keys::id.desc())
+        .limit(limit)
+        .load(conn)?
+        .into_iter()
+        .map(ApiKeyRow::from)
+        .collect())
 }
 
 /// Deletes key `id` of `user_id`. Returns whether it existed.

@@ -45,6 +45,8 @@ pub struct UserRow {
     pub created_at: DateTime<Utc>,
     /// Last change, UTC (microseconds).
     pub updated_at: DateTime<Utc>,
+    /// When an administrator disabled the account, UTC; `None`: enabled.
+    pub disabled_at: Option<DateTime<Utc>>,
 }
 
 /// A login session: each login starts one; its refresh tokens form one rotation family.
@@ -174,6 +176,7 @@ pub(crate) struct UserRecord {
     password_hash: String,
     created_at: NaiveDateTime,
     updated_at: NaiveDateTime,
+    disabled_at: Option<NaiveDateTime>,
 }
 
 impl From<UserRecord> for UserRow {
@@ -186,6 +189,7 @@ impl From<UserRecord> for UserRow {
             password_hash: r.password_hash,
             created_at: to_utc(r.created_at),
             updated_at: to_utc(r.updated_at),
+            disabled_at: r.disabled_at.map(to_utc),
         }
     }
 }
@@ -200,6 +204,7 @@ impl From<&UserRow> for UserRecord {
             password_hash: r.password_hash.clone(),
             created_at: from_utc(r.created_at),
             updated_at: from_utc(r.updated_at),
+            disabled_at: r.disabled_at.map(from_utc),
         }
     }
 }
@@ -478,6 +483,7 @@ mod tests {
             password_hash: "$argon2id$".into(),
             created_at: now,
             updated_at: now,
+            disabled_at: Some(now),
         };
         assert_eq!(UserRow::from(UserRecord::from(&user)), user);
         assert_eq!(role_from_storage("superuser"), Role::User);

@@ -13,6 +13,7 @@ diesel::table! {
         password_hash -> Text,
         created_at -> Timestamp,
         updated_at -> Timestamp,
+        disabled_at -> Nullable<Timestamp>,
     }
 }
 

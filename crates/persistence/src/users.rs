@@ -60,3 +60,97 @@ pub fn update_password_hash(
         .execute(conn)?;
     Ok(())
 }
+
+/// Up to `limit` users, newest first (by id, a UUIDv7), after id `before` when given, whose
+/// e-mail starts with `email_prefix` when given (compared literally: `%` and `_` are not
+/// wildcards).
+///
+/// # Errors
+/// On database failure.
+pub fn list(
+    conn: &mut DbConnection,
+    email_prefix: Option<&str>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<UserRow>, PersistenceError> {
+    let mut query = users::table.select(UserRecord::as_select()).into_boxed();
+    if let Some(prefix) = email_prefix {
+        let escaped: String = prefix
+            .chars()
+            .flat_map(|c| match c {
+                '%' | '_' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        query = query.filter(users::email.like(format!("{escaped}%")).escape('\\'));
+    }
+    if let Some(before) = before {
+        query = query.filter(users::id.lt(before.to_owned()));
+    }
+    Ok(query
+        .order(users::id.desc())
+        .limit(limit)
+        .load(conn)?
+        .into_iter()
+        .map(UserRow::from)
+        .collect())
+}
+
+/// Sets the role and the disabled time of user `id` at `now` (UTC).
+///
+/// # Errors
+/// On database failure.
+pub fn update_access(
+    conn: &mut DbConnection,
+    id: &str,
+    role: aigw_domain::Role,
+    disabled_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(users::table.find(id))
+        .set((
+            users::role.eq(role.as_str()),
+            users::disabled_at.eq(disabled_at.map(from_utc)),
+            users::updated_at.eq(from_utc(now)),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Whether user `id` exists and is enabled, holding the row's lock until the transaction ends
+/// (a no-op update: on PostgreSQL it waits for a concurrent disable to commit and then sees
+/// it; SQLite serialises writers anyway). A login inserts its session after this, so no
+/// session can start for an account that a concurrent transaction is disabling.
+///
+/// # Errors
+/// On database failure.
+pub fn lock_if_enabled(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+    let n = diesel::update(users::table.find(id).filter(users::disabled_at.is_null()))
+        .set(users::disabled_at.eq(None::<chrono::NaiveDateTime>))
+        .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Locks the row of user `id` for the rest of the transaction (a no-op update) and says
+/// whether it exists. Make it the transaction's first statement when the transaction reads
+/// the user and then writes: SQLite then takes its write lock before reading (a read-then-write
+/// transaction fails with "database is locked" when another writer got in between), and
+/// PostgreSQL serialises concurrent changes of one user.
+///
+/// # Errors
+/// On database failure.
+pub fn lock(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+    let n = diesel::update(users::table.find(id)).set(users::id.eq(users::id)).execute(conn)?;
+    Ok(n == 1)
+}
+
+/// [`lock`] by normalised e-mail address.
+///
+/// # Errors
+/// On database failure.
+pub fn lock_by_email(conn: &mut DbConnection, email: &str) -> Result<bool, PersistenceError> {
+    let n = diesel::update(users::table.filter(users::email.eq(email)))
+        .set(users::id.eq(users::id))
+        .execute(conn)?;
+    Ok(n == 1)
+}

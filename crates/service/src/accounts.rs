@@ -8,7 +8,7 @@ use crate::views::{TokenSet, UserView};
 use aigw_domain::access::Operation;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
-use aigw_persistence::{transaction, users, PersistenceError};
+use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
 
 /// The one answer to every failed login, whatever the cause (SECURITY.md 18).
 const LOGIN_FAILED: &str = "invalid e-mail or password";
@@ -28,6 +28,32 @@ impl AuthService {
         password: String,
         name: Option<&str>,
     ) -> Result<TokenSet, ServiceError> {
+        let user = self.new_user_row(email, password, name, Role::User).await?;
+        let now = user.created_at;
+        let (session, token, refresh) = self.new_session(&user.id, now);
+        let stored = user.clone();
+        let stored_session = session.clone();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    Self::insert_user(conn, &stored)?;
+                    Self::store_session(conn, &stored_session, &token)
+                })
+            })
+            .await?;
+        tracing::info!(user_id = %user.id, "user registered");
+        self.token_set(&user, &session, &refresh, now)
+    }
+
+    /// Validates a new account's fields and hashes its password (on the argon2 pool): the row
+    /// to insert, created now. `name` defaults to the part of the e-mail before `@`.
+    pub(crate) async fn new_user_row(
+        &self,
+        email: &str,
+        password: String,
+        name: Option<&str>,
+        role: Role,
+    ) -> Result<UserRow, ServiceError> {
         let email = Email::parse(email)?;
         let name = match name {
             Some(n) => UserName::parse(n, "name")?,
@@ -36,33 +62,29 @@ impl AuthService {
         self.password_policy.check_new(&password)?;
         let password_hash = self.passwords.hash(password).await?;
         let now = time::now();
-        let user = UserRow {
+        Ok(UserRow {
             id: uuid::Uuid::now_v7().to_string(),
             email: email.as_str().to_owned(),
             name: name.into_string(),
-            role: Role::User,
+            role,
             password_hash,
             created_at: now,
             updated_at: now,
-        };
-        let (session, token, refresh) = self.new_session(&user.id, now);
-        let stored = user.clone();
-        let stored_session = session.clone();
-        self.db
-            .run(move |conn| {
-                transaction(conn, |conn| {
-                    users::insert(conn, &stored).map_err(|e| match e {
-                        PersistenceError::Conflict => {
-                            ServiceError::Invalid(FieldError::new("email", "is already registered"))
-                        }
-                        other => other.into(),
-                    })?;
-                    Self::store_session(conn, &stored_session, &token)
-                })
-            })
-            .await?;
-        tracing::info!(user_id = %user.id, "user registered");
-        self.token_set(&user, &session, &refresh, now)
+            disabled_at: None,
+        })
+    }
+
+    /// Inserts `user` (inside the caller's transaction).
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `email` when it is already registered.
+    pub(crate) fn insert_user(conn: &mut DbConnection, user: &UserRow) -> Result<(), ServiceError> {
+        users::insert(conn, user).map_err(|e| match e {
+            PersistenceError::Conflict => {
+                ServiceError::Invalid(FieldError::new("email", "is already registered"))
+            }
+            other => other.into(),
+        })
     }
 
     /// Checks an e-mail and password and starts a session.
@@ -81,8 +103,14 @@ impl AuthService {
         let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &email)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
         let verification = self.passwords.verify(password.clone(), stored_hash).await?;
+        // A disabled account gets the same answer, after the same work, as a wrong password:
+        // disabling is no oracle (issue 11).
         let user = match (verification, user) {
-            (Verification::Match | Verification::MatchNeedsRehash, Some(user)) => user,
+            (Verification::Match | Verification::MatchNeedsRehash, Some(user))
+                if user.disabled_at.is_none() =>
+            {
+                user
+            }
             _ => return Err(ServiceError::rejected(LOGIN_FAILED)),
         };
         if verification == Verification::MatchNeedsRehash {
@@ -93,7 +121,13 @@ impl AuthService {
         let stored_session = session.clone();
         self.db
             .run(move |conn| {
-                transaction(conn, |conn| Self::store_session(conn, &stored_session, &token))
+                transaction(conn, |conn| {
+                    // Disabled meanwhile (or being disabled now): no session starts.
+                    if !users::lock_if_enabled(conn, &stored_session.user_id)? {
+                        return Err(ServiceError::rejected(LOGIN_FAILED));
+                    }
+                    Self::store_session(conn, &stored_session, &token)
+                })
             })
             .await?;
         tracing::info!(user_id = %user.id, session_id = %session.id, "login");

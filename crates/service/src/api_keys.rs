@@ -142,13 +142,23 @@ impl AuthService {
         id: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         principal.authorize(Operation::ChangeApiKey)?;
-        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        self.revoke_api_key_of(id, Some(principal.user_id())).await
+    }
+
+    /// Revokes key `id` of `owner` (of anyone when `None`: an admin's revocation) and waits
+    /// until every live node has applied it.
+    pub(crate) async fn revoke_api_key_of(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+    ) -> Result<ApiKeyView, ServiceError> {
+        let (key_id, owner) = (id.to_owned(), owner.map(str::to_owned));
         let now = time::now();
         let (row, change) = self
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    let Some(row) = api_keys::revoke(conn, &key_id, &user_id, now)? else {
+                    let Some(row) = api_keys::revoke(conn, &key_id, owner.as_deref(), now)? else {
                         return Ok(None);
                     };
                     let kind = CredentialChangeKind::ApiKeyRevoked;
@@ -335,6 +345,15 @@ impl AuthService {
         }
         if found.expires_at.is_some_and(|e| e <= now) {
             return Err(ServiceError::invalid_credential("the API key has expired"));
+        }
+        // The owner's account, from the user cache (a disable reaches every node through the
+        // feed, as `user_changed`).
+        match self.cache.user(&found.user_id).await? {
+            Some(owner) if owner.disabled => {
+                return Err(ServiceError::invalid_credential("the account is disabled"));
+            }
+            Some(_) => {}
+            None => return Err(ServiceError::invalid_credential("the API key is invalid")),
         }
         self.cache.note_key_use(found, now);
         Ok(Principal::ApiKey {

@@ -12,6 +12,7 @@
 //! one variant per kind of answer.
 
 pub mod accounts;
+pub mod admin;
 pub mod api_keys;
 pub mod auth;
 pub mod budget;
@@ -33,6 +34,7 @@ pub mod tokens;
 pub mod usage;
 pub mod views;
 
+pub use admin::{Page, PageRequest, UserUpdate};
 pub use api_keys::NewApiKey;
 pub use auth::{AuthService, Principal};
 pub use config::{

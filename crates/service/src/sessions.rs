@@ -194,7 +194,9 @@ impl AuthService {
                     if session.revoked_at.is_some() || session.expires_at <= now {
                         return Err(invalid()); // rolls the claim back; nothing changes
                     }
-                    let user = users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
+                    let user = users::find_by_id(conn, &session.user_id)?
+                        .filter(|u| u.disabled_at.is_none())
+                        .ok_or_else(invalid)?;
                     if let Some(parent) = &token.parent_id {
                         // The parent's grace ends once its successor (this token) is used.
                         sessions::clear_sealed(conn, parent)?;
@@ -285,13 +287,7 @@ impl AuthService {
     /// # Errors
     /// [`ServiceError::Forbidden`] (`required: access_token`, `current: api_key`) for a key.
     pub fn ensure_can_logout(principal: &Principal) -> Result<(), ServiceError> {
-        match principal {
-            Principal::User { .. } => Ok(()),
-            Principal::ApiKey { .. } => Err(ServiceError::Forbidden {
-                required: "access_token".to_owned(),
-                current: "api_key".to_owned(),
-            }),
-        }
+        principal.authorize(aigw_domain::access::Operation::Logout)
     }
 
     /// Ends sessions of the caller: the current one, all, or all others. Returns how many

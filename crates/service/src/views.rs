@@ -17,6 +17,10 @@ pub struct UserView {
     pub role: Role,
     /// Creation time, UTC.
     pub created_at: DateTime<Utc>,
+    /// Last change of the account, UTC.
+    pub updated_at: DateTime<Utc>,
+    /// Whether an administrator has disabled the account.
+    pub disabled: bool,
 }
 
 impl From<&UserRow> for UserView {
@@ -27,6 +31,8 @@ impl From<&UserRow> for UserView {
             name: row.name.clone(),
             role: row.role,
             created_at: row.created_at,
+            updated_at: row.updated_at,
+            disabled: row.disabled_at.is_some(),
         }
     }
 }
@@ -54,6 +60,8 @@ pub struct TokenSet {
 pub struct ApiKeyView {
     /// UUIDv7 string.
     pub id: String,
+    /// The owner's user id.
+    pub user_id: String,
     /// Label.
     pub name: String,
     /// First 12 characters of the key.
@@ -78,6 +86,7 @@ impl From<&ApiKeyRow> for ApiKeyView {
     fn from(row: &ApiKeyRow) -> Self {
         Self {
             id: row.id.clone(),
+            user_id: row.user_id.clone(),
             name: row.name.clone(),
             key_prefix: row.key_prefix.clone(),
             permissions: row.permissions.clone(),
@@ -145,6 +154,8 @@ mod debug_redaction {
             name: "Ann".into(),
             role: aigw_domain::Role::User,
             created_at: Utc::now(),
+            updated_at: Utc::now(),
+            disabled: false,
         }
     }
 
@@ -167,6 +178,7 @@ mod debug_redaction {
     fn created_api_key() {
         let view = ApiKeyView {
             id: "k".into(),
+            user_id: "u".into(),
             name: "n".into(),
             key_prefix: "aigw_1234567".into(),
             permissions: aigw_domain::PermissionSet::from_storage("read"),

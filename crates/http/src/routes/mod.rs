@@ -1,5 +1,6 @@
 //! Handlers, one module per endpoint group, and the route table.
 
+pub mod admin;
 pub mod api_keys;
 pub mod auth;
 pub mod chat;
@@ -81,6 +82,31 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
             .service(
                 one("/usage/requests", &["GET"], get_or_head().to(usage::requests))
                     .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/admin/users", &["GET"], get_or_head().to(admin::list_users))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                web::resource("/admin/users/{id}")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(get_or_head().to(admin::get_user))
+                    .route(web::patch().to(admin::update_user))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "PATCH"])
+                    })),
+            )
+            .service(
+                one("/admin/api-keys", &["GET"], get_or_head().to(admin::list_api_keys))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one(
+                    "/admin/api-keys/{id}/revoke",
+                    &["POST"],
+                    web::post().to(admin::revoke_api_key),
+                )
+                .app_data(LimitedBy(Policy::Account)),
             )
             // The only large body aigw serves: gzip it (when asked). Nothing else is compressed:
             // chat completions and streams go out as the upstream sent them, and the small

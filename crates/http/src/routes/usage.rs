@@ -12,7 +12,10 @@ use aigw_service::Policy;
 use std::collections::HashMap;
 
 /// The query parameters of `req`, each at most once and each one of `allowed`.
-fn query_params(req: &HttpRequest, allowed: &[&str]) -> Result<HashMap<String, String>, ApiError> {
+pub(crate) fn query_params(
+    req: &HttpRequest,
+    allowed: &[&str],
+) -> Result<HashMap<String, String>, ApiError> {
     let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .map_err(|_| ApiError::invalid("query", "is not a valid query string"))?
         .into_inner();

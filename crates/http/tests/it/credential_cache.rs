@@ -31,7 +31,7 @@ async fn on_db<T: Send + 'static>(
 }
 
 /// Polls `probe` until `done` holds, failing after `within`; returns the last reply.
-async fn eventually<F, Fut>(
+pub(crate) async fn eventually<F, Fut>(
     within: Duration,
     what: &str,
     probe: F,

@@ -10,6 +10,7 @@
 #[macro_use]
 mod common;
 
+mod admin;
 mod api_keys;
 mod auth;
 mod binary;

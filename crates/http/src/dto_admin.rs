@@ -1,0 +1,143 @@
+//! Bodies of the administration API (`/api/v1/admin/…`, issue 11) with their OpenAPI schemas.
+
+use aigw_domain::time::format_timestamp;
+use aigw_domain::Role;
+use aigw_service::{ApiKeyView, Page, UserView};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A user as an administrator sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AdminUserDto {
+    /// UUIDv7.
+    pub id: String,
+    /// E-mail address (lower case).
+    pub email: String,
+    /// Display name.
+    pub name: String,
+    /// `user` or `admin`.
+    #[schema(value_type = RoleName)]
+    pub role: String,
+    /// Whether the account is disabled (no login, no session, its API keys refused).
+    pub disabled: bool,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// Last change of the account, RFC 3339 UTC.
+    pub updated_at: String,
+}
+
+impl From<UserView> for AdminUserDto {
+    fn from(u: UserView) -> Self {
+        Self {
+            id: u.id,
+            email: u.email,
+            name: u.name,
+            role: u.role.as_str().to_owned(),
+            disabled: u.disabled,
+            created_at: format_timestamp(u.created_at),
+            updated_at: format_timestamp(u.updated_at),
+        }
+    }
+}
+
+/// A user role.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = RoleName)]
+pub enum RoleName {
+    /// An ordinary account.
+    User,
+    /// An administrator: may call `/api/v1/admin/…`.
+    Admin,
+}
+
+impl From<RoleName> for Role {
+    fn from(r: RoleName) -> Self {
+        match r {
+            RoleName::User => Role::User,
+            RoleName::Admin => Role::Admin,
+        }
+    }
+}
+
+/// `PATCH /admin/users/{id}` body: at least one field.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
+pub struct UpdateUserRequest {
+    /// The new role. An admin cannot demote themselves (400).
+    pub role: Option<RoleName>,
+    /// `true` disables the account (ends its sessions; its keys answer 401), `false`
+    /// re-enables it (the keys work again; the sessions stay ended). An admin cannot disable
+    /// themselves (400).
+    pub disabled: Option<bool>,
+}
+
+/// `GET /admin/users` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserListData {
+    /// Users, newest first.
+    pub users: Vec<AdminUserDto>,
+    /// Cursor of the next page (pass as `cursor`); null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl From<Page<UserView>> for UserListData {
+    fn from(p: Page<UserView>) -> Self {
+        Self { users: p.items.into_iter().map(Into::into).collect(), next_cursor: p.next_cursor }
+    }
+}
+
+/// An API key as an administrator sees it (never the secret).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AdminApiKeyDto {
+    /// UUIDv7.
+    pub id: String,
+    /// The owner's user id.
+    pub user_id: String,
+    /// Label.
+    pub name: String,
+    /// First 12 characters of the key.
+    pub key_prefix: String,
+    /// Permissions.
+    pub permissions: Vec<String>,
+    /// Expiry, RFC 3339 UTC, or null for none.
+    pub expires_at: Option<String>,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// Revocation time, or null.
+    pub revoked_at: Option<String>,
+    /// Last use (recorded at most once a minute), or null.
+    pub last_used_at: Option<String>,
+}
+
+impl From<ApiKeyView> for AdminApiKeyDto {
+    fn from(k: ApiKeyView) -> Self {
+        Self {
+            id: k.id,
+            user_id: k.user_id,
+            name: k.name,
+            key_prefix: k.key_prefix,
+            permissions: k.permissions.names(),
+            expires_at: k.expires_at.map(format_timestamp),
+            created_at: format_timestamp(k.created_at),
+            revoked_at: k.revoked_at.map(format_timestamp),
+            last_used_at: k.last_used_at.map(format_timestamp),
+        }
+    }
+}
+
+/// `GET /admin/api-keys` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AdminApiKeyListData {
+    /// Keys, newest first.
+    pub api_keys: Vec<AdminApiKeyDto>,
+    /// Cursor of the next page (pass as `cursor`); null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl From<Page<ApiKeyView>> for AdminApiKeyListData {
+    fn from(p: Page<ApiKeyView>) -> Self {
+        Self { api_keys: p.items.into_iter().map(Into::into).collect(), next_cursor: p.next_cursor }
+    }
+}

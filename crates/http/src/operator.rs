@@ -1,0 +1,87 @@
+//! The operator commands `aigw admin create-user` and `aigw admin set-role` (issue 11): they
+//! work on the configured database without a running server, and are how the first admin is
+//! made. Running nodes see a role change through the change feed.
+
+use crate::settings::Settings;
+use aigw_domain::Role;
+use aigw_service::{ServiceError, UserView};
+use anyhow::Context;
+use std::io::{IsTerminal, Read};
+
+/// Where the new account's password comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordSource {
+    /// All of standard input (one trailing newline removed): for scripts.
+    Stdin,
+    /// Asked twice on the terminal, not echoed.
+    Prompt,
+}
+
+/// Reads the password from `source`.
+///
+/// # Errors
+/// When standard input cannot be read, the terminal is not one, or the two entries differ.
+pub fn read_password(source: PasswordSource) -> anyhow::Result<String> {
+    match source {
+        PasswordSource::Stdin => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the password from stdin")?;
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
+        }
+        PasswordSource::Prompt => {
+            if !std::io::stdin().is_terminal() {
+                anyhow::bail!("no terminal to ask the password on: pass --password-stdin");
+            }
+            let first = rpassword::prompt_password("Password: ").context("reading the password")?;
+            let second = rpassword::prompt_password("Repeat: ").context("reading the password")?;
+            if first != second {
+                anyhow::bail!("the two passwords differ");
+            }
+            Ok(first)
+        }
+    }
+}
+
+/// A one-line cause of a refusal, naming the field as the API would.
+fn explain(e: ServiceError) -> anyhow::Error {
+    match e {
+        ServiceError::Invalid(f) => anyhow::anyhow!("{}: {}", f.field, f.issue),
+        ServiceError::NotFound { resource, id } => anyhow::anyhow!("no {resource} {id}"),
+        other => anyhow::Error::from(other),
+    }
+}
+
+fn describe(user: &UserView) -> String {
+    format!("{} {} role={} id={}", user.email, user.name, user.role, user.id)
+}
+
+/// `aigw admin create-user`: creates an account with `role`; prints it.
+///
+/// # Errors
+/// A bad field (e-mail taken, password policy), or the database.
+pub async fn create_user(
+    settings: &Settings,
+    email: &str,
+    name: Option<&str>,
+    role: Role,
+    password: String,
+) -> anyhow::Result<()> {
+    let (auth, _) = crate::startup::auth_service(settings).await?;
+    let user = auth.create_user(email, password, name, role).await.map_err(explain)?;
+    println!("created {}", describe(&user));
+    Ok(())
+}
+
+/// `aigw admin set-role`: sets the role of the account with e-mail `email`; prints it.
+///
+/// # Errors
+/// No such account, or the database.
+pub async fn set_role(settings: &Settings, email: &str, role: Role) -> anyhow::Result<()> {
+    let (auth, _) = crate::startup::auth_service(settings).await?;
+    let user = auth.set_role(email, role).await.map_err(explain)?;
+    println!("updated {}", describe(&user));
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! `/api/v1/admin/…` (issue 11): every user and every API key, for administrators (role
+//! `admin` with an access token, or an API key with `admin` whose owner is an admin).
+
+use super::usage::query_params;
+use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
+use crate::dto_admin::{
+    AdminApiKeyDto, AdminApiKeyListData, AdminUserDto, UpdateUserRequest, UserListData,
+};
+use crate::error::ApiError;
+use crate::extract::{After, Caller, JsonBody};
+use crate::startup::AppState;
+use actix_web::{web, HttpRequest, HttpResponse};
+use aigw_service::{PageRequest, Policy, UserUpdate};
+use std::collections::HashMap;
+
+fn page_request(params: &mut HashMap<String, String>) -> PageRequest {
+    PageRequest { limit: params.remove("limit"), cursor: params.remove("cursor") }
+}
+
+/// Every user, newest first, cursor-paged; `email` filters by prefix.
+#[utoipa::path(get, path = "/api/v1/admin/users", tag = "admin",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Users per page, 1 to 200 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("email" = Option<String>, Query, description = "Only users whose e-mail starts with this (case-insensitive)"),
+    ),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<UserListData>),
+        (status = 400, description = "Bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn list_users(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let mut params = query_params(&req, &["limit", "cursor", "email"])?;
+    let page = page_request(&mut params);
+    let users = state.auth.admin_list_users(&admin, params.remove("email"), &page).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(UserListData::from(users))))
+}
+
+/// One user.
+#[utoipa::path(get, path = "/api/v1/admin/users/{id}", tag = "admin",
+    params(("id" = String, Path, description = "User id")),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<AdminUserDto>),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        (status = 404, description = "No such user", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn get_user(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let user = state.auth.admin_get_user(&admin, &id).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
+}
+
+/// Change a user's role, or disable or re-enable the account. Disabling ends every session of
+/// the user and makes their API keys answer 401 (`the account is disabled`) on every node
+/// before this answers; re-enabling restores the keys, not the sessions.
+#[utoipa::path(patch, path = "/api/v1/admin/users/{id}", tag = "admin",
+    params(("id" = String, Path, description = "User id")),
+    request_body = UpdateUserRequest,
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The user as changed", body = Envelope<AdminUserDto>),
+        (status = 400, description = "Bad field, no field, or an admin demoting or disabling themselves", body = ErrorEnvelope),
+        BodyErrors,
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        (status = 404, description = "No such user", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn update_user(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    id: web::Path<String>,
+    body: After<JsonBody<UpdateUserRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let JsonBody(body) = body.into_inner()?;
+    let update = UserUpdate { role: body.role.map(Into::into), disabled: body.disabled };
+    let user = state.auth.admin_update_user(&admin, &id, update).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
+}
+
+/// Every user's API keys (one user's with `user_id`), newest first, cursor-paged.
+#[utoipa::path(get, path = "/api/v1/admin/api-keys", tag = "admin",
+    params(
+        ("user_id" = Option<String>, Query, description = "Only this user's keys"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Keys per page, 1 to 200 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<AdminApiKeyListData>),
+        (status = 400, description = "Bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn list_api_keys(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let mut params = query_params(&req, &["user_id", "limit", "cursor"])?;
+    let page = page_request(&mut params);
+    let keys = state.auth.admin_list_api_keys(&admin, params.remove("user_id"), &page).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyListData::from(keys))))
+}
+
+/// Revoke any user's API key; it is refused on every node before this answers.
+#[utoipa::path(post, path = "/api/v1/admin/api-keys/{id}/revoke", tag = "admin",
+    params(("id" = String, Path, description = "API key id")),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, description = "The key, with revoked_at set", body = Envelope<AdminApiKeyDto>),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        (status = 404, description = "No such key", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn revoke_api_key(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let key = state.auth.admin_revoke_api_key(&admin, &id).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyDto::from(key))))
+}

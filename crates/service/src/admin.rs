@@ -1,0 +1,386 @@
+//! Administration (issue 11): every user and every API key, for callers with role `admin`
+//! (an access token, or an API key with `admin` whose owner is an admin).
+//!
+//! The role is read from the account (the user cache, invalidated by the change feed), never
+//! from the access token's `role` claim, so a demotion holds on every node within the feed's
+//! bound although older tokens still carry `admin`.
+
+use crate::auth::{AuthService, Principal};
+use crate::credential_cache;
+use crate::error::ServiceError;
+use crate::views::{ApiKeyView, UserView};
+use aigw_domain::access::{authorize_as, CallerCredential, Operation};
+use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
+use aigw_persistence::changes::ChangeRow;
+use aigw_persistence::{api_keys, sessions, transaction, users};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
+/// Items per page when `limit` is absent.
+pub const DEFAULT_PAGE_LIMIT: i64 = 50;
+/// Largest accepted `limit`.
+pub const MAX_PAGE_LIMIT: i64 = 200;
+/// Longest id echoed back in a 404, in characters.
+const MAX_ECHOED_ID: usize = 64;
+
+/// One page of a cursor-paged list, newest first; `next_cursor` is `None` on the last page.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Opaque cursor of the next page.
+    pub next_cursor: Option<String>,
+}
+
+/// The paging parameters of a list request, as given in the query (unvalidated).
+#[derive(Debug, Clone, Default)]
+pub struct PageRequest {
+    /// `limit`: 1 to [`MAX_PAGE_LIMIT`] (default [`DEFAULT_PAGE_LIMIT`]).
+    pub limit: Option<String>,
+    /// `cursor`: the `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Validated paging: how many items and after which id.
+#[derive(Debug, Clone)]
+pub(crate) struct Paging {
+    pub(crate) limit: i64,
+    pub(crate) before: Option<String>,
+}
+
+impl PageRequest {
+    /// Validates `limit` and decodes `cursor`.
+    ///
+    /// # Errors
+    /// [`FieldError`] on `limit` (not an integer from 1 to [`MAX_PAGE_LIMIT`]) or `cursor`
+    /// (not one this service issued).
+    pub(crate) fn parse(&self) -> Result<Paging, FieldError> {
+        let limit = match self.limit.as_deref() {
+            None => DEFAULT_PAGE_LIMIT,
+            Some(raw) => raw
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    FieldError::new(
+                        "limit",
+                        format!("must be an integer from 1 to {MAX_PAGE_LIMIT}"),
+                    )
+                })?,
+        };
+        let before = self.cursor.as_deref().map(decode_id_cursor).transpose()?;
+        Ok(Paging { limit, before })
+    }
+}
+
+/// The cursor after the item with id `id`: base64url of `id:<id>`.
+pub(crate) fn encode_id_cursor(id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(format!("id:{id}"))
+}
+
+fn decode_id_cursor(raw: &str) -> Result<String, FieldError> {
+    let bad = || FieldError::new("cursor", "is not a cursor from a previous page");
+    let text = URL_SAFE_NO_PAD.decode(raw.trim()).ok().and_then(|b| String::from_utf8(b).ok());
+    let id = text.as_deref().and_then(|t| t.strip_prefix("id:")).ok_or_else(bad)?;
+    uuid::Uuid::parse_str(id).map_err(|_| bad())?;
+    Ok(id.to_owned())
+}
+
+/// Cuts `rows` (fetched with `limit + 1`) to a page.
+pub(crate) fn page_of<R, T>(
+    mut rows: Vec<R>,
+    limit: i64,
+    id: fn(&R) -> &str,
+    view: impl Fn(&R) -> T,
+) -> Page<T> {
+    let limit = usize::try_from(limit).unwrap_or(0);
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = more.then(|| rows.last().map(|r| encode_id_cursor(id(r)))).flatten();
+    Page { items: rows.iter().map(view).collect(), next_cursor }
+}
+
+/// `PATCH /admin/users/{id}`: the fields to change (absent: unchanged).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UserUpdate {
+    /// The new role.
+    pub role: Option<Role>,
+    /// Disable (`true`) or re-enable (`false`) the account.
+    pub disabled: Option<bool>,
+}
+
+/// Proof that a caller may administer: made only by [`AuthService::authorize_admin`], taken
+/// by every administrative use case, so the check happens once per request and cannot be
+/// forgotten.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    user_id: String,
+}
+
+impl Admin {
+    /// The acting administrator's user id.
+    pub fn user_id(&self) -> &str {
+        &self.user_id
+    }
+}
+
+fn user_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound { resource: "user", id: id.chars().take(MAX_ECHOED_ID).collect() }
+}
+
+impl AuthService {
+    /// Checks that `principal` may administer, with the role its account has now.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] (`required: admin`, `current: user`, or for a key without
+    /// the `admin` permission its permissions); [`ServiceError::Unauthorized`] when the
+    /// account no longer exists; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn authorize_admin(&self, principal: &Principal) -> Result<Admin, ServiceError> {
+        let role = self
+            .cache
+            .user(principal.user_id())
+            .await?
+            .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))?
+            .role;
+        let caller = match principal {
+            Principal::User { .. } => CallerCredential::AccessToken,
+            Principal::ApiKey { permissions, .. } => CallerCredential::ApiKey(permissions),
+        };
+        authorize_as(caller, role, Operation::Administer)
+            .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })?;
+        Ok(Admin { user_id: principal.user_id().to_owned() })
+    }
+
+    /// Every user, newest first, whose e-mail starts with `email_prefix` (when given).
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `limit` or `cursor`.
+    pub async fn admin_list_users(
+        &self,
+        _admin: &Admin,
+        email_prefix: Option<String>,
+        page: &PageRequest,
+    ) -> Result<Page<UserView>, ServiceError> {
+        let Paging { limit, before } = page.parse()?;
+        let prefix = email_prefix.map(|p| p.trim().to_lowercase());
+        let rows = self
+            .db
+            .run(move |conn| {
+                Ok(users::list(conn, prefix.as_deref(), before.as_deref(), limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |r| &r.id, |r| UserView::from(r)))
+    }
+
+    /// One user.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`user`).
+    pub async fn admin_get_user(&self, _admin: &Admin, id: &str) -> Result<UserView, ServiceError> {
+        let wanted = id.to_owned();
+        let row = self.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
+        row.as_ref().map(UserView::from).ok_or_else(|| user_not_found(id))
+    }
+
+    /// Changes a user's role and whether the account is disabled. Disabling ends every session
+    /// of the user and makes their API keys answer 401 (`the account is disabled`) on every
+    /// node; re-enabling restores the keys, not the sessions. Answers once every live node has
+    /// applied the change (bounded, as a revocation).
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `role` or `disabled`
+    /// when an admin would demote or disable themselves (so an installation keeps an admin),
+    /// or on `body` when neither is given; [`ServiceError::NotFound`] (`user`).
+    pub async fn admin_update_user(
+        &self,
+        admin: &Admin,
+        id: &str,
+        update: UserUpdate,
+    ) -> Result<UserView, ServiceError> {
+        if update.role.is_none() && update.disabled.is_none() {
+            return Err(FieldError::new("body", "must set role or disabled").into());
+        }
+        if admin.user_id() == id {
+            if update.disabled == Some(true) {
+                return Err(
+                    FieldError::new("disabled", "an admin cannot disable themselves").into()
+                );
+            }
+            if update.role.is_some_and(|r| r != Role::Admin) {
+                return Err(FieldError::new("role", "an admin cannot demote themselves").into());
+            }
+        }
+        let wanted = id.to_owned();
+        let now = time::now();
+        let (row, changes) = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !users::lock(conn, &wanted)? {
+                        return Ok(None);
+                    }
+                    let Some(mut user) = users::find_by_id(conn, &wanted)? else {
+                        return Ok(None);
+                    };
+                    let role = update.role.unwrap_or(user.role);
+                    let disabled_at = match update.disabled {
+                        None => user.disabled_at,
+                        Some(true) => user.disabled_at.or(Some(now)),
+                        Some(false) => None,
+                    };
+                    let mut changes: Vec<ChangeRow> = Vec::new();
+                    if role == user.role && disabled_at == user.disabled_at {
+                        return Ok(Some((user, changes)));
+                    }
+                    let newly_disabled = user.disabled_at.is_none() && disabled_at.is_some();
+                    users::update_access(conn, &wanted, role, disabled_at, now)?;
+                    let ended = if newly_disabled {
+                        sessions::revoke_user_sessions(conn, &wanted, None, "user_disabled", now)?
+                    } else {
+                        Vec::new()
+                    };
+                    // Last statements of the transaction (see `aigw_persistence::changes`).
+                    for session_id in &ended {
+                        let kind = CredentialChangeKind::SessionRevoked;
+                        changes.push(credential_cache::append(conn, kind, session_id, now)?);
+                    }
+                    let kind = CredentialChangeKind::UserChanged;
+                    changes.push(credential_cache::append(conn, kind, &wanted, now)?);
+                    (user.role, user.disabled_at, user.updated_at) = (role, disabled_at, now);
+                    Ok::<_, ServiceError>(Some((user, changes)))
+                })
+            })
+            .await?
+            .ok_or_else(|| user_not_found(id))?;
+        if !changes.is_empty() {
+            self.publish(changes).await;
+            tracing::info!(
+                user_id = %row.id,
+                role = %row.role,
+                disabled = row.disabled_at.is_some(),
+                by = %admin.user_id(),
+                "user changed by an admin"
+            );
+        }
+        Ok(UserView::from(&row))
+    }
+
+    /// Every API key (of `user_id` when given), newest first. Never a secret.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `limit` or `cursor`.
+    pub async fn admin_list_api_keys(
+        &self,
+        _admin: &Admin,
+        user_id: Option<String>,
+        page: &PageRequest,
+    ) -> Result<Page<ApiKeyView>, ServiceError> {
+        let Paging { limit, before } = page.parse()?;
+        let rows = self
+            .db
+            .run(move |conn| {
+                Ok(api_keys::list_all(conn, user_id.as_deref(), before.as_deref(), limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |r| &r.id, |r| ApiKeyView::from(r)))
+    }
+
+    /// Revokes any user's key (idempotent: revoking again keeps the first time); refused on
+    /// every node once this answers, as the owner's own revocation.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`api_key`).
+    pub async fn admin_revoke_api_key(
+        &self,
+        _admin: &Admin,
+        id: &str,
+    ) -> Result<ApiKeyView, ServiceError> {
+        self.revoke_api_key_of(id, None).await
+    }
+}
+
+/// What the operator commands (`aigw admin …`) do, on the configured database, with no
+/// server and no caller: how the first admin is made.
+impl AuthService {
+    /// Creates an account with `role` (no session).
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `email` (malformed, or already registered), `name` or
+    /// `password` (the password policy); [`ServiceError::Unavailable`] when the database is
+    /// down.
+    pub async fn create_user(
+        &self,
+        email: &str,
+        password: String,
+        name: Option<&str>,
+        role: Role,
+    ) -> Result<UserView, ServiceError> {
+        let user = self.new_user_row(email, password, name, role).await?;
+        let stored = user.clone();
+        self.db.run(move |conn| transaction(conn, |conn| Self::insert_user(conn, &stored))).await?;
+        tracing::info!(user_id = %user.id, role = %user.role, "user created by the operator");
+        Ok(UserView::from(&user))
+    }
+
+    /// Sets the role of the account with e-mail `email`; running nodes apply it through the
+    /// change feed.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `email` when it is malformed;
+    /// [`ServiceError::NotFound`] (`user`) when no account has it;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn set_role(&self, email: &str, role: Role) -> Result<UserView, ServiceError> {
+        let email = aigw_domain::Email::parse(email)?;
+        let wanted = email.as_str().to_owned();
+        let now = time::now();
+        let (user, change) = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !users::lock_by_email(conn, &wanted)? {
+                        return Ok(None);
+                    }
+                    let Some(mut user) = users::find_by_email(conn, &wanted)? else {
+                        return Ok(None);
+                    };
+                    if user.role == role {
+                        return Ok(Some((user, None)));
+                    }
+                    users::update_access(conn, &user.id, role, user.disabled_at, now)?;
+                    let kind = CredentialChangeKind::UserChanged;
+                    let change = credential_cache::append(conn, kind, &user.id, now)?;
+                    (user.role, user.updated_at) = (role, now);
+                    Ok::<_, ServiceError>(Some((user, Some(change))))
+                })
+            })
+            .await?
+            .ok_or_else(|| ServiceError::NotFound { resource: "user", id: email.to_string() })?;
+        if let Some(change) = change {
+            self.publish(vec![change]).await;
+            tracing::info!(user_id = %user.id, role = %role, "role set by the operator");
+        }
+        Ok(UserView::from(&user))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let id = "01a1fb7f-0100-733f-9984-2509643042fa";
+        let request = PageRequest { limit: Some("2".into()), cursor: Some(encode_id_cursor(id)) };
+        let paging = request.parse().map(|p| (p.limit, p.before));
+        assert_eq!(paging.ok(), Some((2, Some(id.to_owned()))));
+        for bad in ["", "x", "aWQ6bm90LWEtdXVpZA", &URL_SAFE_NO_PAD.encode(id)] {
+            let request = PageRequest { limit: None, cursor: Some(bad.into()) };
+            assert_eq!(request.parse().err().map(|e| e.field), Some("cursor".into()), "{bad}");
+        }
+        for bad in ["0", "201", "-1", "ten", "1.5"] {
+            let request = PageRequest { limit: Some(bad.into()), cursor: None };
+            assert_eq!(request.parse().err().map(|e| e.field), Some("limit".into()), "{bad}");
+        }
+    }
+}
