@@ -19,6 +19,8 @@
 #
 #   me/bare      GET /auth/me (access token) req/s ÷ bare handler req/s             target >= 0.50
 #   chat/hop     API-key chat via aigw req/s ÷ the same request via the nginx hop   target >= 0.50
+#   limited/hop  the same with a key that has a budget, an rpm_limit and a tpm_limit
+#                (issue 9: reservations and settlements on every call)              target >= 0.50
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
 #                (hop p50 - direct p50), direct = the mock upstream itself          target <= 2
 #   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
@@ -147,7 +149,7 @@ declare -A result
 
 # --- one backend --------------------------------------------------------------------------------
 run_backend() {
-  local backend=$1 url port dir pid base token key user_id sql
+  local backend=$1 url port dir pid base token key limited user_id sql
   dir="$work/aigw-$backend"
   mkdir -p "$dir"
   port=$(free_port)
@@ -177,6 +179,7 @@ enabled = false
 name = "mock"
 base_url = "http://127.0.0.1:$mock_port/v1"
 models = ["mock-model"]
+prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 } }
 TOML
   "$bin/aigw" --config "$dir/aigw.toml" >"$dir/server.log" 2>&1 &
   pid=$!
@@ -191,23 +194,31 @@ TOML
   key=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
     -d '{"name":"bench","permissions":["ai_gateway","read"]}' | json '["data"]["key"]')
   curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $key" -H 'content-type: application/json' -d "$chat_body" >/dev/null
+  # A key whose every call reserves and settles a budget, a request and a token count (limits
+  # far above what the run can reach, so that nothing is refused).
+  limited=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
+    -d '{"name":"bench-limited","permissions":["ai_gateway"],"max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000,"tpm_limit":1000000000}' \
+    | json '["data"]["key"]')
+  curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $limited" -H 'content-type: application/json' -d "$chat_body" >/dev/null
   wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/auth/me" >/dev/null
   sleep 1
   result[$backend,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
   log "$backend: $rounds round(s) of bare, /me, hop, chat (${secs}s each, c$conns)"
-  local bare_l="" me_l="" hop_l="" chat_l=""
+  local bare_l="" me_l="" hop_l="" chat_l="" limited_l=""
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
     hop_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
     chat_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
+    limited_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
   done
   result[$backend,bare]=$(echo "$bare_l" | median)
   result[$backend,me]=$(echo "$me_l" | median)
   result[$backend,hop]=$(echo "$hop_l" | median)
   result[$backend,chat]=$(echo "$chat_l" | median)
+  result[$backend,limited]=$(echo "$limited_l" | median)
   result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
 
   log "$backend: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
@@ -278,6 +289,7 @@ PY
 
   result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
   result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
+  result[$backend,limited_ratio]=$(ratio "${result[$backend,limited]}" "${result[$backend,hop]}")
   result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
   result[$backend,p50s]="$direct / $hop / $aigw"
   result[$backend,p99s]="$idle / $storm (${result[$backend,logins]})"
@@ -311,6 +323,7 @@ echo
 echo "$header target |"; echo "$rule---|"
 echo "| GET /auth/me ÷ bare actix (req/s) |$(col me_ratio) >= 0.50 |"
 echo "| API-key chat via aigw ÷ nginx hop (req/s) |$(col chat_ratio) >= 0.50 |"
+echo "| chat with budget + rpm + tpm on the key ÷ nginx hop (req/s) |$(col limited_ratio) >= 0.50 |"
 echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
@@ -321,6 +334,7 @@ echo "| bare actix req/s (median) |$(col bare)"
 echo "| GET /auth/me req/s |$(col me)"
 echo "| nginx hop chat req/s |$(col hop)"
 echo "| aigw chat req/s |$(col chat)"
+echo "| aigw chat req/s, key with budget + rpm + tpm |$(col limited)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"

@@ -311,6 +311,8 @@ impl AuthService {
                     if !api_keys::delete(conn, &key_id, &user_id)? {
                         return Ok(None);
                     }
+                    // The key's budget counters go with it (its rate windows expire alone).
+                    aigw_persistence::budgets::forget(conn, &key_id)?;
                     let kind = CredentialChangeKind::ApiKeyDeleted;
                     credential_cache::append(conn, kind, &key_id, now).map(Some)
                 })
