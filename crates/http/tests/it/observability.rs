@@ -409,18 +409,8 @@ async fn access_log_has_one_line_per_request() {
     let port = crate::binary::free_port();
     let closed = crate::binary::free_port(); // nothing listens: the upstream call fails
     let config = crate::binary::write_config(dir.path(), port, closed);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[log]\nformat = \"json\"\nlevel = \"info\"\n");
-    std::fs::write(&config, text).unwrap();
-    let mut child = Command::new(crate::binary::BIN)
-        .arg("--config")
-        .arg(&config)
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    crate::binary::append_config(&config, "\n[log]\nformat = \"json\"\nlevel = \"info\"\n");
+    let mut child = crate::binary::spawn_aigw(&config, dir.path(), Stdio::piped());
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<String>>()
@@ -662,17 +652,9 @@ async fn spans_are_exported_over_otlp_and_continue_the_callers_trace() {
     let dir = tempfile::tempdir().unwrap();
     let port = crate::binary::free_port();
     let config = crate::binary::write_config(dir.path(), port, upstream_port);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!("\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{collector}\"\n"));
-    std::fs::write(&config, text).unwrap();
-    let mut child = Command::new(crate::binary::BIN)
-        .arg("--config")
-        .arg(&config)
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let telemetry = format!("\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{collector}\"\n");
+    crate::binary::append_config(&config, &telemetry);
+    let mut child = crate::binary::spawn_aigw(&config, dir.path(), Stdio::null());
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     crate::binary::wait_until_healthy(&client, &base).await;
