@@ -310,6 +310,7 @@ pub async fn access_log(
         cause: None,
         metrics: state.as_ref().map(|s| s.telemetry.metrics.clone()).unwrap_or_default(),
         bytes: 0,
+        span: tracing::Span::none(),
     };
     req.extensions_mut().insert(Arrival(arrived));
     let span = tracing::info_span!(
@@ -326,6 +327,7 @@ pub async fn access_log(
         span.record("otel.kind", "server");
         let _ = span.set_parent(caller_context(req.headers()));
     }
+    // Held by the access entry: the span ends with the answer's last byte, not its head.
     let request_span = span.clone();
     let mut response = match REQUEST_ID.scope(id.clone(), next.call(req)).instrument(span).await {
         Ok(response) => response.map_into_boxed_body(),
@@ -346,6 +348,7 @@ pub async fn access_log(
     }
     entry.caller = response.request().extensions().get::<CallerIds>().cloned();
     entry.cause = response.response().extensions().get::<ErrorCause>().map(|c| c.0.clone());
+    entry.span = request_span;
     Ok(response.map_body(|_, body| AccessLogged { body, entry: Some(entry) }))
 }
 
@@ -365,6 +368,8 @@ struct AccessEntry {
     cause: Option<String>,
     metrics: Metrics,
     bytes: u64,
+    /// The request's span, closed when the entry is written.
+    span: tracing::Span,
 }
 
 impl Drop for AccessEntry {
