@@ -111,7 +111,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _log = telemetry::init(&settings.log);
+    let _log = match telemetry::init(&settings.log, &settings.telemetry) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("aigw: telemetry.otlp_endpoint: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Migrate => startup::migrate(&settings).await.map(|_| ()),
         Command::Admin(command) => admin(&settings, command).await,

@@ -34,6 +34,26 @@ pub struct Settings {
     /// `[credential_cache]`: API key and user caches, and the change feed that invalidates
     /// them (see `aigw_service::credential_cache`).
     pub credential_cache: CredentialCacheConfig,
+    /// `[telemetry]`: trace export (docs/operations.md).
+    pub telemetry: TelemetrySettings,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// Base URL of an OpenTelemetry collector's OTLP/HTTP receiver, e.g.
+    /// `http://collector:4318` (`/v1/traces` is appended). Set: each request's span (and its
+    /// caller's W3C trace context) is exported there. Default: none, no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans (default `aigw`).
+    pub service_name: String,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self { otlp_endpoint: None, service_name: "aigw".to_owned() }
+    }
 }
 
 /// Where the service runs.

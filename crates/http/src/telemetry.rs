@@ -2,7 +2,7 @@
 //! the access log: one line per request.
 
 use crate::error::REQUEST_ID;
-use crate::settings::{LogFormat, LogSettings};
+use crate::settings::{LogFormat, LogSettings, TelemetrySettings};
 use crate::startup::AppState;
 use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -18,30 +18,142 @@ use std::time::Instant;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
-/// Keeps the log writer thread alive; logs still queued are written when it is dropped, so
-/// hold it until the process ends.
-#[derive(Debug)]
+/// Keeps the log writer thread alive, and the OTLP span exporter when configured; logs and
+/// spans still queued are written when it is dropped, so hold it until the process ends.
 #[must_use = "dropping the guard stops the log writer"]
-pub struct LogGuard(#[allow(dead_code)] tracing_appender::non_blocking::WorkerGuard);
+pub struct LogGuard {
+    _writer: tracing_appender::non_blocking::WorkerGuard,
+    traces: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl std::fmt::Debug for LogGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogGuard").field("otlp", &self.traces.is_some()).finish()
+    }
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.traces.take() {
+            // Exports what is still batched; on its own thread, since the exporter's HTTP
+            // client is a blocking one and this may run on an async runtime.
+            let done = std::thread::spawn(move || provider.shutdown());
+            if let Ok(Err(e)) = done.join() {
+                eprintln!("aigw: exporting the last spans failed: {e}");
+            }
+        }
+    }
+}
+
+/// Whether spans are exported over OTLP (then a request continues the caller's trace in its
+/// own span, and its upstream calls carry that span as their parent).
+static OTLP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn otlp_enabled() -> bool {
+    OTLP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The OTLP/HTTP (protobuf) span exporter for `endpoint` (a collector's base URL such as
+/// `http://collector:4318`; `/v1/traces` is appended unless present), batching spans.
+fn otlp_provider(
+    endpoint: &str,
+    service_name: &str,
+) -> anyhow::Result<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use opentelemetry_otlp::WithExportConfig;
+    let endpoint = endpoint.trim_end_matches('/');
+    let url = if endpoint.ends_with("/v1/traces") {
+        endpoint.to_owned()
+    } else {
+        format!("{endpoint}/v1/traces")
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(url)
+        .build()?;
+    let resource =
+        opentelemetry_sdk::Resource::builder().with_service_name(service_name.to_owned()).build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
 
 /// Installs the global subscriber (`RUST_LOG` overrides `log.level`), writing to stdout from a
 /// dedicated thread (`tracing-appender`), so a request never waits on the terminal or a pipe.
 /// The queue holds 128 000 lines; only a writer that far behind makes a logging thread wait
-/// (nothing is dropped). Safe to call twice (the second subscriber is not installed).
-pub fn init(settings: &LogSettings) -> LogGuard {
+/// (nothing is dropped). With `telemetry.otlp_endpoint`, spans are also exported over OTLP/HTTP
+/// (batched, from a thread of their own). Safe to call twice (the second subscriber is not
+/// installed).
+///
+/// # Errors
+/// When the OTLP exporter cannot be built (a malformed endpoint).
+pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Result<LogGuard> {
+    use opentelemetry::trace::TracerProvider;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(settings.level.clone()));
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("aigw-log")
         .finish(std::io::stdout());
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(writer);
-    let _ = match settings.format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
+    let (json, text) = match settings.format {
+        LogFormat::Json => (
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_target(false)
+                    .with_writer(writer),
+            ),
+            None,
+        ),
+        LogFormat::Text => {
+            (None, Some(tracing_subscriber::fmt::layer().with_target(false).with_writer(writer)))
+        }
     };
-    LogGuard(guard)
+    let traces = match &telemetry.otlp_endpoint {
+        Some(endpoint) => Some(otlp_provider(endpoint, &telemetry.service_name)?),
+        None => None,
+    };
+    let otel =
+        traces.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("aigw")));
+    let installed =
+        tracing_subscriber::registry().with(filter).with(json).with(text).with(otel).try_init();
+    if installed.is_ok() && traces.is_some() {
+        OTLP.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(LogGuard { _writer: guard, traces })
+}
+
+/// The W3C trace context a caller sent, as an OpenTelemetry context.
+fn caller_context(headers: &actix_web::http::header::HeaderMap) -> opentelemetry::Context {
+    use opentelemetry::propagation::TextMapPropagator;
+    struct Extractor<'a>(&'a actix_web::http::header::HeaderMap);
+    impl opentelemetry::propagation::Extractor for Extractor<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).and_then(|v| v.to_str().ok())
+        }
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(HeaderName::as_str).collect()
+        }
+    }
+    opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&Extractor(headers))
+}
+
+/// `traceparent` and `tracestate` of the current span (the request's), for the upstream.
+fn current_trace_headers() -> Vec<(&'static str, String)> {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let mut carrier = std::collections::HashMap::new();
+    let context = tracing::Span::current().context();
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .inject_context(&context, &mut carrier);
+    ["traceparent", "tracestate"]
+        .into_iter()
+        .filter_map(|name| carrier.remove(name).filter(|v| !v.is_empty()).map(|v| (name, v)))
+        .collect()
 }
 
 /// Who a request authenticated as, for the access log: ids only, never a secret. Put in the
@@ -109,6 +221,12 @@ pub fn upstream_headers(
     request_id: &str,
 ) -> Vec<(&'static str, String)> {
     let mut headers = Vec::with_capacity(3);
+    if otlp_enabled() {
+        // This request's span continues the caller's trace: it is the upstream's parent.
+        headers.extend(current_trace_headers());
+        headers.push(("x-request-id", request_id.to_owned()));
+        return headers;
+    }
     let traceparent = req
         .headers()
         .get("traceparent")
@@ -192,9 +310,25 @@ pub async fn access_log(
         cause: None,
         metrics: state.as_ref().map(|s| s.telemetry.metrics.clone()).unwrap_or_default(),
         bytes: 0,
+        span: tracing::Span::none(),
     };
     req.extensions_mut().insert(Arrival(arrived));
-    let span = tracing::info_span!("request", request_id = %id);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if otlp_enabled() {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let route = entry.route.as_deref().unwrap_or("unmatched");
+        span.record("otel.name", format!("{} {route}", entry.method));
+        span.record("otel.kind", "server");
+        let _ = span.set_parent(caller_context(req.headers()));
+    }
+    // Held by the access entry: the span ends with the answer's last byte, not its head.
+    let request_span = span.clone();
     let mut response = match REQUEST_ID.scope(id.clone(), next.call(req)).instrument(span).await {
         Ok(response) => response.map_into_boxed_body(),
         Err(e) => {
@@ -209,8 +343,12 @@ pub async fn access_log(
         response.headers_mut().insert(X_REQUEST_ID, value);
     }
     entry.status = response.status().as_u16();
+    if otlp_enabled() {
+        request_span.record("http.response.status_code", entry.status);
+    }
     entry.caller = response.request().extensions().get::<CallerIds>().cloned();
     entry.cause = response.response().extensions().get::<ErrorCause>().map(|c| c.0.clone());
+    entry.span = request_span;
     Ok(response.map_body(|_, body| AccessLogged { body, entry: Some(entry) }))
 }
 
@@ -230,6 +368,8 @@ struct AccessEntry {
     cause: Option<String>,
     metrics: Metrics,
     bytes: u64,
+    /// The request's span, closed when the entry is written.
+    span: tracing::Span,
 }
 
 impl Drop for AccessEntry {

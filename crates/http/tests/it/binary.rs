@@ -44,6 +44,27 @@ models = ["slow-model"]
     path
 }
 
+/// Starts the binary on `config` in `dir` (RUST_LOG unset), its standard output to `stdout`
+/// and its standard error discarded.
+pub(crate) fn spawn_aigw(config: &Path, dir: &Path, stdout: Stdio) -> std::process::Child {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Appends `text` (TOML) to the configuration file `config`.
+pub(crate) fn append_config(config: &Path, text: &str) {
+    let mut all = std::fs::read_to_string(config).unwrap();
+    all.push_str(text);
+    std::fs::write(config, all).unwrap();
+}
+
 /// An upstream that answers one chat completion after `delay`, telling `started` when the
 /// request has arrived.
 async fn slow_upstream(delay: Duration) -> (u16, tokio::sync::oneshot::Receiver<()>) {
@@ -114,14 +135,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let port = free_port();
     let (upstream, started) = slow_upstream(Duration::from_millis(1500)).await;
     let config = write_config(dir.path(), port, upstream);
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&config)
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_aigw(&config, dir.path(), Stdio::null());
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     wait_until_healthy(&client, &base).await;

@@ -409,18 +409,8 @@ async fn access_log_has_one_line_per_request() {
     let port = crate::binary::free_port();
     let closed = crate::binary::free_port(); // nothing listens: the upstream call fails
     let config = crate::binary::write_config(dir.path(), port, closed);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[log]\nformat = \"json\"\nlevel = \"info\"\n");
-    std::fs::write(&config, text).unwrap();
-    let mut child = Command::new(crate::binary::BIN)
-        .arg("--config")
-        .arg(&config)
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    crate::binary::append_config(&config, "\n[log]\nformat = \"json\"\nlevel = \"info\"\n");
+    let mut child = crate::binary::spawn_aigw(&config, dir.path(), Stdio::piped());
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         std::io::BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<String>>()
@@ -595,4 +585,114 @@ async fn a_second_server_refuses_a_data_folder_in_use() {
     assert!(err.contains(&dir.path().display().to_string()), "{err}");
     drop(first);
     Application::build(settings()).await.unwrap();
+}
+
+/// What a small in-test OTLP/HTTP receiver got: (path, content-type, body) per request.
+type Received = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Vec<u8>)>>>;
+
+/// A minimal OTLP/HTTP receiver on a random port: records every POST and answers 200 with
+/// an empty protobuf `ExportTraceServiceResponse`. Keep-alive connections are served in turn.
+async fn otlp_receiver() -> (u16, Received) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received: Received = Default::default();
+    let store = received.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(socket);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                    let (mut length, mut content_type) = (0usize, String::new());
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).await.unwrap();
+                        let header = header.trim_end();
+                        if header.is_empty() {
+                            break;
+                        }
+                        let (name, value) = header.split_once(':').unwrap();
+                        match name.to_ascii_lowercase().as_str() {
+                            "content-length" => length = value.trim().parse().unwrap(),
+                            "content-type" => content_type = value.trim().to_owned(),
+                            _ => {}
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    reader.read_exact(&mut body).await.unwrap();
+                    store.lock().unwrap().push((path, content_type, body));
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    reader.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    (port, received)
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+/// With `telemetry.otlp_endpoint`, the binary continues the caller's trace: the request's span
+/// is exported over OTLP/HTTP with the caller's trace id, and the upstream receives that span
+/// as its parent in `traceparent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_and_continue_the_callers_trace() {
+    use std::process::{Command, Stdio};
+    let upstream = FakeUpstream::start().await;
+    let upstream_port: u16 = upstream.base_url.rsplit(':').next().unwrap().parse().unwrap();
+    let (collector, received) = otlp_receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::binary::free_port();
+    let config = crate::binary::write_config(dir.path(), port, upstream_port);
+    let telemetry = format!("\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{collector}\"\n");
+    crate::binary::append_config(&config, &telemetry);
+    let mut child = crate::binary::spawn_aigw(&config, dir.path(), Stdio::null());
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    crate::binary::wait_until_healthy(&client, &base).await;
+    let (_, key) = crate::binary::register_with_key(&client, &base, "otlp@example.com").await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let answer = client
+        .post(format!("{base}/api/v1/ai/chat/completions"))
+        .header("authorization", &key)
+        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
+        .json(&chat_body("slow-model", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert_eq!(exit.code(), Some(0));
+
+    let sent = upstream.requests();
+    let parent = sent[0].headers.get("traceparent").cloned().unwrap_or_default();
+    let parts: Vec<&str> = parent.split('-').collect();
+    assert_eq!(parts.len(), 4, "upstream traceparent {parent:?}");
+    assert_eq!(parts[1], trace_id, "the upstream continues the caller's trace: {parent}");
+    assert_ne!(parts[2], caller_span, "the upstream's parent is aigw's span: {parent}");
+
+    let received = received.lock().unwrap().clone();
+    assert!(!received.is_empty(), "nothing exported to the OTLP receiver");
+    for (path, content_type, _) in &received {
+        assert_eq!(path, "/v1/traces");
+        assert_eq!(content_type, "application/x-protobuf");
+    }
+    let bodies: Vec<u8> = received.iter().flat_map(|(_, _, b)| b.clone()).collect();
+    let contains = |needle: &[u8]| bodies.windows(needle.len()).any(|w| w == needle);
+    assert!(contains(&hex_bytes(trace_id)), "no span of the caller's trace was exported");
+    assert!(contains(&hex_bytes(parts[2])), "the upstream's parent span was not exported");
+    assert!(contains(&hex_bytes(caller_span)), "the exported span lost the caller as parent");
+    assert!(contains(b"POST /api/v1/ai/chat/completions"), "span name");
+    assert!(contains(b"aigw"), "service.name");
 }
