@@ -92,22 +92,28 @@ pub fn update(
     find_for_user(conn, id, user_id)
 }
 
-/// Replaces the secret of key `id` (not revoked): the current digest becomes the previous
-/// one, valid until `previous_expires_at`, and `key_prefix` / `key_hash` take the new
-/// secret's. An older previous secret is dropped at once. Returns whether a key was changed.
+/// Replaces the secret of key `id` of `user_id` (not revoked): the current digest becomes the
+/// previous one, valid until `previous_expires_at`, and `key_prefix` / `key_hash` take the new
+/// secret's. An older previous secret is dropped at once. Returns whether a key was changed
+/// (`false`: no such key of that user, or it is revoked). A write first, so on SQLite the
+/// transaction it opens takes the write lock up front (see `pool::transaction`).
 ///
 /// # Errors
 /// [`PersistenceError::Conflict`] on a digest collision; others on database failure.
 pub fn rotate(
     conn: &mut DbConnection,
     id: &str,
+    user_id: &str,
     key_prefix: &str,
     key_hash: &str,
     previous_expires_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
     let n = diesel::update(
-        api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::revoked_at.is_null()),
+        api_keys::table
+            .filter(api_keys::id.eq(id))
+            .filter(api_keys::user_id.eq(user_id))
+            .filter(api_keys::revoked_at.is_null()),
     )
     .set((
         api_keys::previous_key_hash.eq(api_keys::key_hash.nullable()),

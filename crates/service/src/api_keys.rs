@@ -257,18 +257,21 @@ impl AuthService {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
+                    // The write comes first: on SQLite a read first would make the write a
+                    // lock upgrade, refused at once (503) when another writer is active.
+                    let grace_end = now + Duration::seconds(grace);
+                    let rotated =
+                        api_keys::rotate(conn, &key_id, &user_id, &prefix, &hash, grace_end, now)?;
                     let Some(row) = api_keys::find_for_user(conn, &key_id, &user_id)? else {
                         return Ok(None);
                     };
-                    if row.revoked_at.is_some() {
+                    if !rotated {
+                        // The key exists, so it is revoked.
                         return Ok(Some(Err(())));
                     }
-                    let grace_end = now + Duration::seconds(grace);
-                    api_keys::rotate(conn, &row.id, &prefix, &hash, grace_end, now)?;
                     let kind = CredentialChangeKind::ApiKeyChanged;
                     let change = credential_cache::append(conn, kind, &row.id, now)?;
-                    let row = api_keys::find_for_user(conn, &key_id, &user_id)?;
-                    Ok::<_, ServiceError>(row.map(|row| Ok((row, change))))
+                    Ok::<_, ServiceError>(Some(Ok((row, change))))
                 })
             })
             .await?
