@@ -32,6 +32,7 @@ pub mod claims;
 pub mod credential;
 pub mod digest;
 pub mod error;
+pub mod invitation;
 pub mod permission;
 pub mod refresh_token;
 pub mod time;

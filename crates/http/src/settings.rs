@@ -34,6 +34,23 @@ pub struct Settings {
     /// `[credential_cache]`: API key and user caches, and the change feed that invalidates
     /// them (see `aigw_service::credential_cache`).
     pub credential_cache: CredentialCacheConfig,
+    /// `[audit]`: the audit trail (issue 11).
+    pub audit: AuditSettings,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditSettings {
+    /// Days audit events are kept (default 365; 0 keeps them for ever). Older ones are
+    /// deleted in the background, hourly.
+    pub retention_days: u32,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        Self { retention_days: 365 }
+    }
 }
 
 /// Where the service runs.

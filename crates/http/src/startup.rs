@@ -34,6 +34,7 @@ pub struct Application {
     server: Server,
     usage: UsageService,
     background: BackgroundTasks,
+    audit_retention: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Application {
@@ -127,6 +128,14 @@ impl Application {
     /// production, database unreachable, address in use).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let (auth, db) = auth_service(&settings).await?;
+        if settings.server.environment == crate::settings::Environment::Production
+            && settings.auth.registration == aigw_service::RegistrationMode::Open
+        {
+            tracing::warn!(
+                "auth.registration = \"open\": anyone who can reach this port can register and \
+                 spend the configured providers; set \"invite\" or \"closed\" (docs/permissions.md)"
+            );
+        }
         let answers_sealer = aigw_service::seal::Sealer::derive(
             b"aigw idempotent answer seal v1",
             auth.tokens().key_materials(),
@@ -134,6 +143,8 @@ impl Application {
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
         let background = auth.start_background();
+        let audit_retention =
+            aigw_service::audit::spawn_retention(db.clone(), settings.audit.retention_days);
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
         let usage = UsageService::start(
             db,
@@ -184,7 +195,7 @@ impl Application {
         .keep_alive(Duration::from_secs(settings.server.keep_alive_secs.max(1)))
         .listen(listener)?;
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
-        Ok(Self { port, server: server.run(), usage, background })
+        Ok(Self { port, server: server.run(), usage, background, audit_retention })
     }
 
     /// The bound port (useful with port 0).
@@ -203,6 +214,7 @@ impl Application {
         let served = self.server.await;
         self.usage.shutdown().await;
         self.background.shutdown().await;
+        self.audit_retention.abort();
         served
     }
 }

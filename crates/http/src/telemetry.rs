@@ -47,9 +47,29 @@ pub async fn request_id(
         .get::<RequestId>()
         .map(ToString::to_string)
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let mut response = REQUEST_ID.scope(id.clone(), next.call(req)).await?;
+    let audit = audit_context(&req, &id);
+    let mut response =
+        aigw_service::audit::with_context(audit, REQUEST_ID.scope(id.clone(), next.call(req)))
+            .await?;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HeaderName::from_static("x-request-id"), value);
     }
     Ok(response)
+}
+
+/// Where `req` comes from, for the audit trail: the client address (trusted-proxy rules), the
+/// `User-Agent` (cut to 256 characters) and the request id.
+fn audit_context(req: &ServiceRequest, request_id: &str) -> aigw_service::audit::AuditContext {
+    let ip = req
+        .app_data::<actix_web::web::Data<crate::startup::AppState>>()
+        .map(|state| state.limits.client_ip(req.request()).to_string());
+    let client = aigw_service::ClientInfo::new(
+        ip,
+        req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()),
+    );
+    aigw_service::audit::AuditContext {
+        ip: client.ip,
+        user_agent: client.user_agent,
+        request_id: Some(request_id.to_owned()),
+    }
 }

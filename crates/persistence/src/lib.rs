@@ -17,10 +17,12 @@
 //! knows nothing of HTTP.
 
 pub mod api_keys;
+pub mod audit;
 pub mod changes;
 pub mod error;
 pub mod health;
 pub mod idempotency;
+pub mod invitations;
 pub mod migrations;
 pub mod models;
 pub mod pool;

@@ -63,6 +63,12 @@ pub struct SessionRow {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Why it was revoked (`logout`, `logout_global`, `refresh_token_reuse`, …).
     pub revoked_reason: Option<String>,
+    /// The `User-Agent` of the login (at most 256 characters).
+    pub user_agent: Option<String>,
+    /// The client address of the login (through the trusted-proxy rules).
+    pub ip: Option<String>,
+    /// The last refresh, UTC (`None`: never refreshed).
+    pub last_used_at: Option<DateTime<Utc>>,
 }
 
 /// A refresh token, stored as its SHA-256 digest.
@@ -163,6 +169,9 @@ pub(crate) struct SessionRecord {
     expires_at: NaiveDateTime,
     revoked_at: Option<NaiveDateTime>,
     revoked_reason: Option<String>,
+    user_agent: Option<String>,
+    ip: Option<String>,
+    last_used_at: Option<NaiveDateTime>,
 }
 
 impl From<SessionRecord> for SessionRow {
@@ -174,6 +183,9 @@ impl From<SessionRecord> for SessionRow {
             expires_at: to_utc(r.expires_at),
             revoked_at: r.revoked_at.map(to_utc),
             revoked_reason: r.revoked_reason,
+            user_agent: r.user_agent,
+            ip: r.ip,
+            last_used_at: r.last_used_at.map(to_utc),
         }
     }
 }
@@ -187,6 +199,9 @@ impl From<&SessionRow> for SessionRecord {
             expires_at: from_utc(r.expires_at),
             revoked_at: r.revoked_at.map(from_utc),
             revoked_reason: r.revoked_reason.clone(),
+            user_agent: r.user_agent.clone(),
+            ip: r.ip.clone(),
+            last_used_at: r.last_used_at.map(from_utc),
         }
     }
 }

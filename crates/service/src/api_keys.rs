@@ -1,5 +1,6 @@
 //! API keys: create, list, revoke, delete, and authenticate (seed §4, §5 rules 1-2).
 
+use crate::audit::{actor_of, Event};
 use crate::auth::{AuthService, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
@@ -82,10 +83,20 @@ impl AuthService {
             CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
         let answer = created.clone();
         let key_hash = row.key_hash.clone();
+        let details = serde_json::json!({
+            "name": row.name,
+            "permissions": row.permissions.names(),
+            "expires_at": row.expires_at.map(time::format_timestamp),
+        });
+        let event =
+            Event::new("api_key_created", Some(&row.user_id), Some(actor_of(principal)), now)
+                .target(&row.id)
+                .details(details);
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     api_keys::insert(conn, &row)?;
+                    event.insert(conn)?;
                     if let Some(recording) = &recording {
                         recording.record(conn, &answer)?;
                     }
@@ -133,7 +144,7 @@ impl AuthService {
         id: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         principal.authorize(Operation::ChangeApiKey)?;
-        self.revoke_api_key_of(id, Some(principal.user_id())).await
+        self.revoke_api_key_of(id, Some(principal.user_id()), actor_of(principal)).await
     }
 
     /// Revokes key `id` of `owner` (of anyone when `None`: an admin's revocation) and waits
@@ -142,9 +153,11 @@ impl AuthService {
         &self,
         id: &str,
         owner: Option<&str>,
+        actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         let (key_id, owner) = (id.to_owned(), owner.map(str::to_owned));
         let now = time::now();
+        let event = Event::new("api_key_revoked", None, Some(actor), now).target(id);
         let (row, change) = self
             .db
             .run(move |conn| {
@@ -152,6 +165,9 @@ impl AuthService {
                     let Some(row) = api_keys::revoke(conn, &key_id, owner.as_deref(), now)? else {
                         return Ok(None);
                     };
+                    let details =
+                        serde_json::json!({"name": row.name, "by_admin": owner.is_none()});
+                    event.clone().user(&row.user_id).details(details).insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyRevoked;
                     let change = credential_cache::append(conn, kind, &row.id, now)?;
                     Ok::<_, ServiceError>(Some((row, change)))
@@ -176,6 +192,8 @@ impl AuthService {
         principal.authorize(Operation::ChangeApiKey)?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let now = time::now();
+        let event = Event::new("api_key_deleted", Some(&user_id), Some(actor_of(principal)), now)
+            .target(id);
         let change = self
             .db
             .run(move |conn| {
@@ -183,6 +201,7 @@ impl AuthService {
                     if !api_keys::delete(conn, &key_id, &user_id)? {
                         return Ok(None);
                     }
+                    event.insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyDeleted;
                     credential_cache::append(conn, kind, &key_id, now).map(Some)
                 })
@@ -231,7 +250,10 @@ impl AuthService {
 }
 
 /// Parses `expires_at` as RFC 3339 and requires it to be after `now`.
-fn parse_future_timestamp(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, FieldError> {
+pub(crate) fn parse_future_timestamp(
+    raw: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, FieldError> {
     let t = DateTime::parse_from_rfc3339(raw.trim())
         .map_err(|_| {
             FieldError::new(

@@ -14,6 +14,7 @@
 pub mod accounts;
 pub mod admin;
 pub mod api_keys;
+pub mod audit;
 pub mod auth;
 pub mod chat_request;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod idempotency;
 pub mod password;
 pub mod rate_limit;
 pub mod seal;
+pub mod self_service;
 pub mod sessions;
 pub mod tokens;
 pub mod usage;
@@ -34,14 +36,15 @@ pub use admin::{Page, PageRequest, UserUpdate};
 pub use api_keys::NewApiKey;
 pub use auth::{AuthService, Principal};
 pub use config::{
-    AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, SigningKeyConfig,
+    AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, RegistrationMode,
+    SigningKeyConfig,
 };
 pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};
 pub use db::Db;
 pub use error::ServiceError;
 pub use gateway::{ChatReply, Gateway};
 pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
-pub use sessions::LogoutScope;
+pub use sessions::{ClientInfo, LogoutScope};
 pub use tokens::{SigningKey, TokenIssuer};
 pub use usage::config::{PriceConfig, UsageConfig};
 pub use usage::UsageService;
