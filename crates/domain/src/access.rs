@@ -9,6 +9,7 @@
 //! | [`Operation::ChatCompletion`] (POST ai/chat/completions) | never (`required: api_key`) | permission `ai_gateway` |
 //! | [`Operation::ReadUsage`] (GET usage, GET usage/requests) | yes | permission `read` |
 //! | [`Operation::Logout`] (POST logout) | yes | never (`required: access_token`) |
+//! | [`Operation::ManageAccount`] (PATCH me, POST password, DELETE sessions/{id}) | yes | never (`required: access_token`) |
 //! | [`Operation::Administer`] (every `/admin/…` endpoint) | role `admin` | permission `admin` and its owner's role `admin` |
 //!
 //! `admin` includes every other permission (but never lets a key create a key: seed §5 rule 1).
@@ -36,6 +37,9 @@ pub enum Operation {
     ReadUsage,
     /// End sessions of the caller (needs a session: an access token).
     Logout,
+    /// Change the caller's own account: name, password, end one of their sessions (issue 11:
+    /// an API key may read the account, never change it).
+    ManageAccount,
     /// Act on every account: list and change users, any user's API keys (issue 11).
     Administer,
 }
@@ -100,7 +104,7 @@ pub fn authorize_as(
             needs(Permission::Admin, set)?;
             admin_role()
         }
-        (CallerCredential::ApiKey(_), Operation::Logout) => {
+        (CallerCredential::ApiKey(_), Operation::Logout | Operation::ManageAccount) => {
             Err(Denied { required: "access_token".into(), current: "api_key".into() })
         }
         (CallerCredential::AccessToken, Operation::ChatCompletion) => {
@@ -158,6 +162,11 @@ mod tests {
         );
         assert!(authorize(ApiKey(&admin), ChatCompletion).is_ok());
         assert!(authorize(AccessToken, Logout).is_ok());
+        assert!(authorize(AccessToken, ManageAccount).is_ok());
+        assert_eq!(
+            authorize(ApiKey(&admin), ManageAccount).err().map(|d| d.required),
+            Some("access_token".into())
+        );
         assert_eq!(
             authorize(ApiKey(&admin), Logout).err().map(|d| d.required),
             Some("access_token".into())

@@ -33,6 +33,7 @@ pub mod claims;
 pub mod credential;
 pub mod digest;
 pub mod error;
+pub mod invitation;
 pub mod key_policy;
 pub mod permission;
 pub mod refresh_token;

@@ -97,6 +97,9 @@ pub struct RegisterRequest {
     /// Display name, 1 to 100 characters; defaults to the part of the e-mail before `@`.
     #[schema(example = "Ann", min_length = 1, max_length = 100)]
     pub name: Option<String>,
+    /// With `auth.registration = "invite"`: the invitation (`aigwi_…`) an admin created for
+    /// this e-mail. Ignored otherwise.
+    pub invitation: Option<String>,
 }
 
 /// `POST /auth/login` body.
@@ -638,7 +641,7 @@ macro_rules! redacted_debug {
     };
 }
 
-redacted_debug!(RegisterRequest { email, name } secret { password });
+redacted_debug!(RegisterRequest { email, name } secret { password, invitation });
 redacted_debug!(LoginRequest { email } secret { password });
 redacted_debug!(RefreshRequest {} secret { refresh_token });
 redacted_debug!(LogoutRequest { scope } secret { refresh_token });
@@ -661,7 +664,12 @@ mod debug_redaction {
     fn register_request() {
         hidden(format!(
             "{:?}",
-            RegisterRequest { email: "a@example.com".into(), password: SECRET.into(), name: None }
+            RegisterRequest {
+                email: "a@example.com".into(),
+                password: SECRET.into(),
+                name: None,
+                invitation: Some(SECRET.into()),
+            }
         ));
     }
 

@@ -141,3 +141,51 @@ impl From<Page<ApiKeyView>> for AdminApiKeyListData {
         Self { api_keys: p.items.into_iter().map(Into::into).collect(), next_cursor: p.next_cursor }
     }
 }
+
+/// `POST /admin/invitations` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateInvitationRequest {
+    /// The e-mail address that may register with the invitation.
+    #[schema(example = "bob@example.com", format = Email, max_length = 254)]
+    pub email: String,
+    /// End of validity, RFC 3339 with a time zone, in the future (default: in 7 days).
+    #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
+    pub expires_at: Option<String>,
+}
+
+/// `POST /admin/invitations` answer: the token is shown here only.
+#[derive(Serialize, ToSchema)]
+pub struct InvitationData {
+    /// UUIDv7.
+    pub id: String,
+    /// The e-mail address it is for.
+    pub email: String,
+    /// End of validity, RFC 3339 UTC.
+    pub expires_at: String,
+    /// The invitation (`aigwi_…`): give it to the person, who passes it as `invitation` to
+    /// `POST /auth/register`. Single use; never shown again.
+    pub invitation: String,
+}
+
+impl From<aigw_service::admin::CreatedInvitation> for InvitationData {
+    fn from(c: aigw_service::admin::CreatedInvitation) -> Self {
+        Self {
+            id: c.id,
+            email: c.email,
+            expires_at: format_timestamp(c.expires_at),
+            invitation: c.invitation,
+        }
+    }
+}
+
+impl std::fmt::Debug for InvitationData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvitationData")
+            .field("id", &self.id)
+            .field("email", &self.email)
+            .field("expires_at", &self.expires_at)
+            .field("invitation", &"***")
+            .finish()
+    }
+}

@@ -8,6 +8,7 @@
 //! read its `port()`, and `run_until_stopped()`.
 
 pub mod dto;
+pub mod dto_account;
 pub mod dto_admin;
 pub mod dto_usage;
 pub mod error;

@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{admin, api_keys, auth, chat, health, usage};
+use crate::routes::{account, admin, api_keys, auth, chat, health, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -18,7 +18,9 @@ use utoipa::{Modify, OpenApi};
         chat::completions, chat::models, health::healthz, health::readyz,
         usage::summary, usage::requests, crate::observe::serve,
         admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
-        admin::revoke_api_key
+        admin::revoke_api_key,
+        account::list_sessions, account::end_session, account::update_me, account::change_password,
+        account::audit, admin::audit, admin::create_invitation
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -33,7 +35,12 @@ use utoipa::{Modify, OpenApi};
         crate::dto_usage::UsageRequestsData,
         crate::dto_admin::AdminUserDto, crate::dto_admin::RoleName,
         crate::dto_admin::UpdateUserRequest, crate::dto_admin::UserListData,
-        crate::dto_admin::AdminApiKeyDto, crate::dto_admin::AdminApiKeyListData
+        crate::dto_admin::AdminApiKeyDto, crate::dto_admin::AdminApiKeyListData,
+        crate::dto_account::SessionDto, crate::dto_account::SessionListData,
+        crate::dto_account::EndedSessionData, crate::dto_account::UpdateMeRequest,
+        crate::dto_account::ChangePasswordRequest, crate::dto_account::AuditEventDto,
+        crate::dto_account::AuditListData, crate::dto_admin::CreateInvitationRequest,
+        crate::dto_admin::InvitationData
     )),
     modifiers(&SecuritySchemes),
     tags(

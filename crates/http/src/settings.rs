@@ -36,6 +36,8 @@ pub struct Settings {
     pub credential_cache: CredentialCacheConfig,
     /// `[telemetry]`: trace export (docs/operations.md).
     pub telemetry: TelemetrySettings,
+    /// `[audit]`: the audit trail (issue 11).
+    pub audit: AuditSettings,
 }
 
 /// `[telemetry]`.
@@ -53,6 +55,21 @@ pub struct TelemetrySettings {
 impl Default for TelemetrySettings {
     fn default() -> Self {
         Self { otlp_endpoint: None, service_name: "aigw".to_owned() }
+    }
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditSettings {
+    /// Days audit events are kept (default 365; 0 keeps them for ever). Older ones are
+    /// deleted in the background, hourly.
+    pub retention_days: u32,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        Self { retention_days: 365 }
     }
 }
 

@@ -40,6 +40,7 @@ pub struct Application {
     upkeep: tokio::task::JoinHandle<()>,
     /// `data_dir/aigw.lock`, locked for as long as the server lives.
     _data_lock: std::fs::File,
+    audit_retention: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Application {
@@ -182,6 +183,14 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let data_lock = lock_data_dir(&settings.server.data_dir)?;
         let (auth, db) = auth_service(&settings).await?;
+        if settings.server.environment == crate::settings::Environment::Production
+            && settings.auth.registration == aigw_service::RegistrationMode::Open
+        {
+            tracing::warn!(
+                "auth.registration = \"open\": anyone who can reach this port can register and \
+                 spend the configured providers; set \"invite\" or \"closed\" (docs/permissions.md)"
+            );
+        }
         let answers_sealer = aigw_service::seal::Sealer::derive(
             b"aigw idempotent answer seal v1",
             auth.tokens().key_materials(),
@@ -192,6 +201,8 @@ impl Application {
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
         let background = auth.start_background();
+        let audit_retention =
+            aigw_service::audit::spawn_retention(db.clone(), settings.audit.retention_days);
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
         let usage = UsageService::start_with_metrics(
             db.clone(),
@@ -277,6 +288,7 @@ impl Application {
             metrics_server,
             upkeep,
             _data_lock: data_lock,
+            audit_retention,
         })
     }
 
@@ -305,6 +317,7 @@ impl Application {
         self.upkeep.abort();
         self.usage.shutdown().await;
         self.background.shutdown().await;
+        self.audit_retention.abort();
         served
     }
 }

@@ -329,7 +329,10 @@ pub async fn access_log(
     }
     // Held by the access entry: the span ends with the answer's last byte, not its head.
     let request_span = span.clone();
-    let mut response = match REQUEST_ID.scope(id.clone(), next.call(req)).instrument(span).await {
+    let audit = audit_context(&req, &id);
+    let handled =
+        aigw_service::audit::with_context(audit, REQUEST_ID.scope(id.clone(), next.call(req)));
+    let mut response = match handled.instrument(span).await {
         Ok(response) => response.map_into_boxed_body(),
         Err(e) => {
             // Turned into its answer by actix-web outside this middleware: logged here.
@@ -464,5 +467,22 @@ impl MessageBody for AccessLogged {
             Poll::Pending => {}
         }
         polled
+    }
+}
+
+/// Where `req` comes from, for the audit trail: the client address (trusted-proxy rules), the
+/// `User-Agent` (cut to 256 characters) and the request id.
+fn audit_context(req: &ServiceRequest, request_id: &str) -> aigw_service::audit::AuditContext {
+    let ip = req
+        .app_data::<actix_web::web::Data<crate::startup::AppState>>()
+        .map(|state| state.limits.client_ip(req.request()).to_string());
+    let client = aigw_service::ClientInfo::new(
+        ip,
+        req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()),
+    );
+    aigw_service::audit::AuditContext {
+        ip: client.ip,
+        user_agent: client.user_agent,
+        request_id: Some(request_id.to_owned()),
     }
 }

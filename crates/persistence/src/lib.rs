@@ -17,11 +17,13 @@
 //! knows nothing of HTTP.
 
 pub mod api_keys;
+pub mod audit;
 pub mod budgets;
 pub mod changes;
 pub mod error;
 pub mod health;
 pub mod idempotency;
+pub mod invitations;
 pub mod key_rates;
 pub mod migrations;
 pub mod models;

@@ -64,6 +64,12 @@ pub struct SessionRow {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Why it was revoked (`logout`, `logout_global`, `refresh_token_reuse`, …).
     pub revoked_reason: Option<String>,
+    /// The `User-Agent` of the login (at most 256 characters).
+    pub user_agent: Option<String>,
+    /// The client address of the login (through the trusted-proxy rules).
+    pub ip: Option<String>,
+    /// The last refresh, UTC (`None`: never refreshed).
+    pub last_used_at: Option<DateTime<Utc>>,
 }
 
 /// A refresh token, stored as its SHA-256 digest.
@@ -159,6 +165,25 @@ pub struct ApiKeyChanges {
 }
 
 impl ApiKeyChanges {
+    /// The names of the fields this change sets or clears (for the audit trail), in the
+    /// order of the key object.
+    pub fn field_names(&self) -> Vec<&'static str> {
+        [
+            ("name", self.name.is_some()),
+            ("permissions", self.permissions.is_some()),
+            ("expires_at", self.expires_at.is_some()),
+            ("allowed_models", self.allowed_models.is_some()),
+            ("max_budget_usd", self.max_budget_micros.is_some()),
+            ("budget_period", self.budget_period.is_some()),
+            ("rpm_limit", self.rpm_limit.is_some()),
+            ("tpm_limit", self.tpm_limit.is_some()),
+            ("metadata", self.metadata.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
+
     /// Whether the change sets nothing.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
@@ -219,6 +244,9 @@ pub(crate) struct SessionRecord {
     expires_at: NaiveDateTime,
     revoked_at: Option<NaiveDateTime>,
     revoked_reason: Option<String>,
+    user_agent: Option<String>,
+    ip: Option<String>,
+    last_used_at: Option<NaiveDateTime>,
 }
 
 impl From<SessionRecord> for SessionRow {
@@ -230,6 +258,9 @@ impl From<SessionRecord> for SessionRow {
             expires_at: to_utc(r.expires_at),
             revoked_at: r.revoked_at.map(to_utc),
             revoked_reason: r.revoked_reason,
+            user_agent: r.user_agent,
+            ip: r.ip,
+            last_used_at: r.last_used_at.map(to_utc),
         }
     }
 }
@@ -243,6 +274,9 @@ impl From<&SessionRow> for SessionRecord {
             expires_at: from_utc(r.expires_at),
             revoked_at: r.revoked_at.map(from_utc),
             revoked_reason: r.revoked_reason.clone(),
+            user_agent: r.user_agent.clone(),
+            ip: r.ip.clone(),
+            last_used_at: r.last_used_at.map(from_utc),
         }
     }
 }

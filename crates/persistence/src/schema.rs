@@ -26,6 +26,9 @@ diesel::table! {
         expires_at -> Timestamp,
         revoked_at -> Nullable<Timestamp>,
         revoked_reason -> Nullable<Text>,
+        user_agent -> Nullable<Text>,
+        ip -> Nullable<Text>,
+        last_used_at -> Nullable<Timestamp>,
     }
 }
 
@@ -165,6 +168,23 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// The audit trail (issue 11): one row per security event, written in the transaction of
+    /// the change it records; `details` is JSON text without secrets.
+    audit_events (id) {
+        id -> Text,
+        at -> Timestamp,
+        user_id -> Nullable<Text>,
+        actor -> Nullable<Text>,
+        action -> Text,
+        target -> Nullable<Text>,
+        ip -> Nullable<Text>,
+        user_agent -> Nullable<Text>,
+        request_id -> Nullable<Text>,
+        details -> Text,
+    }
+}
+
+diesel::table! {
     /// Per-key requests and tokens of one minute (`window_start`: Unix seconds), for the
     /// keys' `rpm_limit` and `tpm_limit`.
     key_rate_windows (api_key_id, window_start) {
@@ -172,5 +192,18 @@ diesel::table! {
         window_start -> BigInt,
         requests -> BigInt,
         tokens -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Single-use invitations to register (issue 11); the token is stored as its digest.
+    invitations (id) {
+        id -> Text,
+        email -> Text,
+        token_hash -> Text,
+        created_by -> Text,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
+        used_at -> Nullable<Timestamp>,
     }
 }

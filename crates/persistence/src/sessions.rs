@@ -212,3 +212,102 @@ pub fn clear_sealed_before(
     .set(refresh_tokens::successor_sealed.eq(None::<String>))
     .execute(conn)?)
 }
+
+/// The live sessions of `user_id` (not revoked, not past their end at `now`), newest first.
+///
+/// # Errors
+/// On database failure.
+pub fn list_live_for_user(
+    conn: &mut DbConnection,
+    user_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<SessionRow>, PersistenceError> {
+    Ok(sessions::table
+        .filter(sessions::user_id.eq(user_id))
+        .filter(sessions::revoked_at.is_null())
+        .filter(sessions::expires_at.gt(from_utc(now)))
+        .order(sessions::id.desc())
+        .select(SessionRecord::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(SessionRow::from)
+        .collect())
+}
+
+/// Revokes session `id` of `user_id` at `now` for `reason`. Returns whether it was live
+/// (false: no such session of that user, or already revoked).
+///
+/// # Errors
+/// On database failure.
+pub fn revoke_own_session(
+    conn: &mut DbConnection,
+    id: &str,
+    user_id: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        sessions::table
+            .filter(sessions::id.eq(id))
+            .filter(sessions::user_id.eq(user_id))
+            .filter(sessions::revoked_at.is_null()),
+    )
+    .set((sessions::revoked_at.eq(from_utc(now)), sessions::revoked_reason.eq(reason)))
+    .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Records a use (a refresh) of session `id` at `now`.
+///
+/// # Errors
+/// On database failure.
+pub fn touch(
+    conn: &mut DbConnection,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(sessions::table.find(id))
+        .set(sessions::last_used_at.eq(from_utc(now)))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Retires every unused refresh token of session `id` at `now` (as if rotated, with no
+/// successor to hand out again): presenting one later is a reuse. Used when a password change
+/// issues the session a fresh refresh token.
+///
+/// # Errors
+/// On database failure.
+pub fn retire_refresh_tokens(
+    conn: &mut DbConnection,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(
+        refresh_tokens::table
+            .filter(refresh_tokens::session_id.eq(id))
+            .filter(refresh_tokens::rotated_at.is_null()),
+    )
+    .set((
+        refresh_tokens::rotated_at.eq(from_utc(now)),
+        refresh_tokens::successor_sealed.eq(None::<String>),
+    ))
+    .execute(conn)?;
+    Ok(())
+}
+
+/// Session `id`, if any.
+///
+/// # Errors
+/// On database failure.
+pub fn find_session(
+    conn: &mut DbConnection,
+    id: &str,
+) -> Result<Option<SessionRow>, PersistenceError> {
+    Ok(sessions::table
+        .find(id)
+        .select(SessionRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(SessionRow::from))
+}

@@ -154,3 +154,19 @@ pub fn lock_by_email(conn: &mut DbConnection, email: &str) -> Result<bool, Persi
         .execute(conn)?;
     Ok(n == 1)
 }
+
+/// Sets the display name of user `id` at `now` (UTC).
+///
+/// # Errors
+/// On database failure.
+pub fn update_name(
+    conn: &mut DbConnection,
+    id: &str,
+    name: &str,
+    now: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(users::table.find(id))
+        .set((users::name.eq(name), users::updated_at.eq(from_utc(now))))
+        .execute(conn)?;
+    Ok(())
+}

@@ -1,17 +1,21 @@
 //! Registration, login and the current user (seed §4: register, login, me).
 
+use crate::audit::Event;
 use crate::auth::{AuthService, Principal};
+use crate::config::RegistrationMode;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::password::Verification;
+use crate::sessions::ClientInfo;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::Operation;
+use aigw_domain::invitation::InvitationSecret;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
-use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
+use aigw_persistence::{invitations, transaction, users, DbConnection, PersistenceError};
 
 /// The one answer to every failed login, whatever the cause (SECURITY.md 18).
-const LOGIN_FAILED: &str = "invalid e-mail or password";
+pub(crate) const LOGIN_FAILED: &str = "invalid e-mail or password";
 
 impl AuthService {
     /// Creates an account and starts its first session.
@@ -27,22 +31,68 @@ impl AuthService {
         email: &str,
         password: String,
         name: Option<&str>,
+        invitation: Option<&str>,
+        client: &ClientInfo,
     ) -> Result<TokenSet, ServiceError> {
+        let invitation = self.registration_allowed(email, invitation)?;
         let user = self.new_user_row(email, password, name, Role::User).await?;
         let now = user.created_at;
-        let (session, token, refresh) = self.new_session(&user.id, now);
+        let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored = user.clone();
         let stored_session = session.clone();
+        let event = Event::new("user_registered", Some(&user.id), Some(&user.id), now)
+            .target(&user.id)
+            .details(serde_json::json!({"email": user.email, "session_id": session.id}));
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
+                    // First statement: the invitation's compare-and-set (SQLite's write lock).
+                    if let Some(digest) = &invitation {
+                        let at = now.naive_utc();
+                        if !invitations::consume(conn, digest, &stored.email, at)? {
+                            return Err(FieldError::new(
+                                "invitation",
+                                "is unknown, used, expired or for another e-mail",
+                            )
+                            .into());
+                        }
+                    }
                     Self::insert_user(conn, &stored)?;
-                    Self::store_session(conn, &stored_session, &token)
+                    Self::store_session(conn, &stored_session, &token)?;
+                    event.insert(conn)
                 })
             })
             .await?;
         tracing::info!(user_id = %user.id, "user registered");
         self.token_set(&user, &session, &refresh, now)
+    }
+
+    /// Applies `auth.registration` and `auth.allowed_email_domains` to a registration of
+    /// `email`; returns the digest of the invitation to consume (mode `invite`).
+    fn registration_allowed(
+        &self,
+        email: &str,
+        invitation: Option<&str>,
+    ) -> Result<Option<String>, ServiceError> {
+        if self.config.registration == RegistrationMode::Closed {
+            return Err(ServiceError::Forbidden {
+                required: "invitation".to_owned(),
+                current: "none".to_owned(),
+            });
+        }
+        let email = Email::parse(email)?;
+        let allowed = &self.config.allowed_email_domains;
+        let domain = email.as_str().rsplit('@').next().unwrap_or_default();
+        if !allowed.is_empty() && !allowed.iter().any(|d| d.trim().eq_ignore_ascii_case(domain)) {
+            return Err(FieldError::new("email", "is not in a domain that may register").into());
+        }
+        if self.config.registration == RegistrationMode::Open {
+            return Ok(None);
+        }
+        let raw = invitation.ok_or_else(|| FieldError::new("invitation", "is required"))?;
+        let secret = InvitationSecret::parse(raw)
+            .ok_or_else(|| FieldError::new("invitation", "is not an invitation"))?;
+        Ok(Some(secret.digest().into_string()))
     }
 
     /// Validates a new account's fields and hashes its password (on the argon2 pool): the row
@@ -97,10 +147,16 @@ impl AuthService {
     /// [`ServiceError::Unauthorized`] (`invalid e-mail or password`) for every failed login;
     /// [`ServiceError::Invalid`] on `password` longer than the policy's maximum;
     /// [`ServiceError::Unavailable`] when the database is down.
-    pub async fn login(&self, email: &str, password: String) -> Result<TokenSet, ServiceError> {
+    pub async fn login(
+        &self,
+        email: &str,
+        password: String,
+        client: &ClientInfo,
+    ) -> Result<TokenSet, ServiceError> {
         self.password_policy.check_length_bound(&password)?;
         let email = email.trim().to_lowercase();
-        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &email)?)).await?;
+        let wanted = email.clone();
+        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
         let verification = self.passwords.verify(password.clone(), stored_hash).await?;
         // A disabled account gets the same answer, after the same work, as a wrong password:
@@ -111,14 +167,28 @@ impl AuthService {
             {
                 user
             }
-            _ => return Err(ServiceError::rejected(LOGIN_FAILED)),
+            (verification, user) => {
+                let reason = match (&user, verification) {
+                    (None, _) => "unknown_email",
+                    (Some(_), Verification::Mismatch) => "wrong_password",
+                    (Some(_), _) => "account_disabled",
+                };
+                let id = user.as_ref().map(|u| u.id.as_str());
+                let event = Event::new("login_failed", id, None, time::now())
+                    .details(serde_json::json!({"email": email, "reason": reason}));
+                self.record_alone(event).await;
+                return Err(ServiceError::rejected(LOGIN_FAILED));
+            }
         };
         if verification == Verification::MatchNeedsRehash {
             self.rehash(&user.id, password).await;
         }
         let now = time::now();
-        let (session, token, refresh) = self.new_session(&user.id, now);
+        let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored_session = session.clone();
+        let event = Event::new("login_succeeded", Some(&user.id), Some(&user.id), now)
+            .target(&session.id)
+            .details(serde_json::json!({"email": user.email}));
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -126,7 +196,8 @@ impl AuthService {
                     if !users::lock_if_enabled(conn, &stored_session.user_id)? {
                         return Err(ServiceError::rejected(LOGIN_FAILED));
                     }
-                    Self::store_session(conn, &stored_session, &token)
+                    Self::store_session(conn, &stored_session, &token)?;
+                    event.insert(conn)
                 })
             })
             .await?;

@@ -5,6 +5,7 @@
 //! from the access token's `role` claim, so a demotion holds on every node within the feed's
 //! bound although older tokens still carry `admin`.
 
+use crate::audit::Event;
 use crate::auth::{AuthService, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
@@ -116,12 +117,18 @@ pub struct UserUpdate {
 #[derive(Debug, Clone)]
 pub struct Admin {
     user_id: String,
+    actor: String,
 }
 
 impl Admin {
     /// The acting administrator's user id.
     pub fn user_id(&self) -> &str {
         &self.user_id
+    }
+
+    /// Who acts, for the audit trail: the API key's id, or the user's for an access token.
+    pub fn actor(&self) -> &str {
+        &self.actor
     }
 }
 
@@ -149,7 +156,10 @@ impl AuthService {
         };
         authorize_as(caller, role, Operation::Administer)
             .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })?;
-        Ok(Admin { user_id: principal.user_id().to_owned() })
+        Ok(Admin {
+            user_id: principal.user_id().to_owned(),
+            actor: crate::audit::actor_of(principal).to_owned(),
+        })
     }
 
     /// Every user, newest first, whose e-mail starts with `email_prefix` (when given).
@@ -213,6 +223,7 @@ impl AuthService {
         }
         let wanted = id.to_owned();
         let now = time::now();
+        let template = Event::new("role_changed", Some(id), Some(admin.actor()), now).target(id);
         let (row, changes) = self
             .db
             .run(move |conn| {
@@ -235,6 +246,15 @@ impl AuthService {
                     }
                     let newly_disabled = user.disabled_at.is_none() && disabled_at.is_some();
                     users::update_access(conn, &wanted, role, disabled_at, now)?;
+                    if role != user.role {
+                        let details =
+                            serde_json::json!({"from": user.role.as_str(), "to": role.as_str()});
+                        template.clone().details(details).insert(conn)?;
+                    }
+                    if disabled_at.is_some() != user.disabled_at.is_some() {
+                        let action = if newly_disabled { "user_disabled" } else { "user_enabled" };
+                        template.clone().action(action).insert(conn)?;
+                    }
                     let ended = if newly_disabled {
                         sessions::revoke_user_sessions(conn, &wanted, None, "user_disabled", now)?
                     } else {
@@ -293,10 +313,91 @@ impl AuthService {
     /// [`ServiceError::NotFound`] (`api_key`).
     pub async fn admin_revoke_api_key(
         &self,
-        _admin: &Admin,
+        admin: &Admin,
         id: &str,
     ) -> Result<ApiKeyView, ServiceError> {
-        self.revoke_api_key_of(id, None).await
+        self.revoke_api_key_of(id, None, admin.actor()).await
+    }
+}
+
+/// A new invitation: shown once with its token.
+#[derive(Clone)]
+pub struct CreatedInvitation {
+    /// UUIDv7.
+    pub id: String,
+    /// The e-mail address it is for (normalised).
+    pub email: String,
+    /// End of validity, UTC.
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+    /// The token (`aigwi_…`), never shown again.
+    pub invitation: String,
+}
+
+impl std::fmt::Debug for CreatedInvitation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedInvitation")
+            .field("id", &self.id)
+            .field("email", &self.email)
+            .field("expires_at", &self.expires_at)
+            .field("invitation", &"***")
+            .finish()
+    }
+}
+
+/// Validity of an invitation when the request gives no `expires_at`, in days.
+pub const DEFAULT_INVITATION_DAYS: i64 = 7;
+
+impl AuthService {
+    /// Creates a single-use invitation to register with `email`, valid until `expires_at`
+    /// (RFC 3339, in the future; default [`DEFAULT_INVITATION_DAYS`] days).
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `email` or `expires_at`; [`ServiceError::Unavailable`]
+    /// when the database is down.
+    pub async fn admin_create_invitation(
+        &self,
+        admin: &Admin,
+        email: &str,
+        expires_at: Option<&str>,
+    ) -> Result<CreatedInvitation, ServiceError> {
+        let email = aigw_domain::Email::parse(email)?;
+        let now = time::now();
+        let expires_at = match expires_at {
+            Some(raw) => crate::api_keys::parse_future_timestamp(raw, now)?,
+            None => now + chrono::Duration::days(DEFAULT_INVITATION_DAYS),
+        };
+        let secret = aigw_domain::invitation::InvitationSecret::generate(&mut rand::rngs::OsRng);
+        let row = aigw_persistence::invitations::InvitationRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            email: email.as_str().to_owned(),
+            token_hash: secret.digest().into_string(),
+            created_by: admin.user_id().to_owned(),
+            created_at: now.naive_utc(),
+            expires_at: expires_at.naive_utc(),
+            used_at: None,
+        };
+        let event = Event::new("invitation_created", None, Some(admin.actor()), now)
+            .target(&row.id)
+            .details(serde_json::json!({
+                "email": row.email,
+                "expires_at": time::format_timestamp(expires_at),
+            }));
+        let stored = row.clone();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    aigw_persistence::invitations::insert(conn, &stored)?;
+                    event.insert(conn)
+                })
+            })
+            .await?;
+        tracing::info!(invitation_id = %row.id, by = %admin.user_id(), "invitation created");
+        Ok(CreatedInvitation {
+            id: row.id,
+            email: row.email,
+            expires_at,
+            invitation: secret.expose().to_owned(),
+        })
     }
 }
 
@@ -318,7 +419,19 @@ impl AuthService {
     ) -> Result<UserView, ServiceError> {
         let user = self.new_user_row(email, password, name, role).await?;
         let stored = user.clone();
-        self.db.run(move |conn| transaction(conn, |conn| Self::insert_user(conn, &stored))).await?;
+        let event = Event::new("user_registered", Some(&user.id), None, user.created_at)
+            .target(&user.id)
+            .details(
+                serde_json::json!({"email": user.email, "role": role.as_str(), "by": "operator"}),
+            );
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    Self::insert_user(conn, &stored)?;
+                    event.insert(conn)
+                })
+            })
+            .await?;
         tracing::info!(user_id = %user.id, role = %user.role, "user created by the operator");
         Ok(UserView::from(&user))
     }
@@ -334,6 +447,7 @@ impl AuthService {
         let email = aigw_domain::Email::parse(email)?;
         let wanted = email.as_str().to_owned();
         let now = time::now();
+        let template = Event::new("role_changed", None, None, now);
         let (user, change) = self
             .db
             .run(move |conn| {
@@ -348,6 +462,15 @@ impl AuthService {
                         return Ok(Some((user, None)));
                     }
                     users::update_access(conn, &user.id, role, user.disabled_at, now)?;
+                    let details = serde_json::json!({
+                        "from": user.role.as_str(), "to": role.as_str(), "by": "operator"
+                    });
+                    template
+                        .clone()
+                        .user(&user.id)
+                        .target(&user.id)
+                        .details(details)
+                        .insert(conn)?;
                     let kind = CredentialChangeKind::UserChanged;
                     let change = credential_cache::append(conn, kind, &user.id, now)?;
                     (user.role, user.updated_at) = (role, now);

@@ -1,6 +1,7 @@
 //! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (seed §4,
 //! §5 rules 1-2; issue 9).
 
+use crate::audit::{actor_of, Event};
 use crate::auth::{AuthService, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
@@ -97,10 +98,20 @@ impl AuthService {
             CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
         let answer = created.clone();
         let key_hash = row.key_hash.clone();
+        let details = serde_json::json!({
+            "name": row.name,
+            "permissions": row.permissions.names(),
+            "expires_at": row.expires_at.map(time::format_timestamp),
+        });
+        let event =
+            Event::new("api_key_created", Some(&row.user_id), Some(actor_of(principal)), now)
+                .target(&row.id)
+                .details(details);
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     api_keys::insert(conn, &row)?;
+                    event.insert(conn)?;
                     if let Some(recording) = &recording {
                         recording.record(conn, &answer)?;
                     }
@@ -142,7 +153,7 @@ impl AuthService {
         id: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         principal.authorize(Operation::ChangeApiKey)?;
-        self.revoke_api_key_of(id, Some(principal.user_id())).await
+        self.revoke_api_key_of(id, Some(principal.user_id()), actor_of(principal)).await
     }
 
     /// Revokes key `id` of `owner` (of anyone when `None`: an admin's revocation) and waits
@@ -151,9 +162,11 @@ impl AuthService {
         &self,
         id: &str,
         owner: Option<&str>,
+        actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         let (key_id, owner) = (id.to_owned(), owner.map(str::to_owned));
         let now = time::now();
+        let event = Event::new("api_key_revoked", None, Some(actor), now).target(id);
         let (row, change) = self
             .db
             .run(move |conn| {
@@ -161,6 +174,9 @@ impl AuthService {
                     let Some(row) = api_keys::revoke(conn, &key_id, owner.as_deref(), now)? else {
                         return Ok(None);
                     };
+                    let details =
+                        serde_json::json!({"name": row.name, "by_admin": owner.is_none()});
+                    event.clone().user(&row.user_id).details(details).insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyRevoked;
                     let change = credential_cache::append(conn, kind, &row.id, now)?;
                     Ok::<_, ServiceError>(Some((row, change)))
@@ -193,6 +209,9 @@ impl AuthService {
         let now = time::now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let event = Event::new("api_key_updated", Some(&user_id), Some(actor_of(principal)), now)
+            .target(id)
+            .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, change) = self
             .db
             .run(move |conn| {
@@ -200,6 +219,9 @@ impl AuthService {
                     let Some(row) = api_keys::update(conn, &key_id, &user_id, &changes)? else {
                         return Ok(None);
                     };
+                    if !changes.is_empty() {
+                        event.insert(conn)?;
+                    }
                     if changes.max_budget_micros.is_some() || changes.budget_period.is_some() {
                         // Counters of the old budget count only calls made under it.
                         aigw_persistence::budgets::forget(conn, &row.id)?;
@@ -253,6 +275,9 @@ impl AuthService {
         let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let new_hash = hash.clone();
+        let event = Event::new("api_key_rotated", Some(&user_id), Some(actor_of(principal)), now)
+            .target(id)
+            .details(serde_json::json!({"grace_period_secs": grace, "key_prefix": prefix}));
         let outcome = self
             .db
             .run(move |conn| {
@@ -269,6 +294,7 @@ impl AuthService {
                         // The key exists, so it is revoked.
                         return Ok(Some(Err(())));
                     }
+                    event.insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyChanged;
                     let change = credential_cache::append(conn, kind, &row.id, now)?;
                     Ok::<_, ServiceError>(Some(Ok((row, change))))
@@ -307,6 +333,8 @@ impl AuthService {
         principal.authorize(Operation::ChangeApiKey)?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let now = time::now();
+        let event = Event::new("api_key_deleted", Some(&user_id), Some(actor_of(principal)), now)
+            .target(id);
         let change = self
             .db
             .run(move |conn| {
@@ -316,6 +344,7 @@ impl AuthService {
                     }
                     // The key's budget counters go with it (its rate windows expire alone).
                     aigw_persistence::budgets::forget(conn, &key_id)?;
+                    event.insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyDeleted;
                     credential_cache::append(conn, kind, &key_id, now).map(Some)
                 })
@@ -371,7 +400,10 @@ impl AuthService {
 }
 
 /// Parses `expires_at` as RFC 3339 and requires it to be after `now`.
-fn parse_future_timestamp(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, FieldError> {
+pub(crate) fn parse_future_timestamp(
+    raw: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, FieldError> {
     let t = DateTime::parse_from_rfc3339(raw.trim())
         .map_err(|_| {
             FieldError::new(

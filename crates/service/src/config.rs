@@ -40,6 +40,24 @@ pub struct AuthConfig {
     pub password_blocklist: bool,
     /// argon2id parameters.
     pub argon2: Argon2Config,
+    /// Who may register (issue 11): `open` (default), `invite` or `closed`.
+    pub registration: RegistrationMode,
+    /// E-mail domains registration accepts, e.g. `["example.com"]` (case-insensitive, exact
+    /// domain); empty (default): any.
+    pub allowed_email_domains: Vec<String>,
+}
+
+/// `auth.registration`: who may create an account through the API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistrationMode {
+    /// Anyone who can reach the port (the production start-up warns).
+    #[default]
+    Open,
+    /// Only with an admin's single-use invitation for that e-mail.
+    Invite,
+    /// Nobody: only the operator command `aigw admin create-user` creates accounts.
+    Closed,
 }
 
 impl Default for AuthConfig {
@@ -58,6 +76,8 @@ impl Default for AuthConfig {
             password_max_chars: aigw_domain::user::PASSWORD_HARD_MAX_CHARS,
             password_blocklist: true,
             argon2: Argon2Config::default(),
+            registration: RegistrationMode::Open,
+            allowed_email_domains: Vec::new(),
         }
     }
 }

@@ -14,6 +14,7 @@
 pub mod accounts;
 pub mod admin;
 pub mod api_keys;
+pub mod audit;
 pub mod auth;
 pub mod budget;
 pub mod chat_request;
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod password;
 pub mod rate_limit;
 pub mod seal;
+pub mod self_service;
 pub mod sessions;
 pub mod tokens;
 pub mod usage;
@@ -38,7 +40,8 @@ pub use admin::{Page, PageRequest, UserUpdate};
 pub use api_keys::NewApiKey;
 pub use auth::{AuthService, Principal};
 pub use config::{
-    AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, SigningKeyConfig,
+    AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, RegistrationMode,
+    SigningKeyConfig,
 };
 pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};
 pub use db::Db;
@@ -47,7 +50,7 @@ pub use gateway::{ChatReply, Gateway};
 pub use key_policy::{ApiKeyPatch, KeyPolicyRequest};
 pub use metrics::Metrics;
 pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
-pub use sessions::LogoutScope;
+pub use sessions::{ClientInfo, LogoutScope};
 pub use tokens::{SigningKey, TokenIssuer};
 pub use usage::config::{PriceConfig, UsageConfig};
 pub use usage::UsageService;

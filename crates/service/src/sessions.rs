@@ -6,6 +6,7 @@
 //! presented again after it was rotated is a replay: the whole session is revoked, its newest
 //! token included. The session's end is absolute from login; rotation never extends it.
 
+use crate::audit::Event;
 use crate::auth::{AuthService, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
@@ -29,6 +30,28 @@ enum Refreshed {
 
 const INVALID_REFRESH: &str = "the refresh token is invalid, expired or revoked";
 
+/// Where a login comes from, stored with its session (issue 11, `GET /auth/sessions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// The client address (through the trusted-proxy rules).
+    pub ip: Option<String>,
+    /// The `User-Agent`, at most [`ClientInfo::MAX_USER_AGENT_CHARS`] characters.
+    pub user_agent: Option<String>,
+}
+
+impl ClientInfo {
+    /// Longest stored `User-Agent`, in characters.
+    pub const MAX_USER_AGENT_CHARS: usize = 256;
+
+    /// The client at `ip` with `user_agent` (cut to 256 characters; empty: none).
+    pub fn new(ip: Option<String>, user_agent: Option<&str>) -> Self {
+        let user_agent = user_agent
+            .map(|ua| ua.chars().take(Self::MAX_USER_AGENT_CHARS).collect::<String>())
+            .filter(|ua| !ua.is_empty());
+        Self { ip, user_agent }
+    }
+}
+
 /// Which sessions a logout ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogoutScope {
@@ -46,6 +69,7 @@ impl AuthService {
     pub(crate) fn new_session(
         &self,
         user_id: &str,
+        client: &ClientInfo,
         now: DateTime<Utc>,
     ) -> (SessionRow, RefreshTokenRow, RefreshTokenSecret) {
         let ttl = i64::try_from(self.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
@@ -57,18 +81,30 @@ impl AuthService {
             expires_at,
             revoked_at: None,
             revoked_reason: None,
+            user_agent: client.user_agent.clone(),
+            ip: client.ip.clone(),
+            last_used_at: None,
         };
+        let (token, secret) = Self::first_refresh_token(&session.id, now);
+        (session, token, secret)
+    }
+
+    /// A new refresh token that starts a chain in session `session_id`.
+    pub(crate) fn first_refresh_token(
+        session_id: &str,
+        now: DateTime<Utc>,
+    ) -> (RefreshTokenRow, RefreshTokenSecret) {
         let secret = RefreshTokenSecret::generate(&mut OsRng);
         let token = RefreshTokenRow {
             id: uuid::Uuid::now_v7().to_string(),
-            session_id: session.id.clone(),
+            session_id: session_id.to_owned(),
             token_hash: secret.digest().into_string(),
             parent_id: None,
             created_at: now,
             rotated_at: None,
             successor_sealed: None,
         };
-        (session, token, secret)
+        (token, secret)
     }
 
     /// Stores a new session and its first refresh token on `conn` (inside the caller's
@@ -177,6 +213,7 @@ impl AuthService {
         now: DateTime<Utc>,
     ) -> Result<Refreshed, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
+        let reuse_event = Event::new("refresh_reuse_detected", None, None, now);
         self.db
             .run(move |conn| {
                 // One indexed read first: an unknown token (a guess) never opens a write
@@ -201,6 +238,7 @@ impl AuthService {
                         // The parent's grace ends once its successor (this token) is used.
                         sessions::clear_sealed(conn, parent)?;
                     }
+                    sessions::touch(conn, &session.id, now)?;
                     sessions::insert_refresh_token(
                         conn,
                         &RefreshTokenRow {
@@ -246,6 +284,12 @@ impl AuthService {
                     if !sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
                         return Ok(None);
                     }
+                    reuse_event
+                        .clone()
+                        .user(&session.user_id)
+                        .target(&session.id)
+                        .details(serde_json::json!({"session_revoked": true}))
+                        .insert(conn)?;
                     let kind = CredentialChangeKind::SessionRevoked;
                     credential_cache::append(conn, kind, &session.id, now).map(Some)
                 })?;
@@ -312,6 +356,13 @@ impl AuthService {
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
         let now = time::now();
+        let scope_name = match scope {
+            LogoutScope::Local => "local",
+            LogoutScope::Global => "global",
+            LogoutScope::Others => "others",
+        };
+        let event =
+            Event::new("logged_out", Some(&user_id), Some(&user_id), now).target(&session_id);
         let changes: Vec<ChangeRow> = self
             .db
             .run(move |conn| {
@@ -349,6 +400,9 @@ impl AuthService {
                             }
                         }
                     }
+                    let details =
+                        serde_json::json!({"scope": scope_name, "ended_sessions": revoked});
+                    event.clone().details(details).insert(conn)?;
                     // Last statements of the transaction (see `aigw_persistence::changes`).
                     let kind = CredentialChangeKind::SessionRevoked;
                     revoked.iter().map(|id| credential_cache::append(conn, kind, id, now)).collect()

@@ -3,8 +3,10 @@
 
 use super::usage::query_params;
 use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
+use crate::dto_account::AuditListData;
 use crate::dto_admin::{
-    AdminApiKeyDto, AdminApiKeyListData, AdminUserDto, UpdateUserRequest, UserListData,
+    AdminApiKeyDto, AdminApiKeyListData, AdminUserDto, CreateInvitationRequest, InvitationData,
+    UpdateUserRequest, UserListData,
 };
 use crate::error::ApiError;
 use crate::extract::{After, Caller, JsonBody};
@@ -143,4 +145,59 @@ pub async fn revoke_api_key(
     let admin = state.auth.authorize_admin(&caller).await?;
     let key = state.auth.admin_revoke_api_key(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyDto::from(key))))
+}
+
+/// Every audit event (one user's with `user_id`), newest first, cursor-paged.
+#[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
+    params(
+        ("user_id" = Option<String>, Query, description = "Only events concerning this user"),
+        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created)$", description = "Only this action, e.g. `user_disabled`"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Events per page, 1 to 200 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<AuditListData>),
+        (status = 400, description = "Unknown action, bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn audit(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let mut params = query_params(&req, &["user_id", "action", "limit", "cursor"])?;
+    let page = page_request(&mut params);
+    let (user_id, action) = (params.remove("user_id"), params.remove("action"));
+    let events = state.auth.admin_audit_events(&admin, user_id, action, &page).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(AuditListData::from(events))))
+}
+
+/// Create a single-use invitation to register (for `auth.registration = "invite"`). The token
+/// is in this answer and never again; only its digest is stored.
+#[utoipa::path(post, path = "/api/v1/admin/invitations", tag = "admin",
+    request_body = CreateInvitationRequest,
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 201, body = Envelope<InvitationData>),
+        (status = 400, description = "Bad email or expires_at", body = ErrorEnvelope),
+        BodyErrors,
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn create_invitation(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Caller(caller): Caller,
+    body: After<JsonBody<CreateInvitationRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    state.limits.by_caller(&req, Policy::Account, &caller).await?;
+    let admin = state.auth.authorize_admin(&caller).await?;
+    let JsonBody(body) = body.into_inner()?;
+    let created =
+        state.auth.admin_create_invitation(&admin, &body.email, body.expires_at.as_deref()).await?;
+    Ok(HttpResponse::Created().json(Envelope::ok(InvitationData::from(created))))
 }

@@ -8,13 +8,14 @@ use crate::error::ApiError;
 use crate::extract::{After, Caller, JsonBody, OptionalJsonBody};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
-use aigw_service::{AuthService, LogoutScope, Policy, ServiceError};
+use aigw_service::{AuthService, ClientInfo, LogoutScope, Policy, ServiceError};
 
 /// Create an account; starts a session and answers its tokens.
 #[utoipa::path(post, path = "/api/v1/auth/register", tag = "auth", request_body = RegisterRequest,
     responses(
         (status = 201, description = "Account created", body = Envelope<RegisterData>),
-        (status = 400, description = "Invalid field, or e-mail already registered", body = ErrorEnvelope),
+        (status = 400, description = "Invalid field, e-mail already registered, a domain that may not register, or a missing, used, expired or mismatched invitation", body = ErrorEnvelope),
+        (status = 403, description = "auth.registration = closed (required: invitation, current: none)", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]
 pub async fn register(
@@ -23,7 +24,9 @@ pub async fn register(
     JsonBody(body): JsonBody<RegisterRequest>,
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_ip(&req, Policy::Register).await?;
-    let set = state.auth.register(&body.email, body.password, body.name.as_deref()).await?;
+    let client = client_info(&state, &req);
+    let (name, invitation) = (body.name.as_deref(), body.invitation.as_deref());
+    let set = state.auth.register(&body.email, body.password, name, invitation, &client).await?;
     state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
     let tokens = TokenSetDto::from(set);
     let data = RegisterData {
@@ -53,7 +56,9 @@ pub async fn login(
         let JsonBody(body) = body?;
         state.limits.refuse_if_failing(&req).await?;
         state.limits.login(&req, &body.email).await?;
-        failures_counted(&state, &req, state.auth.login(&body.email, body.password)).await
+        let client = client_info(&state, &req);
+        let login = state.auth.login(&body.email, body.password, &client);
+        failures_counted(&state, &req, login).await
     }
     .await;
     let outcome = match &result {
@@ -82,9 +87,18 @@ pub async fn login(
     }
 }
 
+/// Where `req` comes from: the client address (trusted-proxy rules) and `User-Agent`.
+fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
+    let user_agent = req.headers().get(actix_web::http::header::USER_AGENT);
+    ClientInfo::new(
+        Some(state.limits.client_ip(req).to_string()),
+        user_agent.and_then(|v| v.to_str().ok()),
+    )
+}
+
 /// Awaits a credential check and counts a refusal (401) against the client IP's
 /// `auth_failure` quota.
-async fn failures_counted<T>(
+pub(crate) async fn failures_counted<T>(
     state: &AppState,
     req: &HttpRequest,
     check: impl std::future::Future<Output = Result<T, ServiceError>>,

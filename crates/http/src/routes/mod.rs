@@ -1,5 +1,6 @@
 //! Handlers, one module per endpoint group, and the route table.
 
+pub mod account;
 pub mod admin;
 pub mod api_keys;
 pub mod auth;
@@ -27,7 +28,24 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     .app_data(LimitedBy(Policy::Login)),
             )
             .service(
-                one("/auth/me", &["GET"], get_or_head().to(auth::me))
+                web::resource("/auth/me")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(get_or_head().to(auth::me))
+                    .route(web::patch().to(account::update_me))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "PATCH"])
+                    })),
+            )
+            .service(
+                one("/auth/sessions", &["GET"], get_or_head().to(account::list_sessions))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/sessions/{id}", &["DELETE"], web::delete().to(account::end_session))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/password", &["POST"], web::post().to(account::change_password))
                     .app_data(LimitedBy(Policy::Account)),
             )
             .service(
@@ -95,6 +113,18 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     .default_service(web::to(|req: HttpRequest| {
                         not_allowed(req, &["GET", "PATCH"])
                     })),
+            )
+            .service(
+                one("/admin/invitations", &["POST"], web::post().to(admin::create_invitation))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/admin/audit", &["GET"], get_or_head().to(admin::audit))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/audit", &["GET"], get_or_head().to(account::audit))
+                    .app_data(LimitedBy(Policy::Account)),
             )
             .service(
                 one("/admin/api-keys", &["GET"], get_or_head().to(admin::list_api_keys))

@@ -12,6 +12,7 @@ mod common;
 
 mod admin;
 mod api_keys;
+mod audit;
 mod auth;
 mod binary;
 mod budgets;
@@ -30,6 +31,8 @@ mod openapi_contract;
 mod outage;
 mod permissions;
 mod rate_limit_contract;
+mod registration;
+mod self_service;
 mod sessions;
 mod slow_clients;
 mod unauthenticated;

@@ -1,0 +1,60 @@
+//! Repository of `invitations` (issue 11): single-use, per e-mail, expiring; stored by digest.
+
+use crate::error::PersistenceError;
+use crate::pool::DbConnection;
+use crate::schema::invitations;
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+/// A row of `invitations`.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
+#[diesel(table_name = invitations)]
+pub struct InvitationRow {
+    /// UUIDv7 string.
+    pub id: String,
+    /// The normalised e-mail address the invitation is for.
+    pub email: String,
+    /// SHA-256 digest of the token.
+    pub token_hash: String,
+    /// The admin who created it.
+    pub created_by: String,
+    /// Creation time, UTC.
+    pub created_at: NaiveDateTime,
+    /// End of validity, UTC.
+    pub expires_at: NaiveDateTime,
+    /// When it was used to register, UTC.
+    pub used_at: Option<NaiveDateTime>,
+}
+
+/// Inserts an invitation.
+///
+/// # Errors
+/// On database failure.
+pub fn insert(conn: &mut DbConnection, row: &InvitationRow) -> Result<(), PersistenceError> {
+    diesel::insert_into(invitations::table).values(row).execute(conn)?;
+    Ok(())
+}
+
+/// Marks the unused, unexpired invitation with digest `token_hash` for `email` used at `now`.
+/// Returns whether one was (false: unknown, used, expired, or for another e-mail). A
+/// compare-and-set: of two registrations with one invitation, exactly one wins.
+///
+/// # Errors
+/// On database failure.
+pub fn consume(
+    conn: &mut DbConnection,
+    token_hash: &str,
+    email: &str,
+    now: NaiveDateTime,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        invitations::table
+            .filter(invitations::token_hash.eq(token_hash))
+            .filter(invitations::email.eq(email))
+            .filter(invitations::used_at.is_null())
+            .filter(invitations::expires_at.gt(now)),
+    )
+    .set(invitations::used_at.eq(now))
+    .execute(conn)?;
+    Ok(n == 1)
+}
