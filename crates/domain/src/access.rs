@@ -15,6 +15,10 @@
 //! `admin` includes every other permission (but never lets a key create a key: seed §5 rule 1).
 //! The permission alone never makes a key administrative: any user may create a key with
 //! `admin`, so the owner's role is checked too (else every user could make themselves an admin).
+//!
+//! Every route declares its operation once, as a type of [`op`] (the HTTP layer's extractor
+//! authenticates and checks this table in one step, docs/permissions.md "How a route is
+//! checked"); the proof it yields is what the use cases take, so none checks again.
 
 use crate::permission::{Permission, PermissionSet};
 use crate::user::Role;
@@ -42,6 +46,57 @@ pub enum Operation {
     ManageAccount,
     /// Act on every account: list and change users, any user's API keys (issue 11).
     Administer,
+}
+
+impl Operation {
+    /// Every operation, each a row of the table ([`authorize_as`] decides each of them).
+    pub const ALL: [Operation; 9] = [
+        Operation::ReadAccount,
+        Operation::CreateApiKey,
+        Operation::ChangeApiKey,
+        Operation::UpdateApiKey,
+        Operation::ChatCompletion,
+        Operation::ReadUsage,
+        Operation::Logout,
+        Operation::ManageAccount,
+        Operation::Administer,
+    ];
+}
+
+/// An operation as a type, so that a route names its operation in its signature and the
+/// proof of the check carries it (`Authorized<op::ChatCompletion>` in the service crate).
+pub trait RouteOperation {
+    /// The row of the table this type stands for.
+    const OPERATION: Operation;
+}
+
+/// One type per [`Operation`] checked from the credential alone. [`Operation::Administer`]
+/// has none: it also needs the account's role, read from the database, and its proof is the
+/// service crate's `Admin`.
+pub mod op {
+    use super::{Operation, RouteOperation};
+
+    macro_rules! operations {
+        ($($name:ident),* $(,)?) => {$(
+            #[doc = concat!("[`Operation::", stringify!($name), "`] as a type.")]
+            #[derive(Debug, Clone, Copy)]
+            pub enum $name {}
+            impl RouteOperation for $name {
+                const OPERATION: Operation = Operation::$name;
+            }
+        )*};
+    }
+
+    operations!(
+        ReadAccount,
+        CreateApiKey,
+        ChangeApiKey,
+        UpdateApiKey,
+        ChatCompletion,
+        ReadUsage,
+        Logout,
+        ManageAccount,
+    );
 }
 
 /// The kind of credential a request authenticated with, and what it carries.
@@ -127,6 +182,55 @@ pub fn authorize_as(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fails to compile when an operation is added without a place in [`Operation::ALL`].
+    fn position(operation: Operation) -> usize {
+        match operation {
+            Operation::ReadAccount => 0,
+            Operation::CreateApiKey => 1,
+            Operation::ChangeApiKey => 2,
+            Operation::UpdateApiKey => 3,
+            Operation::ChatCompletion => 4,
+            Operation::ReadUsage => 5,
+            Operation::Logout => 6,
+            Operation::ManageAccount => 7,
+            Operation::Administer => 8,
+        }
+    }
+
+    #[test]
+    fn every_operation_has_a_row_for_every_credential() {
+        let all = PermissionSet::from_iter([
+            Permission::Read,
+            Permission::Write,
+            Permission::AiGateway,
+            Permission::Admin,
+        ]);
+        for (i, operation) in Operation::ALL.into_iter().enumerate() {
+            assert_eq!(position(operation), i, "{operation:?} listed once, in place");
+            // Each credential gets an answer; an admin with every permission is refused only
+            // by a credential-kind rule (a key never creates or changes a key, never logs out,
+            // never manages the account; an access token never calls the gateway).
+            for role in [Role::User, Role::Admin] {
+                for caller in [CallerCredential::AccessToken, CallerCredential::ApiKey(&all)] {
+                    if let Err(denied) = authorize_as(caller, role, operation) {
+                        assert!(
+                            ["access_token", "api_key", "admin"]
+                                .contains(&denied.required.as_str()),
+                            "{operation:?}: {denied:?}"
+                        );
+                    }
+                }
+            }
+            assert!(
+                authorize_as(CallerCredential::AccessToken, Role::Admin, operation).is_ok()
+                    || authorize_as(CallerCredential::ApiKey(&all), Role::Admin, operation).is_ok(),
+                "{operation:?} is callable by someone"
+            );
+        }
+        assert_eq!(<op::Logout as RouteOperation>::OPERATION, Operation::Logout);
+        assert_eq!(<op::ChatCompletion as RouteOperation>::OPERATION, Operation::ChatCompletion);
+    }
 
     #[test]
     fn table_rows() {

@@ -6,11 +6,14 @@
 //! as they are, because they can quote the input (a password); only the expected type is kept.
 
 use crate::error::ApiError;
+use crate::rate_limit::LimitedBy;
 use crate::startup::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+use aigw_domain::access::RouteOperation;
 use aigw_domain::FieldError;
+use aigw_service::admin::Admin;
 use aigw_service::{Principal, ServiceError};
 use bytes::{Bytes, BytesMut};
 use futures_util::future::LocalBoxFuture;
@@ -269,48 +272,108 @@ impl<T: FromRequest<Error = ApiError> + 'static> FromRequest for After<T> {
     }
 }
 
-/// The authenticated caller (access token or API key) of a request.
-#[derive(Debug, Clone)]
-pub struct Caller(pub Principal);
+/// The caller of a route whose operation is `O` (a type of [`aigw_domain::access::op`]):
+/// authenticated (access token or API key), counted against the route's rate limit
+/// ([`LimitedBy`] on the resource) and checked against the who-may-call-what table, in that
+/// order, once. A handler names its operation only here; the proof inside is what the use
+/// cases take (docs/permissions.md "How a route is checked").
+///
+/// A handler's body is extracted as [`After`] and opened after this succeeded, so an
+/// unauthorized caller never has its body read or parsed.
+///
+/// # Errors
+/// 401 for a missing or bad credential; 429 over the route's limit; 403 `forbidden`
+/// (`required`, `current`) when the table refuses.
+#[derive(Debug)]
+pub struct Authorized<O>(pub aigw_service::Authorized<O>);
 
-impl FromRequest for Caller {
+impl<O: RouteOperation + 'static> FromRequest for Authorized<O> {
     type Error = ApiError;
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let state = req.app_data::<web::Data<AppState>>().cloned();
-        let authorization = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(|v| v.to_str().map(str::to_owned).unwrap_or_else(|_| "\u{0}".to_owned()));
-        let req = req.clone();
+        let caller = authenticate_and_limit(req);
         Box::pin(async move {
-            let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
-            // An address that failed too often is refused before any lookup (auth_failure).
-            state.limits.refuse_if_failing(&req).await?;
-            let result = state.auth.authenticate(authorization.as_deref()).await;
-            if let Err(ServiceError::Unauthorized { hint, token_presented }) = &result {
-                let (credential, outcome) =
-                    refusal_labels(authorization.as_deref(), hint, *token_presented);
-                state.telemetry.metrics.count(
-                    "aigw_authentications_total",
-                    &[("credential", credential), ("outcome", outcome)],
-                );
-            }
-            match result {
-                // Counted as `ok` or `forbidden` once the answer is known (access log).
-                Ok(principal) => {
-                    req.extensions_mut().insert(crate::telemetry::CallerIds::of(&principal));
-                    Ok(Caller(principal))
-                }
-                Err(e @ ServiceError::Unauthorized { token_presented: true, .. }) => {
-                    state.limits.count_failure(&req).await;
-                    Err(e.into())
-                }
-                Err(e) => Err(e.into()),
-            }
+            let (_, principal) = caller.await?;
+            Ok(Authorized(aigw_service::Authorized::check(principal)?))
         })
     }
+}
+
+/// The caller of an administrative route (row [`aigw_domain::access::Operation::Administer`],
+/// which also needs the account's role, read now): authenticated, rate-limited, and holding
+/// the [`Admin`] proof the admin use cases take.
+///
+/// # Errors
+/// As [`Authorized`]; 403 with `required: admin` for a caller who is not an admin.
+#[derive(Debug)]
+pub struct AdminCaller(pub Admin);
+
+impl FromRequest for AdminCaller {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let caller = authenticate_and_limit(req);
+        Box::pin(async move {
+            let (state, principal) = caller.await?;
+            Ok(AdminCaller(state.auth.authorize_admin(&principal).await?))
+        })
+    }
+}
+
+/// Authenticates the caller, then counts the request against the resource's [`LimitedBy`]
+/// policy for that caller.
+fn authenticate_and_limit(
+    req: &HttpRequest,
+) -> LocalBoxFuture<'static, Result<(web::Data<AppState>, Principal), ApiError>> {
+    let caller = authenticate(req);
+    let policy = req.app_data::<LimitedBy>().map(|LimitedBy(policy)| *policy);
+    let req = req.clone();
+    Box::pin(async move {
+        let (state, principal) = caller.await?;
+        let policy = policy.ok_or_else(|| ApiError::internal("route without a rate limit"))?;
+        state.limits.by_caller(&req, policy, &principal).await?;
+        Ok((state, principal))
+    })
+}
+
+/// The authenticated caller (access token or API key) of a request.
+fn authenticate(
+    req: &HttpRequest,
+) -> LocalBoxFuture<'static, Result<(web::Data<AppState>, Principal), ApiError>> {
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().map(str::to_owned).unwrap_or_else(|_| "\u{0}".to_owned()));
+    let req = req.clone();
+    Box::pin(async move {
+        let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
+        // An address that failed too often is refused before any lookup (auth_failure).
+        state.limits.refuse_if_failing(&req).await?;
+        let result = state.auth.authenticate(authorization.as_deref()).await;
+        if let Err(ServiceError::Unauthorized { hint, token_presented }) = &result {
+            let (credential, outcome) =
+                refusal_labels(authorization.as_deref(), hint, *token_presented);
+            state.telemetry.metrics.count(
+                "aigw_authentications_total",
+                &[("credential", credential), ("outcome", outcome)],
+            );
+        }
+        match result {
+            // Counted as `ok` or `forbidden` once the answer is known (access log).
+            Ok(principal) => {
+                req.extensions_mut().insert(crate::telemetry::CallerIds::of(&principal));
+                Ok((state, principal))
+            }
+            Err(e @ ServiceError::Unauthorized { token_presented: true, .. }) => {
+                state.limits.count_failure(&req).await;
+                Err(e.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    })
 }
 
 /// The `credential` and `outcome` labels of a refused credential (bounded sets, see

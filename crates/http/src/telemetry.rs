@@ -157,7 +157,7 @@ fn current_trace_headers() -> Vec<(&'static str, String)> {
 }
 
 /// Who a request authenticated as, for the access log: ids only, never a secret. Put in the
-/// request's extensions by the [`crate::extract::Caller`] extractor.
+/// request's extensions by the [`crate::extract::Authorized`] and [`crate::extract::AdminCaller`] extractors.
 #[derive(Debug, Clone)]
 pub struct CallerIds {
     /// `access_token` or `api_key`.

@@ -1,14 +1,14 @@
 //! Registration, login and the current user (seed §4: register, login, me).
 
 use crate::audit::Event;
-use crate::auth::{AuthService, Principal};
+use crate::auth::{AuthService, Authorized};
 use crate::config::RegistrationMode;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::sessions::ClientInfo;
 use crate::views::{TokenSet, UserView};
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
@@ -237,8 +237,10 @@ impl AuthService {
     /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Unauthorized`]
     /// when the account no longer exists; [`ServiceError::Unavailable`] when the database is
     /// down.
-    pub async fn me(&self, principal: &Principal) -> Result<UserView, ServiceError> {
-        principal.authorize(Operation::ReadAccount)?;
+    pub async fn me(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+    ) -> Result<UserView, ServiceError> {
         self.cache
             .user(principal.user_id())
             .await?

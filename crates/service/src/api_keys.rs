@@ -2,13 +2,13 @@
 //! §5 rules 1-2; issue 9).
 
 use crate::audit::{actor_of, Event};
-use crate::auth::{AuthService, Principal};
+use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
 use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_domain::{time, ApiKeySecret, CredentialChangeKind, FieldError, PermissionSet, UserName};
 use aigw_persistence::models::ApiKeyRow;
 use aigw_persistence::{api_keys, transaction};
@@ -50,7 +50,7 @@ impl AuthService {
     /// or not in the future); [`ServiceError::Unavailable`] when the database is down.
     pub async fn create_api_key(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::CreateApiKey>,
         request: NewApiKey,
     ) -> Result<CreatedApiKey, ServiceError> {
         self.create_api_key_recorded(principal, request, None).await
@@ -64,11 +64,10 @@ impl AuthService {
     /// claim was lost meanwhile (nothing is stored then).
     pub async fn create_api_key_recorded(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::CreateApiKey>,
         request: NewApiKey,
         recording: Option<Recording<CreatedApiKey>>,
     ) -> Result<CreatedApiKey, ServiceError> {
-        principal.authorize(Operation::CreateApiKey)?;
         let name = UserName::parse(&request.name, "name")?;
         let permissions = PermissionSet::parse_request(&request.permissions)?;
         let now = time::now();
@@ -132,9 +131,8 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn list_api_keys(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ReadAccount>,
     ) -> Result<Vec<ApiKeyView>, ServiceError> {
-        principal.authorize(Operation::ReadAccount)?;
         let user_id = principal.user_id().to_owned();
         let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
         // With a use this node noted but has not written yet (see `credential_cache`).
@@ -149,10 +147,9 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn revoke_api_key(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ChangeApiKey>,
         id: &str,
     ) -> Result<ApiKeyView, ServiceError> {
-        principal.authorize(Operation::ChangeApiKey)?;
         self.revoke_api_key_of(id, Some(principal.user_id()), actor_of(principal)).await
     }
 
@@ -201,11 +198,10 @@ impl AuthService {
     /// down.
     pub async fn update_api_key(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::UpdateApiKey>,
         id: &str,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
-        principal.authorize(Operation::UpdateApiKey)?;
         let now = time::now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
@@ -257,11 +253,10 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn rotate_api_key(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::UpdateApiKey>,
         id: &str,
         grace_period_secs: Option<i64>,
     ) -> Result<CreatedApiKey, ServiceError> {
-        principal.authorize(Operation::UpdateApiKey)?;
         let grace = grace_period_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
         if !(0..=MAX_ROTATION_GRACE_SECS).contains(&grace) {
             return Err(FieldError::new(
@@ -327,10 +322,9 @@ impl AuthService {
     /// As [`AuthService::revoke_api_key`].
     pub async fn delete_api_key(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ChangeApiKey>,
         id: &str,
     ) -> Result<(), ServiceError> {
-        principal.authorize(Operation::ChangeApiKey)?;
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let now = time::now();
         let event = Event::new("api_key_deleted", Some(&user_id), Some(actor_of(principal)), now)

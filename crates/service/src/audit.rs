@@ -9,10 +9,10 @@
 //! before the database closure runs on a blocking thread.
 
 use crate::admin::{page_of, Page, PageRequest, Paging};
-use crate::auth::{AuthService, Principal};
+use crate::auth::{AuthService, Authorized, Principal};
 use crate::db::Db;
 use crate::error::ServiceError;
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_domain::{time, FieldError};
 use aigw_persistence::audit::{self, AuditEventRow};
 use chrono::{DateTime, Utc};
@@ -212,11 +212,10 @@ impl AuthService {
     /// down.
     pub async fn own_audit_events(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ReadAccount>,
         action: Option<String>,
         page: &PageRequest,
     ) -> Result<Page<AuditEventView>, ServiceError> {
-        principal.authorize(Operation::ReadAccount)?;
         list(&self.db, Some(principal.user_id().to_owned()), action, page).await
     }
 

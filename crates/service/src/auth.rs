@@ -9,7 +9,7 @@ use crate::error::ServiceError;
 use crate::password::PasswordHasher;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
-use aigw_domain::access::{authorize, CallerCredential, Operation};
+use aigw_domain::access::{authorize, CallerCredential, Operation, RouteOperation};
 use aigw_domain::{PasswordPolicy, PermissionSet, PresentedCredential};
 use aigw_persistence::models::ApiKeyPolicy;
 use std::sync::Arc;
@@ -88,6 +88,42 @@ impl Principal {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+/// Proof that a caller passed the who-may-call-what table for operation `O` (a type of
+/// [`aigw_domain::access::op`]): made only by [`Authorized::check`], taken by every use case
+/// in place of a [`Principal`], so none can be called unchecked and none checks again. It
+/// derefs to the [`Principal`].
+#[derive(Debug, Clone)]
+pub struct Authorized<O> {
+    principal: Principal,
+    operation: std::marker::PhantomData<fn() -> O>,
+}
+
+impl<O: RouteOperation> Authorized<O> {
+    /// Checks the table for `O` (pure, no I/O).
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] with `required` and `current`.
+    pub fn check(principal: Principal) -> Result<Self, ServiceError> {
+        principal.authorize(O::OPERATION)?;
+        Ok(Self { principal, operation: std::marker::PhantomData })
+    }
+}
+
+impl<O> Authorized<O> {
+    /// The checked caller.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+}
+
+impl<O> std::ops::Deref for Authorized<O> {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.principal
     }
 }
 

@@ -22,7 +22,7 @@
 //! - With a [`Meter`] ([`Gateway::with_meter`]), every routed call is metered into the usage
 //!   ledger (`crate::usage`); for a stream the meter may ask the provider for `usage`.
 
-use crate::auth::Principal;
+use crate::auth::{Authorized, Principal};
 use crate::budget::Budgets;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
@@ -30,7 +30,7 @@ use crate::key_rates::{KeyRates, RateStatus};
 use crate::metrics::Metrics;
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_domain::FieldError;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -209,7 +209,7 @@ impl Gateway {
     /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
     pub async fn chat_completion(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ChatCompletion>,
         request_id: &str,
         body: Bytes,
     ) -> Result<ChatReply, ServiceError> {
@@ -228,13 +228,12 @@ impl Gateway {
     /// `rpm_limit` or `tpm_limit` cannot.
     pub async fn chat_completion_since(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ChatCompletion>,
         request_id: &str,
         body: Bytes,
         arrived: Instant,
         forward_headers: &[(&'static str, String)],
     ) -> Result<(ChatReply, Option<RateStatus>), ServiceError> {
-        principal.authorize(Operation::ChatCompletion)?;
         let summary = validate_chat_request(&body)?;
         principal.authorize_model(&summary.model)?;
         let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {

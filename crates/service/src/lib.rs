@@ -38,7 +38,7 @@ pub mod views;
 
 pub use admin::{Page, PageRequest, UserUpdate};
 pub use api_keys::NewApiKey;
-pub use auth::{AuthService, Principal};
+pub use auth::{AuthService, Authorized, Principal};
 pub use config::{
     AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, RegistrationMode,
     SigningKeyConfig,

@@ -1,15 +1,15 @@
 //! Accounts people manage themselves (issue 11): their sessions, their name, their password.
 //! Reading needs an access token or a key with `read`; every change needs an access token
-//! (table row [`Operation::ManageAccount`]).
+//! (table row [`aigw_domain::access::Operation::ManageAccount`]).
 
 use crate::accounts::LOGIN_FAILED;
 use crate::audit::Event;
-use crate::auth::{AuthService, Principal};
+use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_domain::{time, CredentialChangeKind, UserName};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::SessionRow;
@@ -52,14 +52,12 @@ impl SessionView {
     }
 }
 
-/// The user id and session id of an access-token caller, after the table's check of
-/// `operation`.
+/// The user id and session id of a caller the table let change their account (an access
+/// token: the table refuses keys, so the second arm is never taken).
 fn session_caller(
-    principal: &Principal,
-    operation: Operation,
+    principal: &Authorized<op::ManageAccount>,
 ) -> Result<(String, String), ServiceError> {
-    principal.authorize(operation)?;
-    match principal {
+    match principal.principal() {
         Principal::User { user_id, session_id, .. } => Ok((user_id.clone(), session_id.clone())),
         Principal::ApiKey { .. } => Err(ServiceError::Forbidden {
             required: "access_token".to_owned(),
@@ -76,11 +74,10 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn list_sessions(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ReadAccount>,
     ) -> Result<Vec<SessionView>, ServiceError> {
-        principal.authorize(Operation::ReadAccount)?;
         let user_id = principal.user_id().to_owned();
-        let current = match principal {
+        let current = match principal.principal() {
             Principal::User { session_id, .. } => Some(session_id.clone()),
             Principal::ApiKey { .. } => None,
         };
@@ -97,8 +94,12 @@ impl AuthService {
     /// [`ServiceError::Forbidden`] for an API key (`required: access_token`);
     /// [`ServiceError::NotFound`] (`session`) when the caller has no live session `id`
     /// (another user's included); [`ServiceError::Unavailable`] when the database is down.
-    pub async fn end_session(&self, principal: &Principal, id: &str) -> Result<(), ServiceError> {
-        let (user_id, _) = session_caller(principal, Operation::ManageAccount)?;
+    pub async fn end_session(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        let (user_id, _) = session_caller(principal)?;
         let wanted = id.to_owned();
         let now = time::now();
         let event = Event::new("session_ended", Some(&user_id), Some(&user_id), now).target(id);
@@ -133,10 +134,10 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn update_name(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ManageAccount>,
         name: &str,
     ) -> Result<UserView, ServiceError> {
-        let (user_id, _) = session_caller(principal, Operation::ManageAccount)?;
+        let (user_id, _) = session_caller(principal)?;
         let name = UserName::parse(name, "name")?.into_string();
         let now = time::now();
         let (user, change) = self
@@ -171,11 +172,11 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn change_password(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ManageAccount>,
         current_password: String,
         new_password: String,
     ) -> Result<TokenSet, ServiceError> {
-        let (user_id, session_id) = session_caller(principal, Operation::ManageAccount)?;
+        let (user_id, session_id) = session_caller(principal)?;
         self.password_policy
             .check_length_bound(&current_password)
             .map_err(|e| aigw_domain::FieldError::new("current_password", e.issue))?;

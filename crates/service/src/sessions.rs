@@ -7,10 +7,11 @@
 //! token included. The session's end is absolute from login; rotation never extends it.
 
 use crate::audit::Event;
-use crate::auth::{AuthService, Principal};
+use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::views::{TokenSet, UserView};
+use aigw_domain::access::op;
 use aigw_domain::{time, CredentialChangeKind, RefreshTokenSecret};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
@@ -326,14 +327,6 @@ impl AuthService {
         }
     }
 
-    /// Logout needs an access token: an API key has no session to end.
-    ///
-    /// # Errors
-    /// [`ServiceError::Forbidden`] (`required: access_token`, `current: api_key`) for a key.
-    pub fn ensure_can_logout(principal: &Principal) -> Result<(), ServiceError> {
-        principal.authorize(aigw_domain::access::Operation::Logout)
-    }
-
     /// Ends sessions of the caller: the current one, all, or all others. Returns how many
     /// sessions were revoked. A `refresh_token` of the caller's, if given, also ends the
     /// session it belongs to (a client logging out a session whose access token it lost);
@@ -344,12 +337,12 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn logout(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::Logout>,
         scope: LogoutScope,
         refresh_token: Option<&str>,
     ) -> Result<usize, ServiceError> {
-        Self::ensure_can_logout(principal)?;
-        let Principal::User { user_id, session_id, .. } = principal else {
+        // The table's row `Logout` refuses API keys: a checked caller holds a session.
+        let Principal::User { user_id, session_id, .. } = principal.principal() else {
             return Err(ServiceError::Internal("logout without a session".to_owned()));
         };
         let (user_id, session_id) = (user_id.clone(), session_id.clone());

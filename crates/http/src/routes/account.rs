@@ -10,11 +10,11 @@ use crate::dto_account::{
     UpdateMeRequest,
 };
 use crate::error::ApiError;
-use crate::extract::{After, Caller, JsonBody};
+use crate::extract::{After, Authorized, JsonBody};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use aigw_domain::access::Operation;
-use aigw_service::{PageRequest, Policy};
+use aigw_domain::access::op;
+use aigw_service::PageRequest;
 
 /// The caller's live sessions, newest first (access token, or API key with `read`).
 #[utoipa::path(get, path = "/api/v1/auth/sessions", tag = "auth",
@@ -26,10 +26,8 @@ use aigw_service::{PageRequest, Policy};
         ServerErrors))]
 pub async fn list_sessions(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let sessions = state.auth.list_sessions(&caller).await?;
     let sessions = sessions.into_iter().map(SessionDto::from).collect();
     Ok(HttpResponse::Ok().json(Envelope::ok(SessionListData { sessions })))
@@ -48,11 +46,9 @@ pub async fn list_sessions(
         ServerErrors))]
 pub async fn end_session(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ManageAccount>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let id = id.into_inner();
     state.auth.end_session(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(EndedSessionData { id, revoked: true })))
@@ -70,12 +66,9 @@ pub async fn end_session(
         ServerErrors))]
 pub async fn update_me(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ManageAccount>,
     body: After<JsonBody<UpdateMeRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::ManageAccount)?;
     let JsonBody(body) = body.into_inner()?;
     let user = state.auth.update_name(&caller, &body.name).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MeData { user: user.into() })))
@@ -96,11 +89,9 @@ pub async fn update_me(
 pub async fn change_password(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ManageAccount>,
     body: After<JsonBody<ChangePasswordRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::ManageAccount)?;
     let JsonBody(body) = body.into_inner()?;
     let change = state.auth.change_password(&caller, body.current_password, body.new_password);
     let set = failures_counted(&state, &req, change).await?;
@@ -125,10 +116,8 @@ pub async fn change_password(
 pub async fn audit(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::ReadAccount)?;
     let mut params = query_params(&req, &["action", "limit", "cursor"])?;
     let page = PageRequest { limit: params.remove("limit"), cursor: params.remove("cursor") };
     let events = state.auth.own_audit_events(&caller, params.remove("action"), &page).await?;

@@ -9,10 +9,10 @@ use crate::dto_admin::{
     UpdateUserRequest, UserListData,
 };
 use crate::error::ApiError;
-use crate::extract::{After, Caller, JsonBody};
+use crate::extract::{AdminCaller, After, JsonBody};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use aigw_service::{PageRequest, Policy, UserUpdate};
+use aigw_service::{PageRequest, UserUpdate};
 use std::collections::HashMap;
 
 fn page_request(params: &mut HashMap<String, String>) -> PageRequest {
@@ -36,10 +36,8 @@ fn page_request(params: &mut HashMap<String, String>) -> PageRequest {
 pub async fn list_users(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let mut params = query_params(&req, &["limit", "cursor", "email"])?;
     let page = page_request(&mut params);
     let users = state.auth.admin_list_users(&admin, params.remove("email"), &page).await?;
@@ -58,12 +56,9 @@ pub async fn list_users(
         ServerErrors))]
 pub async fn get_user(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let user = state.auth.admin_get_user(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }
@@ -85,13 +80,10 @@ pub async fn get_user(
         ServerErrors))]
 pub async fn update_user(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
     id: web::Path<String>,
     body: After<JsonBody<UpdateUserRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let JsonBody(body) = body.into_inner()?;
     let update = UserUpdate { role: body.role.map(Into::into), disabled: body.disabled };
     let user = state.auth.admin_update_user(&admin, &id, update).await?;
@@ -115,10 +107,8 @@ pub async fn update_user(
 pub async fn list_api_keys(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let mut params = query_params(&req, &["user_id", "limit", "cursor"])?;
     let page = page_request(&mut params);
     let keys = state.auth.admin_list_api_keys(&admin, params.remove("user_id"), &page).await?;
@@ -137,12 +127,9 @@ pub async fn list_api_keys(
         ServerErrors))]
 pub async fn revoke_api_key(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let key = state.auth.admin_revoke_api_key(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyDto::from(key))))
 }
@@ -165,10 +152,8 @@ pub async fn revoke_api_key(
 pub async fn audit(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let mut params = query_params(&req, &["user_id", "action", "limit", "cursor"])?;
     let page = page_request(&mut params);
     let (user_id, action) = (params.remove("user_id"), params.remove("action"));
@@ -190,12 +175,9 @@ pub async fn audit(
         ServerErrors))]
 pub async fn create_invitation(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    AdminCaller(admin): AdminCaller,
     body: After<JsonBody<CreateInvitationRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    let admin = state.auth.authorize_admin(&caller).await?;
     let JsonBody(body) = body.into_inner()?;
     let created =
         state.auth.admin_create_invitation(&admin, &body.email, body.expires_at.as_deref()).await?;

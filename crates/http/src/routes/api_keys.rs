@@ -5,13 +5,13 @@ use crate::dto::{
     Envelope, ErrorEnvelope, RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
 };
 use crate::error::ApiError;
-use crate::extract::{parse_json, After, Caller, JsonBody, OptionalJsonBody, RawJson};
+use crate::extract::{parse_json, After, Authorized, JsonBody, OptionalJsonBody, RawJson};
 use crate::idempotency;
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use aigw_domain::access::Operation;
-use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey, Policy};
+use aigw_domain::access::op;
+use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey};
 
 /// Create an API key (access token only). The full key is in this answer and never again.
 #[utoipa::path(post, path = "/api/v1/auth/api-keys", tag = "api-keys", request_body = CreateApiKeyRequest,
@@ -29,11 +29,9 @@ use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey, Policy};
 pub async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::CreateApiKey>,
     body: After<RawJson>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::CreateApiKey)?;
     let RawJson(raw) = body.into_inner()?;
     let mut body: CreateApiKeyRequest = parse_json(&raw)?;
     let policy = body.policy();
@@ -63,10 +61,8 @@ fn render_created(created: &CreatedApiKey) -> Vec<u8> {
         ServerErrors))]
 pub async fn list(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let keys = state.auth.list_api_keys(&caller).await?;
     let usage = state.usage.usage_30d(caller.user_id(), None).await?;
     let spend = state.usage.period_spend(caller.user_id(), &keys).await?;
@@ -106,13 +102,10 @@ async fn key_object(
         ServerErrors))]
 pub async fn update(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::UpdateApiKey>,
     id: web::Path<String>,
     body: After<JsonBody<UpdateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::UpdateApiKey)?;
     let JsonBody(body) = body.into_inner()?;
     let key = state.auth.update_api_key(&caller, &id, body.into()).await?;
     let key = key_object(&state, caller.user_id(), key).await?;
@@ -137,13 +130,10 @@ pub async fn update(
         ServerErrors))]
 pub async fn rotate(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::UpdateApiKey>,
     id: web::Path<String>,
     body: After<OptionalJsonBody<RotateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::UpdateApiKey)?;
     let OptionalJsonBody(body) = body.into_inner()?;
     let rotated = state.auth.rotate_api_key(&caller, &id, body.grace_period_secs).await?;
     let api_key = key_object(&state, caller.user_id(), rotated.view).await?;
@@ -162,11 +152,9 @@ pub async fn rotate(
         ServerErrors))]
 pub async fn revoke(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ChangeApiKey>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let key = state.auth.revoke_api_key(&caller, &id).await?;
     let key = key_object(&state, caller.user_id(), key).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(key)))
@@ -183,11 +171,9 @@ pub async fn revoke(
         ServerErrors))]
 pub async fn delete(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ChangeApiKey>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let id = id.into_inner();
     state.auth.delete_api_key(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id, deleted: true })))

@@ -5,10 +5,11 @@ use crate::dto::{
     MeData, RefreshRequest, RegisterData, RegisterRequest, ServerErrors, TokenSetDto,
 };
 use crate::error::ApiError;
-use crate::extract::{After, Caller, JsonBody, OptionalJsonBody};
+use crate::extract::{After, Authorized, JsonBody, OptionalJsonBody};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
-use aigw_service::{AuthService, ClientInfo, LogoutScope, Policy, ServiceError};
+use aigw_domain::access::op;
+use aigw_service::{ClientInfo, LogoutScope, Policy, ServiceError};
 
 /// Create an account; starts a session and answers its tokens.
 #[utoipa::path(post, path = "/api/v1/auth/register", tag = "auth", request_body = RegisterRequest,
@@ -121,10 +122,8 @@ pub(crate) async fn failures_counted<T>(
         ServerErrors))]
 pub async fn me(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
     let user = state.auth.me(&caller).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MeData { user: user.into() })))
 }
@@ -159,12 +158,9 @@ pub async fn refresh(
         ServerErrors))]
 pub async fn logout(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::Logout>,
     body: After<OptionalJsonBody<LogoutRequest>>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    AuthService::ensure_can_logout(&caller)?;
     let OptionalJsonBody(body) = body.into_inner()?;
     let scope = match body.scope {
         LogoutScopeDto::Local => LogoutScope::Local,

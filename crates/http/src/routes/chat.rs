@@ -4,12 +4,12 @@ use crate::dto::{
     BodyErrors, ChatCompletionRequest, ErrorEnvelope, ModelDto, ModelList, ServerErrors,
 };
 use crate::error::ApiError;
-use crate::extract::{read_json_payload, Caller};
+use crate::extract::{read_json_payload, Authorized};
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
-use aigw_domain::access::Operation;
-use aigw_service::{ChatReply, Policy};
+use aigw_domain::access::op;
+use aigw_service::ChatReply;
 use futures_util::StreamExt;
 
 /// Chat completion (API key with `ai_gateway`). The body is forwarded to the model's provider
@@ -37,11 +37,9 @@ use futures_util::StreamExt;
 pub async fn completions(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Ai, &caller).await?;
-    caller.authorize(Operation::ChatCompletion)?;
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
     let request_id = crate::error::current_request_id();
@@ -83,11 +81,8 @@ pub async fn completions(
         ServerErrors))]
 pub async fn models(
     state: web::Data<AppState>,
-    req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ChatCompletion>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Ai, &caller).await?;
-    caller.authorize(Operation::ChatCompletion)?;
     let data = state
         .gateway
         .models_for(&caller)

@@ -3,12 +3,11 @@
 use crate::dto::{Envelope, ErrorEnvelope, ServerErrors};
 use crate::dto_usage::{UsageRequestsData, UsageSummaryData};
 use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::extract::Authorized;
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_service::usage::UsageQuery;
-use aigw_service::Policy;
 use std::collections::HashMap;
 
 /// The query parameters of `req`, each at most once and each one of `allowed`.
@@ -54,10 +53,8 @@ pub(crate) fn query_params(
 pub async fn summary(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ReadUsage>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::ReadUsage)?;
     let mut params = query_params(&req, &["from", "to", "group_by", "api_key_id"])?;
     let query = UsageQuery {
         from: params.remove("from"),
@@ -85,10 +82,8 @@ pub async fn summary(
 pub async fn requests(
     state: web::Data<AppState>,
     req: HttpRequest,
-    Caller(caller): Caller,
+    Authorized(caller): Authorized<op::ReadUsage>,
 ) -> Result<HttpResponse, ApiError> {
-    state.limits.by_caller(&req, Policy::Account, &caller).await?;
-    caller.authorize(Operation::ReadUsage)?;
     let params = query_params(&req, &["limit", "cursor"])?;
     let page = state
         .usage

@@ -20,12 +20,12 @@ pub mod sse;
 mod supervisor;
 pub mod tokens;
 
-use crate::auth::Principal;
+use crate::auth::Authorized;
 use crate::config::ProviderConfig;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
-use aigw_domain::access::Operation;
+use aigw_domain::access::op;
 use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
 use aigw_domain::FieldError;
 use aigw_persistence::usage::{self as ledger, UsageGroup, UsageTotalsRow};
@@ -247,10 +247,9 @@ impl UsageService {
     /// `from`, `to` or `group_by`; [`ServiceError::Unavailable`] when the database is down.
     pub async fn summary(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ReadUsage>,
         query: UsageQuery,
     ) -> Result<UsageSummary, ServiceError> {
-        principal.authorize(Operation::ReadUsage)?;
         let today = aigw_domain::time::now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
         let group_by = GroupBy::parse(query.group_by.as_deref())?;
@@ -354,11 +353,10 @@ impl UsageService {
     /// service issued); [`ServiceError::Unavailable`] when the database is down.
     pub async fn requests(
         &self,
-        principal: &Principal,
+        principal: &Authorized<op::ReadUsage>,
         limit: Option<&str>,
         cursor: Option<&str>,
     ) -> Result<UsagePage, ServiceError> {
-        principal.authorize(Operation::ReadUsage)?;
         let limit = match limit {
             None => DEFAULT_PAGE_LIMIT,
             Some(raw) => {
