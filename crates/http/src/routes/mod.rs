@@ -183,3 +183,49 @@ async fn not_allowed(
 pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::no_route(req.path()))
 }
+
+#[cfg(test)]
+mod tests {
+    /// The handlers of `/api/v1`, with their sources.
+    const HANDLERS: [(&str, &str); 6] = [
+        ("account", include_str!("account.rs")),
+        ("admin", include_str!("admin.rs")),
+        ("api_keys", include_str!("api_keys.rs")),
+        ("auth", include_str!("auth.rs")),
+        ("chat", include_str!("chat.rs")),
+        ("usage", include_str!("usage.rs")),
+    ];
+
+    /// A handler that the OpenAPI document says needs a credential (`security(...)` in its
+    /// `utoipa::path`) takes its caller only as `Authorized<op::…>` or `AdminCaller`, the
+    /// extractors that check a row of the who-may-call-what table, and a public one takes
+    /// neither. There is no other way to get the caller (the bare authentication is private
+    /// to `crate::extract`), so a route cannot be registered with a credential but no
+    /// operation.
+    #[test]
+    fn every_authenticated_handler_names_its_operation() {
+        let mut secured = 0;
+        for (module, source) in HANDLERS {
+            let documented = source.matches("#[utoipa::path(").count();
+            let handlers = source.matches("\npub async fn ").count();
+            assert_eq!(documented, handlers, "{module}: a handler without an OpenAPI path");
+            for chunk in source.split("#[utoipa::path(").skip(1) {
+                let start = chunk.find("pub async fn ").unwrap_or(chunk.len());
+                let (attribute, rest) = chunk.split_at(start);
+                let signature = &rest[..rest.find(") -> ").unwrap_or(rest.len())];
+                assert!(!signature.is_empty(), "{module}: a path without its handler");
+                let name = &signature["pub async fn ".len()..signature.find('(').unwrap_or(0)];
+                let needs_credential = attribute.contains("security(");
+                let checked = signature.contains("Authorized<op::")
+                    || signature.contains("AdminCaller(admin): AdminCaller");
+                assert_eq!(
+                    needs_credential, checked,
+                    "{module}::{name}: a credential in the OpenAPI document must go with an \
+                     operation of the table in the signature, and only then"
+                );
+                secured += usize::from(checked);
+            }
+        }
+        assert_eq!(secured, 24, "every authenticated endpoint of /api/v1 was found");
+    }
+}
