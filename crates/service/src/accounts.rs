@@ -234,8 +234,7 @@ impl AuthService {
     /// The caller's account.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Unauthorized`]
-    /// when the account no longer exists; [`ServiceError::Unavailable`] when the database is
+    /// [`ServiceError::Unauthorized`] when the account no longer exists; [`ServiceError::Unavailable`] when the database is
     /// down.
     pub async fn me(
         &self,

@@ -45,7 +45,6 @@ impl AuthService {
     /// Creates an API key for the caller. Only an access token may do this.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key caller (`required: access_token`);
     /// [`ServiceError::Invalid`] on `name`, `permissions[i]` or `expires_at` (not RFC 3339,
     /// or not in the future); [`ServiceError::Unavailable`] when the database is down.
     pub async fn create_api_key(
@@ -127,7 +126,6 @@ impl AuthService {
     /// The caller's API keys, newest first.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `read`;
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn list_api_keys(
         &self,
@@ -142,8 +140,7 @@ impl AuthService {
     /// Revokes one of the caller's keys (idempotent: revoking again keeps the first time).
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `write`; [`ServiceError::NotFound`]
-    /// when the caller has no key `id` (another user's key included);
+    /// [`ServiceError::NotFound`] when the caller has no key `id` (another user's key included);
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn revoke_api_key(
         &self,
@@ -192,7 +189,6 @@ impl AuthService {
     /// this returns (or within `max_feed_lag_ms` + 0.5 s).
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key caller (`required: access_token`);
     /// [`ServiceError::Invalid`] naming the first invalid field; [`ServiceError::NotFound`]
     /// when the caller has no key `id`; [`ServiceError::Unavailable`] when the database is
     /// down.
@@ -247,8 +243,7 @@ impl AuthService {
     /// has at most two live secrets.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key caller; [`ServiceError::Invalid`] on
-    /// `grace_period_secs` out of range, or on `id` when the key is revoked;
+    /// [`ServiceError::Invalid`] on `grace_period_secs` out of range, or on `id` when the key is revoked;
     /// [`ServiceError::NotFound`] when the caller has no key `id`;
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn rotate_api_key(

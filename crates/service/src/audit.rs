@@ -207,8 +207,7 @@ impl AuthService {
     /// The caller's own events (those concerning their account), newest first.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Invalid`]
-    /// on `action`, `limit` or `cursor`; [`ServiceError::Unavailable`] when the database is
+    /// [`ServiceError::Invalid`] on `action`, `limit` or `cursor`; [`ServiceError::Unavailable`] when the database is
     /// down.
     pub async fn own_audit_events(
         &self,

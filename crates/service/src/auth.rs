@@ -48,11 +48,12 @@ impl Principal {
         }
     }
 
-    /// Checks the who-may-call-what table for `operation`.
+    /// Checks the who-may-call-what table for `operation` (only through [`Authorized::check`],
+    /// whose proof the use cases take: the table's 403 is never raised by a use case).
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] with `required` and `current`.
-    pub fn authorize(&self, operation: Operation) -> Result<(), ServiceError> {
+    pub(crate) fn authorize(&self, operation: Operation) -> Result<(), ServiceError> {
         let caller = match self {
             Principal::User { .. } => CallerCredential::AccessToken,
             Principal::ApiKey { permissions, .. } => CallerCredential::ApiKey(permissions),

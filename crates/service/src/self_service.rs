@@ -70,7 +70,6 @@ impl AuthService {
     /// The caller's live sessions, newest first.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `read`;
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn list_sessions(
         &self,
@@ -91,7 +90,6 @@ impl AuthService {
     /// answers (as at logout).
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key (`required: access_token`);
     /// [`ServiceError::NotFound`] (`session`) when the caller has no live session `id`
     /// (another user's included); [`ServiceError::Unavailable`] when the database is down.
     pub async fn end_session(
@@ -129,7 +127,7 @@ impl AuthService {
     /// Changes the caller's display name.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key; [`ServiceError::Invalid`] on `name`;
+    /// [`ServiceError::Invalid`] on `name`;
     /// [`ServiceError::Unauthorized`] when the account no longer exists;
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn update_name(
@@ -166,8 +164,7 @@ impl AuthService {
     /// token set for the current session.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key; [`ServiceError::Unauthorized`] (`invalid
-    /// e-mail or password`) when `current_password` is wrong; [`ServiceError::Invalid`] on
+    /// [`ServiceError::Unauthorized`] (`invalid e-mail or password`) when `current_password` is wrong; [`ServiceError::Invalid`] on
     /// `current_password` (longer than the policy's maximum) or `new_password` (the policy);
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn change_password(

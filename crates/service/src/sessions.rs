@@ -333,7 +333,6 @@ impl AuthService {
     /// a token of anyone else is ignored, so the call is no oracle.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key (logout needs an access token);
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn logout(
         &self,

@@ -243,8 +243,7 @@ impl UsageService {
     /// rollups only.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Invalid`] on
-    /// `from`, `to` or `group_by`; [`ServiceError::Unavailable`] when the database is down.
+    /// [`ServiceError::Invalid`] on `from`, `to` or `group_by`; [`ServiceError::Unavailable`] when the database is down.
     pub async fn summary(
         &self,
         principal: &Authorized<op::ReadUsage>,
@@ -348,8 +347,7 @@ impl UsageService {
     /// The caller's usage records, newest first, a page at a time (`GET /usage/requests`).
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] for an API key without `read`; [`ServiceError::Invalid`] on
-    /// `limit` (not an integer from 1 to [`MAX_PAGE_LIMIT`]) or `cursor` (not one this
+    /// [`ServiceError::Invalid`] on `limit` (not an integer from 1 to [`MAX_PAGE_LIMIT`]) or `cursor` (not one this
     /// service issued); [`ServiceError::Unavailable`] when the database is down.
     pub async fn requests(
         &self,
