@@ -3,12 +3,15 @@
 # run, on this machine (loopback only; every load bounded in time).
 #
 #   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--keys N] [--backends "sqlite postgres"]
+#                    [--key-counters database|node]
 #
 #   --secs N      seconds per measurement (default 5; --quick: 2)
 #   --rounds N    interleaved throughput rounds per backend (default 3; --quick: 1)
 #   --conns N     wrk connections (default 32)
 #   --keys N      stored API keys for the "many keys" measurement (default 1000000; --quick: 100000)
 #   --backends    which aigw backends to run (default "sqlite postgres")
+#   --key-counters  aigw's `gateway.key_counters` (default database; node: budgets and
+#                 rpm/tpm counted in aigw's memory, one node; docs/budgets.md)
 #
 # It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
 # OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
@@ -34,7 +37,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres"
+secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) secs=2 rounds=1 many_keys=100000 ;;
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
     --conns) conns=$2; shift ;;
     --keys) many_keys=$2; shift ;;
     --backends) backends=$2; shift ;;
+    --key-counters) key_counters=$2; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -175,6 +179,8 @@ jwt_secret = "bench-secret-bench-secret-bench-secret-0123"
 level = "warn"
 [rate_limit]
 enabled = false
+[gateway]
+key_counters = "$key_counters"
 [[providers]]
 name = "mock"
 base_url = "http://127.0.0.1:$mock_port/v1"
@@ -318,7 +324,7 @@ col() { local out=""; for b in "${ran[@]}"; do out+=" ${result[$b,$1]} |"; done;
 header="| measurement |"; rule="|---|"
 for b in "${ran[@]}"; do header+=" $b |"; rule+="---|"; done
 echo
-echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns keys=$many_keys"
+echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns keys=$many_keys key_counters=$key_counters"
 echo
 echo "$header target |"; echo "$rule---|"
 echo "| GET /auth/me ÷ bare actix (req/s) |$(col me_ratio) >= 0.50 |"

@@ -217,7 +217,14 @@ impl Application {
             db.clone(),
             aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
         );
-        let key_rates = aigw_service::key_rates::KeyRates::new(db);
+        let mut key_rates = aigw_service::key_rates::KeyRates::new(db);
+        let mut budgets = budgets;
+        if settings.gateway.key_counters == aigw_service::key_counters::KeyCounters::Node {
+            // One node only: the counters in this process's memory (docs/budgets.md).
+            let node = aigw_service::key_counters::NodeCounters::new();
+            budgets = budgets.with_node_counters(node.clone());
+            key_rates = key_rates.with_node_counters(node);
+        }
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())
             .with_key_limits(budgets, key_rates)

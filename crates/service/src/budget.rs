@@ -9,6 +9,8 @@
 //! - **Atomicity**: one conditional `UPDATE` of the key's counter row in the database
 //!   (`aigw_persistence::budgets`), shared by every node of the cluster; no lock is held
 //!   while the call runs.
+//!   With `gateway.key_counters = "node"` the counter lives in the node's memory instead
+//!   ([`crate::key_counters`]), opened from the ledger: no database write per call.
 //! - **Settlement**: when the usage recorder turns the call into its ledger record (answer
 //!   done, stream ended, failure or cancellation), the difference between the real cost and the
 //!   reservation is added to the counter, off the request path.
@@ -16,6 +18,7 @@
 use crate::auth::Principal;
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::key_counters::{NodeCounters, NodeReserved};
 use crate::usage::prices::PriceTable;
 use crate::usage::tokens;
 use aigw_domain::usage::TokenUsage;
@@ -60,13 +63,22 @@ pub(crate) fn worst_case_tokens(model: &str, body: &[u8]) -> TokenUsage {
 pub struct Budgets {
     db: Db,
     prices: PriceTable,
+    /// The node's memory counters, when `gateway.key_counters = "node"`.
+    node: Option<NodeCounters>,
+}
+
+/// Where a reservation was counted.
+#[derive(Debug)]
+enum Counter {
+    Database(Db),
+    Node(NodeCounters, i64),
 }
 
 /// A reservation of a call's worst-case cost; settled by [`Reservation::settle`] (a dropped
 /// reservation stays charged at its worst case).
 #[derive(Debug)]
 pub struct Reservation {
-    db: Db,
+    counter: Counter,
     key_id: String,
     period: String,
     reserved_micros: i64,
@@ -93,10 +105,13 @@ impl Reservation {
     pub(crate) fn settle(self, cost_micros: u64) {
         let delta = i64::try_from(cost_micros).unwrap_or(i64::MAX) - self.reserved_micros;
         if delta != 0 {
-            let Reservation { db, key_id, period, .. } = self;
-            settle_in_background(db, "budget", move |conn| {
-                budgets::settle(conn, &key_id, &period, delta)
-            });
+            let Reservation { counter, key_id, period, .. } = self;
+            match counter {
+                Counter::Database(db) => settle_in_background(db, "budget", move |conn| {
+                    budgets::settle(conn, &key_id, &period, delta)
+                }),
+                Counter::Node(node, limit) => node.settle(&key_id, &period, limit, delta),
+            }
         }
     }
 }
@@ -104,7 +119,14 @@ impl Reservation {
 impl Budgets {
     /// A guard over `db`, pricing calls with `prices`.
     pub fn new(db: Db, prices: PriceTable) -> Self {
-        Self { db, prices }
+        Self { db, prices, node: None }
+    }
+
+    /// Keeps the counters in `node`'s memory instead of the database (`gateway.key_counters =
+    /// "node"`: one node only).
+    pub fn with_node_counters(mut self, node: NodeCounters) -> Self {
+        self.node = Some(node);
+        self
     }
 
     /// Reserves the worst-case cost of `principal`'s call of `model` with request `body`, when
@@ -131,26 +153,25 @@ impl Budgets {
         let cost =
             self.prices.get(model).map_or(0, |p| p.cost_micros(&worst_case_tokens(model, body)));
         let cost = i64::try_from(cost).unwrap_or(i64::MAX);
-        let period = period_name(budget_period, now);
+        let mut period = period_name(budget_period, now);
+        if self.node.is_some() {
+            // In memory a PATCH is seen as a new budget or period: a daily and a weekly
+            // period can share their first day, so the name carries the kind.
+            period = format!("{budget_period:?}/{period}");
+        }
         let from = budget_period
             .start_day(now)
             .map_or_else(|| "0000-00-00".to_owned(), |d| d.format("%Y-%m-%d").to_string());
-        let (key, name) = (key_id.clone(), period.clone());
-        let outcome = self
-            .db
-            .run(move |conn| {
-                let mut outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
-                if outcome == Reserved::NoCounter {
-                    let spent = budgets::ledger_spend_since(conn, &key, &from)?;
-                    budgets::open_period(conn, &key, &name, spent)?;
-                    outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
-                }
-                Ok(outcome)
-            })
-            .await?;
+        let outcome = match &self.node {
+            Some(node) => self.reserve_on_node(node, key_id, &period, &from, cost, limit).await?,
+            None => self.reserve_in_database(key_id, &period, from, cost, limit).await?,
+        };
         match outcome {
             Reserved::Yes(_) => Ok(Some(Reservation {
-                db: self.db.clone(),
+                counter: match &self.node {
+                    Some(node) => Counter::Node(node.clone(), limit),
+                    None => Counter::Database(self.db.clone()),
+                },
                 key_id: key_id.clone(),
                 period,
                 reserved_micros: cost,
@@ -173,6 +194,59 @@ impl Budgets {
                 Err(ServiceError::Unavailable("the budget counter vanished; retry".to_owned()))
             }
         }
+    }
+}
+
+impl Budgets {
+    /// One conditional `UPDATE` of the key's counter row (opened from the ledger when missing).
+    async fn reserve_in_database(
+        &self,
+        key_id: &str,
+        period: &str,
+        from: String,
+        cost: i64,
+        limit: i64,
+    ) -> Result<Reserved, ServiceError> {
+        let (key, name) = (key_id.to_owned(), period.to_owned());
+        self.db
+            .run(move |conn| {
+                let mut outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
+                if outcome == Reserved::NoCounter {
+                    let spent = budgets::ledger_spend_since(conn, &key, &from)?;
+                    budgets::open_period(conn, &key, &name, spent)?;
+                    outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
+                }
+                Ok(outcome)
+            })
+            .await
+    }
+
+    /// A check-and-add in the node's memory; the database is read (the ledger) only to open
+    /// the counter.
+    async fn reserve_on_node(
+        &self,
+        node: &NodeCounters,
+        key_id: &str,
+        period: &str,
+        from: &str,
+        cost: i64,
+        limit: i64,
+    ) -> Result<Reserved, ServiceError> {
+        let mut outcome = node.reserve(key_id, period, cost, limit);
+        if outcome == NodeReserved::NotOpen {
+            let (key, from) = (key_id.to_owned(), from.to_owned());
+            let spent = self
+                .db
+                .run(move |conn| Ok(budgets::ledger_spend_since(conn, &key, &from)?))
+                .await?;
+            node.open(key_id, period, limit, spent);
+            outcome = node.reserve(key_id, period, cost, limit);
+        }
+        Ok(match outcome {
+            NodeReserved::Yes => Reserved::Yes(0),
+            NodeReserved::No(spent) => Reserved::No(spent),
+            NodeReserved::NotOpen => Reserved::NoCounter,
+        })
     }
 }
 

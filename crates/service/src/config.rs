@@ -126,6 +126,11 @@ pub struct GatewayConfig {
     /// HTTP(S) proxy for upstream calls (`http://user:pass@proxy:3128`). Default: none, and the
     /// `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` environment variables are ignored.
     pub proxy_url: Option<SecretString>,
+    /// Where keys' budget and `rpm_limit` / `tpm_limit` counters live: `database` (default;
+    /// exact across every node sharing the database) or `node` (this process's memory, no
+    /// database write per call; exact only when this node is the only one). See
+    /// docs/budgets.md.
+    pub key_counters: crate::key_counters::KeyCounters,
 }
 
 impl Default for GatewayConfig {
@@ -136,6 +141,7 @@ impl Default for GatewayConfig {
             upstream_timeout_secs: 300,
             max_response_bytes: 16 * 1024 * 1024,
             proxy_url: None,
+            key_counters: crate::key_counters::KeyCounters::Database,
         }
     }
 }

@@ -5,12 +5,14 @@
 //! admitted by one conditional `UPDATE` that counts one request and the call's worst-case
 //! tokens (as for budgets: prompt plus `max_tokens` or the default cap) only if both stay
 //! within the limits; the tokens settle to the real count when the usage recorder records
-//! the call. Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
+//! the call. With `gateway.key_counters = "node"` the windows live in the node's memory
+//! ([`crate::key_counters`]) instead. Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
 
 use crate::auth::Principal;
 use crate::budget::{settle_in_background, worst_case_tokens};
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::key_counters::NodeCounters;
 use aigw_persistence::key_rates;
 
 /// Length of a counting window, in seconds.
@@ -53,6 +55,7 @@ impl RateStatus {
 #[derive(Debug)]
 pub struct TokenReservation {
     db: Db,
+    node: Option<NodeCounters>,
     key_id: String,
     window_start: i64,
     reserved: i64,
@@ -63,7 +66,11 @@ impl TokenReservation {
     pub(crate) fn settle(self, total_tokens: u64) {
         let delta = i64::try_from(total_tokens).unwrap_or(i64::MAX) - self.reserved;
         if delta != 0 {
-            let TokenReservation { db, key_id, window_start, .. } = self;
+            let TokenReservation { db, node, key_id, window_start, .. } = self;
+            if let Some(node) = node {
+                node.settle_tokens(&key_id, window_start, delta);
+                return;
+            }
             settle_in_background(db, "tpm_limit", move |conn| {
                 key_rates::settle_tokens(conn, &key_id, window_start, delta)
             });
@@ -75,12 +82,21 @@ impl TokenReservation {
 #[derive(Debug, Clone)]
 pub struct KeyRates {
     db: Db,
+    /// The node's memory counters, when `gateway.key_counters = "node"`.
+    node: Option<NodeCounters>,
 }
 
 impl KeyRates {
     /// A limiter over `db`.
     pub fn new(db: Db) -> Self {
-        Self { db }
+        Self { db, node: None }
+    }
+
+    /// Keeps the windows in `node`'s memory instead of the database (`gateway.key_counters =
+    /// "node"`: one node only).
+    pub fn with_node_counters(mut self, node: NodeCounters) -> Self {
+        self.node = Some(node);
+        self
     }
 
     /// Admits one call of `principal` to `model` with request `body` when its key has an
@@ -113,20 +129,22 @@ impl KeyRates {
             None => 0,
         };
         let (rpm, tpm) = (policy.rpm_limit, policy.tpm_limit);
-        let key = key_id.clone();
-        let counts = self
-            .db
-            .run(move |conn| {
-                Ok(key_rates::admit(
-                    conn,
-                    &key,
-                    window_start,
-                    tokens,
-                    rpm.unwrap_or(i64::MAX),
-                    tpm.unwrap_or(i64::MAX),
-                )?)
-            })
-            .await?;
+        let (rpm_max, tpm_max) = (rpm.unwrap_or(i64::MAX), tpm.unwrap_or(i64::MAX));
+        let counts = match &self.node {
+            Some(node) => {
+                let (admitted, requests, tokens) =
+                    node.admit(key_id, window_start, tokens, rpm_max, tpm_max);
+                key_rates::WindowCounts { admitted, requests, tokens }
+            }
+            None => {
+                let key = key_id.clone();
+                self.db
+                    .run(move |conn| {
+                        Ok(key_rates::admit(conn, &key, window_start, tokens, rpm_max, tpm_max)?)
+                    })
+                    .await?
+            }
+        };
         if !counts.admitted {
             let limit = match (rpm, tpm) {
                 (Some(rpm), _) if counts.requests >= rpm => rpm,
@@ -149,6 +167,7 @@ impl KeyRates {
         };
         let reservation = tpm.map(|_| TokenReservation {
             db: self.db.clone(),
+            node: self.node.clone(),
             key_id: key_id.clone(),
             window_start,
             reserved: tokens,

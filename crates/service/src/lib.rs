@@ -24,6 +24,7 @@ pub mod db;
 pub mod error;
 pub mod gateway;
 pub mod idempotency;
+pub mod key_counters;
 pub mod key_policy;
 pub mod key_rates;
 pub mod metrics;

@@ -20,6 +20,9 @@ backend_tests!(
     patching_the_budget_takes_effect_at_once,
     rpm_limit_holds_across_nodes_with_openai_headers,
     tpm_limit_reserves_worst_case_tokens_and_settles,
+    node_counters_hold_fifty_concurrent_calls_to_the_budget,
+    node_counters_open_from_the_ledger_and_follow_patches,
+    node_counters_hold_rpm_and_tpm_limits,
 );
 
 /// USD per million prompt tokens of `priced` (completions are free, so a call's worst case,
@@ -93,8 +96,26 @@ async fn fire(nodes: &[&TestApp], key: &str, n: usize) -> (usize, usize) {
     (ok, refused)
 }
 
+/// [`priced_providers`] with the counters in the node's memory (`gateway.key_counters =
+/// "node"`, one node per database).
+fn node_counters(s: &mut aigw_http::settings::Settings) {
+    priced_providers(s);
+    s.gateway.key_counters = aigw_service::key_counters::KeyCounters::Node;
+}
+
 async fn fifty_concurrent_calls_spend_at_most_the_budget(backend: Backend) {
-    let app = spawn_app_with(backend, priced_providers).await;
+    fifty_concurrent_calls_on_one_node(backend, priced_providers).await;
+}
+
+async fn node_counters_hold_fifty_concurrent_calls_to_the_budget(backend: Backend) {
+    fifty_concurrent_calls_on_one_node(backend, node_counters).await;
+}
+
+async fn fifty_concurrent_calls_on_one_node(
+    backend: Backend,
+    tweak: fn(&mut aigw_http::settings::Settings),
+) {
+    let app = spawn_app_with(backend, tweak).await;
     let user = app.new_user("budget50").await;
     let cost = cost_of_one_call(&app, &user.token).await;
     let made = budget_key(&app, &user.token, 10.0 * cost, "daily").await;
@@ -271,7 +292,35 @@ async fn rpm_limit_holds_across_nodes_with_openai_headers(backend: Backend) {
 }
 
 async fn tpm_limit_reserves_worst_case_tokens_and_settles(backend: Backend) {
-    let app = spawn_app_with(backend, priced_providers).await;
+    tpm_limit_on_one_node(backend, priced_providers).await;
+}
+
+async fn node_counters_hold_rpm_and_tpm_limits(backend: Backend) {
+    tpm_limit_on_one_node(backend, node_counters).await;
+    let app = spawn_app_with(backend, node_counters).await;
+    let user = app.new_user("noderpm").await;
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "rpm", "permissions": ["ai_gateway"], "rpm_limit": 3}),
+        )
+        .await
+        .data(201);
+    let key = made["key"].as_str().unwrap();
+    early_in_a_minute().await;
+    for i in 0..3 {
+        let reply = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(header_i64(&reply, "x-ratelimit-remaining-requests"), 2 - i);
+    }
+    let refused = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    let error = refused.error(429, "rate_limit_exceeded");
+    assert_eq!(error["details"]["limit"], json!(3), "{error}");
+    assert!(refused.header("retry-after").is_some());
+}
+
+async fn tpm_limit_on_one_node(backend: Backend, tweak: fn(&mut aigw_http::settings::Settings)) {
+    let app = spawn_app_with(backend, tweak).await;
     let user = app.new_user("tpm").await;
     // The prompt's tokens, as the echo (and the reservation) count them.
     let probe = app.key(&user.token, &["ai_gateway"]).await;
@@ -311,4 +360,57 @@ async fn tpm_limit_reserves_worst_case_tokens_and_settles(backend: Backend) {
         assert!(Instant::now() < deadline, "the first call never settled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits until key `id`'s `spend_usd` (from the ledger) reaches `usd`.
+async fn wait_for_spend(app: &TestApp, token: &str, id: &str, usd: f64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let list = app.list_keys(Auth::Bearer(token)).await.data(200);
+        let spent = list["api_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["id"] == json!(id))
+            .map(|k| k["spend_usd"].as_f64().unwrap())
+            .unwrap();
+        if spent >= usd - 1e-9 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "spend_usd stayed {spent}, expected {usd}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn node_counters_open_from_the_ledger_and_follow_patches(backend: Backend) {
+    let app = spawn_app_with(backend, node_counters).await;
+    let user = app.new_user("nodeledger").await;
+    let cost = cost_of_one_call(&app, &user.token).await;
+    let made = budget_key(&app, &user.token, 2.0 * cost, "monthly").await;
+    let (id, key) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
+    let (ok, refused) = fire(&[&app], key, 3).await;
+    assert_eq!((ok, refused), (2, 1));
+    wait_for_spend(&app, &user.token, id, 2.0 * cost).await;
+    // A node started later (a restart: empty memory) opens the counter from the ledger.
+    let restarted = app.spawn_sibling(node_counters).await;
+    let reply = restarted.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    reply.error(429, "budget_exceeded");
+    // A PATCH of the budget takes effect at once, reopened from the ledger (2 calls spent).
+    app.patch_key(Auth::Bearer(&user.token), id, &json!({"max_budget_usd": 3.0 * cost}))
+        .await
+        .data(200);
+    let (ok, refused) = fire(&[&restarted], key, 3).await;
+    assert_eq!((ok, refused), (1, 2), "3 calls' budget with 2 spent");
+    // So does a new period kind (today's ledger: 3 calls), and no budget at all.
+    wait_for_spend(&app, &user.token, id, 3.0 * cost).await;
+    app.patch_key(Auth::Bearer(&user.token), id, &json!({"budget_period": "daily"}))
+        .await
+        .data(200);
+    restarted
+        .chat(Auth::Bearer(key), &chat_body("priced", "hi"))
+        .await
+        .error(429, "budget_exceeded");
+    app.patch_key(Auth::Bearer(&user.token), id, &json!({"max_budget_usd": null})).await.data(200);
+    let reply = restarted.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
 }

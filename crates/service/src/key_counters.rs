@@ -1,0 +1,195 @@
+//! Where a node keeps the counters of keys' budgets and `rpm_limit` / `tpm_limit` (issue 9,
+//! docs/budgets.md "Where the counters live"): in the database (default; exact across every
+//! node sharing it) or, on a deployment of one node, in this process's memory.
+//!
+//! The memory counters are exact on their node: an admission and a reservation are one
+//! check-and-add under a mutex held for a few map operations (never across an `.await`). A
+//! budget counter opens from the usage ledger (the daily rollups, as the database counter
+//! does) the first time a key is seen in a period, and again whenever the key's budget or
+//! period is not the one it was opened for (a PATCH: "counters of the old budget count only
+//! calls made under it"). Rate windows start empty at every restart, as the window of one
+//! minute would have.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// `gateway.key_counters`: `database` (default) or `node`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyCounters {
+    /// Counters are rows of the database, reserved by one conditional `UPDATE` each: exact
+    /// across every node sharing the database, at the price of row locks on the hot path.
+    #[default]
+    Database,
+    /// Counters live in this node's memory: no database write on the hot path. Exact only
+    /// when this node is the only one serving the database's keys (one node, e.g. SQLite).
+    Node,
+}
+
+/// The budget counter of one key: the period and budget it was opened for, and the micro-USD
+/// committed (settled spend plus running worst cases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BudgetCounter {
+    period: String,
+    limit: i64,
+    committed: i64,
+}
+
+/// The rate window of one key: its start (Unix seconds), requests and tokens counted.
+#[derive(Debug, Clone, Copy, Default)]
+struct RateWindow {
+    start: i64,
+    requests: i64,
+    tokens: i64,
+}
+
+/// The outcome of [`NodeCounters::reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeReserved {
+    /// Reserved.
+    Yes,
+    /// Refused; micro-USD committed now.
+    No(i64),
+    /// No counter open for this period and budget: open it with [`NodeCounters::open`].
+    NotOpen,
+}
+
+/// The in-memory counters of a node (cheap to clone; clones share the counters).
+#[derive(Debug, Clone, Default)]
+pub struct NodeCounters {
+    budgets: Arc<Mutex<HashMap<String, BudgetCounter>>>,
+    windows: Arc<Mutex<HashMap<String, RateWindow>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain numbers behind: still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl NodeCounters {
+    /// Empty counters.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reserves `cost` micro-USD of key `key_id` in `period` against `limit`.
+    pub(crate) fn reserve(
+        &self,
+        key_id: &str,
+        period: &str,
+        cost: i64,
+        limit: i64,
+    ) -> NodeReserved {
+        let mut budgets = lock(&self.budgets);
+        match budgets.get_mut(key_id) {
+            Some(c) if c.period == period && c.limit == limit => {
+                if c.committed <= limit.saturating_sub(cost) {
+                    c.committed += cost;
+                    NodeReserved::Yes
+                } else {
+                    NodeReserved::No(c.committed)
+                }
+            }
+            _ => NodeReserved::NotOpen,
+        }
+    }
+
+    /// Opens the counter of key `key_id` for `period` and `limit` at `spent` micro-USD (read
+    /// from the ledger), unless a concurrent caller opened the same one first.
+    pub(crate) fn open(&self, key_id: &str, period: &str, limit: i64, spent: i64) {
+        let mut budgets = lock(&self.budgets);
+        let fresh = BudgetCounter { period: period.to_owned(), limit, committed: spent };
+        match budgets.get(key_id) {
+            Some(c) if c.period == period && c.limit == limit => {}
+            _ => {
+                budgets.insert(key_id.to_owned(), fresh);
+            }
+        }
+    }
+
+    /// Adds `delta` micro-USD (real cost minus reservation) to key `key_id`'s counter of
+    /// `period`, never below 0; a counter since reopened (new period or budget) is left alone.
+    pub(crate) fn settle(&self, key_id: &str, period: &str, limit: i64, delta: i64) {
+        let mut budgets = lock(&self.budgets);
+        if let Some(c) = budgets.get_mut(key_id) {
+            if c.period == period && c.limit == limit {
+                c.committed = c.committed.saturating_add(delta).max(0);
+            }
+        }
+    }
+
+    /// Admits one call of key `key_id` using `tokens` worst-case tokens in the window starting
+    /// at `window_start`, against `rpm` requests and `tpm` tokens (`i64::MAX`: no limit).
+    /// Returns whether it was admitted and the window's requests and tokens after.
+    pub(crate) fn admit(
+        &self,
+        key_id: &str,
+        window_start: i64,
+        tokens: i64,
+        rpm: i64,
+        tpm: i64,
+    ) -> (bool, i64, i64) {
+        let mut windows = lock(&self.windows);
+        if windows.len() > 4096 {
+            // Forget the windows of keys idle for a minute or more.
+            windows.retain(|_, w| w.start >= window_start);
+        }
+        let w = windows.entry(key_id.to_owned()).or_default();
+        if w.start != window_start {
+            *w = RateWindow { start: window_start, requests: 0, tokens: 0 };
+        }
+        let admitted = w.requests < rpm && w.tokens <= tpm.saturating_sub(tokens);
+        if admitted {
+            w.requests += 1;
+            w.tokens = w.tokens.saturating_add(tokens);
+        }
+        (admitted, w.requests, w.tokens)
+    }
+
+    /// Adds `delta` tokens to key `key_id`'s window starting at `window_start`, if it is still
+    /// the current one; never below 0.
+    pub(crate) fn settle_tokens(&self, key_id: &str, window_start: i64, delta: i64) {
+        let mut windows = lock(&self.windows);
+        if let Some(w) = windows.get_mut(key_id) {
+            if w.start == window_start {
+                w.tokens = w.tokens.saturating_add(delta).max(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_open_reserve_refuse_and_reopen_on_a_new_budget() {
+        let c = NodeCounters::new();
+        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::NotOpen);
+        c.open("k", "total", 100, 85);
+        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::Yes);
+        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::No(95));
+        c.settle("k", "total", 100, -10);
+        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::Yes);
+        c.open("k", "total", 100, 0);
+        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::No(95), "not reopened");
+        assert_eq!(c.reserve("k", "total", 10, 200), NodeReserved::NotOpen, "new budget");
+        c.settle("k", "total", 100, -1000);
+        c.open("k", "total", 200, 7);
+        c.settle("k", "total", 100, -1000);
+        assert_eq!(c.reserve("k", "total", 193, 200), NodeReserved::Yes);
+    }
+
+    #[test]
+    fn windows_count_requests_and_tokens_and_reset_each_minute() {
+        let c = NodeCounters::new();
+        assert_eq!(c.admit("k", 60, 5, 2, 100), (true, 1, 5));
+        assert_eq!(c.admit("k", 60, 5, 2, 100), (true, 2, 10));
+        assert_eq!(c.admit("k", 60, 5, 2, 100), (false, 2, 10));
+        c.settle_tokens("k", 60, -20);
+        assert_eq!(c.admit("k", 60, 100, 3, 100), (true, 3, 100));
+        assert_eq!(c.admit("k", 120, 101, 3, 100), (false, 0, 0));
+        assert_eq!(c.admit("k", 120, 100, 3, 100), (true, 1, 100));
+    }
+}
