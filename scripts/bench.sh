@@ -176,7 +176,9 @@ url = "$url"
 [auth]
 jwt_secret = "bench-secret-bench-secret-bench-secret-0123"
 [log]
-level = "warn"
+# As in production: one JSON access-log line per request (issue 12), metrics recorded.
+level = "info"
+format = "json"
 [rate_limit]
 enabled = false
 [gateway]
