@@ -203,8 +203,9 @@ impl Gateway {
     /// `x-request-id`) identifies the call in the usage ledger.
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] without `ai_gateway`, or for a model outside the key's
-    /// `allowed_models` (`required: model:<name>`); [`ServiceError::Invalid`] on a
+    /// [`ServiceError::Forbidden`] for a model outside the key's `allowed_models`
+    /// (`required: model:<name>`; `ai_gateway` itself is checked by the proof `principal`
+    /// before this is called); [`ServiceError::Invalid`] on a
     /// malformed body; [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
     /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
     pub async fn chat_completion(

@@ -216,8 +216,12 @@ impl UsageService {
             Duration::from_secs(config.prune_interval_secs),
             Arc::new(AtomicU64::new(0)),
         );
-        // The tokenizer's tables load in the background rather than on a first request.
-        tokio::task::spawn_blocking(|| tokens::warm_up(tokens::Encoding::Cl100k));
+        // With metering on, the tokenizer's tables (several MiB) load in the background rather
+        // than on a first request; with it off, only the echo model counts tokens, and loads
+        // them when first used.
+        if recorder.is_some() {
+            tokio::task::spawn_blocking(|| tokens::warm_up(tokens::Encoding::Cl100k));
+        }
         Ok(Self { db, recorder })
     }
 
