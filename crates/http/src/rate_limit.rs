@@ -238,8 +238,7 @@ impl RequestLimits {
     /// # Errors
     /// 429 `rate_limit_exceeded` when over the limit.
     pub async fn by_ip(&self, req: &HttpRequest, policy: Policy) -> Result<(), ApiError> {
-        let key = LimitKey::client_ip(self.client_ip(req));
-        self.enforce(req, policy, &key).await
+        self.enforce(req, policy, || LimitKey::client_ip(self.client_ip(req))).await
     }
 
     /// Counts a login attempt per client IP and normalised e-mail. Call before verifying the
@@ -250,8 +249,8 @@ impl RequestLimits {
     pub async fn login(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
         let ip = self.client_ip(req);
         // `login_ip` first, so that the `login` decision is the one the headers report.
-        self.enforce(req, Policy::LoginIp, &LimitKey::client_ip(ip)).await?;
-        self.enforce(req, Policy::Login, &LimitKey::login(ip, email)).await
+        self.enforce(req, Policy::LoginIp, || LimitKey::client_ip(ip)).await?;
+        self.enforce(req, Policy::Login, || LimitKey::login(ip, email)).await
     }
 
     /// Refuses (429) a client IP that failed authentication too often recently (policy
@@ -260,6 +259,9 @@ impl RequestLimits {
     /// # Errors
     /// 429 `rate_limit_exceeded` while the address is refused.
     pub async fn refuse_if_failing(&self, req: &HttpRequest) -> Result<(), ApiError> {
+        if self.limiter.policy(Policy::AuthFailure).is_none() {
+            return Ok(());
+        }
         let key = LimitKey::client_ip(self.client_ip(req));
         match self.limiter.peek_refused(Policy::AuthFailure, &key).await {
             None => Ok(()),
@@ -270,6 +272,9 @@ impl RequestLimits {
     /// Counts one failed authentication of the client IP (policy `auth_failure`); once the
     /// quota is spent, [`RequestLimits::refuse_if_failing`] refuses the address.
     pub async fn count_failure(&self, req: &HttpRequest) {
+        if self.limiter.policy(Policy::AuthFailure).is_none() {
+            return;
+        }
         let key = LimitKey::client_ip(self.client_ip(req));
         if let Some(d) = self.limiter.check(Policy::AuthFailure, &key).await {
             if !d.allowed {
@@ -291,16 +296,21 @@ impl RequestLimits {
         policy: Policy,
         caller: &Principal,
     ) -> Result<(), ApiError> {
-        self.enforce(req, policy, &LimitKey::principal(caller)).await
+        self.enforce(req, policy, || LimitKey::principal(caller)).await
     }
 
+    /// Counts `req` against `policy` under the key `key` builds (a digest: only built when
+    /// the policy is on).
     async fn enforce(
         &self,
         req: &HttpRequest,
         policy: Policy,
-        key: &LimitKey,
+        key: impl FnOnce() -> LimitKey,
     ) -> Result<(), ApiError> {
-        let Some(decision) = self.limiter.check(policy, key).await else {
+        if self.limiter.policy(policy).is_none() {
+            return Ok(());
+        }
+        let Some(decision) = self.limiter.check(policy, &key()).await else {
             return Ok(());
         };
         self.answer(req, decision)

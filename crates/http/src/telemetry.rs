@@ -97,7 +97,10 @@ pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Re
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         .thread_name("aigw-log")
-        .finish(std::io::stdout());
+        // Lines are written in batches: the writer thread drains every waiting line into this
+        // buffer and flushes it when the queue is empty, one `write` for many lines instead of
+        // one per line (stdout alone flushes at every newline).
+        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout()));
     let (json, text) = match settings.format {
         LogFormat::Json => (
             Some(

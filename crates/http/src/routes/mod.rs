@@ -19,13 +19,19 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
     cfg.service(
         web::scope("/api/v1")
             .app_data(BodyLimit(account_limit))
+            // The hot routes first: actix tries routes in order, and each pattern with a
+            // `{param}` costs a regex match (a request's route is also looked up again for the
+            // access log's `route` label).
             .service(
-                one("/auth/register", &["POST"], web::post().to(auth::register))
-                    .app_data(LimitedBy(Policy::Register)),
+                web::resource("/ai/chat/completions")
+                    .app_data(BodyLimit(chat_limit))
+                    .app_data(LimitedBy(Policy::Ai))
+                    .route(web::post().to(chat::completions))
+                    .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
             )
             .service(
-                one("/auth/login", &["POST"], web::post().to(auth::login))
-                    .app_data(LimitedBy(Policy::Login)),
+                one("/ai/models", &["GET"], get_or_head().to(chat::models))
+                    .app_data(LimitedBy(Policy::Ai)),
             )
             .service(
                 web::resource("/auth/me")
@@ -35,6 +41,14 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     .default_service(web::to(|req: HttpRequest| {
                         not_allowed(req, &["GET", "PATCH"])
                     })),
+            )
+            .service(
+                one("/auth/register", &["POST"], web::post().to(auth::register))
+                    .app_data(LimitedBy(Policy::Register)),
+            )
+            .service(
+                one("/auth/login", &["POST"], web::post().to(auth::login))
+                    .app_data(LimitedBy(Policy::Login)),
             )
             .service(
                 one("/auth/sessions", &["GET"], get_or_head().to(account::list_sessions))
@@ -81,17 +95,6 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     .default_service(web::to(|req: HttpRequest| {
                         not_allowed(req, &["DELETE", "PATCH"])
                     })),
-            )
-            .service(
-                web::resource("/ai/chat/completions")
-                    .app_data(BodyLimit(chat_limit))
-                    .app_data(LimitedBy(Policy::Ai))
-                    .route(web::post().to(chat::completions))
-                    .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
-            )
-            .service(
-                one("/ai/models", &["GET"], get_or_head().to(chat::models))
-                    .app_data(LimitedBy(Policy::Ai)),
             )
             .service(
                 one("/usage", &["GET"], get_or_head().to(usage::summary))

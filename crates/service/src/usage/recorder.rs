@@ -33,13 +33,21 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use aigw_domain::usage::UsageRecord;
 use chrono::{DateTime, Utc};
-use std::collections::VecDeque;
+use metrics::Counter;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+/// After taking in what waits in the channel, the task lets new records gather this long
+/// before it looks again: one wake-up per 10 ms instead of one per call (waking another thread
+/// for every call cost about a third of the chat rate, docs/performance.md). Settlements of
+/// budgets and token limits happen when a record is taken in, so they lag the answer by at
+/// most this much more.
+pub const ACCEPT_LINGER: Duration = Duration::from_millis(10);
 
 /// How long [`Recorder::shutdown`] keeps trying the database before it spools the rest.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
@@ -153,6 +161,9 @@ struct State {
     job: Option<Job>,
     /// The spool file being replayed and the offset of its next batch.
     replay: Option<(PathBuf, u64)>,
+    /// `aigw_tokens_total` (prompt, completion) and `aigw_cost_usd_micros_total` by provider
+    /// and model, registered once (configured models only: a bounded set).
+    counters: HashMap<(String, String), [Counter; 3]>,
 }
 
 #[derive(Debug)]
@@ -220,6 +231,7 @@ impl Recorder {
         let state = Arc::new(tokio::sync::Mutex::new(State {
             rx,
             queue: VecDeque::new(),
+            counters: HashMap::new(),
             job: None,
             replay: None,
         }));
@@ -281,6 +293,8 @@ impl Context {
         let interval = self.options.flush_interval.max(Duration::from_millis(10));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // While set, the channel is not looked at before then (see [`ACCEPT_LINGER`]).
+        let mut lingering: Option<tokio::time::Instant> = None;
         loop {
             if *stopped.borrow() {
                 self.drain_and_stop(state).await;
@@ -310,7 +324,9 @@ impl Context {
                     // After a failure, the next attempt waits for the tick.
                     self.start_job(state, false);
                 }
-                pending = state.rx.recv() => match pending {
+                _ = tokio::time::sleep_until(lingering.unwrap_or_else(tokio::time::Instant::now)),
+                    if lingering.is_some() => lingering = None,
+                pending = state.rx.recv(), if lingering.is_none() => match pending {
                     Some(pending) => {
                         self.accept(state, pending);
                         while state.queue.len() < self.options.batch_size {
@@ -318,6 +334,7 @@ impl Context {
                             self.accept(state, pending);
                         }
                         self.start_job(state, false);
+                        lingering = Some(tokio::time::Instant::now() + ACCEPT_LINGER);
                     }
                     // Every handle is gone: nothing more can come.
                     None => {
@@ -333,16 +350,28 @@ impl Context {
     /// Finalizes a metered call into the queue; spools the queue when it is full.
     fn accept(&self, state: &mut State, pending: Pending) {
         let record = pending.into_record(&self.shared.prices);
-        let metrics = &self.options.metrics;
-        let labels = [("provider", record.provider.as_str()), ("model", record.model.as_str())];
-        for (kind, n) in [
-            ("prompt", record.tokens.prompt_tokens),
-            ("completion", record.tokens.completion_tokens),
-        ] {
+        let key = (record.provider.clone(), record.model.clone());
+        if !state.counters.contains_key(&key) {
+            if state.counters.len() >= 1024 {
+                state.counters.clear();
+            }
+            let metrics = &self.options.metrics;
+            let labels = [("provider", key.0.as_str()), ("model", key.1.as_str())];
             let [provider, model] = labels;
-            metrics.counter("aigw_tokens_total", &[provider, model, ("kind", kind)]).increment(n);
+            let tokens =
+                |kind| metrics.counter("aigw_tokens_total", &[provider, model, ("kind", kind)]);
+            let counters = [
+                tokens("prompt"),
+                tokens("completion"),
+                metrics.counter("aigw_cost_usd_micros_total", &labels),
+            ];
+            state.counters.insert(key.clone(), counters);
         }
-        metrics.counter("aigw_cost_usd_micros_total", &labels).increment(record.cost_micros);
+        if let Some([prompt, completion, cost]) = state.counters.get(&key) {
+            prompt.increment(record.tokens.prompt_tokens);
+            completion.increment(record.tokens.completion_tokens);
+            cost.increment(record.cost_micros);
+        }
         state.queue.push_back(record);
         if state.queue.len() >= self.options.queue_capacity.max(1) {
             self.spool_queue(state);
