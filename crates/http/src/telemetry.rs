@@ -105,9 +105,8 @@ pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Re
         LogFormat::Json => (
             Some(
                 tracing_subscriber::fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_target(false)
+                    .event_format(crate::log_format::JsonLines)
+                    .fmt_fields(crate::log_format::span_fields())
                     .with_writer(writer),
             ),
             None,
@@ -318,7 +317,7 @@ pub async fn access_log(
     req.extensions_mut().insert(Arrival(arrived));
     let span = tracing::info_span!(
         "request",
-        request_id = %id,
+        request_id = id.as_str(),
         otel.name = tracing::field::Empty,
         otel.kind = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
@@ -397,7 +396,8 @@ impl Drop for AccessEntry {
                 &[("credential", caller.credential), ("outcome", outcome)],
             );
         }
-        let duration_ms = elapsed.as_secs_f64() * 1000.0;
+        // Milliseconds with microsecond precision (`0.61`, not `0.6099999999999999`).
+        let duration_ms = (elapsed.as_secs_f64() * 1e6).round() / 1000.0;
         let user_id = self.caller.as_ref().map(|c| c.user_id.as_str());
         let session_id = self.caller.as_ref().and_then(|c| c.session_id.as_deref());
         let key_id = self.caller.as_ref().and_then(|c| c.key_id.as_deref());
@@ -408,11 +408,11 @@ impl Drop for AccessEntry {
                     $level,
                     method = self.method,
                     route,
-                    path = %self.path,
+                    path = self.path.as_str(),
                     status = self.status,
                     duration_ms,
                     bytes = self.bytes,
-                    request_id = %self.request_id,
+                    request_id = self.request_id.as_str(),
                     proxy_request_id = self.proxy_request_id.as_deref(),
                     client_ip = self.client_ip.as_deref(),
                     user_id,

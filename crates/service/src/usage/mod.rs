@@ -216,12 +216,9 @@ impl UsageService {
             Duration::from_secs(config.prune_interval_secs),
             Arc::new(AtomicU64::new(0)),
         );
-        // With metering on, the tokenizer's tables (several MiB) load in the background rather
-        // than on a first request; with it off, only the echo model counts tokens, and loads
-        // them when first used.
-        if recorder.is_some() {
-            tokio::task::spawn_blocking(|| tokens::warm_up(tokens::Encoding::Cl100k));
-        }
+        // The tokenizer's tables (about 19 MiB resident for cl100k) load when first needed:
+        // an estimate for a provider that reports no usage, a key's budget or token limit, or
+        // the echo model. A node whose providers report usage never loads them.
         Ok(Self { db, recorder })
     }
 

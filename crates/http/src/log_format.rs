@@ -1,0 +1,181 @@
+//! The JSON log line (`log.format = "json"`): one object per event, written straight into the
+//! line's buffer.
+//!
+//! Shape: `{"timestamp":"2026-11-22T04:10:00.123456Z","level":"INFO","message":"access",
+//! <the event's fields>, "span":{"name":"request","request_id":"…"}}` — RFC 3339 UTC
+//! timestamps with microseconds, the event's fields at the top level (strings, numbers,
+//! booleans; anything else as its `Debug` text), and the innermost span with its fields when
+//! the event happened inside one. docs/operations.md shows a line.
+//!
+//! tracing-subscriber's own JSON format gives the same fields but first collects them into a
+//! map of `serde_json::Value`s: about 23 000 instructions per access-log line, against a few
+//! thousand here (callgrind, docs/performance.md), on every request of a busy node.
+
+use std::fmt;
+use std::io::Write as _;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The event formatter of `log.format = "json"`; use with span fields formatted by
+/// [`JsonFields`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonLines;
+
+/// Appends `text` as a JSON string (quoted and escaped).
+fn push_json_str(out: &mut Vec<u8>, text: &str) {
+    // Writing into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, text);
+}
+
+/// Writes each field as `,"name":value`.
+struct Fields<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl Fields<'_> {
+    fn key(&mut self, field: &Field) {
+        self.out.push(b',');
+        push_json_str(self.out, field.name());
+        self.out.push(b':');
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.key(field);
+        if value.is_finite() {
+            let _ = write!(self.out, "{value}");
+        } else {
+            self.out.extend_from_slice(b"null");
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.key(field);
+        let _ = write!(self.out, "{value}");
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.key(field);
+        let _ = write!(self.out, "{value}");
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.key(field);
+        self.out.extend_from_slice(if value { b"true" } else { b"false" });
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.key(field);
+        push_json_str(self.out, value);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.key(field);
+        push_json_str(self.out, &format!("{value:?}"));
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = Vec::with_capacity(384);
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let level = event.metadata().level().as_str();
+        let _ = write!(line, "{{\"timestamp\":\"{now}\",\"level\":\"{level}\"");
+        event.record(&mut Fields { out: &mut line });
+        if let Some(span) = ctx.lookup_current() {
+            line.extend_from_slice(b",\"span\":{\"name\":");
+            push_json_str(&mut line, span.name());
+            let extensions = span.extensions();
+            // The span's fields as `JsonFields` formatted them: a JSON object, or nothing.
+            let fields = extensions.get::<FormattedFields<N>>().map(|f| f.fields.as_str());
+            if let Some(inner) = fields
+                .and_then(|f| f.strip_prefix('{'))
+                .and_then(|f| f.strip_suffix('}'))
+                .filter(|f| !f.is_empty())
+            {
+                line.push(b',');
+                line.extend_from_slice(inner.as_bytes());
+            }
+            line.push(b'}');
+        }
+        line.extend_from_slice(b"}\n");
+        writer.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)
+    }
+}
+
+/// The span-field formatter to pair with [`JsonLines`].
+pub fn span_fields() -> JsonFields {
+    JsonFields::new()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::io;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_are_json_objects_with_fields_and_span() {
+        let captured = Captured::default();
+        let sink = captured.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .event_format(JsonLines)
+            .fmt_fields(span_fields())
+            .with_writer(move || sink.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(status = 200u16, duration_ms = 1.5, path = "/a\"b", ok = true, "access");
+            let span = tracing::info_span!("request", request_id = "r-1");
+            let _entered = span.enter();
+            tracing::warn!(error = ?Some(3), count = -2i64, ratio = f64::NAN, "inside");
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let first = &lines[0];
+        assert_eq!(first["level"], "INFO");
+        assert_eq!(first["message"], "access");
+        assert_eq!(first["status"], 200);
+        assert_eq!(first["duration_ms"], 1.5);
+        assert_eq!(first["path"], "/a\"b");
+        assert_eq!(first["ok"], true);
+        assert!(first.get("span").is_none());
+        let stamp = first["timestamp"].as_str().unwrap();
+        assert!(chrono::DateTime::parse_from_rfc3339(stamp).is_ok() && stamp.ends_with('Z'));
+        let second = &lines[1];
+        assert_eq!(second["level"], "WARN");
+        assert_eq!(second["error"], "Some(3)");
+        assert_eq!(second["count"], -2);
+        assert!(second["ratio"].is_null());
+        assert_eq!(second["span"], serde_json::json!({"name": "request", "request_id": "r-1"}));
+    }
+}
