@@ -14,12 +14,7 @@ pub struct TokenDigest(String);
 impl TokenDigest {
     /// Digest of `secret` (its UTF-8 bytes, exactly as presented).
     pub fn of(secret: &str) -> Self {
-        let hash = Sha256::digest(secret.as_bytes());
-        let mut hex = String::with_capacity(64);
-        for byte in hash {
-            hex.push_str(&format!("{byte:02x}"));
-        }
-        Self(hex)
+        Self(hex::encode(Sha256::digest(secret.as_bytes())))
     }
 
     /// The digest as 64 lower-case hex characters.

@@ -331,7 +331,7 @@ pub async fn access_log(
     }
     // Held by the access entry: the span ends with the answer's last byte, not its head.
     let request_span = span.clone();
-    let audit = audit_context(&req, &id);
+    let audit = audit_context(&req, entry.client_ip.clone(), &id);
     let handled =
         aigw_service::audit::with_context(audit, REQUEST_ID.scope(id.clone(), next.call(req)));
     let mut response = match handled.instrument(span).await {
@@ -473,12 +473,13 @@ impl MessageBody for AccessLogged {
     }
 }
 
-/// Where `req` comes from, for the audit trail: the client address (trusted-proxy rules), the
-/// `User-Agent` (cut to 256 characters) and the request id.
-fn audit_context(req: &ServiceRequest, request_id: &str) -> aigw_service::audit::AuditContext {
-    let ip = req
-        .app_data::<actix_web::web::Data<crate::startup::AppState>>()
-        .map(|state| state.limits.client_ip(req.request()).to_string());
+/// Where `req` comes from, for the audit trail: the client address `ip` (as the access log has
+/// it, by the trusted-proxy rules), the `User-Agent` (cut to 256 characters) and the request id.
+fn audit_context(
+    req: &ServiceRequest,
+    ip: Option<String>,
+    request_id: &str,
+) -> aigw_service::audit::AuditContext {
     let client = aigw_service::ClientInfo::new(
         ip,
         req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()),

@@ -63,23 +63,14 @@ impl Sealer {
                 Payload { msg: plaintext.as_bytes(), aad: row_id.as_bytes() },
             )
             .ok()?;
-        let mut out = String::with_capacity(2 * (nonce.len() + sealed.len()));
-        for b in nonce.iter().chain(sealed.iter()) {
-            out.push_str(&format!("{b:02x}"));
-        }
-        Some(out)
+        let mut raw = nonce.to_vec();
+        raw.extend_from_slice(&sealed);
+        Some(hex::encode(raw))
     }
 
     /// Decrypts a value sealed for `row_id` with any of the keys; `None` when none opens it.
     pub fn open(&self, row_id: &str, sealed: &str) -> Option<String> {
-        if !sealed.len().is_multiple_of(2) || sealed.len() < 2 * 24 {
-            return None;
-        }
-        let bytes: Option<Vec<u8>> = (0..sealed.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(sealed.get(i..i + 2)?, 16).ok())
-            .collect();
-        let bytes = bytes?;
+        let bytes = hex::decode(sealed).ok().filter(|b| b.len() >= 24)?;
         let (nonce, ciphertext) = bytes.split_at(24);
         let nonce = XNonce::from(<[u8; 24]>::try_from(nonce).ok()?);
         self.keys.iter().find_map(|cipher| {

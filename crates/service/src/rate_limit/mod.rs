@@ -145,7 +145,7 @@ impl LimitKey {
 
     /// The digest in lower-case hex (Redis key suffix).
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(self.0)
     }
 
     pub(crate) fn bytes(&self) -> [u8; 16] {
