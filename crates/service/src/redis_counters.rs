@@ -172,7 +172,9 @@ impl RedisHeld {
             .window
             .as_ref()
             .map_or(0, |(_, reserved)| i64::try_from(total_tokens).unwrap_or(i64::MAX) - reserved);
-        if (self.budget.is_none() || delta == 0) && token_delta == 0 {
+        // With a budget the script always runs, `delta` 0 or not: a counter reopened since
+        // the reservation needs the real cost.
+        if (self.budget.is_none() || (delta == 0 && cost == 0)) && token_delta == 0 {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -268,6 +270,9 @@ impl RedisCounters {
                 return None;
             }
             let _one_at_a_time = self.reconciling.lock().await;
+            if self.scripts.link.in_backoff() {
+                return None;
+            }
             if !self.reconciled() {
                 if let Err(e) = self.reconcile().await {
                     tracing::debug!(error = %e, "key counters not reconciled yet");
@@ -372,5 +377,92 @@ impl RedisCounters {
         );
         self.reconciled.store(ended, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    type Admitted = (i64, i64, String, i64, i64);
+
+    /// One budget counter and one rate window of a test's own.
+    struct Keys {
+        budget: String,
+        window: String,
+    }
+
+    impl Keys {
+        /// [`ADMIT`] of a call costing `cost` (5 tokens) against `limit` and `rpm`.
+        fn admit(&self, conn: &mut redis::Connection, cost: i64, limit: i64, rpm: i64) -> Admitted {
+            let script = redis::Script::new(ADMIT);
+            let mut invocation = script.key(&self.budget);
+            invocation.key(&self.window).arg("1").arg(cost).arg(limit).arg("1").arg(5);
+            invocation.arg(rpm).arg(-1).arg(WINDOW_TTL_SECS).arg(BUDGET_TTL_SECS);
+            invocation.invoke(conn).unwrap()
+        }
+
+        /// [`OPEN`] at `spent` with `generation`.
+        fn open(&self, conn: &mut redis::Connection, spent: i64, generation: &str) -> i64 {
+            let script = redis::Script::new(OPEN);
+            script.key(&self.budget).arg(spent).arg(generation).arg(60).invoke(conn).unwrap()
+        }
+
+        /// [`SETTLE`] of a reservation of `generation`.
+        fn settle(
+            &self,
+            conn: &mut redis::Connection,
+            generation: &str,
+            (delta, cost): (i64, i64),
+            tokens: i64,
+        ) {
+            let script = redis::Script::new(SETTLE);
+            let mut invocation = script.key(&self.budget);
+            invocation.key(&self.window).arg("1").arg(generation).arg(delta).arg(cost);
+            let _: i64 = invocation.arg("1").arg(tokens).invoke(conn).unwrap();
+        }
+
+        fn field(&self, conn: &mut redis::Connection, key: &str, field: &str) -> i64 {
+            redis::cmd("HGET").arg(key).arg(field).query(conn).unwrap()
+        }
+    }
+
+    /// The scripts themselves, against the Redis at 127.0.0.1:6379 (the integration tests'
+    /// real Redis), under keys of this test's own.
+    #[test]
+    fn scripts_charge_both_counters_or_neither_and_settle_across_reopens() {
+        let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+        let mut conn = client.get_connection().expect("a Redis server on 127.0.0.1:6379");
+        let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
+        let k = Keys { budget: format!("{prefix}b"), window: format!("{prefix}w") };
+        let c = &mut conn;
+        assert_eq!(k.admit(c, 10, 100, 3).0, 4, "not open yet");
+        assert_eq!(k.open(c, 60, "g1"), 1);
+        assert_eq!(k.open(c, 0, "g2"), 0, "SET NX: the first opener wins");
+        let g1 = "g1".to_owned();
+        assert_eq!(k.admit(c, 10, 100, 3), (1, 70, g1.clone(), 1, 5));
+        // The budget refuses: no request counted.
+        assert_eq!(k.admit(c, 40, 100, 3), (3, 70, g1.clone(), 1, 5));
+        assert_eq!(k.admit(c, 30, 100, 3), (1, 100, g1.clone(), 2, 10));
+        assert_eq!(k.admit(c, 0, 100, 3), (1, 100, g1, 3, 15));
+        // The rpm refuses: nothing charged to the budget.
+        assert_eq!(k.admit(c, 0, 1000, 3).0, 2);
+        assert_eq!(k.field(c, &k.budget, "c"), 100);
+        k.settle(c, "g1", (-20, 10), -4);
+        assert_eq!(k.field(c, &k.budget, "c"), 80);
+        assert_eq!(k.field(c, &k.window, "t"), 11);
+        // Reopened (another generation): a late settlement adds its real cost.
+        let _: () = redis::cmd("DEL").arg(&k.budget).query(c).unwrap();
+        assert_eq!(k.open(c, 500, "g2"), 1);
+        k.settle(c, "g1", (-20, 30), 0);
+        assert_eq!(k.field(c, &k.budget, "c"), 530);
+        // Never below 0.
+        k.settle(c, "g2", (-1000, 0), -1000);
+        assert_eq!(k.field(c, &k.budget, "c"), 0);
+        assert_eq!(k.field(c, &k.window, "t"), 0);
+        let ttl: i64 = redis::cmd("TTL").arg(&k.window).query(c).unwrap();
+        assert!((1..=WINDOW_TTL_SECS).contains(&ttl), "window TTL {ttl}");
+        let _: () = redis::cmd("DEL").arg(&k.budget).arg(&k.window).query(c).unwrap();
     }
 }
