@@ -3,7 +3,7 @@
 # run, on this machine (loopback only; every load bounded in time).
 #
 #   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--keys N] [--backends "sqlite postgres"]
-#                    [--key-counters database|node]
+#                    [--key-counters database|node|redis]
 #
 #   --secs N      seconds per measurement (default 5; --quick: 2)
 #   --rounds N    interleaved throughput rounds per backend (default 3; --quick: 1)
@@ -11,7 +11,8 @@
 #   --keys N      stored API keys for the "many keys" measurement (default 1000000; --quick: 100000)
 #   --backends    which aigw backends to run (default "sqlite postgres")
 #   --key-counters  aigw's `gateway.key_counters` (default database; node: budgets and
-#                 rpm/tpm counted in aigw's memory, one node; docs/budgets.md)
+#                 rpm/tpm counted in aigw's memory, one node; redis: in the Redis at
+#                 127.0.0.1:6379, which must be running; docs/budgets.md)
 #
 # It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
 # OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
@@ -53,6 +54,16 @@ while [ $# -gt 0 ]; do
 done
 
 log() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+
+case "$key_counters" in
+  database|node) ;;
+  redis)
+    # The counters' Redis: the default rate_limit.redis_url.
+    if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+      echo "--key-counters redis needs a Redis server on 127.0.0.1:6379" >&2; exit 2
+    fi ;;
+  *) echo "--key-counters: database, node or redis, not $key_counters" >&2; exit 2 ;;
+esac
 
 need() { # command, Debian package
   command -v "$1" >/dev/null 2>&1 && return 0
@@ -181,6 +192,8 @@ level = "info"
 format = "json"
 [rate_limit]
 enabled = false
+# Used only with --key-counters redis: keys of this run's own.
+redis_key_prefix = "aigw-bench:$$:$backend:"
 [gateway]
 key_counters = "$key_counters"
 [[providers]]

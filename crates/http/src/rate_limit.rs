@@ -223,6 +223,18 @@ impl RequestLimits {
         req.peer_addr().is_some_and(|a| self.proxies.contains(a.ip()))
     }
 
+    /// The node's Redis connection for keys' counters (`gateway.key_counters = "redis"`),
+    /// shared with the policies when they count in Redis (see [`RateLimiter::share_redis`]).
+    ///
+    /// # Errors
+    /// [`RateLimitSetupError::Limiter`] when `redis_url` cannot be parsed.
+    pub fn share_redis(
+        &mut self,
+        config: &RateLimitConfig,
+    ) -> Result<aigw_service::redis_link::RedisLink, RateLimitSetupError> {
+        self.limiter.share_redis(config).map_err(|e| RateLimitSetupError::Limiter(e.to_string()))
+    }
+
     /// The underlying limiter.
     pub fn limiter(&self) -> &RateLimiter {
         &self.limiter

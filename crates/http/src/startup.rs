@@ -7,6 +7,7 @@ use actix_web::dev::Server;
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
+use aigw_service::key_counters::KeyCounters;
 use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
@@ -211,26 +212,42 @@ impl Application {
             &settings.server.data_dir,
             metrics.clone(),
         )?;
+        let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
+            .with_metrics(metrics.clone());
         // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
-        // database, shared by every node (issue 9, docs/budgets.md).
-        let budgets = aigw_service::budget::Budgets::new(
+        // database, the node's memory or Redis (issue 9, docs/budgets.md).
+        let mut budgets = aigw_service::budget::Budgets::new(
             db.clone(),
             aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
         );
-        let mut key_rates = aigw_service::key_rates::KeyRates::new(db);
-        let mut budgets = budgets;
-        if settings.gateway.key_counters == aigw_service::key_counters::KeyCounters::Node {
-            // One node only: the counters in this process's memory (docs/budgets.md).
-            let node = aigw_service::key_counters::NodeCounters::new();
-            budgets = budgets.with_node_counters(node.clone());
-            key_rates = key_rates.with_node_counters(node);
+        let mut key_rates = aigw_service::key_rates::KeyRates::new(db.clone());
+        let mut redis_counters = None;
+        match settings.gateway.key_counters {
+            KeyCounters::Database => {}
+            KeyCounters::Node => {
+                // One node only: the counters in this process's memory.
+                let node = aigw_service::key_counters::NodeCounters::new();
+                budgets = budgets.with_node_counters(node.clone());
+                key_rates = key_rates.with_node_counters(node);
+            }
+            KeyCounters::Redis => {
+                // Shared by every node; the database counters serve while Redis is down.
+                let link = limits.share_redis(&settings.rate_limit)?;
+                redis_counters = Some(aigw_service::redis_counters::RedisCounters::new(
+                    link,
+                    &settings.rate_limit.redis_key_prefix,
+                    db,
+                ));
+            }
+        }
+        let mut key_limits = aigw_service::key_limits::KeyLimits::new(budgets, key_rates);
+        if let Some(redis) = redis_counters {
+            key_limits = key_limits.with_redis(redis);
         }
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())
-            .with_key_limits(budgets, key_rates)
-            .with_metrics(metrics.clone());
-        let limits =
-            crate::rate_limit::RequestLimits::new(&settings.rate_limit)?.with_metrics(metrics);
+            .with_key_limits(key_limits)
+            .with_metrics(metrics);
         let upkeep = telemetry.spawn_upkeep();
         let state = web::Data::new(AppState {
             auth,

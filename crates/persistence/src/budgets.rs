@@ -132,3 +132,32 @@ pub fn forget(conn: &mut DbConnection, key_id: &str) -> Result<(), PersistenceEr
     diesel::delete(b::table.filter(b::api_key_id.eq(key_id))).execute(conn)?;
     Ok(())
 }
+
+/// Every counter whose period name starts with `prefix` (no `%` or `_` in it), as
+/// `(api_key_id, period)` pairs.
+///
+/// # Errors
+/// On database failure.
+pub fn periods_starting_with(
+    conn: &mut DbConnection,
+    prefix: &str,
+) -> Result<Vec<(String, String)>, PersistenceError> {
+    Ok(b::table
+        .filter(b::period.like(format!("{prefix}%")))
+        .select((b::api_key_id, b::period))
+        .load(conn)?)
+}
+
+/// Drops the counter of key `key_id`'s `period`.
+///
+/// # Errors
+/// On database failure.
+pub fn forget_period(
+    conn: &mut DbConnection,
+    key_id: &str,
+    period: &str,
+) -> Result<(), PersistenceError> {
+    diesel::delete(b::table.filter(b::api_key_id.eq(key_id)).filter(b::period.eq(period)))
+        .execute(conn)?;
+    Ok(())
+}

@@ -10,7 +10,8 @@
 //!   (`aigw_persistence::budgets`), shared by every node of the cluster; no lock is held
 //!   while the call runs.
 //!   With `gateway.key_counters = "node"` the counter lives in the node's memory instead
-//!   ([`crate::key_counters`]), opened from the ledger: no database write per call.
+//!   ([`crate::key_counters`]), opened from the ledger: no database write per call; with
+//!   `"redis"` in Redis, shared by every node ([`crate::redis_counters`]).
 //! - **Settlement**: when the usage recorder turns the call into its ledger record (answer
 //!   done, stream ended, failure or cancellation), the difference between the real cost and the
 //!   reservation is added to the counter, off the request path.
@@ -19,6 +20,7 @@ use crate::auth::Principal;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::key_counters::{NodeCounters, NodeReserved};
+use crate::redis_counters::RedisHeld;
 use crate::usage::prices::PriceTable;
 use crate::usage::tokens;
 use aigw_domain::usage::TokenUsage;
@@ -47,8 +49,10 @@ struct Caps {
     max_completion_tokens: Option<u64>,
 }
 
-/// The worst-case token use of the chat request `body` for `model`.
-pub(crate) fn worst_case_tokens(model: &str, body: &[u8]) -> TokenUsage {
+/// The worst-case token use of the chat request `body` for `model`: the prompt's tokens
+/// (the model's tokenizer) and `max_completion_tokens`, `max_tokens` or
+/// [`DEFAULT_COMPLETION_CAP`]. One parse of the body: the gateway computes it once per call.
+pub fn worst_case_tokens(model: &str, body: &[u8]) -> TokenUsage {
     let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let prompt = tokens::count_prompt(tokens::encoding_for_model(model), &parsed);
     let caps = serde_json::from_value::<Caps>(parsed).ok();
@@ -67,11 +71,54 @@ pub struct Budgets {
     node: Option<NodeCounters>,
 }
 
+/// One call's reservation to make: the key, its budget and period, the worst-case cost.
+#[derive(Debug, Clone)]
+pub(crate) struct BudgetPlan {
+    pub(crate) key_id: String,
+    budget_period: BudgetPeriod,
+    /// The period's first UTC day (`YYYY-MM-DD`), or `total`.
+    pub(crate) period: String,
+    /// The first UTC day the ledger counts for the period (`0000-00-00` for `total`).
+    pub(crate) from: String,
+    /// The worst case, micro-USD.
+    pub(crate) cost: i64,
+    /// `max_budget_micros`.
+    pub(crate) limit: i64,
+    now: DateTime<Utc>,
+}
+
+impl BudgetPlan {
+    /// The counter's name with the period kind and the limit (`daily/2026-11-22:1500000`):
+    /// a PATCH of the budget or its period names a new counter.
+    pub(crate) fn qualified(&self) -> String {
+        format!("{}/{}:{}", self.budget_period.as_str(), self.period, self.limit)
+    }
+
+    /// The refusal, with `spent` micro-USD committed now.
+    pub(crate) fn refused(&self, spent: i64) -> ServiceError {
+        let reset = self.budget_period.reset_at(self.now);
+        // Seconds until the period ends; a `total` budget never resets: a day.
+        let retry_after_secs = reset
+            .map_or(86_400, |r| u64::try_from((r - self.now).num_seconds()).unwrap_or(1))
+            .max(1);
+        ServiceError::BudgetExceeded {
+            limit_micros: self.limit,
+            spent_micros: spent,
+            reset: reset.map(|r| r.timestamp()),
+            retry_after_secs,
+        }
+    }
+}
+
 /// Where a reservation was counted.
 #[derive(Debug)]
 enum Counter {
-    Database(Db),
-    Node(NodeCounters, i64),
+    /// A database counter row, by its period name.
+    Database(Db, String),
+    /// The node's memory: period name and limit.
+    Node(NodeCounters, String, i64),
+    /// Redis: the budget counter and the rate window, settled by one script.
+    Redis(RedisHeld),
 }
 
 /// A reservation of a call's worst-case cost; settled by [`Reservation::settle`] (a dropped
@@ -80,7 +127,6 @@ enum Counter {
 pub struct Reservation {
     counter: Counter,
     key_id: String,
-    period: String,
     reserved_micros: i64,
 }
 
@@ -101,17 +147,25 @@ where
 }
 
 impl Reservation {
-    /// Settles to the real cost `cost_micros`, in the background (never blocks the caller).
-    pub(crate) fn settle(self, cost_micros: u64) {
-        let delta = i64::try_from(cost_micros).unwrap_or(i64::MAX) - self.reserved_micros;
-        if delta != 0 {
-            let Reservation { counter, key_id, period, .. } = self;
-            match counter {
-                Counter::Database(db) => settle_in_background(db, "budget", move |conn| {
-                    budgets::settle(conn, &key_id, &period, delta)
-                }),
-                Counter::Node(node, limit) => node.settle(&key_id, &period, limit, delta),
-            }
+    /// A reservation counted in Redis (`reserved_micros`: the budget's part, 0 without one).
+    pub(crate) fn in_redis(key_id: String, reserved_micros: i64, held: RedisHeld) -> Self {
+        Self { counter: Counter::Redis(held), key_id, reserved_micros }
+    }
+
+    /// Settles to the real cost `cost_micros` and, for a reservation in Redis that also holds
+    /// the call's rate window, its real `total_tokens`; in the background (never blocks the
+    /// caller).
+    pub(crate) fn settle(self, cost_micros: u64, total_tokens: u64) {
+        let cost = i64::try_from(cost_micros).unwrap_or(i64::MAX);
+        let delta = cost - self.reserved_micros;
+        let Reservation { counter, key_id, .. } = self;
+        match counter {
+            Counter::Redis(held) => held.settle(delta, cost, total_tokens),
+            _ if delta == 0 => {}
+            Counter::Database(db, period) => settle_in_background(db, "budget", move |conn| {
+                budgets::settle(conn, &key_id, &period, delta)
+            }),
+            Counter::Node(node, period, limit) => node.settle(&key_id, &period, limit, delta),
         }
     }
 }
@@ -129,8 +183,39 @@ impl Budgets {
         self
     }
 
-    /// Reserves the worst-case cost of `principal`'s call of `model` with request `body`, when
-    /// the key has a budget (`None`: no budget, nothing reserved).
+    /// The reservation a call of `model` by `principal` with worst-case token use `worst`
+    /// needs (`None`: the key has no budget).
+    pub(crate) fn plan(
+        &self,
+        principal: &Principal,
+        model: &str,
+        worst: &TokenUsage,
+    ) -> Option<BudgetPlan> {
+        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
+        else {
+            return None;
+        };
+        let limit = policy.max_budget_micros?;
+        let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
+        let now = aigw_domain::time::now();
+        let cost = self.prices.get(model).map_or(0, |p| p.cost_micros(worst));
+        let from = budget_period
+            .start_day(now)
+            .map_or_else(|| "0000-00-00".to_owned(), |d| d.format("%Y-%m-%d").to_string());
+        Some(BudgetPlan {
+            key_id: key_id.clone(),
+            budget_period,
+            period: period_name(budget_period, now),
+            from,
+            cost: i64::try_from(cost).unwrap_or(i64::MAX),
+            limit,
+            now,
+        })
+    }
+
+    /// Reserves the worst-case cost of `principal`'s call of `model` whose worst-case token
+    /// use is `worst` ([`worst_case_tokens`]), when the key has a budget (`None`: no budget,
+    /// nothing reserved).
     ///
     /// # Errors
     /// [`ServiceError::BudgetExceeded`] when the reservation would pass the budget;
@@ -139,86 +224,57 @@ impl Budgets {
         &self,
         principal: &Principal,
         model: &str,
-        body: &[u8],
+        worst: &TokenUsage,
     ) -> Result<Option<Reservation>, ServiceError> {
-        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
-        else {
-            return Ok(None);
-        };
-        let Some(limit) = policy.max_budget_micros else {
-            return Ok(None);
-        };
-        let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
-        let now = aigw_domain::time::now();
-        let cost =
-            self.prices.get(model).map_or(0, |p| p.cost_micros(&worst_case_tokens(model, body)));
-        let cost = i64::try_from(cost).unwrap_or(i64::MAX);
-        let mut period = period_name(budget_period, now);
-        if self.node.is_some() {
-            // In memory a PATCH is seen as a new budget or period: a daily and a weekly
-            // period can share their first day, so the name carries the kind.
-            period = format!("{budget_period:?}/{period}");
+        match self.plan(principal, model, worst) {
+            Some(plan) => self.reserve_planned(plan).await.map(Some),
+            None => Ok(None),
         }
-        let from = budget_period
-            .start_day(now)
-            .map_or_else(|| "0000-00-00".to_owned(), |d| d.format("%Y-%m-%d").to_string());
-        let outcome = match &self.node {
-            Some(node) => self.reserve_on_node(node, key_id, &period, &from, cost, limit).await?,
-            None => self.reserve_in_database(key_id, &period, from, cost, limit).await?,
-        };
-        match outcome {
-            Reserved::Yes(_) => Ok(Some(Reservation {
-                counter: match &self.node {
-                    Some(node) => Counter::Node(node.clone(), limit),
-                    None => Counter::Database(self.db.clone()),
-                },
-                key_id: key_id.clone(),
-                period,
-                reserved_micros: cost,
-            })),
-            Reserved::No(spent) => {
-                let reset = budget_period.reset_at(now);
-                // Seconds until the period ends; a `total` budget never resets: a day.
-                let retry_after_secs = reset
-                    .map_or(86_400, |r| u64::try_from((r - now).num_seconds()).unwrap_or(1))
-                    .max(1);
-                Err(ServiceError::BudgetExceeded {
-                    limit_micros: limit,
-                    spent_micros: spent,
-                    reset: reset.map(|r| r.timestamp()),
-                    retry_after_secs,
-                })
-            }
-            // Created just before and never deleted meanwhile but by a concurrent PATCH.
-            Reserved::NoCounter => {
-                Err(ServiceError::Unavailable("the budget counter vanished; retry".to_owned()))
+    }
+
+    /// Makes the reservation `plan` in the node's memory or the database.
+    pub(crate) async fn reserve_planned(
+        &self,
+        plan: BudgetPlan,
+    ) -> Result<Reservation, ServiceError> {
+        match &self.node {
+            Some(node) => self.reserve_on_node(node, plan).await,
+            None => {
+                let name = plan.period.clone();
+                self.reserve_in_database(plan, name).await
             }
         }
     }
-}
 
-impl Budgets {
-    /// One conditional `UPDATE` of the key's counter row (opened from the ledger when missing).
-    async fn reserve_in_database(
+    /// What key `key_id` spent from UTC day `from` on, from the ledger's daily rollups
+    /// (micro-USD): where a counter opens.
+    pub(crate) async fn ledger_spend(&self, key_id: &str, from: &str) -> Result<i64, ServiceError> {
+        let (key, from) = (key_id.to_owned(), from.to_owned());
+        self.db.run(move |conn| Ok(budgets::ledger_spend_since(conn, &key, &from)?)).await
+    }
+
+    /// One conditional `UPDATE` of the key's counter row named `name` (opened from the ledger
+    /// when missing).
+    pub(crate) async fn reserve_in_database(
         &self,
-        key_id: &str,
-        period: &str,
-        from: String,
-        cost: i64,
-        limit: i64,
-    ) -> Result<Reserved, ServiceError> {
-        let (key, name) = (key_id.to_owned(), period.to_owned());
-        self.db
+        plan: BudgetPlan,
+        name: String,
+    ) -> Result<Reservation, ServiceError> {
+        let (key, period, from) = (plan.key_id.clone(), name.clone(), plan.from.clone());
+        let (cost, limit) = (plan.cost, plan.limit);
+        let outcome = self
+            .db
             .run(move |conn| {
-                let mut outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
+                let mut outcome = budgets::reserve(conn, &key, &period, cost, limit)?;
                 if outcome == Reserved::NoCounter {
                     let spent = budgets::ledger_spend_since(conn, &key, &from)?;
-                    budgets::open_period(conn, &key, &name, spent)?;
-                    outcome = budgets::reserve(conn, &key, &name, cost, limit)?;
+                    budgets::open_period(conn, &key, &period, spent)?;
+                    outcome = budgets::reserve(conn, &key, &period, cost, limit)?;
                 }
                 Ok(outcome)
             })
-            .await
+            .await?;
+        finish(plan, outcome, Counter::Database(self.db.clone(), name))
     }
 
     /// A check-and-add in the node's memory; the database is read (the ledger) only to open
@@ -226,27 +282,42 @@ impl Budgets {
     async fn reserve_on_node(
         &self,
         node: &NodeCounters,
-        key_id: &str,
-        period: &str,
-        from: &str,
-        cost: i64,
-        limit: i64,
-    ) -> Result<Reserved, ServiceError> {
-        let mut outcome = node.reserve(key_id, period, cost, limit);
+        plan: BudgetPlan,
+    ) -> Result<Reservation, ServiceError> {
+        // In memory a PATCH is seen as a new budget or period: a daily and a weekly period
+        // can share their first day, so the name carries the kind.
+        let period = format!("{}/{}", plan.budget_period.as_str(), plan.period);
+        let (key_id, cost, limit) = (plan.key_id.as_str(), plan.cost, plan.limit);
+        let mut outcome = node.reserve(key_id, &period, cost, limit);
         if outcome == NodeReserved::NotOpen {
-            let (key, from) = (key_id.to_owned(), from.to_owned());
-            let spent = self
-                .db
-                .run(move |conn| Ok(budgets::ledger_spend_since(conn, &key, &from)?))
-                .await?;
-            node.open(key_id, period, limit, spent);
-            outcome = node.reserve(key_id, period, cost, limit);
+            let spent = self.ledger_spend(key_id, &plan.from).await?;
+            node.open(key_id, &period, limit, spent);
+            outcome = node.reserve(key_id, &period, cost, limit);
         }
-        Ok(match outcome {
+        let outcome = match outcome {
             NodeReserved::Yes => Reserved::Yes(0),
             NodeReserved::No(spent) => Reserved::No(spent),
             NodeReserved::NotOpen => Reserved::NoCounter,
-        })
+        };
+        finish(plan, outcome, Counter::Node(node.clone(), period, limit))
+    }
+}
+
+/// The reservation of `plan` counted in `counter`, or its refusal.
+fn finish(
+    plan: BudgetPlan,
+    outcome: Reserved,
+    counter: Counter,
+) -> Result<Reservation, ServiceError> {
+    match outcome {
+        Reserved::Yes(_) => {
+            Ok(Reservation { counter, key_id: plan.key_id, reserved_micros: plan.cost })
+        }
+        Reserved::No(spent) => Err(plan.refused(spent)),
+        // Created just before and never deleted meanwhile but by a concurrent PATCH.
+        Reserved::NoCounter => {
+            Err(ServiceError::Unavailable("the budget counter vanished; retry".to_owned()))
+        }
     }
 }
 

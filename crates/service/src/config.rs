@@ -127,9 +127,10 @@ pub struct GatewayConfig {
     /// `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` environment variables are ignored.
     pub proxy_url: Option<SecretString>,
     /// Where keys' budget and `rpm_limit` / `tpm_limit` counters live: `database` (default;
-    /// exact across every node sharing the database) or `node` (this process's memory, no
-    /// database write per call; exact only when this node is the only one). See
-    /// docs/budgets.md.
+    /// exact across every node sharing the database), `node` (this process's memory, no
+    /// database write per call; exact only when this node is the only one) or `redis` (one
+    /// script per call in the Redis of `rate_limit.redis_url`, exact across every node sharing
+    /// it; the database counters while it is unavailable). See docs/budgets.md.
     pub key_counters: crate::key_counters::KeyCounters,
 }
 

@@ -23,10 +23,10 @@
 //!   ledger (`crate::usage`); for a stream the meter may ask the provider for `usage`.
 
 use crate::auth::{Authorized, Principal};
-use crate::budget::Budgets;
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
-use crate::key_rates::{KeyRates, RateStatus};
+use crate::key_limits::KeyLimits;
+use crate::key_rates::RateStatus;
 use crate::metrics::Metrics;
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
@@ -93,8 +93,7 @@ pub struct Gateway {
     timeout: Duration,
     max_response_bytes: usize,
     meter: Option<Meter>,
-    budgets: Option<Budgets>,
-    key_rates: Option<KeyRates>,
+    key_limits: Option<KeyLimits>,
     metrics: Metrics,
 }
 
@@ -166,8 +165,7 @@ impl Gateway {
             timeout: Duration::from_secs(config.upstream_timeout_secs.max(1)),
             max_response_bytes: config.max_response_bytes.max(1),
             meter: None,
-            budgets: None,
-            key_rates: None,
+            key_limits: None,
             metrics: Metrics::default(),
         })
     }
@@ -185,11 +183,10 @@ impl Gateway {
         self
     }
 
-    /// Enforces keys' budgets with `budgets` and their `rpm_limit` / `tpm_limit` with
-    /// `key_rates` (issue 9).
-    pub fn with_key_limits(mut self, budgets: Budgets, key_rates: KeyRates) -> Self {
-        self.budgets = Some(budgets);
-        self.key_rates = Some(key_rates);
+    /// Enforces keys' budgets and their `rpm_limit` / `tpm_limit` with `key_limits`
+    /// (issue 9).
+    pub fn with_key_limits(mut self, key_limits: KeyLimits) -> Self {
+        self.key_limits = Some(key_limits);
         self
     }
 
@@ -241,24 +238,18 @@ impl Gateway {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
-        let (status, tokens_reserved) = match &self.key_rates {
-            Some(rates) => match rates.admit(principal, &summary.model, &body).await? {
-                Some((status, reserved)) => (Some(status), reserved),
-                None => (None, None),
-            },
-            None => (None, None),
+        let admission = match &self.key_limits {
+            Some(limits) => limits.admit(principal, &summary.model, &body).await?,
+            None => crate::key_limits::Admission::default(),
         };
-        let reservation = match &self.budgets {
-            Some(budgets) => budgets.reserve(principal, &summary.model, &body).await?,
-            None => None,
-        };
+        let status = admission.status;
         let meter = self.meter.as_ref();
         let mut call = meter.and_then(|m| {
             m.start(principal, request_id, &summary.model, &provider.name, summary.stream, &body)
         });
         // Without metering there is no real cost: the reservation stays charged.
         if let Some(call) = call.as_mut() {
-            call.hold(reservation, tokens_reserved);
+            call.hold(admission.reservation, admission.tokens);
         }
         let (body, include_usage) = match call.as_mut() {
             Some(call) => call.upstream_body(body, &summary),

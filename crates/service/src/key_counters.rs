@@ -1,6 +1,7 @@
 //! Where a node keeps the counters of keys' budgets and `rpm_limit` / `tpm_limit` (issue 9,
 //! docs/budgets.md "Where the counters live"): in the database (default; exact across every
-//! node sharing it) or, on a deployment of one node, in this process's memory.
+//! node sharing it), on a deployment of one node in this process's memory, or in Redis
+//! ([`crate::redis_counters`]).
 //!
 //! The memory counters are exact on their node: an admission and a reservation are one
 //! check-and-add under a mutex held for a few map operations (never across an `.await`). A
@@ -14,7 +15,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// `gateway.key_counters`: `database` (default) or `node`.
+/// `gateway.key_counters`: `database` (default), `node` or `redis`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyCounters {
@@ -25,6 +26,10 @@ pub enum KeyCounters {
     /// Counters live in this node's memory: no database write on the hot path. Exact only
     /// when this node is the only one serving the database's keys (one node, e.g. SQLite).
     Node,
+    /// Counters live in Redis (`rate_limit.redis_url`): one script per admission, exact across
+    /// every node using the same Redis; the database counters serve while Redis is unavailable
+    /// ([`crate::redis_counters`]).
+    Redis,
 }
 
 /// The budget counter of one key: the period and budget it was opened for, and the micro-USD

@@ -6,13 +6,15 @@
 //! tokens (as for budgets: prompt plus `max_tokens` or the default cap) only if both stay
 //! within the limits; the tokens settle to the real count when the usage recorder records
 //! the call. With `gateway.key_counters = "node"` the windows live in the node's memory
-//! ([`crate::key_counters`]) instead. Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
+//! ([`crate::key_counters`]) instead, with `"redis"` in Redis ([`crate::redis_counters`]).
+//! Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
 
 use crate::auth::Principal;
-use crate::budget::{settle_in_background, worst_case_tokens};
+use crate::budget::settle_in_background;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::key_counters::NodeCounters;
+use aigw_domain::usage::TokenUsage;
 use aigw_persistence::key_rates;
 
 /// Length of a counting window, in seconds.
@@ -47,6 +49,71 @@ impl RateStatus {
             out.push(("x-ratelimit-reset-tokens", reset));
         }
         out
+    }
+}
+
+/// One call's admission to make: the key's window, its limits and the call's worst case.
+#[derive(Debug, Clone)]
+pub(crate) struct RatePlan {
+    pub(crate) key_id: String,
+    /// Unix seconds of the window's (the UTC minute's) start.
+    pub(crate) window_start: i64,
+    reset_secs: i64,
+    /// Worst-case tokens counted (0 without a `tpm_limit`).
+    pub(crate) tokens: i64,
+    pub(crate) rpm: Option<i64>,
+    pub(crate) tpm: Option<i64>,
+}
+
+impl RatePlan {
+    /// The admission `principal`'s call with worst-case token use `worst` needs (`None`: its
+    /// key has neither `rpm_limit` nor `tpm_limit`).
+    pub(crate) fn new(principal: &Principal, worst: &TokenUsage) -> Option<Self> {
+        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
+        else {
+            return None;
+        };
+        if policy.rpm_limit.is_none() && policy.tpm_limit.is_none() {
+            return None;
+        }
+        let now = aigw_domain::time::now().timestamp();
+        let window_start = now - now.rem_euclid(WINDOW_SECS);
+        Some(Self {
+            key_id: key_id.clone(),
+            window_start,
+            reset_secs: window_start + WINDOW_SECS - now,
+            tokens: match policy.tpm_limit {
+                Some(_) => i64::try_from(worst.total_tokens).unwrap_or(i64::MAX),
+                None => 0,
+            },
+            rpm: policy.rpm_limit,
+            tpm: policy.tpm_limit,
+        })
+    }
+
+    /// The refusal, with `requests` counted in the window.
+    pub(crate) fn refused(&self, requests: i64) -> ServiceError {
+        let limit = match (self.rpm, self.tpm) {
+            (Some(rpm), _) if requests >= rpm => rpm,
+            (_, Some(tpm)) => tpm,
+            (Some(rpm), None) => rpm,
+            (None, None) => 0,
+        };
+        ServiceError::RateLimited {
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            remaining: 0,
+            reset: self.window_start + WINDOW_SECS,
+            retry_after_secs: u64::try_from(self.reset_secs).unwrap_or(1).max(1),
+        }
+    }
+
+    /// Where the key stands with `requests` and `tokens` counted in the window.
+    pub(crate) fn status(&self, requests: i64, tokens: i64) -> RateStatus {
+        RateStatus {
+            requests: self.rpm.map(|l| (l, l - requests)),
+            tokens: self.tpm.map(|l| (l, l - tokens)),
+            reset_secs: self.reset_secs,
+        }
     }
 }
 
@@ -99,8 +166,9 @@ impl KeyRates {
         self
     }
 
-    /// Admits one call of `principal` to `model` with request `body` when its key has an
-    /// `rpm_limit` or a `tpm_limit` (`None`: no limits, nothing counted).
+    /// Admits one call of `principal` whose worst-case token use is `worst`
+    /// ([`crate::budget::worst_case_tokens`]) when its key has an `rpm_limit` or a
+    /// `tpm_limit` (`None`: no limits, nothing counted).
     ///
     /// # Errors
     /// [`ServiceError::RateLimited`] (`limit`: the limit that refused, `remaining` 0,
@@ -109,35 +177,29 @@ impl KeyRates {
     pub async fn admit(
         &self,
         principal: &Principal,
-        model: &str,
-        body: &[u8],
+        worst: &TokenUsage,
     ) -> Result<Option<(RateStatus, Option<TokenReservation>)>, ServiceError> {
-        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
-        else {
-            return Ok(None);
-        };
-        if policy.rpm_limit.is_none() && policy.tpm_limit.is_none() {
-            return Ok(None);
+        match RatePlan::new(principal, worst) {
+            Some(plan) => self.admit_planned(plan).await.map(Some),
+            None => Ok(None),
         }
-        let now = aigw_domain::time::now().timestamp();
-        let window_start = now - now.rem_euclid(WINDOW_SECS);
-        let reset_secs = window_start + WINDOW_SECS - now;
-        let tokens = match policy.tpm_limit {
-            Some(_) => {
-                i64::try_from(worst_case_tokens(model, body).total_tokens).unwrap_or(i64::MAX)
-            }
-            None => 0,
-        };
-        let (rpm, tpm) = (policy.rpm_limit, policy.tpm_limit);
-        let (rpm_max, tpm_max) = (rpm.unwrap_or(i64::MAX), tpm.unwrap_or(i64::MAX));
+    }
+
+    /// Makes the admission `plan` in the node's memory or the database.
+    pub(crate) async fn admit_planned(
+        &self,
+        plan: RatePlan,
+    ) -> Result<(RateStatus, Option<TokenReservation>), ServiceError> {
+        let (window_start, tokens) = (plan.window_start, plan.tokens);
+        let (rpm_max, tpm_max) = (plan.rpm.unwrap_or(i64::MAX), plan.tpm.unwrap_or(i64::MAX));
         let counts = match &self.node {
             Some(node) => {
                 let (admitted, requests, tokens) =
-                    node.admit(key_id, window_start, tokens, rpm_max, tpm_max);
+                    node.admit(&plan.key_id, window_start, tokens, rpm_max, tpm_max);
                 key_rates::WindowCounts { admitted, requests, tokens }
             }
             None => {
-                let key = key_id.clone();
+                let key = plan.key_id.clone();
                 self.db
                     .run(move |conn| {
                         Ok(key_rates::admit(conn, &key, window_start, tokens, rpm_max, tpm_max)?)
@@ -146,33 +208,17 @@ impl KeyRates {
             }
         };
         if !counts.admitted {
-            let limit = match (rpm, tpm) {
-                (Some(rpm), _) if counts.requests >= rpm => rpm,
-                (_, Some(tpm)) => tpm,
-                (Some(rpm), None) => rpm,
-                (None, None) => 0,
-            };
-            let retry_after_secs = u64::try_from(reset_secs).unwrap_or(1).max(1);
-            return Err(ServiceError::RateLimited {
-                limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                remaining: 0,
-                reset: window_start + WINDOW_SECS,
-                retry_after_secs,
-            });
+            return Err(plan.refused(counts.requests));
         }
-        let status = RateStatus {
-            requests: rpm.map(|l| (l, l - counts.requests)),
-            tokens: tpm.map(|l| (l, l - counts.tokens)),
-            reset_secs,
-        };
-        let reservation = tpm.map(|_| TokenReservation {
+        let status = plan.status(counts.requests, counts.tokens);
+        let reservation = plan.tpm.map(|_| TokenReservation {
             db: self.db.clone(),
             node: self.node.clone(),
-            key_id: key_id.clone(),
+            key_id: plan.key_id,
             window_start,
             reserved: tokens,
         });
-        Ok(Some((status, reservation)))
+        Ok((status, reservation))
     }
 }
 

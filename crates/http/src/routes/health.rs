@@ -18,9 +18,10 @@ pub async fn healthz() -> HttpResponse {
 /// The body also reports the credential change feed: `change_feed.status` is `ok`, or `stale`
 /// when the feed has not been read for more than `credential_cache.max_feed_lag_ms` (the node
 /// then reads every credential from the database, so it stays ready), and `lag_ms` the
-/// milliseconds since its last read. With `rate_limit.backend = "redis"` the body also says
-/// whether Redis answers; a Redis outage does not make the node unready (it then limits from
-/// its own memory), so that losing Redis never takes every node out of the balancer. `usage`
+/// milliseconds since its last read. With `rate_limit.backend = "redis"` or
+/// `gateway.key_counters = "redis"` the body also says whether Redis answers; a Redis outage
+/// does not make the node unready (it then limits from its own memory and counts keys in the
+/// database), so that losing Redis never takes every node out of the balancer. `usage`
 /// reports the usage recorder (records queued, spooled, last write); a metering backlog never
 /// makes the node unready either, since no record is lost meanwhile.
 #[utoipa::path(get, path = "/readyz", tag = "health",

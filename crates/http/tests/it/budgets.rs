@@ -27,11 +27,11 @@ backend_tests!(
 
 /// USD per million prompt tokens of `priced` (completions are free, so a call's worst case,
 /// its prompt, is exactly its real cost).
-const INPUT_PER_MILLION: f64 = 100.0;
+pub(crate) const INPUT_PER_MILLION: f64 = 100.0;
 
 /// Providers: `priced` (prompt tokens cost [`INPUT_PER_MILLION`]) and `dear` (also
 /// completion tokens, at 1000 USD per million), both answered by the built-in echo.
-fn priced_providers(s: &mut aigw_http::settings::Settings) {
+pub(crate) fn priced_providers(s: &mut aigw_http::settings::Settings) {
     let price = |input: f64, output: f64| PriceConfig {
         input_per_million: input,
         output_per_million: output,
@@ -52,7 +52,7 @@ fn priced_providers(s: &mut aigw_http::settings::Settings) {
 
 /// The cost of one `priced` call with `chat_body("priced", "hi")`, in USD, read from the
 /// echo's own `usage` (the same tokenizer count the reservation uses).
-async fn cost_of_one_call(app: &TestApp, token: &str) -> f64 {
+pub(crate) async fn cost_of_one_call(app: &TestApp, token: &str) -> f64 {
     let probe = app.key(token, &["ai_gateway"]).await;
     let reply = app.chat(Auth::Bearer(&probe), &chat_body("priced", "hi")).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
@@ -61,7 +61,7 @@ async fn cost_of_one_call(app: &TestApp, token: &str) -> f64 {
     prompt as f64 * INPUT_PER_MILLION / 1_000_000.0
 }
 
-async fn budget_key(app: &TestApp, token: &str, usd: f64, period: &str) -> Value {
+pub(crate) async fn budget_key(app: &TestApp, token: &str, usd: f64, period: &str) -> Value {
     app.create_key_raw(
         Auth::Bearer(token),
         &json!({"name": "budget", "permissions": ["ai_gateway", "read"],
@@ -73,7 +73,7 @@ async fn budget_key(app: &TestApp, token: &str, usd: f64, period: &str) -> Value
 
 /// Fires `n` calls at once, spread over `nodes`; returns how many got 200 and how many 429
 /// `budget_exceeded` (any other answer fails the test).
-async fn fire(nodes: &[&TestApp], key: &str, n: usize) -> (usize, usize) {
+pub(crate) async fn fire(nodes: &[&TestApp], key: &str, n: usize) -> (usize, usize) {
     let calls = (0..n).map(|i| {
         let node = nodes[i % nodes.len()];
         let request = node
@@ -111,28 +111,31 @@ async fn node_counters_hold_fifty_concurrent_calls_to_the_budget(backend: Backen
     fifty_concurrent_calls_on_one_node(backend, node_counters).await;
 }
 
+/// 50 concurrent calls of a key whose daily budget allows 10, spread over `nodes` (the first
+/// one the app); returns the cost of one call in USD.
+pub(crate) async fn fifty_concurrent_calls(nodes: &[&TestApp]) -> f64 {
+    let app = nodes[0];
+    let user = app.new_user("budget50").await;
+    let cost = cost_of_one_call(app, &user.token).await;
+    let made = budget_key(app, &user.token, 10.0 * cost, "daily").await;
+    let (ok, refused) = fire(nodes, made["key"].as_str().unwrap(), 50).await;
+    assert_eq!(ok, 10, "a budget for 10 calls let {ok} through on {} node(s)", nodes.len());
+    assert_eq!(refused, 40);
+    cost
+}
+
 async fn fifty_concurrent_calls_on_one_node(
     backend: Backend,
     tweak: fn(&mut aigw_http::settings::Settings),
 ) {
     let app = spawn_app_with(backend, tweak).await;
-    let user = app.new_user("budget50").await;
-    let cost = cost_of_one_call(&app, &user.token).await;
-    let made = budget_key(&app, &user.token, 10.0 * cost, "daily").await;
-    let (ok, refused) = fire(&[&app], made["key"].as_str().unwrap(), 50).await;
-    assert_eq!(ok, 10, "a budget for 10 calls let {ok} through");
-    assert_eq!(refused, 40);
+    fifty_concurrent_calls(&[&app]).await;
 }
 
 async fn fifty_concurrent_calls_on_two_nodes_spend_at_most_the_budget(backend: Backend) {
     let app = spawn_app_with(backend, priced_providers).await;
     let node_b = app.spawn_sibling(priced_providers).await;
-    let user = app.new_user("budgetnodes").await;
-    let cost = cost_of_one_call(&app, &user.token).await;
-    let made = budget_key(&app, &user.token, 10.0 * cost, "monthly").await;
-    let (ok, refused) = fire(&[&app, &node_b], made["key"].as_str().unwrap(), 50).await;
-    assert_eq!(ok, 10, "a budget for 10 calls let {ok} through on two nodes");
-    assert_eq!(refused, 40);
+    fifty_concurrent_calls(&[&app, &node_b]).await;
 }
 
 async fn an_exhausted_budget_answers_429_with_details_and_retry_after(backend: Backend) {
@@ -240,20 +243,29 @@ async fn patching_the_budget_takes_effect_at_once(backend: Backend) {
 
 /// Waits until at least 15 s are left in the current UTC minute (the limits count per minute),
 /// so that a test's calls fall into one window.
-async fn early_in_a_minute() {
+pub(crate) async fn early_in_a_minute() {
     let second = chrono::Utc::now().timestamp().rem_euclid(60);
     if second > 45 {
         tokio::time::sleep(Duration::from_secs(u64::try_from(61 - second).unwrap())).await;
     }
 }
 
-fn header_i64(reply: &Reply, name: &str) -> i64 {
+pub(crate) fn header_i64(reply: &Reply, name: &str) -> i64 {
     reply.header(name).unwrap_or_else(|| panic!("no {name}: {:?}", reply.headers)).parse().unwrap()
 }
 
 async fn rpm_limit_holds_across_nodes_with_openai_headers(backend: Backend) {
-    let app = spawn_app_with(backend, priced_providers).await;
-    let node_b = app.spawn_sibling(priced_providers).await;
+    rpm_limit_across_two_nodes(backend, &priced_providers).await;
+}
+
+/// A key with `rpm_limit` 4 gets 4 calls, alternating between two nodes started with
+/// `tweak`, then 429 on both; returns the first node and the key's id.
+pub(crate) async fn rpm_limit_across_two_nodes(
+    backend: Backend,
+    tweak: &(dyn Fn(&mut aigw_http::settings::Settings) + Sync),
+) -> (TestApp, String) {
+    let app = spawn_app_with(backend, tweak).await;
+    let node_b = app.spawn_sibling(tweak).await;
     let user = app.new_user("rpm").await;
     let made = app
         .create_key_raw(
@@ -289,6 +301,8 @@ async fn rpm_limit_holds_across_nodes_with_openai_headers(backend: Backend) {
     let reply = app.chat(Auth::Bearer(&open), &chat_body("priced", "hi")).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert!(reply.header("x-ratelimit-limit-requests").is_none());
+    let id = made["id"].as_str().unwrap().to_owned();
+    (app, id)
 }
 
 async fn tpm_limit_reserves_worst_case_tokens_and_settles(backend: Backend) {
@@ -363,7 +377,7 @@ async fn tpm_limit_on_one_node(backend: Backend, tweak: fn(&mut aigw_http::setti
 }
 
 /// Waits until key `id`'s `spend_usd` (from the ledger) reaches `usd`.
-async fn wait_for_spend(app: &TestApp, token: &str, id: &str, usd: f64) {
+pub(crate) async fn wait_for_spend(app: &TestApp, token: &str, id: &str, usd: f64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let list = app.list_keys(Auth::Bearer(token)).await.data(200);

@@ -24,6 +24,7 @@ mod errors;
 mod http_semantics;
 mod idempotency;
 mod jwt;
+mod key_counters_redis;
 mod key_policy;
 mod limits;
 mod observability;

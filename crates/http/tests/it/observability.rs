@@ -82,9 +82,9 @@ fn value(series: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// Asserts each `(name, labels, expected)`, reporting every mismatch at once.
 /// One expectation: metric name, labels, value.
-type Expected<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
+pub(crate) type Expected<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
 
-fn expect_all(series: &Series, expected: &[Expected<'_>]) {
+pub(crate) fn expect_all(series: &Series, expected: &[Expected<'_>]) {
     let wrong: Vec<String> = expected
         .iter()
         .filter_map(|(name, labels, want)| {

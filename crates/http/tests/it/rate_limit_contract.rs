@@ -549,7 +549,7 @@ impl RedisServer {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
@@ -562,7 +562,7 @@ impl RedisServer {
     }
 
     /// Starts it again on the same port.
-    fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill();
         let binary = redis_binary().unwrap();
         self.spawn(&binary);

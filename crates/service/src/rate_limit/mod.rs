@@ -20,6 +20,7 @@ pub use config::{
 
 use crate::auth::Principal;
 use crate::error::ServiceError;
+use crate::redis_link::RedisLink;
 use memory::MemoryLimiter;
 use redis_store::RedisLimiter;
 use sha2::{Digest, Sha256};
@@ -235,6 +236,9 @@ impl Decision {
 #[derive(Debug, Clone)]
 pub struct RateLimiter {
     inner: Option<Arc<Inner>>,
+    /// The node's Redis connection, when the policies or keys' counters use it: its health
+    /// and fallbacks are what `/metrics` and `/readyz` report.
+    redis: Option<RedisLink>,
 }
 
 #[derive(Debug)]
@@ -242,8 +246,6 @@ struct Inner {
     policies: [PolicyQuota; POLICY_COUNT],
     memory: MemoryLimiter,
     redis: Option<RedisLimiter>,
-    /// Checks the memory limiter decided because Redis was unavailable.
-    fallbacks: std::sync::atomic::AtomicU64,
 }
 
 impl RateLimiter {
@@ -270,18 +272,32 @@ impl RateLimiter {
             policies[policy.index()] = p;
         }
         let memory = MemoryLimiter::new(&policies)?;
-        let redis = match config.backend {
+        let link = match config.backend {
             RateLimitBackend::Memory => None,
-            RateLimitBackend::Redis => Some(RedisLimiter::new(config)?),
+            RateLimitBackend::Redis => Some(RedisLink::new(config)?),
         };
-        Ok(Self {
-            inner: Some(Arc::new(Inner { policies, memory, redis, fallbacks: Default::default() })),
-        })
+        let redis = link.clone().map(|link| RedisLimiter::new(config, link));
+        Ok(Self { inner: Some(Arc::new(Inner { policies, memory, redis })), redis: link })
     }
 
     /// A limiter that allows everything (`enabled = false`).
     pub fn disabled() -> Self {
-        Self { inner: None }
+        Self { inner: None, redis: None }
+    }
+
+    /// The node's Redis connection for keys' counters (`gateway.key_counters = "redis"`):
+    /// the policies' own when they count in Redis, else a new one to `config.redis_url`, whose
+    /// health and fallbacks this limiter then reports.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when `redis_url` cannot be parsed.
+    pub fn share_redis(&mut self, config: &RateLimitConfig) -> Result<RedisLink, ServiceError> {
+        if let Some(link) = &self.redis {
+            return Ok(link.clone());
+        }
+        let link = RedisLink::new(config)?;
+        self.redis = Some(link.clone());
+        Ok(link)
     }
 
     /// The quota of `policy`, or `None` when it is off.
@@ -303,7 +319,9 @@ impl RateLimiter {
             if let Some(decision) = redis.check(policy, quota, key).await {
                 return Some(decision);
             }
-            inner.fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(link) = &self.redis {
+                link.count_fallback();
+            }
         }
         Some(inner.memory.check(policy, quota, key))
     }
@@ -325,27 +343,29 @@ impl RateLimiter {
         inner.memory.peek_refused(policy, quota, key)
     }
 
-    /// Whether counters are kept in Redis (`backend = "redis"` and rate limiting on).
+    /// Whether counters are kept in Redis (`backend = "redis"` and rate limiting on, or keys'
+    /// counters in Redis).
     pub fn uses_redis(&self) -> bool {
-        self.inner.as_ref().is_some_and(|i| i.redis.is_some())
+        self.redis.is_some()
     }
 
-    /// Requests counted by this node's memory limiter because Redis was unavailable, since
-    /// start (a counter for `/metrics`).
+    /// Calls decided without Redis because it was unavailable, since start (a counter for
+    /// `/metrics`): rate-limit checks decided by this node's memory, and admissions of keys'
+    /// counters decided by the database (`gateway.key_counters = "redis"`).
     pub fn memory_fallbacks(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |i| i.fallbacks.load(std::sync::atomic::Ordering::Relaxed))
+        self.redis.as_ref().map_or(0, RedisLink::fallbacks)
     }
 
-    /// Whether the last call to Redis succeeded (`None` without the Redis backend), without
+    /// Whether the last call to Redis succeeded (`None` when nothing uses Redis), without
     /// calling it: a gauge for `/metrics`.
     pub fn redis_available(&self) -> Option<bool> {
-        self.inner.as_ref().and_then(|i| i.redis.as_ref()).map(RedisLimiter::available)
+        self.redis.as_ref().map(RedisLink::available)
     }
 
-    /// Whether the configured Redis answers a `PING` (always `true` for the memory backend
-    /// and when rate limiting is off), for readiness probes.
+    /// Whether the node's Redis answers a `PING` (always `true` when nothing uses Redis), for
+    /// readiness probes.
     pub async fn redis_ready(&self) -> bool {
-        match self.inner.as_ref().and_then(|i| i.redis.as_ref()) {
+        match &self.redis {
             Some(redis) => redis.ping().await,
             None => true,
         }

@@ -151,7 +151,7 @@ impl Pending {
         let price = prices.get(&self.model);
         let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
         if let Some(reservation) = reservation {
-            reservation.settle(cost_micros);
+            reservation.settle(cost_micros, usage.total_tokens);
         }
         if let Some(reserved) = tokens_reserved {
             reserved.settle(usage.total_tokens);

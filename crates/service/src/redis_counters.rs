@@ -1,0 +1,468 @@
+//! Keys' budget counters and rpm/tpm windows in Redis (`gateway.key_counters = "redis"`,
+//! docs/budgets.md "Where the counters live"), shared by every node using the same Redis.
+//!
+//! - **Admission**: ONE script per call ([`ADMIT`], EVALSHA) reads the key's rate window and
+//!   its budget counter and adds to both only when both fit, so a refusal of one never charges
+//!   the other. Redis runs a script alone, so concurrent calls on any number of nodes are
+//!   counted one after the other.
+//! - **Opening**: a budget counter missing in Redis (first call of a period, a new budget after
+//!   a PATCH, an idle counter expired, Redis restarted) is opened at the ledger's spend for the
+//!   period - the same read as the node counters' - by [`OPEN`], which creates it only when it
+//!   is still missing (SET NX semantics); then the admission runs once more.
+//! - **Settlement**: one script per call ([`SETTLE`]), sent in the background when the usage
+//!   recorder records the call.
+//! - **Names**: `{prefix}kc:{<key id>}:b:<kind>/<period's first day>:<limit>` (a hash: `c`
+//!   committed micro-USD, `g` the generation the opener chose) and
+//!   `{prefix}kc:{<key id>}:w:<minute's Unix start>` (`r` requests, `t` tokens); the key id in
+//!   braces keeps a key's counters in one Redis Cluster slot. A PATCH of the budget or period
+//!   names a new counter. Windows expire 90 s after they open; budget counters 1 h after
+//!   their last admission.
+//! - **Failure**: when Redis fails or times out ([`RedisLink`]), the admission returns `None`
+//!   and the caller counts in the database instead ([`FALLBACK_PREFIX`]) for
+//!   `rate_limit.redis_retry_secs`. The first node back on Redis reconciles: it deletes the
+//!   Redis budget counters of every key charged in the database meanwhile (so they reopen
+//!   from the ledger, which holds the outage's calls) and then those database counters.
+
+use crate::budget::{BudgetPlan, Budgets, Reservation};
+use crate::db::Db;
+use crate::error::ServiceError;
+use crate::key_rates::{RatePlan, RateStatus};
+use crate::redis_link::RedisLink;
+use aigw_persistence::budgets;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Period names of the database counters charged while Redis was unavailable: the prefix,
+/// then the Redis counter's qualified name ([`BudgetPlan::qualified`]).
+pub const FALLBACK_PREFIX: &str = "redis-down/";
+
+/// Seconds a rate window lives (its minute, plus the settlements of its late calls).
+const WINDOW_TTL_SECS: i64 = 90;
+
+/// Seconds an idle budget counter lives after its last admission.
+const BUDGET_TTL_SECS: i64 = 3600;
+
+/// The admission. KEYS[1]: budget counter, KEYS[2]: rate window. ARGV: [1] `1` with a budget,
+/// [2] worst-case cost (micro-USD), [3] budget limit, [4] `1` with rate limits, [5] worst-case
+/// tokens, [6] rpm (-1: none), [7] tpm (-1: none), [8] window TTL, [9] budget TTL.
+/// Returns {outcome, committed, generation, requests, tokens}; outcome 1 admitted, 2 refused by
+/// a rate limit, 3 refused by the budget, 4 budget counter not open.
+const ADMIT: &str = r"
+local r, t = 0, 0
+if ARGV[4] == '1' then
+  local w = redis.call('HMGET', KEYS[2], 'r', 't')
+  r = tonumber(w[1]) or 0
+  t = tonumber(w[2]) or 0
+  local rpm, tpm = tonumber(ARGV[6]), tonumber(ARGV[7])
+  if (rpm >= 0 and r >= rpm) or (tpm >= 0 and t > tpm - tonumber(ARGV[5])) then
+    return {2, 0, '', r, t}
+  end
+end
+local c, g = 0, ''
+if ARGV[1] == '1' then
+  local b = redis.call('HMGET', KEYS[1], 'c', 'g')
+  if not b[1] then
+    return {4, 0, '', r, t}
+  end
+  c = tonumber(b[1])
+  g = b[2] or ''
+  if c > tonumber(ARGV[3]) - tonumber(ARGV[2]) then
+    return {3, c, g, r, t}
+  end
+  c = redis.call('HINCRBY', KEYS[1], 'c', ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[9])
+end
+if ARGV[4] == '1' then
+  r = redis.call('HINCRBY', KEYS[2], 'r', 1)
+  t = redis.call('HINCRBY', KEYS[2], 't', ARGV[5])
+  if r == 1 then
+    redis.call('EXPIRE', KEYS[2], ARGV[8])
+  end
+end
+return {1, c, g, r, t}
+";
+
+/// Opens a budget counter unless it exists. KEYS[1]: the counter. ARGV: [1] spent
+/// (micro-USD, from the ledger), [2] generation, [3] TTL. Returns 1 when it opened it.
+const OPEN: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'c', ARGV[1], 'g', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// The settlement. KEYS[1]: budget counter, KEYS[2]: rate window. ARGV: [1] `1` with a
+/// budget, [2] the generation reserved against, [3] real cost minus reservation, [4] real
+/// cost, [5] `1` with a token window, [6] real tokens minus reserved. A counter reopened since
+/// the reservation (another generation) did not count it: it gets the real cost. Missing
+/// counters stay missing; nothing goes below 0.
+const SETTLE: &str = r"
+if ARGV[1] == '1' then
+  local g = redis.call('HGET', KEYS[1], 'g')
+  if g then
+    local add = ARGV[3]
+    if g ~= ARGV[2] then
+      add = ARGV[4]
+    end
+    if redis.call('HINCRBY', KEYS[1], 'c', add) < 0 then
+      redis.call('HSET', KEYS[1], 'c', 0)
+    end
+  end
+end
+if ARGV[5] == '1' and redis.call('EXISTS', KEYS[2]) == 1 then
+  if redis.call('HINCRBY', KEYS[2], 't', ARGV[6]) < 0 then
+    redis.call('HSET', KEYS[2], 't', 0)
+  end
+end
+return 1
+";
+
+/// The scripts and the connection (shared by clones).
+struct Scripts {
+    link: RedisLink,
+    admit: redis::Script,
+    open: redis::Script,
+    settle: redis::Script,
+}
+
+/// Keys' counters in Redis (cheap to clone).
+#[derive(Clone)]
+pub struct RedisCounters {
+    scripts: Arc<Scripts>,
+    prefix: String,
+    db: Db,
+    /// The link's `outages_ended` this node last reconciled for (`u64::MAX`: never).
+    reconciled: Arc<AtomicU64>,
+    /// Held while reconciling: the calls that arrive meanwhile wait for it.
+    reconciling: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for RedisCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCounters")
+            .field("link", &self.scripts.link)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an admitted call holds in Redis, for its settlement.
+#[derive(Debug)]
+pub(crate) struct RedisHeld {
+    scripts: Arc<Scripts>,
+    /// The budget counter and the generation reserved against.
+    budget: Option<(String, String)>,
+    /// The rate window and the worst-case tokens counted in it (with a `tpm_limit`).
+    window: Option<(String, i64)>,
+}
+
+impl std::fmt::Debug for Scripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.link.fmt(f)
+    }
+}
+
+impl RedisHeld {
+    /// Sends the settlement in the background: `delta` (real cost minus reservation) and
+    /// `cost` micro-USD to the budget counter, the real `total_tokens` to the window.
+    pub(crate) fn settle(self, delta: i64, cost: i64, total_tokens: u64) {
+        let token_delta = self
+            .window
+            .as_ref()
+            .map_or(0, |(_, reserved)| i64::try_from(total_tokens).unwrap_or(i64::MAX) - reserved);
+        // With a budget the script always runs, `delta` 0 or not: a counter reopened since
+        // the reservation needs the real cost.
+        if (self.budget.is_none() || (delta == 0 && cost == 0)) && token_delta == 0 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let (budget_key, generation) = self.budget.clone().unwrap_or_default();
+            let window_key = self.window.as_ref().map(|(k, _)| k.clone()).unwrap_or_default();
+            let mut invocation = self.scripts.settle.key(placeholder(&budget_key, &window_key));
+            invocation.key(placeholder(&window_key, &budget_key));
+            invocation
+                .arg(flag(self.budget.is_some()))
+                .arg(generation)
+                .arg(delta)
+                .arg(cost)
+                .arg(flag(self.window.is_some()))
+                .arg(token_delta);
+            if self.scripts.link.invoke::<i64>(&invocation).await.is_none() {
+                tracing::warn!("settlement in Redis failed; the reservation stays counted");
+            }
+        });
+    }
+}
+
+fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// `name`, or `other` when `name` is empty (a script's unused key: one of the call's own, so
+/// that both stay in one Redis Cluster slot).
+fn placeholder<'a>(name: &'a str, other: &'a str) -> &'a str {
+    if name.is_empty() {
+        other
+    } else {
+        name
+    }
+}
+
+impl RedisCounters {
+    /// Counters over `link`, named under `prefix` (`rate_limit.redis_key_prefix`); `db` holds
+    /// the ledger they open from and the fallback counters.
+    pub fn new(link: RedisLink, prefix: &str, db: Db) -> Self {
+        tracing::info!(redis = %link.url_for_logs(), "keys' budgets and rpm/tpm count in Redis");
+        Self {
+            scripts: Arc::new(Scripts {
+                link,
+                admit: redis::Script::new(ADMIT),
+                open: redis::Script::new(OPEN),
+                settle: redis::Script::new(SETTLE),
+            }),
+            prefix: prefix.to_owned(),
+            db,
+            reconciled: Arc::new(AtomicU64::new(u64::MAX)),
+            reconciling: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    /// Counts a call decided by the database because Redis was unavailable.
+    pub(crate) fn count_fallback(&self) {
+        self.scripts.link.count_fallback();
+    }
+
+    fn budget_key(&self, key_id: &str, qualified: &str) -> String {
+        format!("{}kc:{{{key_id}}}:b:{qualified}", self.prefix)
+    }
+
+    fn window_key(&self, key_id: &str, window_start: i64) -> String {
+        format!("{}kc:{{{key_id}}}:w:{window_start}", self.prefix)
+    }
+
+    /// Admits a call against its key's rate window (`rates`) and budget (`budget`) in one
+    /// script. `None` when Redis is unavailable: the caller then counts in the database.
+    pub(crate) async fn admit(
+        &self,
+        budgets: &Budgets,
+        budget: Option<&BudgetPlan>,
+        rates: Option<&RatePlan>,
+    ) -> Option<Result<(Option<RateStatus>, Reservation), ServiceError>> {
+        let key_id = budget.map(|b| b.key_id.as_str()).or(rates.map(|r| r.key_id.as_str()))?;
+        let budget_key =
+            budget.map(|b| self.budget_key(key_id, &b.qualified())).unwrap_or_default();
+        let window_key = rates.map(|r| self.window_key(key_id, r.window_start)).unwrap_or_default();
+        let (cost, limit) = budget.map_or((0, 0), |b| (b.cost, b.limit));
+        let tokens = rates.map_or(0, |r| r.tokens);
+        if !self.reconciled() {
+            // First call since start or since an outage: the counters charged in the
+            // database meanwhile are reconciled before Redis decides again.
+            if self.scripts.link.in_backoff() {
+                return None;
+            }
+            let _one_at_a_time = self.reconciling.lock().await;
+            if self.scripts.link.in_backoff() {
+                return None;
+            }
+            if !self.reconciled() {
+                if let Err(e) = self.reconcile().await {
+                    tracing::debug!(error = %e, "key counters not reconciled yet");
+                    return None;
+                }
+            }
+        }
+        let mut opened = false;
+        loop {
+            let mut invocation = self.scripts.admit.key(placeholder(&budget_key, &window_key));
+            invocation
+                .key(placeholder(&window_key, &budget_key))
+                .arg(flag(budget.is_some()))
+                .arg(cost)
+                .arg(limit)
+                .arg(flag(rates.is_some()))
+                .arg(tokens)
+                .arg(rates.and_then(|r| r.rpm).unwrap_or(-1))
+                .arg(rates.and_then(|r| r.tpm).unwrap_or(-1))
+                .arg(WINDOW_TTL_SECS)
+                .arg(BUDGET_TTL_SECS);
+            let (outcome, committed, generation, requests, counted) =
+                self.scripts.link.invoke::<(i64, i64, String, i64, i64)>(&invocation).await?;
+            return Some(match (outcome, budget, rates) {
+                (1, ..) => Ok((
+                    rates.map(|r| r.status(requests, counted)),
+                    Reservation::in_redis(
+                        key_id.to_owned(),
+                        cost,
+                        RedisHeld {
+                            scripts: self.scripts.clone(),
+                            budget: budget.map(|_| (budget_key, generation)),
+                            window: rates.and_then(|r| r.tpm.map(|_| (window_key, r.tokens))),
+                        },
+                    ),
+                )),
+                (2, _, Some(rates)) => Err(rates.refused(requests)),
+                (3, Some(budget), _) => Err(budget.refused(committed)),
+                (4, Some(budget), _) if !opened => {
+                    let spent = match budgets.ledger_spend(key_id, &budget.from).await {
+                        Ok(spent) => spent,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    let generation = uuid::Uuid::now_v7().simple().to_string();
+                    let mut open = self.scripts.open.key(&budget_key);
+                    open.arg(spent).arg(generation).arg(BUDGET_TTL_SECS);
+                    self.scripts.link.invoke::<i64>(&open).await?;
+                    opened = true;
+                    continue;
+                }
+                _ => {
+                    Err(ServiceError::Unavailable("the budget counter vanished; retry".to_owned()))
+                }
+            });
+        }
+    }
+
+    /// Whether this node reconciled since its start and since the last outage it saw.
+    fn reconciled(&self) -> bool {
+        let link = &self.scripts.link;
+        link.available() && self.reconciled.load(Ordering::Relaxed) == link.outages_ended()
+    }
+
+    /// Deletes the Redis budget counters of the keys charged in the database while Redis was
+    /// unavailable (by any node: the rows named [`FALLBACK_PREFIX`]`…`), so that they reopen
+    /// from the ledger, then those database counters.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database or Redis fails.
+    async fn reconcile(&self) -> Result<(), ServiceError> {
+        let link = &self.scripts.link;
+        let charged =
+            self.db.run(|conn| Ok(budgets::periods_starting_with(conn, FALLBACK_PREFIX)?)).await?;
+        if charged.is_empty() {
+            if link.available() {
+                self.reconciled.store(link.outages_ended(), Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        let mut pipeline = redis::pipe();
+        for (key_id, period) in &charged {
+            let qualified = period.strip_prefix(FALLBACK_PREFIX).unwrap_or(period);
+            pipeline.del(self.budget_key(key_id, qualified)).ignore();
+        }
+        if !self.scripts.link.run(&pipeline).await {
+            return Err(ServiceError::Unavailable("Redis failed again".to_owned()));
+        }
+        let ended = link.outages_ended();
+        let count = charged.len();
+        self.db
+            .run(move |conn| {
+                for (key_id, period) in &charged {
+                    budgets::forget_period(conn, key_id, period)?;
+                }
+                Ok(())
+            })
+            .await?;
+        tracing::info!(
+            counters = count,
+            "after a Redis outage: budget counters charged in the database meanwhile reopen \
+             from the ledger"
+        );
+        self.reconciled.store(ended, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    type Admitted = (i64, i64, String, i64, i64);
+
+    /// One budget counter and one rate window of a test's own.
+    struct Keys {
+        budget: String,
+        window: String,
+    }
+
+    impl Keys {
+        /// [`ADMIT`] of a call costing `cost` (5 tokens) against `limit` and `rpm`.
+        fn admit(&self, conn: &mut redis::Connection, cost: i64, limit: i64, rpm: i64) -> Admitted {
+            let script = redis::Script::new(ADMIT);
+            let mut invocation = script.key(&self.budget);
+            invocation.key(&self.window).arg("1").arg(cost).arg(limit).arg("1").arg(5);
+            invocation.arg(rpm).arg(-1).arg(WINDOW_TTL_SECS).arg(BUDGET_TTL_SECS);
+            invocation.invoke(conn).unwrap()
+        }
+
+        /// [`OPEN`] at `spent` with `generation`.
+        fn open(&self, conn: &mut redis::Connection, spent: i64, generation: &str) -> i64 {
+            let script = redis::Script::new(OPEN);
+            script.key(&self.budget).arg(spent).arg(generation).arg(60).invoke(conn).unwrap()
+        }
+
+        /// [`SETTLE`] of a reservation of `generation`.
+        fn settle(
+            &self,
+            conn: &mut redis::Connection,
+            generation: &str,
+            (delta, cost): (i64, i64),
+            tokens: i64,
+        ) {
+            let script = redis::Script::new(SETTLE);
+            let mut invocation = script.key(&self.budget);
+            invocation.key(&self.window).arg("1").arg(generation).arg(delta).arg(cost);
+            let _: i64 = invocation.arg("1").arg(tokens).invoke(conn).unwrap();
+        }
+
+        fn field(&self, conn: &mut redis::Connection, key: &str, field: &str) -> i64 {
+            redis::cmd("HGET").arg(key).arg(field).query(conn).unwrap()
+        }
+    }
+
+    /// The scripts themselves, against the Redis at 127.0.0.1:6379 (the integration tests'
+    /// real Redis), under keys of this test's own.
+    #[test]
+    fn scripts_charge_both_counters_or_neither_and_settle_across_reopens() {
+        let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+        let mut conn = client.get_connection().expect("a Redis server on 127.0.0.1:6379");
+        let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
+        let k = Keys { budget: format!("{prefix}b"), window: format!("{prefix}w") };
+        let c = &mut conn;
+        assert_eq!(k.admit(c, 10, 100, 3).0, 4, "not open yet");
+        assert_eq!(k.open(c, 60, "g1"), 1);
+        assert_eq!(k.open(c, 0, "g2"), 0, "SET NX: the first opener wins");
+        let g1 = "g1".to_owned();
+        assert_eq!(k.admit(c, 10, 100, 3), (1, 70, g1.clone(), 1, 5));
+        // The budget refuses: no request counted.
+        assert_eq!(k.admit(c, 40, 100, 3), (3, 70, g1.clone(), 1, 5));
+        assert_eq!(k.admit(c, 30, 100, 3), (1, 100, g1.clone(), 2, 10));
+        assert_eq!(k.admit(c, 0, 100, 3), (1, 100, g1, 3, 15));
+        // The rpm refuses: nothing charged to the budget.
+        assert_eq!(k.admit(c, 0, 1000, 3).0, 2);
+        assert_eq!(k.field(c, &k.budget, "c"), 100);
+        k.settle(c, "g1", (-20, 10), -4);
+        assert_eq!(k.field(c, &k.budget, "c"), 80);
+        assert_eq!(k.field(c, &k.window, "t"), 11);
+        // Reopened (another generation): a late settlement adds its real cost.
+        let _: () = redis::cmd("DEL").arg(&k.budget).query(c).unwrap();
+        assert_eq!(k.open(c, 500, "g2"), 1);
+        k.settle(c, "g1", (-20, 30), 0);
+        assert_eq!(k.field(c, &k.budget, "c"), 530);
+        // Never below 0.
+        k.settle(c, "g2", (-1000, 0), -1000);
+        assert_eq!(k.field(c, &k.budget, "c"), 0);
+        assert_eq!(k.field(c, &k.window, "t"), 0);
+        let ttl: i64 = redis::cmd("TTL").arg(&k.window).query(c).unwrap();
+        assert!((1..=WINDOW_TTL_SECS).contains(&ttl), "window TTL {ttl}");
+        let _: () = redis::cmd("DEL").arg(&k.budget).arg(&k.window).query(c).unwrap();
+    }
+}
