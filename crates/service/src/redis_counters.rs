@@ -387,6 +387,47 @@ mod tests {
 
     type Admitted = (i64, i64, String, i64, i64);
 
+    /// A `redis-server` of this test's own on a free port (`AIGW_TEST_REDIS_SERVER`, else
+    /// `redis-server` from `PATH`, as scripts/test.sh finds it), killed when dropped. `None`
+    /// after a loud message when there is none; under `CI=true` that is a failure.
+    struct OwnRedis {
+        port: u16,
+        child: std::process::Child,
+    }
+
+    impl OwnRedis {
+        fn start() -> Option<Self> {
+            let binary =
+                std::env::var("AIGW_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+            let spawned = std::process::Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn();
+            let Ok(child) = spawned else {
+                assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true: no {binary}");
+                eprintln!("!!! {binary} not found: SKIPPING the Redis script test !!!");
+                return None;
+            };
+            let server = Self { port, child };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(std::time::Instant::now() < deadline, "{binary} did not start");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Some(server)
+        }
+    }
+
+    impl Drop for OwnRedis {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
     /// One budget counter and one rate window of a test's own.
     struct Keys {
         budget: String,
@@ -432,8 +473,9 @@ mod tests {
     /// real Redis), under keys of this test's own.
     #[test]
     fn scripts_charge_both_counters_or_neither_and_settle_across_reopens() {
-        let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-        let mut conn = client.get_connection().expect("a Redis server on 127.0.0.1:6379");
+        let Some(server) = OwnRedis::start() else { return };
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
+        let mut conn = client.get_connection().expect("the test's redis-server");
         let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
         let k = Keys { budget: format!("{prefix}b"), window: format!("{prefix}w") };
         let c = &mut conn;
