@@ -14,7 +14,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc returns the 19 MiB argon2 work areas to the OS after each hash; glibc's malloc
+/// mimalloc returns the 19 MiB argon2 work areas to the OS after each hash (with
+/// `MIMALLOC_PURGE_DELAY=0`, see [`reexec_with_allocator_settings`]); glibc's malloc
 /// kept them cached per thread arena (374 MB resident after a login burst with glibc, see
 /// `scripts/bench.sh` and docs/decisions.md "Performance").
 #[global_allocator]
@@ -101,8 +102,43 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     }
 }
 
+/// mimalloc's `purge_delay`, read from the environment when the process starts (before
+/// `main`).
+const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
+
+/// Runs this binary again with `MIMALLOC_PURGE_DELAY=0`, unless the variable is set (an
+/// operator's own value is kept) or the binary cannot be found again (then nothing happens).
+///
+/// mimalloc gives a thread's freed pages back to the OS only when that thread allocates again
+/// after `purge_delay` (1 s by default). The 19 MiB work area of an argon2id hash is freed on a
+/// hashing thread that then sleeps, so it stayed resident: 44 MiB after one login against
+/// 23 MiB before it (docs/performance.md). With 0 the pages go back as they are freed (25 MiB
+/// after the login). mimalloc has no safe call to change it at run time, and this workspace
+/// has no `unsafe`, so the setting is made where mimalloc reads it: the environment of a new
+/// process image (`exec`, same process id).
+#[cfg(unix)]
+fn reexec_with_allocator_settings() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(PURGE_DELAY).is_some() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else { return };
+    let error = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(PURGE_DELAY, "0")
+        .exec();
+    // Only returns on failure: carry on with the allocator's defaults.
+    eprintln!("aigw: could not restart with {PURGE_DELAY}=0 ({error}); idle memory stays higher");
+}
+
+fn main() -> ExitCode {
+    #[cfg(unix)]
+    reexec_with_allocator_settings();
+    run()
+}
+
 #[actix_web::main]
-async fn main() -> ExitCode {
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
