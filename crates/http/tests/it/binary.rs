@@ -231,3 +231,54 @@ fn production_without_a_secret_exits_with_one_line_saying_why() {
     let line = stderr.lines().find(|l| l.starts_with("aigw: ")).unwrap_or_default();
     assert!(line.contains("production") && line.contains("jwt_secret"), "{stderr}");
 }
+
+/// `VmRSS` of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The binary runs itself with `MIMALLOC_PURGE_DELAY=0` (same process id), so a password
+/// hash's work area (64 MiB here) goes back to the system once the hash is done instead of
+/// staying resident on the idle hashing thread; an operator's own value is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_hash_memory_goes_back_after_the_hash() {
+    let environ = |pid: u32| std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let has = |env: &[u8], entry: &str| env.split(|b| *b == 0).any(|e| e == entry.as_bytes());
+    for (operator_value, expected) in
+        [(None, "MIMALLOC_PURGE_DELAY=0"), (Some("250"), "MIMALLOC_PURGE_DELAY=250")]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = write_config(dir.path(), port, free_port());
+        let mut command = Command::new(BIN);
+        command
+            .arg("--config")
+            .arg(&config)
+            .current_dir(dir.path())
+            .env_remove("RUST_LOG")
+            .env_remove("MIMALLOC_PURGE_DELAY")
+            .env("AIGW__AUTH__ARGON2__MEMORY_KIB", "65536")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(value) = operator_value {
+            command.env("MIMALLOC_PURGE_DELAY", value);
+        }
+        let mut child = command.spawn().unwrap();
+        let client = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        wait_until_healthy(&client, &base).await;
+        let pid = child.id();
+        assert!(has(&environ(pid), expected), "{expected} not in the environment of {pid}");
+        if operator_value.is_none() {
+            let before = rss_kib(pid);
+            register_with_key(&client, &base, "memory@example.com").await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let grown = rss_kib(pid).saturating_sub(before);
+            assert!(grown < 32 * 1024, "resident memory grew by {grown} KiB after one 64 MiB hash");
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -163,7 +163,7 @@ struct State {
     replay: Option<(PathBuf, u64)>,
     /// `aigw_tokens_total` (prompt, completion) and `aigw_cost_usd_micros_total` by provider
     /// and model, registered once (configured models only: a bounded set).
-    counters: HashMap<(String, String), [Counter; 3]>,
+    counters: HashMap<String, HashMap<String, [Counter; 3]>>,
 }
 
 #[derive(Debug)]
@@ -350,28 +350,36 @@ impl Context {
     /// Finalizes a metered call into the queue; spools the queue when it is full.
     fn accept(&self, state: &mut State, pending: Pending) {
         let record = pending.into_record(&self.shared.prices);
-        let key = (record.provider.clone(), record.model.clone());
-        if !state.counters.contains_key(&key) {
-            if state.counters.len() >= 1024 {
-                state.counters.clear();
+        let cached = state.counters.get(&record.provider).and_then(|m| m.get(&record.model));
+        let counters = match cached {
+            Some(counters) => counters,
+            None => {
+                if state.counters.values().map(HashMap::len).sum::<usize>() >= 1024 {
+                    state.counters.clear();
+                }
+                let metrics = &self.options.metrics;
+                let labels =
+                    [("provider", record.provider.as_str()), ("model", record.model.as_str())];
+                let [provider, model] = labels;
+                let tokens =
+                    |kind| metrics.counter("aigw_tokens_total", &[provider, model, ("kind", kind)]);
+                let registered = [
+                    tokens("prompt"),
+                    tokens("completion"),
+                    metrics.counter("aigw_cost_usd_micros_total", &labels),
+                ];
+                state
+                    .counters
+                    .entry(record.provider.clone())
+                    .or_default()
+                    .entry(record.model.clone())
+                    .or_insert(registered)
             }
-            let metrics = &self.options.metrics;
-            let labels = [("provider", key.0.as_str()), ("model", key.1.as_str())];
-            let [provider, model] = labels;
-            let tokens =
-                |kind| metrics.counter("aigw_tokens_total", &[provider, model, ("kind", kind)]);
-            let counters = [
-                tokens("prompt"),
-                tokens("completion"),
-                metrics.counter("aigw_cost_usd_micros_total", &labels),
-            ];
-            state.counters.insert(key.clone(), counters);
-        }
-        if let Some([prompt, completion, cost]) = state.counters.get(&key) {
-            prompt.increment(record.tokens.prompt_tokens);
-            completion.increment(record.tokens.completion_tokens);
-            cost.increment(record.cost_micros);
-        }
+        };
+        let [prompt, completion, cost] = counters;
+        prompt.increment(record.tokens.prompt_tokens);
+        completion.increment(record.tokens.completion_tokens);
+        cost.increment(record.cost_micros);
         state.queue.push_back(record);
         if state.queue.len() >= self.options.queue_capacity.max(1) {
             self.spool_queue(state);
