@@ -53,13 +53,32 @@ struct Caps {
 /// (the model's tokenizer) and `max_completion_tokens`, `max_tokens` or
 /// [`DEFAULT_COMPLETION_CAP`]. One parse of the body: the gateway computes it once per call.
 pub fn worst_case_tokens(model: &str, body: &[u8]) -> TokenUsage {
-    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let prompt = tokens::count_prompt(tokens::encoding_for_model(model), &parsed);
-    let caps = serde_json::from_value::<Caps>(parsed).ok();
-    let completion = caps
+    worst_case_of(model, &parse_request(body))
+}
+
+/// A chat request body as a JSON tree (`null` when it is not JSON: nothing to count).
+pub(crate) fn parse_request(body: &[u8]) -> Value {
+    serde_json::from_slice(body).unwrap_or(Value::Null)
+}
+
+/// [`worst_case_tokens`] of a parsed request.
+pub(crate) fn worst_case_of(model: &str, parsed: &Value) -> TokenUsage {
+    let prompt = tokens::count_prompt(tokens::encoding_for_model(model), parsed);
+    TokenUsage::new(prompt, completion_cap(parsed))
+}
+
+/// An upper bound of [`worst_case_tokens`] for any model, without the tokenizer: the prompt
+/// counted as one token per byte ([`tokens::prompt_bound`]) and the same completion cap.
+pub(crate) fn worst_case_bound(parsed: &Value) -> TokenUsage {
+    TokenUsage::new(tokens::prompt_bound(parsed), completion_cap(parsed))
+}
+
+/// `max_completion_tokens`, `max_tokens` or [`DEFAULT_COMPLETION_CAP`].
+fn completion_cap(parsed: &Value) -> u64 {
+    Caps::deserialize(parsed)
+        .ok()
         .and_then(|c| c.max_completion_tokens.or(c.max_tokens))
-        .unwrap_or(DEFAULT_COMPLETION_CAP);
-    TokenUsage::new(prompt, completion)
+        .unwrap_or(DEFAULT_COMPLETION_CAP)
 }
 
 /// The budget guard of a node (cheap to clone).

@@ -1,15 +1,22 @@
 //! A call's admission against its key's own limits (issue 9): the rpm/tpm window
 //! ([`crate::key_rates`]) and the budget ([`crate::budget`]), with the call's worst case
-//! computed once ([`worst_case_tokens`]: one parse of the body and one token count) and
-//! counted where `gateway.key_counters` says: the database, the node's memory, or Redis (one
-//! script for both, the database while Redis is unavailable).
+//! computed from one parse of the body (an upper bound first with Redis counters, the
+//! tokenizer's count near a limit: [`BOUND_HEADROOM`]) and counted where
+//! `gateway.key_counters` says: the database, the node's memory, or Redis (one script for both,
+//! the database while Redis is unavailable).
 
 use crate::auth::Principal;
-use crate::budget::{worst_case_tokens, Budgets, Reservation};
+use crate::budget::{parse_request, worst_case_bound, worst_case_of, Budgets, Reservation};
 use crate::error::ServiceError;
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
-use crate::redis_counters::{RedisCounters, FALLBACK_PREFIX};
+use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use aigw_domain::usage::TokenUsage;
+
+/// How many more calls of the same upper bound a key must have room for, in its budget and
+/// its `tpm_limit`, for a call to be admitted at the bound (Redis counters). Closer to a limit
+/// the prompt is counted exactly, so that the bound's over-reservation never refuses a call
+/// the exact count would admit but when more than this many calls run at once.
+pub const BOUND_HEADROOM: i64 = 32;
 
 /// The key limits of a node (cheap to clone).
 #[derive(Debug, Clone)]
@@ -46,6 +53,11 @@ impl KeyLimits {
 
     /// Admits `principal`'s call of `model` with request `body`.
     ///
+    /// With Redis counters the call is first admitted at an upper bound of its worst case
+    /// ([`crate::budget::worst_case_bound`]: no tokenizer) as long as the key stays
+    /// [`BOUND_HEADROOM`] such calls away from its budget and `tpm_limit`; closer to them, and
+    /// with the database or memory counters, the prompt is counted with the model's tokenizer.
+    ///
     /// # Errors
     /// [`ServiceError::RateLimited`] when the key's `rpm_limit` or `tpm_limit` cannot take
     /// the call, [`ServiceError::BudgetExceeded`] when its budget cannot;
@@ -63,28 +75,45 @@ impl KeyLimits {
         if !priced && policy.rpm_limit.is_none() {
             return Ok(Admission::default());
         }
-        let worst = if priced { worst_case_tokens(model, body) } else { TokenUsage::default() };
-        let budget = self.budgets.plan(principal, model, &worst);
-        let rates = RatePlan::new(principal, &worst);
-        let fallback = match &self.redis {
-            None => false,
-            Some(redis) => {
-                match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref()).await {
-                    Some(admitted) => {
-                        let (status, reservation) = admitted?;
+        let parsed = if priced { parse_request(body) } else { serde_json::Value::Null };
+        let exact = || if priced { worst_case_of(model, &parsed) } else { TokenUsage::default() };
+        let mut fallback = false;
+        if let Some(redis) = &self.redis {
+            let mut attempts = Vec::with_capacity(2);
+            if priced {
+                attempts.push((worst_case_bound(&parsed), BOUND_HEADROOM));
+            }
+            attempts.push((TokenUsage::default(), 0));
+            for (worst, headroom) in attempts {
+                let worst = if headroom > 0 { worst } else { exact() };
+                let budget = self.budgets.plan(principal, model, &worst);
+                let rates = RatePlan::new(principal, &worst);
+                match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await {
+                    Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
                         return Ok(Admission {
                             status,
                             reservation: Some(reservation),
                             tokens: None,
-                        });
+                        })
                     }
+                    Some(Ok(RedisAdmission::CountExactly)) if headroom > 0 => continue,
+                    Some(Ok(RedisAdmission::CountExactly)) => {
+                        return Err(ServiceError::Unavailable(
+                            "the key's counters answered out of turn; retry".to_owned(),
+                        ))
+                    }
+                    Some(Err(e)) => return Err(e),
                     None => {
                         redis.count_fallback();
-                        true
+                        fallback = true;
+                        break;
                     }
                 }
             }
-        };
+        }
+        let worst = exact();
+        let budget = self.budgets.plan(principal, model, &worst);
+        let rates = RatePlan::new(principal, &worst);
         let (status, tokens) = match rates {
             Some(plan) => {
                 let (status, tokens) = self.rates.admit_planned(plan).await?;

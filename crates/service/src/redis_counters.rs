@@ -44,17 +44,27 @@ const BUDGET_TTL_SECS: i64 = 3600;
 
 /// The admission. KEYS[1]: budget counter, KEYS[2]: rate window. ARGV: [1] `1` with a budget,
 /// [2] worst-case cost (micro-USD), [3] budget limit, [4] `1` with rate limits, [5] worst-case
-/// tokens, [6] rpm (-1: none), [7] tpm (-1: none), [8] window TTL, [9] budget TTL.
+/// tokens, [6] rpm (-1: none), [7] tpm (-1: none), [8] window TTL, [9] budget TTL, [10] the
+/// headroom `k` of an upper-bound admission (0: the cost and tokens are exact counts).
 /// Returns {outcome, committed, generation, requests, tokens}; outcome 1 admitted, 2 refused by
-/// a rate limit, 3 refused by the budget, 4 budget counter not open.
+/// a rate limit, 3 refused by the budget, 4 budget counter not open, 5 count exactly: with
+/// `k` > 0, admitting would leave room for fewer than `k` more such calls in the budget or the
+/// tpm window (nothing charged; the caller counts the prompt and comes back with `k` = 0).
 const ADMIT: &str = r"
 local r, t = 0, 0
+local k = tonumber(ARGV[10])
 if ARGV[4] == '1' then
   local w = redis.call('HMGET', KEYS[2], 'r', 't')
   r = tonumber(w[1]) or 0
   t = tonumber(w[2]) or 0
-  local rpm, tpm = tonumber(ARGV[6]), tonumber(ARGV[7])
-  if (rpm >= 0 and r >= rpm) or (tpm >= 0 and t > tpm - tonumber(ARGV[5])) then
+  local rpm, tpm, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[5])
+  if rpm >= 0 and r >= rpm then
+    return {2, 0, '', r, t}
+  end
+  if tpm >= 0 and k > 0 and t > tpm - need * (k + 1) then
+    return {5, 0, '', r, t}
+  end
+  if tpm >= 0 and t > tpm - need then
     return {2, 0, '', r, t}
   end
 end
@@ -66,6 +76,9 @@ if ARGV[1] == '1' then
   end
   c = tonumber(b[1])
   g = b[2] or ''
+  if k > 0 and c > tonumber(ARGV[3]) - tonumber(ARGV[2]) * (k + 1) then
+    return {5, c, g, r, t}
+  end
   if c > tonumber(ARGV[3]) - tonumber(ARGV[2]) then
     return {3, c, g, r, t}
   end
@@ -146,6 +159,17 @@ impl std::fmt::Debug for RedisCounters {
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
+}
+
+/// The answer of [`RedisCounters::admit`]: returned once per call and taken apart at once, so
+/// the size of its larger variant costs nothing worth a box.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum RedisAdmission {
+    /// Admitted: where the key's window stands (with rate limits) and the reservation.
+    Admitted(Option<RateStatus>, Reservation),
+    /// An upper-bound admission came close to a limit: count the call exactly and admit again.
+    CountExactly,
 }
 
 /// What an admitted call holds in Redis, for its settlement.
@@ -250,13 +274,17 @@ impl RedisCounters {
     }
 
     /// Admits a call against its key's rate window (`rates`) and budget (`budget`) in one
-    /// script. `None` when Redis is unavailable: the caller then counts in the database.
+    /// script. With `headroom` > 0 the plans' cost and tokens are upper bounds, admitted only
+    /// while room for `headroom` more such calls remains (else
+    /// [`RedisAdmission::CountExactly`], nothing charged); with 0 they are exact counts.
+    /// `None` when Redis is unavailable: the caller then counts in the database.
     pub(crate) async fn admit(
         &self,
         budgets: &Budgets,
         budget: Option<&BudgetPlan>,
         rates: Option<&RatePlan>,
-    ) -> Option<Result<(Option<RateStatus>, Reservation), ServiceError>> {
+        headroom: i64,
+    ) -> Option<Result<RedisAdmission, ServiceError>> {
         let key_id = budget.map(|b| b.key_id.as_str()).or(rates.map(|r| r.key_id.as_str()))?;
         let budget_key =
             budget.map(|b| self.budget_key(key_id, &b.qualified())).unwrap_or_default();
@@ -293,11 +321,12 @@ impl RedisCounters {
                 .arg(rates.and_then(|r| r.rpm).unwrap_or(-1))
                 .arg(rates.and_then(|r| r.tpm).unwrap_or(-1))
                 .arg(WINDOW_TTL_SECS)
-                .arg(BUDGET_TTL_SECS);
+                .arg(BUDGET_TTL_SECS)
+                .arg(headroom);
             let (outcome, committed, generation, requests, counted) =
                 self.scripts.link.invoke::<(i64, i64, String, i64, i64)>(&invocation).await?;
             return Some(match (outcome, budget, rates) {
-                (1, ..) => Ok((
+                (1, ..) => Ok(RedisAdmission::Admitted(
                     rates.map(|r| r.status(requests, counted)),
                     Reservation::in_redis(
                         key_id.to_owned(),
@@ -309,6 +338,7 @@ impl RedisCounters {
                         },
                     ),
                 )),
+                (5, ..) if headroom > 0 => Ok(RedisAdmission::CountExactly),
                 (2, _, Some(rates)) => Err(rates.refused(requests)),
                 (3, Some(budget), _) => Err(budget.refused(committed)),
                 (4, Some(budget), _) if !opened => {
@@ -437,10 +467,21 @@ mod tests {
     impl Keys {
         /// [`ADMIT`] of a call costing `cost` (5 tokens) against `limit` and `rpm`.
         fn admit(&self, conn: &mut redis::Connection, cost: i64, limit: i64, rpm: i64) -> Admitted {
+            self.admit_with(conn, (cost, 5), (limit, rpm, -1), 0)
+        }
+
+        /// [`ADMIT`] of a call of `(cost, tokens)` against `(limit, rpm, tpm)` with headroom `k`.
+        fn admit_with(
+            &self,
+            conn: &mut redis::Connection,
+            (cost, tokens): (i64, i64),
+            (limit, rpm, tpm): (i64, i64, i64),
+            k: i64,
+        ) -> Admitted {
             let script = redis::Script::new(ADMIT);
             let mut invocation = script.key(&self.budget);
-            invocation.key(&self.window).arg("1").arg(cost).arg(limit).arg("1").arg(5);
-            invocation.arg(rpm).arg(-1).arg(WINDOW_TTL_SECS).arg(BUDGET_TTL_SECS);
+            invocation.key(&self.window).arg("1").arg(cost).arg(limit).arg("1").arg(tokens);
+            invocation.arg(rpm).arg(tpm).arg(WINDOW_TTL_SECS).arg(BUDGET_TTL_SECS).arg(k);
             invocation.invoke(conn).unwrap()
         }
 
@@ -505,6 +546,36 @@ mod tests {
         assert_eq!(k.field(c, &k.window, "t"), 0);
         let ttl: i64 = redis::cmd("TTL").arg(&k.window).query(c).unwrap();
         assert!((1..=WINDOW_TTL_SECS).contains(&ttl), "window TTL {ttl}");
+        let _: () = redis::cmd("DEL").arg(&k.budget).arg(&k.window).query(c).unwrap();
+    }
+
+    /// An upper-bound admission (`k` > 0) is admitted only with room for `k` more such calls
+    /// in the budget and the tpm window; else it answers 5 and charges nothing, and the exact
+    /// admission (`k` = 0) decides as before.
+    #[test]
+    fn bound_admissions_keep_their_distance_from_the_limits() {
+        let Some(server) = OwnRedis::start() else { return };
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
+        let mut conn = client.get_connection().expect("the test's redis-server");
+        let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
+        let k = Keys { budget: format!("{prefix}b"), window: format!("{prefix}w") };
+        let c = &mut conn;
+        assert_eq!(k.open(c, 0, "g"), 1);
+        // Budget 1000, tpm 1000: bound calls of cost 10 and 10 tokens, headroom 4.
+        let g = "g".to_owned();
+        assert_eq!(k.admit_with(c, (10, 10), (1000, -1, 1000), 4), (1, 10, g.clone(), 1, 10));
+        // The budget's room: 960 committed + 10 * 5 > 1000 -> count exactly, nothing charged.
+        let _: () = redis::cmd("HSET").arg(&k.budget).arg("c").arg(960).query(c).unwrap();
+        assert_eq!(k.admit_with(c, (10, 10), (1000, -1, 1000), 4).0, 5);
+        assert_eq!(k.field(c, &k.budget, "c"), 960);
+        assert_eq!(k.field(c, &k.window, "r"), 1);
+        // The exact count still fits: admitted.
+        assert_eq!(k.admit_with(c, (4, 3), (1000, -1, 1000), 0), (1, 964, g.clone(), 2, 13));
+        // The tpm window's room: 13 + 200 * 5 > 1000 -> count exactly.
+        assert_eq!(k.admit_with(c, (1, 200), (100_000, -1, 1000), 4).0, 5);
+        assert_eq!(k.field(c, &k.window, "t"), 13);
+        // An rpm refusal needs no count: refused at once.
+        assert_eq!(k.admit_with(c, (1, 1), (100_000, 2, 1000), 4).0, 2);
         let _: () = redis::cmd("DEL").arg(&k.budget).arg(&k.window).query(c).unwrap();
     }
 }

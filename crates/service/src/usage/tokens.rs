@@ -90,12 +90,27 @@ pub fn count_text(encoding: Encoding, text: &str) -> u64 {
 /// Tokens of a chat request's `messages` in OpenAI's chat format (see the module docs);
 /// 0 when the body has no messages.
 pub fn count_prompt(encoding: Encoding, body: &Value) -> u64 {
+    prompt_with(body, |text| count_parts(encoding, text))
+}
+
+/// An upper bound of [`count_prompt`] for every encoding, without a tokenizer: the chat
+/// format's fixed tokens plus one token per byte of the texts. Exact where it matters: the
+/// encodings are byte-level BPE, whose every token stands for at least one byte, so a text
+/// never has more tokens than bytes. Free to compute (no tables, no regex), it lets a
+/// reservation far from a key's limits skip the tokenizer (docs/budgets.md).
+pub fn prompt_bound(body: &Value) -> u64 {
+    prompt_with(body, |text| u64::try_from(text.len()).unwrap_or(u64::MAX))
+}
+
+/// The chat format's tokens of `body`'s `messages`, counting each message's text (role,
+/// content, name and tool calls, newline-separated) with `count_text`.
+fn prompt_with(body: &Value, count_text: impl Fn(&str) -> u64) -> u64 {
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         return 0;
     };
     let mut tokens = REPLY_PRIMING_TOKENS;
     for message in messages {
-        tokens += TOKENS_PER_MESSAGE;
+        tokens = tokens.saturating_add(TOKENS_PER_MESSAGE);
         let mut text = String::new();
         if let Some(role) = message.get("role").and_then(Value::as_str) {
             text.push_str(role);
@@ -103,12 +118,12 @@ pub fn count_prompt(encoding: Encoding, body: &Value) -> u64 {
         }
         push_content(&mut text, message.get("content"));
         if let Some(name) = message.get("name").and_then(Value::as_str) {
-            tokens += TOKENS_PER_NAME;
+            tokens = tokens.saturating_add(TOKENS_PER_NAME);
             text.push_str(name);
             text.push('\n');
         }
         push_tool_calls(&mut text, message.get("tool_calls"));
-        tokens += count_parts(encoding, &text);
+        tokens = tokens.saturating_add(count_text(&text));
     }
     tokens
 }
@@ -193,5 +208,31 @@ mod tests {
         let answer =
             json!({"choices": [{"message": {"role": "assistant", "content": "hello world"}}]});
         assert_eq!(count_completion_json(Encoding::Cl100k, &answer), 2);
+    }
+
+    #[test]
+    fn the_bound_is_never_below_the_count() {
+        let bodies = [
+            json!({"messages": [{"role": "user", "content": "hello world"}]}),
+            json!({"messages": [
+                {"role": "system", "content": "You are terse.\n\nAnswer in one line."},
+                {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Grüße, 東京! 🦀🦀"}]},
+                {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+                    "function": {"name": "lookup", "arguments": "{\"q\":\"  spaced   out  \"}"}}]}
+            ]}),
+            json!({"messages": [{"role": "user", "content": "a".repeat(5000)}]}),
+            json!({"messages": [{"role": "user", "content": "  \n\n \t  "}]}),
+            json!({"model": "no messages"}),
+        ];
+        for body in &bodies {
+            let bound = prompt_bound(body);
+            for encoding in [Encoding::Cl100k, Encoding::O200k] {
+                let count = count_prompt(encoding, body);
+                assert!(count <= bound, "{count} > {bound} for {body}");
+            }
+        }
+        // The fixed tokens are the count's: "hello world" as above is 9, its bound 3 + 3 + 17.
+        assert_eq!(prompt_bound(&bodies[0]), 23);
+        assert_eq!(prompt_bound(&bodies[4]), 0);
     }
 }
