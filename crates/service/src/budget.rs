@@ -103,6 +103,9 @@ pub(crate) struct BudgetPlan {
     pub(crate) cost: i64,
     /// `max_budget_micros`.
     pub(crate) limit: i64,
+    /// Micro-USD of the budget the reservation must leave free (0: all of it may be used); an
+    /// upper-bound reservation keeps room for more such calls (see [`Budgets::reserve_bounded`]).
+    pub(crate) room: i64,
     now: DateTime<Utc>,
 }
 
@@ -166,6 +169,26 @@ where
 }
 
 impl Reservation {
+    /// Gives the whole reservation back at once (a call admitted by its budget but refused by
+    /// its rate limit); a failed write leaves it counted, as a failed settlement does.
+    pub(crate) async fn release(self) {
+        let Reservation { counter, key_id, reserved_micros } = self;
+        match counter {
+            Counter::Database(db, period) => {
+                let released = db
+                    .run(move |conn| Ok(budgets::settle(conn, &key_id, &period, -reserved_micros)?))
+                    .await;
+                if let Err(e) = released {
+                    tracing::warn!(error = %e, "releasing a reservation failed; it stays counted");
+                }
+            }
+            Counter::Node(node, period, limit) => {
+                node.settle(&key_id, &period, limit, -reserved_micros);
+            }
+            Counter::Redis(held) => held.settle(-reserved_micros, 0, 0),
+        }
+    }
+
     /// A reservation counted in Redis (`reserved_micros`: the budget's part, 0 without one).
     pub(crate) fn in_redis(key_id: String, reserved_micros: i64, held: RedisHeld) -> Self {
         Self { counter: Counter::Redis(held), key_id, reserved_micros }
@@ -228,6 +251,7 @@ impl Budgets {
             from,
             cost: i64::try_from(cost).unwrap_or(i64::MAX),
             limit,
+            room: 0,
             now,
         })
     }
@@ -265,6 +289,23 @@ impl Budgets {
         }
     }
 
+    /// Reserves `plan` (an upper bound of the call's cost) only if `plan.room` micro-USD of the
+    /// budget stay free after it; `None` (nothing reserved) when they would not: the caller
+    /// then counts the call exactly and reserves with [`Budgets::reserve_planned`].
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub(crate) async fn reserve_bounded(
+        &self,
+        plan: BudgetPlan,
+    ) -> Result<Option<Reservation>, ServiceError> {
+        match self.reserve_planned(plan).await {
+            Ok(reservation) => Ok(Some(reservation)),
+            Err(ServiceError::BudgetExceeded { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// What key `key_id` spent from UTC day `from` on, from the ledger's daily rollups
     /// (micro-USD): where a counter opens.
     pub(crate) async fn ledger_spend(&self, key_id: &str, from: &str) -> Result<i64, ServiceError> {
@@ -280,7 +321,7 @@ impl Budgets {
         name: String,
     ) -> Result<Reservation, ServiceError> {
         let (key, period, from) = (plan.key_id.clone(), name.clone(), plan.from.clone());
-        let (cost, limit) = (plan.cost, plan.limit);
+        let (cost, limit) = (plan.cost, plan.limit.saturating_sub(plan.room));
         let outcome = self
             .db
             .run(move |conn| {
@@ -307,11 +348,11 @@ impl Budgets {
         // can share their first day, so the name carries the kind.
         let period = format!("{}/{}", plan.budget_period.as_str(), plan.period);
         let (key_id, cost, limit) = (plan.key_id.as_str(), plan.cost, plan.limit);
-        let mut outcome = node.reserve(key_id, &period, cost, limit);
+        let mut outcome = node.reserve(key_id, &period, cost, (limit, plan.room));
         if outcome == NodeReserved::NotOpen {
             let spent = self.ledger_spend(key_id, &plan.from).await?;
             node.open(key_id, &period, limit, spent);
-            outcome = node.reserve(key_id, &period, cost, limit);
+            outcome = node.reserve(key_id, &period, cost, (limit, plan.room));
         }
         let outcome = match outcome {
             NodeReserved::Yes => Reserved::Yes(0),

@@ -78,18 +78,19 @@ impl NodeCounters {
         Self::default()
     }
 
-    /// Reserves `cost` micro-USD of key `key_id` in `period` against `limit`.
+    /// Reserves `cost` micro-USD of key `key_id` in `period` against `limit`, leaving at least
+    /// `room` micro-USD of it free (0: the whole budget may be used).
     pub(crate) fn reserve(
         &self,
         key_id: &str,
         period: &str,
         cost: i64,
-        limit: i64,
+        (limit, room): (i64, i64),
     ) -> NodeReserved {
         let mut budgets = lock(&self.budgets);
         match budgets.get_mut(key_id) {
             Some(c) if c.period == period && c.limit == limit => {
-                if c.committed <= limit.saturating_sub(cost) {
+                if c.committed <= limit.saturating_sub(cost).saturating_sub(room) {
                     c.committed += cost;
                     NodeReserved::Yes
                 } else {
@@ -171,19 +172,19 @@ mod tests {
     #[test]
     fn budgets_open_reserve_refuse_and_reopen_on_a_new_budget() {
         let c = NodeCounters::new();
-        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::NotOpen);
+        assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::NotOpen);
         c.open("k", "total", 100, 85);
-        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::Yes);
-        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::No(95));
+        assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::Yes);
+        assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::No(95));
         c.settle("k", "total", 100, -10);
-        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::Yes);
+        assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::Yes);
         c.open("k", "total", 100, 0);
-        assert_eq!(c.reserve("k", "total", 10, 100), NodeReserved::No(95), "not reopened");
-        assert_eq!(c.reserve("k", "total", 10, 200), NodeReserved::NotOpen, "new budget");
+        assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::No(95), "not reopened");
+        assert_eq!(c.reserve("k", "total", 10, (200, 0)), NodeReserved::NotOpen, "new budget");
         c.settle("k", "total", 100, -1000);
         c.open("k", "total", 200, 7);
         c.settle("k", "total", 100, -1000);
-        assert_eq!(c.reserve("k", "total", 193, 200), NodeReserved::Yes);
+        assert_eq!(c.reserve("k", "total", 193, (200, 0)), NodeReserved::Yes);
     }
 
     #[test]

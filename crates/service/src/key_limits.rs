@@ -13,7 +13,7 @@ use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use aigw_domain::usage::TokenUsage;
 
 /// How many more calls of the same upper bound a key must have room for, in its budget and
-/// its `tpm_limit`, for a call to be admitted at the bound (Redis counters). Closer to a limit
+/// its `tpm_limit`, for a call to be admitted at the bound. Closer to a limit
 /// the prompt is counted exactly, so that the bound's over-reservation never refuses a call
 /// the exact count would admit but when more than this many calls run at once.
 pub const BOUND_HEADROOM: i64 = 32;
@@ -53,10 +53,10 @@ impl KeyLimits {
 
     /// Admits `principal`'s call of `model` with request `body`.
     ///
-    /// With Redis counters the call is first admitted at an upper bound of its worst case
+    /// The call is first admitted at an upper bound of its worst case
     /// ([`crate::budget::worst_case_bound`]: no tokenizer) as long as the key stays
-    /// [`BOUND_HEADROOM`] such calls away from its budget and `tpm_limit`; closer to them, and
-    /// with the database or memory counters, the prompt is counted with the model's tokenizer.
+    /// [`BOUND_HEADROOM`] such calls away from its budget and `tpm_limit`; closer to them the
+    /// prompt is counted with the model's tokenizer and the call admitted at that count.
     ///
     /// # Errors
     /// [`ServiceError::RateLimited`] when the key's `rpm_limit` or `tpm_limit` cannot take
@@ -111,6 +111,13 @@ impl KeyLimits {
                 }
             }
         }
+        if priced && self.redis.is_none() {
+            if let Some(admission) =
+                self.admit_bounded(principal, model, &worst_case_bound(&parsed)).await?
+            {
+                return Ok(admission);
+            }
+        }
         let worst = exact();
         let budget = self.budgets.plan(principal, model, &worst);
         let rates = RatePlan::new(principal, &worst);
@@ -132,5 +139,44 @@ impl KeyLimits {
             None => None,
         };
         Ok(Admission { status, reservation, tokens })
+    }
+
+    /// The database or memory counters' admission at the upper bound `bound`, kept
+    /// [`BOUND_HEADROOM`] such calls away from the budget and the `tpm_limit`: `None`, with
+    /// nothing left counted, when it comes closer (count exactly). The budget is reserved
+    /// first, so that its "too close" needs no undo; a refusal by the rate limit gives the
+    /// budget's reservation back.
+    async fn admit_bounded(
+        &self,
+        principal: &Principal,
+        model: &str,
+        bound: &TokenUsage,
+    ) -> Result<Option<Admission>, ServiceError> {
+        let reservation = match self.budgets.plan(principal, model, bound) {
+            Some(mut plan) => {
+                plan.room = plan.cost.saturating_mul(BOUND_HEADROOM);
+                match self.budgets.reserve_bounded(plan).await? {
+                    Some(reservation) => Some(reservation),
+                    None => return Ok(None),
+                }
+            }
+            None => None,
+        };
+        let (status, tokens) = match RatePlan::new(principal, bound) {
+            Some(mut plan) => {
+                plan.room = plan.tokens.saturating_mul(BOUND_HEADROOM);
+                match self.rates.admit_bounded(plan).await {
+                    Ok(Some((status, tokens))) => (Some(status), tokens),
+                    other => {
+                        if let Some(reservation) = reservation {
+                            reservation.release().await;
+                        }
+                        return other.map(|_| None);
+                    }
+                }
+            }
+            None => (None, None),
+        };
+        Ok(Some(Admission { status, reservation, tokens }))
     }
 }

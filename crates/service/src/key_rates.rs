@@ -63,6 +63,9 @@ pub(crate) struct RatePlan {
     pub(crate) tokens: i64,
     pub(crate) rpm: Option<i64>,
     pub(crate) tpm: Option<i64>,
+    /// Tokens of the `tpm_limit` the admission must leave free (0: all of it may be used); an
+    /// upper-bound admission keeps room for more such calls (see [`KeyRates::admit_bounded`]).
+    pub(crate) room: i64,
 }
 
 impl RatePlan {
@@ -88,6 +91,7 @@ impl RatePlan {
             },
             rpm: policy.rpm_limit,
             tpm: policy.tpm_limit,
+            room: 0,
         })
     }
 
@@ -190,8 +194,24 @@ impl KeyRates {
         &self,
         plan: RatePlan,
     ) -> Result<(RateStatus, Option<TokenReservation>), ServiceError> {
+        match self.admit_bounded(plan).await? {
+            Some(admitted) => Ok(admitted),
+            None => Err(ServiceError::Unavailable("the key's window answered out of turn".into())),
+        }
+    }
+
+    /// Makes the admission `plan` (with `plan.room`: its tokens an upper bound); `None`, with
+    /// nothing counted, when only the room refused it: the caller then counts the call exactly.
+    ///
+    /// # Errors
+    /// As [`KeyRates::admit`].
+    pub(crate) async fn admit_bounded(
+        &self,
+        plan: RatePlan,
+    ) -> Result<Option<(RateStatus, Option<TokenReservation>)>, ServiceError> {
         let (window_start, tokens) = (plan.window_start, plan.tokens);
-        let (rpm_max, tpm_max) = (plan.rpm.unwrap_or(i64::MAX), plan.tpm.unwrap_or(i64::MAX));
+        let rpm_max = plan.rpm.unwrap_or(i64::MAX);
+        let tpm_max = plan.tpm.map_or(i64::MAX, |tpm| tpm.saturating_sub(plan.room));
         let counts = match &self.node {
             Some(node) => {
                 let (admitted, requests, tokens) =
@@ -208,6 +228,9 @@ impl KeyRates {
             }
         };
         if !counts.admitted {
+            if plan.room > 0 && counts.requests < rpm_max {
+                return Ok(None);
+            }
             return Err(plan.refused(counts.requests));
         }
         let status = plan.status(counts.requests, counts.tokens);
@@ -218,7 +241,7 @@ impl KeyRates {
             window_start,
             reserved: tokens,
         });
-        Ok((status, reservation))
+        Ok(Some((status, reservation)))
     }
 }
 

@@ -23,6 +23,8 @@ backend_tests!(
     node_counters_hold_fifty_concurrent_calls_to_the_budget,
     node_counters_open_from_the_ledger_and_follow_patches,
     node_counters_hold_rpm_and_tpm_limits,
+    database_counters_admit_at_a_bound_far_from_the_limits,
+    node_counters_admit_at_a_bound_far_from_the_limits,
 );
 
 /// USD per million prompt tokens of `priced` (completions are free, so a call's worst case,
@@ -427,4 +429,57 @@ async fn node_counters_open_from_the_ledger_and_follow_patches(backend: Backend)
     app.patch_key(Auth::Bearer(&user.token), id, &json!({"max_budget_usd": null})).await.data(200);
     let reply = restarted.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
+}
+
+/// One call of a new key with `tpm_limit` `tpm` and a budget of 1000 calls, on `app`: asserts
+/// the tokens it held while running (`x-ratelimit-remaining-tokens`), and that it settles to
+/// its real cost. Returns the key's id. The prompt ("hi" from "user") counts 8 tokens; its
+/// upper bound (one token per byte of the texts) 3 + 3 + bytes("user\nhi\n") = 14.
+pub(crate) async fn one_call_holding(app: &TestApp, token: &str, tpm: i64, held: i64) -> String {
+    let cost = cost_of_one_call(app, token).await;
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(token),
+            &json!({"name": "bound", "permissions": ["ai_gateway", "read"],
+                    "tpm_limit": tpm, "max_budget_usd": 1000.0 * cost}),
+        )
+        .await
+        .data(201);
+    let (id, key) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
+    let mut body = chat_body("priced", "hi");
+    body["max_tokens"] = json!(BOUND_TEST_CAP);
+    let reply = app.chat(Auth::Bearer(key), &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["usage"]["prompt_tokens"], json!(BOUND_TEST_EXACT));
+    assert_eq!(header_i64(&reply, "x-ratelimit-remaining-tokens"), tpm - held, "tpm {tpm}");
+    wait_for_spend(app, token, id, cost).await;
+    id.to_owned()
+}
+
+/// The prompt tokens of `chat_body("priced", "hi")`, its upper bound, and the `max_tokens`
+/// of [`one_call_holding`].
+pub(crate) const BOUND_TEST_EXACT: i64 = 8;
+pub(crate) const BOUND_TEST_BOUND: i64 = 14;
+pub(crate) const BOUND_TEST_CAP: i64 = 4096;
+
+/// Far from its limits a call is held at the upper bound of its prompt (no tokenizer); close
+/// to them (room for fewer than 32 more such calls) at the tokenizer's count.
+async fn bound_far_from_the_limits(
+    backend: Backend,
+    tweak: fn(&mut aigw_http::settings::Settings),
+) {
+    let app = spawn_app_with(backend, tweak).await;
+    let user = app.new_user("bound").await;
+    let (exact, bound) = (BOUND_TEST_EXACT + BOUND_TEST_CAP, BOUND_TEST_BOUND + BOUND_TEST_CAP);
+    early_in_a_minute().await;
+    one_call_holding(&app, &user.token, 1_000_000_000, bound).await;
+    one_call_holding(&app, &user.token, 3 * exact, exact).await;
+}
+
+async fn database_counters_admit_at_a_bound_far_from_the_limits(backend: Backend) {
+    bound_far_from_the_limits(backend, priced_providers).await;
+}
+
+async fn node_counters_admit_at_a_bound_far_from_the_limits(backend: Backend) {
+    bound_far_from_the_limits(backend, node_counters).await;
 }

@@ -6,8 +6,8 @@
 //! Redis, so that a silent fallback to the database cannot pass for Redis.
 
 use crate::budgets::{
-    budget_key, cost_of_one_call, fifty_concurrent_calls, fire, header_i64, priced_providers,
-    rpm_limit_across_two_nodes, wait_for_spend,
+    budget_key, cost_of_one_call, fifty_concurrent_calls, fire, one_call_holding, priced_providers,
+    rpm_limit_across_two_nodes, wait_for_spend, BOUND_TEST_BOUND, BOUND_TEST_CAP, BOUND_TEST_EXACT,
 };
 use crate::common;
 use crate::observability::{expect_all, scrape};
@@ -179,7 +179,7 @@ async fn redis_outage_falls_back_to_the_database_and_reconciles(backend: Backend
 
 /// Far from its limits a key's call is reserved at an upper bound of its prompt (one token
 /// per byte of the texts: no tokenizer); 32 such calls from the `tpm_limit` it is counted
-/// with the tokenizer. Either way it settles to the real tokens and cost.
+/// with the tokenizer. Either way it settles to the real tokens and cost, in Redis too.
 async fn redis_admits_at_a_bound_far_from_the_limits_and_counts_exactly_near_them(
     backend: Backend,
 ) {
@@ -190,33 +190,17 @@ async fn redis_admits_at_a_bound_far_from_the_limits_and_counts_exactly_near_the
     let app = spawn_app_with(backend, |s| counters.apply(s)).await;
     let user = app.new_user("redis-bound").await;
     let cost = cost_of_one_call(&app, &user.token).await;
-    // "hi" from "user": 8 tokens counted (3 + 3 + 1 + 1); bound 3 + 3 + bytes("user\nhi\n").
-    let (exact, bound, cap) = (8, 3 + 3 + 8, 4096);
-    let mut body = chat_body("priced", "hi");
-    body["max_tokens"] = json!(cap);
-    for (tpm, reserved) in [(1_000_000_000, bound + cap), (3 * (exact + cap), exact + cap)] {
-        let made = app
-            .create_key_raw(
-                Auth::Bearer(&user.token),
-                &json!({"name": "bound", "permissions": ["ai_gateway", "read"],
-                        "tpm_limit": tpm, "max_budget_usd": 1000.0 * cost}),
-            )
-            .await
-            .data(201);
-        let (id, key) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
-        let reply = app.chat(Auth::Bearer(key), &body).await;
-        assert_eq!(reply.status, 200, "{}", reply.text);
-        assert_eq!(reply.json()["usage"]["prompt_tokens"], json!(exact));
-        assert_eq!(header_i64(&reply, "x-ratelimit-remaining-tokens"), tpm - reserved, "tpm {tpm}");
-        // Settled to the real cost and tokens.
-        wait_for_spend(&app, &user.token, id, cost).await;
+    let (exact, bound) = (BOUND_TEST_EXACT + BOUND_TEST_CAP, BOUND_TEST_BOUND + BOUND_TEST_CAP);
+    for (tpm, held) in [(1_000_000_000, bound), (3 * exact, exact)] {
+        let id = one_call_holding(&app, &user.token, tpm, held).await;
+        // Settled in Redis to the real tokens and cost.
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let windows = counters.hashes(":w:");
-            let window = windows.iter().find(|(name, _)| name.contains(id)).map(|(_, w)| w);
+            let window = windows.iter().find(|(name, _)| name.contains(&id)).map(|(_, w)| w);
             let tokens = window.and_then(|w| w.get("t")).map(|t| t.parse::<i64>().unwrap());
             let committed = counters.committed(micros(1000.0 * cost));
-            if tokens.is_some_and(|t| t < reserved) && committed == micros(cost) {
+            if tokens.is_some_and(|t| t < held) && committed == micros(cost) {
                 break;
             }
             assert!(Instant::now() < deadline, "not settled: {tokens:?} tokens, {committed}");
