@@ -88,17 +88,20 @@ impl UsageField {
     }
 }
 
-/// An answer, of which only `usage` is read.
+/// An answer, of which only `usage` is read: kept as the raw text of its value (borrowed from
+/// the answer, no tree), then read as a [`UsageField`] by [`UsageOnly::usage`].
 #[derive(Debug, Deserialize)]
-struct UsageOnly {
-    #[serde(default, deserialize_with = "lenient_usage")]
-    usage: Option<UsageField>,
+struct UsageOnly<'a> {
+    #[serde(default, borrow)]
+    usage: Option<&'a serde_json::value::RawValue>,
 }
 
-/// A `usage` that is null or not an object reads as absent rather than failing the parse.
-fn lenient_usage<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<UsageField>, D::Error> {
-    let value = Value::deserialize(d)?;
-    Ok(UsageField::deserialize(&value).ok())
+impl UsageOnly<'_> {
+    /// The answer's `usage`; one that is null or not a usage object reads as absent rather
+    /// than failing the answer's parse.
+    fn usage(&self) -> Option<UsageField> {
+        self.usage.and_then(|raw| serde_json::from_str::<UsageField>(raw.get()).ok())
+    }
 }
 
 /// Reads a `usage` object (`prompt_tokens`, `completion_tokens`, optional `total_tokens`).
@@ -126,7 +129,8 @@ impl Pending {
             Observed::Json(body) => {
                 // Only `usage` is read (serde skips the rest without building a tree); the
                 // whole answer is parsed only for an estimate.
-                let reported = serde_json::from_slice::<UsageOnly>(body).ok().and_then(|a| a.usage);
+                let reported =
+                    serde_json::from_slice::<UsageOnly<'_>>(body).ok().and_then(|a| a.usage());
                 match reported {
                     Some(usage) => (usage.into_usage(), false),
                     None if self.outcome == UsageOutcome::UpstreamError => {
@@ -336,5 +340,37 @@ impl Drop for CallMeter {
     /// The call was dropped before the provider's answer was recorded: the caller went away.
     fn drop(&mut self) {
         self.record(UsageOutcome::ClientCancelled, Observed::Nothing);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reported(answer: &str) -> Option<TokenUsage> {
+        serde_json::from_str::<UsageOnly<'_>>(answer).ok()?.usage().map(UsageField::into_usage)
+    }
+
+    #[test]
+    fn only_a_usage_object_counts_and_nothing_else_fails_the_answer() {
+        let usage = reported(
+            r#"{"id":"x","choices":[{"message":{"content":"a \"quoted\" \u00e9"}}],
+                "usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16,"details":{}}}"#,
+        );
+        assert_eq!(usage, Some(TokenUsage::new(12, 4)));
+        assert_eq!(
+            reported(r#"{"usage":{"prompt_tokens":1,"completion_tokens":2}}"#),
+            Some(TokenUsage::new(1, 2)),
+            "total_tokens defaults to the sum"
+        );
+        for answer in [
+            r#"{"choices":[]}"#,
+            r#"{"usage":null}"#,
+            r#"{"usage":"twelve"}"#,
+            r#"{"usage":{"prompt_tokens":-1,"completion_tokens":2}}"#,
+            r#"{"usage":[1,2]}"#,
+        ] {
+            assert_eq!(reported(answer), None, "{answer}");
+        }
     }
 }
