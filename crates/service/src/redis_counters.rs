@@ -9,8 +9,8 @@
 //!   a PATCH, an idle counter expired, Redis restarted) is opened at the ledger's spend for the
 //!   period - the same read as the node counters' - by [`OPEN`], which creates it only when it
 //!   is still missing (SET NX semantics); then the admission runs once more.
-//! - **Settlement**: one script per call ([`SETTLE`]), sent in the background when the usage
-//!   recorder records the call.
+//! - **Settlement**: sent in the background when the usage recorder records the call, many
+//!   calls' settlements in one script ([`SETTLE_MANY`]) while the node is busy.
 //! - **Names**: `{prefix}kc:{<key id>}:b:<kind>/<period's first day>:<limit>` (a hash: `c`
 //!   committed micro-USD, `g` the generation the opener chose) and
 //!   `{prefix}kc:{<key id>}:w:<minute's Unix start>` (`r` requests, `t` tokens); the key id in
@@ -106,38 +106,109 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
 
-/// The settlement. KEYS[1]: budget counter, KEYS[2]: rate window. ARGV: [1] `1` with a
-/// budget, [2] the generation reserved against, [3] real cost minus reservation, [4] real
-/// cost, [5] `1` with a token window, [6] real tokens minus reserved. A counter reopened since
-/// the reservation (another generation) did not count it: it gets the real cost. Missing
-/// counters stay missing; nothing goes below 0.
-const SETTLE: &str = r"
-if ARGV[1] == '1' then
-  local g = redis.call('HGET', KEYS[1], 'g')
-  if g then
-    local add = ARGV[3]
-    if g ~= ARGV[2] then
-      add = ARGV[4]
-    end
-    if redis.call('HINCRBY', KEYS[1], 'c', add) < 0 then
-      redis.call('HSET', KEYS[1], 'c', 0)
+/// Settlements, many in one call. For each settlement `i` (from 0): KEYS[2i+1] its budget
+/// counter, KEYS[2i+2] its rate window; ARGV[6i+1..6i+6]: `1` with a budget, the generation
+/// reserved against, real cost minus reservation, real cost, `1` with a token window, real
+/// tokens minus reserved. A counter reopened since the reservation (another generation) did
+/// not count it: it gets the real cost. Missing counters stay missing; nothing goes below 0.
+const SETTLE_MANY: &str = r"
+for i = 0, #KEYS / 2 - 1 do
+  local budget, window = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  local a = 6 * i
+  if ARGV[a + 1] == '1' then
+    local g = redis.call('HGET', budget, 'g')
+    if g then
+      local add = ARGV[a + 3]
+      if g ~= ARGV[a + 2] then
+        add = ARGV[a + 4]
+      end
+      if redis.call('HINCRBY', budget, 'c', add) < 0 then
+        redis.call('HSET', budget, 'c', 0)
+      end
     end
   end
-end
-if ARGV[5] == '1' and redis.call('EXISTS', KEYS[2]) == 1 then
-  if redis.call('HINCRBY', KEYS[2], 't', ARGV[6]) < 0 then
-    redis.call('HSET', KEYS[2], 't', 0)
+  if ARGV[a + 5] == '1' and redis.call('EXISTS', window) == 1 then
+    if redis.call('HINCRBY', window, 't', ARGV[a + 6]) < 0 then
+      redis.call('HSET', window, 't', 0)
+    end
   end
 end
 return 1
 ";
+
+/// Most settlements sent in one script call.
+const SETTLEMENTS_PER_CALL: usize = 256;
+
+/// One settlement waiting to be sent: the budget counter and rate window (names), and the
+/// script's six arguments.
+#[derive(Debug)]
+struct Settlement {
+    budget_key: String,
+    window_key: String,
+    budget: bool,
+    generation: String,
+    delta: i64,
+    cost: i64,
+    window: bool,
+    token_delta: i64,
+}
 
 /// The scripts and the connection (shared by clones).
 struct Scripts {
     link: RedisLink,
     admit: redis::Script,
     open: redis::Script,
-    settle: redis::Script,
+    /// Where settlements wait for the task that sends them ([`Scripts::settle`]), started on
+    /// the first settlement.
+    settlements: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Settlement>>,
+}
+
+impl Scripts {
+    /// Queues `settlement` for the sending task, which sends what waits in one script call
+    /// ([`SETTLE_MANY`]) whenever it is not already waiting for one: a busy node sends one call
+    /// for many settlements, an idle one a call per settlement at once. Nothing happens outside
+    /// a tokio runtime.
+    fn settle(&self, settlement: Settlement) {
+        let sender = match self.settlements.get() {
+            Some(sender) => sender,
+            None => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                self.settlements.get_or_init(|| {
+                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                    runtime.spawn(send_settlements(self.link.clone(), rx));
+                    tx
+                })
+            }
+        };
+        let _ = sender.send(settlement);
+    }
+}
+
+/// The sending task of [`Scripts::settle`]; ends when the counters are gone.
+async fn send_settlements(
+    link: RedisLink,
+    mut waiting: tokio::sync::mpsc::UnboundedReceiver<Settlement>,
+) {
+    let script = redis::Script::new(SETTLE_MANY);
+    let mut batch = Vec::with_capacity(SETTLEMENTS_PER_CALL);
+    while waiting.recv_many(&mut batch, SETTLEMENTS_PER_CALL).await > 0 {
+        let mut invocation = script.prepare_invoke();
+        for s in &batch {
+            invocation.key(placeholder(&s.budget_key, &s.window_key));
+            invocation.key(placeholder(&s.window_key, &s.budget_key));
+            invocation.arg(flag(s.budget)).arg(&s.generation).arg(s.delta).arg(s.cost);
+            invocation.arg(flag(s.window)).arg(s.token_delta);
+        }
+        if link.invoke::<i64>(&invocation).await.is_none() {
+            tracing::warn!(
+                settlements = batch.len(),
+                "settlements in Redis failed; the reservations stay counted"
+            );
+        }
+        batch.clear();
+    }
 }
 
 /// Keys' counters in Redis (cheap to clone).
@@ -190,7 +261,8 @@ impl std::fmt::Debug for Scripts {
 
 impl RedisHeld {
     /// Sends the settlement in the background: `delta` (real cost minus reservation) and
-    /// `cost` micro-USD to the budget counter, the real `total_tokens` to the window.
+    /// `cost` micro-USD to the budget counter, the real `total_tokens` to the window (batched
+    /// with other settlements: [`Scripts::settle`]).
     pub(crate) fn settle(self, delta: i64, cost: i64, total_tokens: u64) {
         let token_delta = self
             .window
@@ -201,24 +273,20 @@ impl RedisHeld {
         if (self.budget.is_none() || (delta == 0 && cost == 0)) && token_delta == 0 {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let (budget_key, generation) = self.budget.clone().unwrap_or_default();
-            let window_key = self.window.as_ref().map(|(k, _)| k.clone()).unwrap_or_default();
-            let mut invocation = self.scripts.settle.key(placeholder(&budget_key, &window_key));
-            invocation.key(placeholder(&window_key, &budget_key));
-            invocation
-                .arg(flag(self.budget.is_some()))
-                .arg(generation)
-                .arg(delta)
-                .arg(cost)
-                .arg(flag(self.window.is_some()))
-                .arg(token_delta);
-            if self.scripts.link.invoke::<i64>(&invocation).await.is_none() {
-                tracing::warn!("settlement in Redis failed; the reservation stays counted");
-            }
+        let RedisHeld { scripts, budget, window } = self;
+        let has_budget = budget.is_some();
+        let (budget_key, generation) = budget.unwrap_or_default();
+        let has_window = window.is_some();
+        let window_key = window.map(|(key, _)| key).unwrap_or_default();
+        scripts.settle(Settlement {
+            budget_key,
+            window_key,
+            budget: has_budget,
+            generation,
+            delta,
+            cost,
+            window: has_window,
+            token_delta,
         });
     }
 }
@@ -251,7 +319,7 @@ impl RedisCounters {
                 link,
                 admit: redis::Script::new(ADMIT),
                 open: redis::Script::new(OPEN),
-                settle: redis::Script::new(SETTLE),
+                settlements: std::sync::OnceLock::new(),
             }),
             prefix: prefix.to_owned(),
             db,
@@ -491,7 +559,7 @@ mod tests {
             script.key(&self.budget).arg(spent).arg(generation).arg(60).invoke(conn).unwrap()
         }
 
-        /// [`SETTLE`] of a reservation of `generation`.
+        /// [`SETTLE_MANY`] of one reservation of `generation`.
         fn settle(
             &self,
             conn: &mut redis::Connection,
@@ -499,7 +567,7 @@ mod tests {
             (delta, cost): (i64, i64),
             tokens: i64,
         ) {
-            let script = redis::Script::new(SETTLE);
+            let script = redis::Script::new(SETTLE_MANY);
             let mut invocation = script.key(&self.budget);
             invocation.key(&self.window).arg("1").arg(generation).arg(delta).arg(cost);
             let _: i64 = invocation.arg("1").arg(tokens).invoke(conn).unwrap();
@@ -540,6 +608,17 @@ mod tests {
         assert_eq!(k.open(c, 500, "g2"), 1);
         k.settle(c, "g1", (-20, 30), 0);
         assert_eq!(k.field(c, &k.budget, "c"), 530);
+        // Two settlements in one call, each to its own counters.
+        let other = Keys { budget: format!("{prefix}b2"), window: format!("{prefix}w2") };
+        assert_eq!(other.open(c, 100, "h"), 1);
+        let script = redis::Script::new(SETTLE_MANY);
+        let mut both = script.prepare_invoke();
+        both.key(&k.budget).key(&k.window).arg("1").arg("g2").arg(5).arg(0).arg("0").arg(0);
+        both.key(&other.budget).key(&other.window).arg("1").arg("h").arg(-7).arg(0).arg("0").arg(0);
+        let _: i64 = both.invoke(c).unwrap();
+        assert_eq!(k.field(c, &k.budget, "c"), 535);
+        assert_eq!(other.field(c, &other.budget, "c"), 93);
+        let _: () = redis::cmd("DEL").arg(&other.budget).query(c).unwrap();
         // Never below 0.
         k.settle(c, "g2", (-1000, 0), -1000);
         assert_eq!(k.field(c, &k.budget, "c"), 0);
