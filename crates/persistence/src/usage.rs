@@ -2,9 +2,9 @@
 //! `usage_daily` (rollups per API key, model and UTC day).
 //!
 //! Writes are idempotent by request id: [`insert_batch`] inserts only the records whose
-//! request id is not in the ledger yet (the unique index guarding a race) and adds
-//! exactly those to the rollups, all in one transaction, so a batch replayed after a crash or
-//! an outage never counts twice.
+//! request id is not in the ledger yet (`ON CONFLICT DO NOTHING` on the unique request id)
+//! and adds exactly those to the rollups, all in one transaction, so a batch replayed after a
+//! crash or an outage never counts twice.
 //! Rollup rows are updated in a fixed order (by key, model, day), so two nodes writing
 //! overlapping batches cannot deadlock.
 //!
@@ -22,7 +22,7 @@ use diesel::sql_types::BigInt;
 use diesel::upsert::excluded;
 use std::collections::BTreeMap;
 
-/// Rows per `INSERT` statement (15 binds each: 7,500 binds, below both backends' limits).
+/// Rows per PostgreSQL `INSERT` statement (its 15 parameters are arrays of this many values).
 const ROWS_PER_STATEMENT: usize = 500;
 
 /// A row of `usage_records`.
@@ -134,7 +134,7 @@ struct DailyRow {
 }
 
 impl DailyRow {
-    fn add(&mut self, r: &UsageRecordRow) {
+    fn add(&mut self, r: &NewUsageRecord<'_>) {
         self.requests += 1;
         self.prompt_tokens = self.prompt_tokens.saturating_add(r.prompt_tokens);
         self.completion_tokens = self.completion_tokens.saturating_add(r.completion_tokens);
@@ -166,18 +166,109 @@ macro_rules! upsert_daily {
             .execute($c)?;
     }};
 }
+/// A record to insert, borrowed from its [`UsageRecord`] (no copies of its strings).
+#[derive(Debug, Insertable)]
+#[diesel(table_name = usage_records)]
+struct NewUsageRecord<'a> {
+    request_id: &'a str,
+    api_key_id: &'a str,
+    user_id: &'a str,
+    model: &'a str,
+    provider: &'a str,
+    streamed: bool,
+    outcome: &'static str,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    total_tokens: i64,
+    estimated: bool,
+    cost_micros: i64,
+    priced: bool,
+    latency_ms: i64,
+    started_at: NaiveDateTime,
+}
+
+impl<'a> From<&'a UsageRecord> for NewUsageRecord<'a> {
+    fn from(r: &'a UsageRecord) -> Self {
+        Self {
+            request_id: &r.request_id,
+            api_key_id: &r.api_key_id,
+            user_id: &r.user_id,
+            model: &r.model,
+            provider: &r.provider,
+            streamed: r.streamed,
+            outcome: r.outcome.as_str(),
+            prompt_tokens: to_i64(r.tokens.prompt_tokens),
+            completion_tokens: to_i64(r.tokens.completion_tokens),
+            total_tokens: to_i64(r.tokens.total_tokens),
+            estimated: r.estimated,
+            cost_micros: to_i64(r.cost_micros),
+            priced: r.priced,
+            latency_ms: to_i64(r.latency_ms),
+            started_at: r.started_at.naive_utc(),
+        }
+    }
+}
+
+/// The PostgreSQL insert of a whole chunk: one statement of fixed text whatever the number of
+/// rows (15 array parameters, one per column), answering the request ids it inserted.
+const PG_INSERT_UNNEST: &str = "INSERT INTO usage_records (request_id, api_key_id, user_id, \
+    model, provider, streamed, outcome, prompt_tokens, completion_tokens, total_tokens, \
+    estimated, cost_micros, priced, latency_ms, started_at) \
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+    $6::bool[], $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::bool[], $12::int8[], \
+    $13::bool[], $14::int8[], $15::timestamp[]) \
+    ON CONFLICT (request_id) DO NOTHING RETURNING request_id";
+
+/// A request id answered by [`PG_INSERT_UNNEST`].
+#[derive(Debug, QueryableByName)]
+struct InsertedId {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    request_id: String,
+}
+
+/// Inserts `chunk` on PostgreSQL in one statement; returns the request ids it inserted.
+fn insert_chunk_pg<'a>(
+    conn: &mut diesel::PgConnection,
+    chunk: &'a [NewUsageRecord<'a>],
+) -> QueryResult<Vec<InsertedId>> {
+    use diesel::sql_types::{Array, BigInt, Bool, Text, Timestamp};
+    let texts = |f: fn(&'a NewUsageRecord<'a>) -> &'a str| chunk.iter().map(f).collect::<Vec<_>>();
+    let numbers = |f: fn(&'a NewUsageRecord<'a>) -> i64| chunk.iter().map(f).collect::<Vec<_>>();
+    let flags = |f: fn(&'a NewUsageRecord<'a>) -> bool| chunk.iter().map(f).collect::<Vec<_>>();
+    diesel::sql_query(PG_INSERT_UNNEST)
+        .bind::<Array<Text>, _>(texts(|r| r.request_id))
+        .bind::<Array<Text>, _>(texts(|r| r.api_key_id))
+        .bind::<Array<Text>, _>(texts(|r| r.user_id))
+        .bind::<Array<Text>, _>(texts(|r| r.model))
+        .bind::<Array<Text>, _>(texts(|r| r.provider))
+        .bind::<Array<Bool>, _>(flags(|r| r.streamed))
+        .bind::<Array<Text>, _>(texts(|r| r.outcome))
+        .bind::<Array<BigInt>, _>(numbers(|r| r.prompt_tokens))
+        .bind::<Array<BigInt>, _>(numbers(|r| r.completion_tokens))
+        .bind::<Array<BigInt>, _>(numbers(|r| r.total_tokens))
+        .bind::<Array<Bool>, _>(flags(|r| r.estimated))
+        .bind::<Array<BigInt>, _>(numbers(|r| r.cost_micros))
+        .bind::<Array<Bool>, _>(flags(|r| r.priced))
+        .bind::<Array<BigInt>, _>(numbers(|r| r.latency_ms))
+        .bind::<Array<Timestamp>, _>(chunk.iter().map(|r| r.started_at).collect::<Vec<_>>())
+        .load(conn)
+}
+
 /// Inserts `records` that are not in the ledger yet and adds exactly those to the daily
 /// rollups, in one transaction. Returns how many were new (the others were already there:
 /// a replay).
 ///
-/// The transaction first reads which request ids exist, then inserts the others; should a
-/// concurrent writer insert one of them meanwhile, the unique index fails the transaction,
-/// which rolls back whole and is retried later. On SQLite it is a `BEGIN IMMEDIATE`
-/// transaction, so the write lock is taken before the first read.
+/// Each insert skips a request id already in the ledger (`ON CONFLICT (request_id) DO
+/// NOTHING`) and tells which rows it inserted, so no read of existing ids is needed: on
+/// SQLite one single-row statement per record, prepared once per connection (its text never
+/// changes), whose count of changed rows is 1 or 0; on PostgreSQL one statement per 500
+/// records that takes each column as an array (`unnest`) and answers the inserted ids
+/// (`RETURNING`). On SQLite the transaction is `BEGIN IMMEDIATE`. A record inserted by a
+/// concurrent writer meanwhile is skipped like any other already there, and counted by that
+/// writer only.
 ///
 /// # Errors
-/// On database failure ([`PersistenceError::Conflict`] for such a race); then nothing was
-/// written.
+/// On database failure; then nothing was written.
 pub fn insert_batch(
     conn: &mut DbConnection,
     records: &[UsageRecord],
@@ -185,56 +276,54 @@ pub fn insert_batch(
     if records.is_empty() {
         return Ok(0);
     }
-    let mut seen = std::collections::HashSet::new();
-    let rows: Vec<UsageRecordRow> = records
-        .iter()
-        .filter(|r| seen.insert(r.request_id.as_str()))
-        .map(UsageRecordRow::from)
-        .collect();
-    macro_rules! write_batch {
-        ($c:ident) => {{
-            let mut existing = std::collections::HashSet::new();
+    let rows: Vec<NewUsageRecord<'_>> = records.iter().map(NewUsageRecord::from).collect();
+    let result: QueryResult<usize> = match conn {
+        DbConnection::Postgres(c) => c.transaction(|c| {
+            let mut inserted = std::collections::HashSet::new();
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                let ids: Vec<&str> = chunk.iter().map(|r| r.request_id.as_str()).collect();
-                let found: Vec<String> = usage_records::table
-                    .filter(usage_records::request_id.eq_any(&ids))
-                    .select(usage_records::request_id)
-                    .load($c)?;
-                existing.extend(found);
+                inserted.extend(insert_chunk_pg(c, chunk)?.into_iter().map(|r| r.request_id));
             }
-            let new: Vec<&UsageRecordRow> =
-                rows.iter().filter(|r| !existing.contains(&r.request_id)).collect();
-            let mut inserted = 0;
-            for chunk in new.chunks(ROWS_PER_STATEMENT) {
-                let chunk: Vec<UsageRecordRow> = chunk.iter().map(|r| (*r).clone()).collect();
-                inserted += diesel::insert_into(usage_records::table).values(&chunk).execute($c)?;
+            // A request id twice in the batch was inserted once: counted once.
+            let new: Vec<&NewUsageRecord<'_>> =
+                rows.iter().filter(|r| inserted.remove(r.request_id)).collect();
+            for increment in rollups(&new).values() {
+                upsert_daily!(c, increment);
+            }
+            Ok(new.len())
+        }),
+        DbConnection::Sqlite(c) => c.immediate_transaction(|c| {
+            let mut new = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let changed = diesel::insert_into(usage_records::table)
+                    .values(row)
+                    .on_conflict_do_nothing()
+                    .execute(c)?;
+                if changed == 1 {
+                    new.push(row);
+                }
             }
             for increment in rollups(&new).values() {
-                upsert_daily!($c, increment);
+                upsert_daily!(c, increment);
             }
-            Ok(inserted)
-        }};
-    }
-    let result: QueryResult<usize> = match conn {
-        DbConnection::Postgres(c) => c.transaction(|c| write_batch!(c)),
-        DbConnection::Sqlite(c) => c.immediate_transaction(|c| write_batch!(c)),
+            Ok(new.len())
+        }),
     };
     Ok(result?)
 }
 
 /// The rollup increments of `rows`, in a fixed order (by key, model, day) so that
 /// concurrent writers lock rollup rows in the same order.
-fn rollups(rows: &[&UsageRecordRow]) -> BTreeMap<(String, String, String), DailyRow> {
+fn rollups(rows: &[&NewUsageRecord<'_>]) -> BTreeMap<(String, String, String), DailyRow> {
     let mut rollups: BTreeMap<(String, String, String), DailyRow> = BTreeMap::new();
     for row in rows {
         let day = format_day(row.started_at.date());
         rollups
-            .entry((row.api_key_id.clone(), row.model.clone(), day.clone()))
+            .entry((row.api_key_id.to_owned(), row.model.to_owned(), day.clone()))
             .or_insert_with(|| DailyRow {
-                api_key_id: row.api_key_id.clone(),
-                model: row.model.clone(),
+                api_key_id: row.api_key_id.to_owned(),
+                model: row.model.to_owned(),
                 day,
-                user_id: row.user_id.clone(),
+                user_id: row.user_id.to_owned(),
                 ..DailyRow::default()
             })
             .add(row);
