@@ -2,8 +2,8 @@
 //! `usage_daily` (rollups per API key, model and UTC day).
 //!
 //! Writes are idempotent by request id: [`insert_batch`] inserts only the records whose
-//! request id is not in the ledger yet (`ON CONFLICT DO NOTHING` on the unique request id)
-//! and adds exactly those to the rollups, all in one transaction, so a batch replayed after a
+//! request id is not in the ledger yet (`INSERT OR IGNORE` on SQLite, `ON CONFLICT
+//! (request_id) DO NOTHING` on PostgreSQL) and adds exactly those to the rollups, all in one transaction, so a batch replayed after a
 //! crash or an outage never counts twice.
 //! Rollup rows are updated in a fixed order (by key, model, day), so two nodes writing
 //! overlapping batches cannot deadlock.
@@ -167,8 +167,7 @@ macro_rules! upsert_daily {
     }};
 }
 /// A record to insert, borrowed from its [`UsageRecord`] (no copies of its strings).
-#[derive(Debug, Insertable)]
-#[diesel(table_name = usage_records)]
+#[derive(Debug)]
 struct NewUsageRecord<'a> {
     request_id: &'a str,
     api_key_id: &'a str,
@@ -206,6 +205,51 @@ impl<'a> From<&'a UsageRecord> for NewUsageRecord<'a> {
             latency_ms: to_i64(r.latency_ms),
             started_at: r.started_at.naive_utc(),
         }
+    }
+}
+
+impl<'a> NewUsageRecord<'a> {
+    /// The row as `column = value` pairs: the form diesel identifies by its type alone, so
+    /// that its statement is prepared once per connection and found again without building
+    /// or hashing its SQL.
+    #[allow(clippy::type_complexity)]
+    fn columns(
+        &self,
+    ) -> (
+        diesel::dsl::Eq<usage_records::request_id, &'a str>,
+        diesel::dsl::Eq<usage_records::api_key_id, &'a str>,
+        diesel::dsl::Eq<usage_records::user_id, &'a str>,
+        diesel::dsl::Eq<usage_records::model, &'a str>,
+        diesel::dsl::Eq<usage_records::provider, &'a str>,
+        diesel::dsl::Eq<usage_records::streamed, bool>,
+        diesel::dsl::Eq<usage_records::outcome, &'static str>,
+        diesel::dsl::Eq<usage_records::prompt_tokens, i64>,
+        diesel::dsl::Eq<usage_records::completion_tokens, i64>,
+        diesel::dsl::Eq<usage_records::total_tokens, i64>,
+        diesel::dsl::Eq<usage_records::estimated, bool>,
+        diesel::dsl::Eq<usage_records::cost_micros, i64>,
+        diesel::dsl::Eq<usage_records::priced, bool>,
+        diesel::dsl::Eq<usage_records::latency_ms, i64>,
+        diesel::dsl::Eq<usage_records::started_at, NaiveDateTime>,
+    ) {
+        use usage_records::dsl as r;
+        (
+            r::request_id.eq(self.request_id),
+            r::api_key_id.eq(self.api_key_id),
+            r::user_id.eq(self.user_id),
+            r::model.eq(self.model),
+            r::provider.eq(self.provider),
+            r::streamed.eq(self.streamed),
+            r::outcome.eq(self.outcome),
+            r::prompt_tokens.eq(self.prompt_tokens),
+            r::completion_tokens.eq(self.completion_tokens),
+            r::total_tokens.eq(self.total_tokens),
+            r::estimated.eq(self.estimated),
+            r::cost_micros.eq(self.cost_micros),
+            r::priced.eq(self.priced),
+            r::latency_ms.eq(self.latency_ms),
+            r::started_at.eq(self.started_at),
+        )
     }
 }
 
@@ -258,10 +302,10 @@ fn insert_chunk_pg<'a>(
 /// rollups, in one transaction. Returns how many were new (the others were already there:
 /// a replay).
 ///
-/// Each insert skips a request id already in the ledger (`ON CONFLICT (request_id) DO
-/// NOTHING`) and tells which rows it inserted, so no read of existing ids is needed: on
-/// SQLite one single-row statement per record, prepared once per connection (its text never
-/// changes), whose count of changed rows is 1 or 0; on PostgreSQL one statement per 500
+/// Each insert skips a request id already in the ledger and tells which rows it inserted, so
+/// no read of existing ids is needed: on SQLite one single-row `INSERT OR IGNORE` per record,
+/// prepared once per connection (diesel finds it again by its type), whose count of changed
+/// rows is 1 or 0; on PostgreSQL one statement per 500
 /// records that takes each column as an array (`unnest`) and answers the inserted ids
 /// (`RETURNING`). On SQLite the transaction is `BEGIN IMMEDIATE`. A record inserted by a
 /// concurrent writer meanwhile is skipped like any other already there, and counted by that
@@ -294,9 +338,11 @@ pub fn insert_batch(
         DbConnection::Sqlite(c) => c.immediate_transaction(|c| {
             let mut new = Vec::with_capacity(rows.len());
             for row in &rows {
-                let changed = diesel::insert_into(usage_records::table)
-                    .values(row)
-                    .on_conflict_do_nothing()
+                // `INSERT OR IGNORE`: `ON CONFLICT DO NOTHING` would do the same here (the row
+                // has no NULL and the table no CHECK to ignore), but diesel finds only this
+                // form's prepared statement by its type, without building its SQL each time.
+                let changed = diesel::insert_or_ignore_into(usage_records::table)
+                    .values(row.columns())
                     .execute(c)?;
                 if changed == 1 {
                     new.push(row);
