@@ -34,7 +34,7 @@ use aigw_domain::access::op;
 use aigw_domain::FieldError;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,15 +81,105 @@ struct Provider {
     name: String,
     kind: ProviderKind,
     /// `{base_url}/chat/completions`, built and parsed once (`None` for `echo`).
-    chat_url: Option<reqwest::Url>,
-    api_key: Option<SecretString>,
+    chat_url: Option<http::Uri>,
+    /// `Bearer <api_key>`, built once and marked sensitive (never logged).
+    authorization: Option<http::HeaderValue>,
+}
+
+/// The HTTPS-capable connector of direct upstream calls.
+type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+
+/// How upstream calls are sent: directly with hyper-util's pooled client (no URL parse, no
+/// redirect or retry layer per call), or with reqwest through `gateway.proxy_url`.
+#[derive(Debug, Clone)]
+enum Upstream {
+    Direct(hyper_util::client::legacy::Client<Connector, http_body_util::Full<Bytes>>),
+    Proxied(reqwest::Client),
+}
+
+/// An upstream's answer head and body, whichever client sent the call.
+struct UpstreamResponse {
+    status: http::StatusCode,
+    headers: http::HeaderMap,
+    body: BoxStream<'static, Result<Bytes, String>>,
+}
+
+/// Why an upstream call got no answer.
+enum SendError {
+    /// The connection or the answer's head took too long.
+    Timeout,
+    /// Anything else, described.
+    Failed(String),
+}
+
+/// Whether `error`, or an error it was caused by, is an I/O timeout (a connect timeout).
+fn caused_by_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// `error` and its causes, for the log and the 502's reason (hyper's own text is terse).
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+impl Upstream {
+    /// Sends `request`; the answer's head within the caller's timeout.
+    async fn send(&self, request: http::Request<Bytes>) -> Result<UpstreamResponse, SendError> {
+        match self {
+            Upstream::Direct(client) => {
+                let response =
+                    client.request(request.map(http_body_util::Full::new)).await.map_err(|e| {
+                        if caused_by_timeout(&e) {
+                            SendError::Timeout
+                        } else {
+                            SendError::Failed(describe(&e))
+                        }
+                    })?;
+                let (head, body) = response.into_parts();
+                let body = http_body_util::BodyDataStream::new(body)
+                    .map(|chunk| chunk.map_err(|e| describe(&e)))
+                    .boxed();
+                Ok(UpstreamResponse { status: head.status, headers: head.headers, body })
+            }
+            Upstream::Proxied(client) => {
+                let request = reqwest::Request::try_from(request)
+                    .map_err(|e| SendError::Failed(e.to_string()))?;
+                let response = client.execute(request).await.map_err(|e| {
+                    if e.is_timeout() {
+                        SendError::Timeout
+                    } else {
+                        SendError::Failed(describe(&e))
+                    }
+                })?;
+                let (status, headers) = (response.status(), response.headers().clone());
+                let body = response.bytes_stream().map(|chunk| chunk.map_err(|e| describe(&e)));
+                Ok(UpstreamResponse { status, headers, body: body.boxed() })
+            }
+        }
+    }
 }
 
 /// Routes chat completions to providers by model name.
 #[derive(Debug, Clone)]
 pub struct Gateway {
     routes: Arc<BTreeMap<String, Arc<Provider>>>,
-    client: reqwest::Client,
+    client: Upstream,
     timeout: Duration,
     max_response_bytes: usize,
     meter: Option<Meter>,
@@ -113,7 +203,7 @@ impl Gateway {
                     name: ECHO_MODEL.to_owned(),
                     kind: ProviderKind::Echo,
                     chat_url: None,
-                    api_key: None,
+                    authorization: None,
                 }),
             );
         }
@@ -128,37 +218,74 @@ impl Gateway {
                 ProviderKind::Echo => None,
                 ProviderKind::Openai => {
                     let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-                    match reqwest::Url::parse(&url) {
-                        Ok(url) => Some(url),
+                    // Checked as a URL first (the error texts of `url` name the fault), then
+                    // kept as the `Uri` every call uses.
+                    let parsed = match reqwest::Url::parse(&url) {
+                        Ok(url) => url,
+                        Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+                    };
+                    match parsed.as_str().parse::<http::Uri>() {
+                        Ok(uri) => Some(uri),
                         Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
                     }
                 }
             };
-            let provider = Arc::new(Provider {
-                name: p.name.clone(),
-                kind: p.kind,
-                chat_url,
-                api_key: p.api_key.clone(),
-            });
+            let authorization = match &p.api_key {
+                Some(key) => {
+                    let value = format!("Bearer {}", key.expose_secret());
+                    let Ok(mut value) = http::HeaderValue::from_str(&value) else {
+                        return bad(format!(
+                            "provider {}: api_key holds characters a header cannot carry",
+                            p.name
+                        ));
+                    };
+                    value.set_sensitive(true);
+                    Some(value)
+                }
+                None => None,
+            };
+            let provider =
+                Arc::new(Provider { name: p.name.clone(), kind: p.kind, chat_url, authorization });
             for model in &p.models {
                 if routes.insert(model.clone(), provider.clone()).is_some() {
                     return bad(format!("model {model} is routed to more than one provider"));
                 }
             }
         }
-        let mut client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(config.connect_timeout_secs.max(1)))
-            .user_agent(concat!("aigw/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none());
-        client = match &config.proxy_url {
-            Some(url) => client.proxy(
-                reqwest::Proxy::all(url.expose_secret())
-                    .map_err(|e| ServiceError::Internal(format!("gateway.proxy_url: {e}")))?,
-            ),
-            None => client.no_proxy(),
-        };
+        let connect_timeout = Duration::from_secs(config.connect_timeout_secs.max(1));
         let client =
-            client.build().map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
+            match &config.proxy_url {
+                Some(url) => Upstream::Proxied(
+                    reqwest::Client::builder()
+                        .connect_timeout(connect_timeout)
+                        .redirect(reqwest::redirect::Policy::none())
+                        .proxy(reqwest::Proxy::all(url.expose_secret()).map_err(|e| {
+                            ServiceError::Internal(format!("gateway.proxy_url: {e}"))
+                        })?)
+                        .build()
+                        .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?,
+                ),
+                None => {
+                    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+                    http.set_connect_timeout(Some(connect_timeout));
+                    http.set_nodelay(true);
+                    http.enforce_http(false);
+                    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+                        .with_provider_and_webpki_roots(Arc::new(
+                            rustls::crypto::ring::default_provider(),
+                        ))
+                        .map_err(|e| ServiceError::Internal(format!("TLS set-up: {e}")))?
+                        .https_or_http()
+                        .enable_http1()
+                        .wrap_connector(http);
+                    Upstream::Direct(
+                        hyper_util::client::legacy::Client::builder(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .build(tls),
+                    )
+                }
+            };
         Ok(Self {
             routes: Arc::new(routes),
             client,
@@ -303,44 +430,38 @@ impl Gateway {
         let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
         let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
         let url = provider.chat_url.clone().ok_or_else(|| failed("no upstream URL".to_owned()))?;
-        let mut request = self
-            .client
-            .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+        let mut request = http::Request::post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
             .header(
-                reqwest::header::ACCEPT,
+                http::header::ACCEPT,
                 if stream { "text/event-stream" } else { "application/json" },
             )
-            .body(body);
-        if let Some(key) = &provider.api_key {
-            request = request.bearer_auth(key.expose_secret());
+            .header(http::header::USER_AGENT, USER_AGENT);
+        if let Some(authorization) = &provider.authorization {
+            request = request.header(http::header::AUTHORIZATION, authorization.clone());
         }
         for (name, value) in headers {
             request = request.header(*name, value.as_str());
         }
+        let request = request.body(body).map_err(|e| failed(format!("request not built: {e}")))?;
         self.overhead(&provider.name, arrived);
         let sent = Instant::now();
-        let response = match tokio::time::timeout(self.timeout, request.send()).await {
-            Err(_) => {
+        let response = match tokio::time::timeout(self.timeout, self.client.send(request)).await {
+            Err(_) | Ok(Err(SendError::Timeout)) => {
                 labels.finished("timeout", sent);
                 return Err(timed_out());
             }
-            Ok(Err(e)) if e.is_timeout() => {
-                labels.finished("timeout", sent);
-                return Err(timed_out());
-            }
-            Ok(Err(e)) => {
+            Ok(Err(SendError::Failed(reason))) => {
                 labels.finished("error", sent);
-                return Err(failed(format!("request failed: {e}")));
+                return Err(failed(format!("request failed: {reason}")));
             }
             Ok(Ok(r)) => r,
         };
-        let status = response.status();
+        let UpstreamResponse { status, headers: response_headers, body: response_body } = response;
         labels.histogram("aigw_upstream_ttfb_seconds").record(sent.elapsed().as_secs_f64());
         let class = crate::metrics::status_class(status.as_u16());
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
+        let content_type = response_headers
+            .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json")
             .to_owned();
@@ -350,7 +471,7 @@ impl Gateway {
             let idle = self.timeout;
             let cap = self.max_response_bytes;
             let provider_name = provider.name.clone();
-            let chunks = stream::unfold(Some((response.bytes_stream(), 0usize)), move |state| {
+            let chunks = stream::unfold(Some((response_body, 0usize)), move |state| {
                 let provider_name = provider_name.clone();
                 let labels = labels.clone();
                 async move {
@@ -391,15 +512,14 @@ impl Gateway {
                 body: chunks.boxed(),
             });
         }
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
+        let retry_after = response_headers
+            .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
         let cap = self.max_response_bytes;
         let read = async {
             let mut body = bytes::BytesMut::new();
-            let mut chunks = response.bytes_stream();
+            let mut chunks = response_body;
             while let Some(chunk) = chunks.next().await {
                 let chunk = chunk.map_err(|e| failed(format!("reading the answer failed: {e}")))?;
                 if body.len() + chunk.len() > cap {
@@ -438,8 +558,8 @@ impl Gateway {
             401 | 403 | 407 => Err(failed(format!("upstream answered {status}: {message}"))),
             code @ 400..=499 => {
                 // Never pass the provider's own key on, should the upstream quote it.
-                let scrub = |s: String| match &provider.api_key {
-                    Some(k) if !k.expose_secret().is_empty() => s.replace(k.expose_secret(), "***"),
+                let scrub = |s: String| match provider.api_key() {
+                    Some(k) if !k.is_empty() => s.replace(k, "***"),
                     _ => s,
                 };
                 let message: String = scrub(message).chars().take(2000).collect();
@@ -463,6 +583,16 @@ impl Gateway {
             }
             _ => Err(failed(format!("upstream answered {status}: {message}"))),
         }
+    }
+}
+
+/// The `User-Agent` of upstream calls.
+const USER_AGENT: &str = concat!("aigw/", env!("CARGO_PKG_VERSION"));
+
+impl Provider {
+    /// The provider's own key, from its `Authorization` value.
+    fn api_key(&self) -> Option<&str> {
+        self.authorization.as_ref()?.to_str().ok()?.strip_prefix("Bearer ")
     }
 }
 
