@@ -98,10 +98,9 @@ pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Re
         .lossy(false)
         .thread_name("aigw-log")
         // Lines are written in batches: the writer thread drains every waiting line into this
-        // buffer and flushes it when the queue is empty, after a linger of 5 ms, one `write`
-        // for many lines instead of one per line (stdout alone flushes at every newline) and
-        // no wake-up of the thread per line (crate::log_writer).
-        .finish(crate::log_writer::LingeringWriter::new(64 * 1024, std::io::stdout()));
+        // buffer and flushes it when the queue is empty, one `write` for many lines instead of
+        // one per line (stdout alone flushes at every newline).
+        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout()));
     let (json, text) = match settings.format {
         LogFormat::Json => (
             Some(
