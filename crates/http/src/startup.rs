@@ -244,6 +244,9 @@ impl Application {
         if let Some(redis) = redis_counters {
             key_limits = key_limits.with_redis(redis);
         }
+        if settings.gateway.key_counters != KeyCounters::Node {
+            key_limits = key_limits.with_leases(settings.gateway.key_lease_calls);
+        }
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())
             .with_key_limits(key_limits)

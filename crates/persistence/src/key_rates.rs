@@ -21,9 +21,10 @@ pub struct WindowCounts {
     pub tokens: i64,
 }
 
-/// Admits one call of key `key_id` using `tokens` worst-case tokens in the window starting at
-/// `window_start` (Unix seconds), against `rpm` requests and `tpm` tokens (`i64::MAX`: no
-/// limit). Creates the window's row when missing.
+/// Admits `requests` calls (1, or a node's lease of several) of key `key_id` using `tokens`
+/// worst-case tokens in all, in the window starting at `window_start` (Unix seconds), against
+/// `rpm` requests and `tpm` tokens (`i64::MAX`: no limit). Creates the window's row when
+/// missing.
 ///
 /// # Errors
 /// On database failure.
@@ -31,17 +32,17 @@ pub fn admit(
     conn: &mut DbConnection,
     key_id: &str,
     window_start: i64,
-    tokens: i64,
+    (requests, tokens): (i64, i64),
     rpm: i64,
     tpm: i64,
 ) -> Result<WindowCounts, PersistenceError> {
     let row = w::table.filter(w::api_key_id.eq(key_id)).filter(w::window_start.eq(window_start));
     let try_admit = |conn: &mut DbConnection| {
         diesel::update(
-            row.filter(w::requests.le(rpm.saturating_sub(1)))
+            row.filter(w::requests.le(rpm.saturating_sub(requests)))
                 .filter(w::tokens.le(tpm.saturating_sub(tokens))),
         )
-        .set((w::requests.eq(w::requests + 1), w::tokens.eq(w::tokens + tokens)))
+        .set((w::requests.eq(w::requests + requests), w::tokens.eq(w::tokens + tokens)))
         .execute(conn)
     };
     let mut admitted = try_admit(conn)? == 1;
@@ -106,6 +107,32 @@ pub fn settle_tokens(
     if clamped == 0 {
         diesel::update(row.filter(w::tokens.ge(-delta)))
             .set(w::tokens.eq(w::tokens + delta))
+            .execute(conn)?;
+    }
+    Ok(())
+}
+
+/// Takes `requests` (admitted by a lease but never used) off the window of key `key_id`
+/// starting at `window_start`; never below 0.
+///
+/// # Errors
+/// On database failure.
+pub fn give_back_requests(
+    conn: &mut DbConnection,
+    key_id: &str,
+    window_start: i64,
+    requests: i64,
+) -> Result<(), PersistenceError> {
+    if requests <= 0 {
+        return Ok(());
+    }
+    let row = w::table.filter(w::api_key_id.eq(key_id)).filter(w::window_start.eq(window_start));
+    let clamped = diesel::update(row.filter(w::requests.lt(requests)))
+        .set(w::requests.eq(0_i64))
+        .execute(conn)?;
+    if clamped == 0 {
+        diesel::update(row.filter(w::requests.ge(requests)))
+            .set(w::requests.eq(w::requests - requests))
             .execute(conn)?;
     }
     Ok(())

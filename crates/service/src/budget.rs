@@ -20,6 +20,7 @@ use crate::auth::Principal;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::key_counters::{NodeCounters, NodeReserved};
+use crate::key_leases::LeaseCall;
 use crate::redis_counters::RedisHeld;
 use crate::usage::prices::PriceTable;
 use crate::usage::tokens;
@@ -141,6 +142,9 @@ enum Counter {
     Node(NodeCounters, String, i64),
     /// Redis: the budget counter and the rate window, settled by one script.
     Redis(RedisHeld),
+    /// A node's lease ([`crate::key_leases`]): the call's bound was taken from it and its
+    /// settlement goes back into it.
+    Lease(LeaseCall),
 }
 
 /// A reservation of a call's worst-case cost; settled by [`Reservation::settle`] (a dropped
@@ -185,7 +189,32 @@ impl Reservation {
             Counter::Node(node, period, limit) => {
                 node.settle(&key_id, &period, limit, -reserved_micros);
             }
-            Counter::Redis(held) => held.settle(-reserved_micros, 0, 0),
+            Counter::Redis(held) => held.settle(-reserved_micros, 0, 0, 0),
+            Counter::Lease(call) => call.settle(0, 0),
+        }
+    }
+
+    /// A call admitted from a node's lease: `reserved_micros` is its bound's cost.
+    pub(crate) fn from_lease(key_id: String, reserved_micros: i64, call: LeaseCall) -> Self {
+        Self { counter: Counter::Lease(call), key_id, reserved_micros }
+    }
+
+    /// Settles a whole lease: `used_micros` and `used_tokens` are what its calls took (settled
+    /// calls at their real cost and tokens, the others at their bound); `unused_requests` go
+    /// back to a Redis rate window (the database's are given back by
+    /// [`crate::key_rates::KeyRates::give_back_requests`]). In the background.
+    pub(crate) fn settle_lease(self, used_micros: i64, used_tokens: u64, unused_requests: i64) {
+        let delta = used_micros - self.reserved_micros;
+        let Reservation { counter, key_id, .. } = self;
+        match counter {
+            Counter::Redis(held) => held.settle(delta, used_micros, used_tokens, unused_requests),
+            _ if delta == 0 => {}
+            Counter::Database(db, period) => settle_in_background(db, "budget", move |conn| {
+                budgets::settle(conn, &key_id, &period, delta)
+            }),
+            Counter::Node(node, period, limit) => node.settle(&key_id, &period, limit, delta),
+            // Leases are never leased from.
+            Counter::Lease(_) => {}
         }
     }
 
@@ -202,7 +231,8 @@ impl Reservation {
         let delta = cost - self.reserved_micros;
         let Reservation { counter, key_id, .. } = self;
         match counter {
-            Counter::Redis(held) => held.settle(delta, cost, total_tokens),
+            Counter::Redis(held) => held.settle(delta, cost, total_tokens, 0),
+            Counter::Lease(call) => call.settle(cost_micros, total_tokens),
             _ if delta == 0 => {}
             Counter::Database(db, period) => settle_in_background(db, "budget", move |conn| {
                 budgets::settle(conn, &key_id, &period, delta)

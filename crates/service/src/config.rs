@@ -132,6 +132,10 @@ pub struct GatewayConfig {
     /// script per call in the Redis of `rate_limit.redis_url`, exact across every node sharing
     /// it; the database counters while it is unavailable). See docs/budgets.md.
     pub key_counters: crate::key_counters::KeyCounters,
+    /// Calls' worth of a key's limits a node takes from the database's or Redis' counters at
+    /// once, far from the limits, and then admits from its memory (default 16; 0 or 1: every
+    /// call goes to the counters). See docs/budgets.md "Leases".
+    pub key_lease_calls: u32,
 }
 
 impl Default for GatewayConfig {
@@ -143,6 +147,7 @@ impl Default for GatewayConfig {
             max_response_bytes: 16 * 1024 * 1024,
             proxy_url: None,
             key_counters: crate::key_counters::KeyCounters::Database,
+            key_lease_calls: crate::key_leases::DEFAULT_LEASE_CALLS,
         }
     }
 }

@@ -3,11 +3,13 @@
 //! computed from one parse of the body (an upper bound first with Redis counters, the
 //! tokenizer's count near a limit: [`BOUND_HEADROOM`]) and counted where
 //! `gateway.key_counters` says: the database, the node's memory, or Redis (one script for both,
-//! the database while Redis is unavailable).
+//! the database while Redis is unavailable). Far from the limits, calls are admitted from the
+//! node's lease of the database's or Redis' counters ([`crate::key_leases`]).
 
 use crate::auth::Principal;
 use crate::budget::{parse_request, worst_case_bound, worst_case_of, Budgets, Reservation};
 use crate::error::ServiceError;
+use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
 use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use aigw_domain::usage::TokenUsage;
@@ -24,6 +26,7 @@ pub struct KeyLimits {
     budgets: Budgets,
     rates: KeyRates,
     redis: Option<RedisCounters>,
+    leases: Option<Leases>,
 }
 
 /// What an admitted call holds: where its key stands for the `x-ratelimit-*` headers (`None`:
@@ -41,7 +44,15 @@ pub struct Admission {
 impl KeyLimits {
     /// Limits counted by `budgets` and `rates` (each in the database or the node's memory).
     pub fn new(budgets: Budgets, rates: KeyRates) -> Self {
-        Self { budgets, rates, redis: None }
+        Self { budgets, rates, redis: None, leases: None }
+    }
+
+    /// Admits calls far from their key's limits from leases of `calls` calls' worth
+    /// ([`crate::key_leases`]; 0 or 1: no leases). For counters in the database or Redis:
+    /// the node's memory counters need none.
+    pub fn with_leases(mut self, calls: u32) -> Self {
+        self.leases = (calls > 1).then(|| Leases::new(calls));
+        self
     }
 
     /// Counts in Redis (`gateway.key_counters = "redis"`); `budgets` and `rates` (database
@@ -76,6 +87,15 @@ impl KeyLimits {
             return Ok(Admission::default());
         }
         let parsed = if priced { parse_request(body) } else { serde_json::Value::Null };
+        if let Some(leases) = &self.leases {
+            let bound = if priced { worst_case_bound(&parsed) } else { TokenUsage::default() };
+            let budget = self.budgets.plan(principal, model, &bound);
+            let rates = RatePlan::new(principal, &bound);
+            let grant = |budget, rates| self.grant_lease(leases, budget, rates);
+            if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
+                return Ok(admission);
+            }
+        }
         let exact = || if priced { worst_case_of(model, &parsed) } else { TokenUsage::default() };
         let mut fallback = false;
         if let Some(redis) = &self.redis {
@@ -139,6 +159,47 @@ impl KeyLimits {
             None => None,
         };
         Ok(Admission { status, reservation, tokens })
+    }
+
+    /// A lease planned by `budget` and `rates` (a lease's calls' worth and room), from Redis
+    /// or the database; `None` when it does not fit or the counters failed (nothing counted).
+    async fn grant_lease(
+        &self,
+        leases: &Leases,
+        budget: Option<crate::budget::BudgetPlan>,
+        rates: Option<RatePlan>,
+    ) -> Option<Granted> {
+        if let Some(redis) = &self.redis {
+            let headroom = leases.redis_headroom();
+            return match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await
+            {
+                Some(Ok(RedisAdmission::Admitted(status, reservation))) => Some(Granted {
+                    admission: Admission { status, reservation: Some(reservation), tokens: None },
+                    give_back: None,
+                }),
+                _ => None,
+            };
+        }
+        let reservation = match budget {
+            Some(plan) => Some(self.budgets.reserve_bounded(plan).await.ok().flatten()?),
+            None => None,
+        };
+        let (status, tokens) = match rates {
+            Some(plan) => match self.rates.admit_bounded(plan).await {
+                Ok(Some((status, tokens))) => (Some(status), tokens),
+                _ => {
+                    if let Some(reservation) = reservation {
+                        reservation.release().await;
+                    }
+                    return None;
+                }
+            },
+            None => (None, None),
+        };
+        Some(Granted {
+            admission: Admission { status, reservation, tokens },
+            give_back: Some(self.rates.clone()),
+        })
     }
 
     /// The database or memory counters' admission at the upper bound `bound`, kept

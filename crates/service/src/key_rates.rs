@@ -61,6 +61,11 @@ pub(crate) struct RatePlan {
     reset_secs: i64,
     /// Worst-case tokens counted (0 without a `tpm_limit`).
     pub(crate) tokens: i64,
+    /// Requests counted: 1, or [`crate::key_leases`]' lease of several.
+    pub(crate) requests: i64,
+    /// Requests of the `rpm_limit` the admission must leave free (a lease keeps room for more
+    /// calls; 0 otherwise).
+    pub(crate) request_room: i64,
     pub(crate) rpm: Option<i64>,
     pub(crate) tpm: Option<i64>,
     /// Tokens of the `tpm_limit` the admission must leave free (0: all of it may be used); an
@@ -89,6 +94,8 @@ impl RatePlan {
                 Some(_) => i64::try_from(worst.total_tokens).unwrap_or(i64::MAX),
                 None => 0,
             },
+            requests: 1,
+            request_room: 0,
             rpm: policy.rpm_limit,
             tpm: policy.tpm_limit,
             room: 0,
@@ -209,11 +216,12 @@ impl KeyRates {
         &self,
         plan: RatePlan,
     ) -> Result<Option<(RateStatus, Option<TokenReservation>)>, ServiceError> {
-        let (window_start, tokens) = (plan.window_start, plan.tokens);
-        let rpm_max = plan.rpm.unwrap_or(i64::MAX);
+        let (window_start, tokens, requests) = (plan.window_start, plan.tokens, plan.requests);
+        let rpm_max = plan.rpm.map_or(i64::MAX, |rpm| rpm.saturating_sub(plan.request_room));
         let tpm_max = plan.tpm.map_or(i64::MAX, |tpm| tpm.saturating_sub(plan.room));
         let counts = match &self.node {
             Some(node) => {
+                // The node's memory is never leased from: one request per admission.
                 let (admitted, requests, tokens) =
                     node.admit(&plan.key_id, window_start, tokens, rpm_max, tpm_max);
                 key_rates::WindowCounts { admitted, requests, tokens }
@@ -222,13 +230,14 @@ impl KeyRates {
                 let key = plan.key_id.clone();
                 self.db
                     .run(move |conn| {
-                        Ok(key_rates::admit(conn, &key, window_start, tokens, rpm_max, tpm_max)?)
+                        let counted = (requests, tokens);
+                        Ok(key_rates::admit(conn, &key, window_start, counted, rpm_max, tpm_max)?)
                     })
                     .await?
             }
         };
         if !counts.admitted {
-            if plan.room > 0 && counts.requests < rpm_max {
+            if plan.room > 0 && counts.requests.saturating_add(requests) <= rpm_max {
                 return Ok(None);
             }
             return Err(plan.refused(counts.requests));
@@ -242,6 +251,21 @@ impl KeyRates {
             reserved: tokens,
         });
         Ok(Some((status, reservation)))
+    }
+}
+
+impl KeyRates {
+    /// Takes `requests` admitted by a lease but never used off key `key_id`'s window starting
+    /// at `window_start`, in the background (database counters only; a failure leaves them
+    /// counted until the window ends).
+    pub(crate) fn give_back_requests(&self, key_id: &str, window_start: i64, requests: i64) {
+        if requests <= 0 || self.node.is_some() {
+            return;
+        }
+        let key = key_id.to_owned();
+        settle_in_background(self.db.clone(), "rpm_limit", move |conn| {
+            key_rates::give_back_requests(conn, &key, window_start, requests)
+        });
     }
 }
 

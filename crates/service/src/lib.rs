@@ -25,6 +25,7 @@ pub mod error;
 pub mod gateway;
 pub mod idempotency;
 pub mod key_counters;
+pub mod key_leases;
 pub mod key_limits;
 pub mod key_policy;
 pub mod key_rates;

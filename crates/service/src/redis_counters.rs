@@ -45,20 +45,25 @@ const BUDGET_TTL_SECS: i64 = 3600;
 /// The admission. KEYS[1]: budget counter, KEYS[2]: rate window. ARGV: [1] `1` with a budget,
 /// [2] worst-case cost (micro-USD), [3] budget limit, [4] `1` with rate limits, [5] worst-case
 /// tokens, [6] rpm (-1: none), [7] tpm (-1: none), [8] window TTL, [9] budget TTL, [10] the
-/// headroom `k` of an upper-bound admission (0: the cost and tokens are exact counts).
+/// headroom `k` of an upper-bound admission (0: the cost and tokens are exact counts), [11]
+/// the requests `n` counted: 1, or a lease's `n` calls (cost and tokens then are the lease's).
 /// Returns {outcome, committed, generation, requests, tokens}; outcome 1 admitted, 2 refused by
 /// a rate limit, 3 refused by the budget, 4 budget counter not open, 5 count exactly: with
-/// `k` > 0, admitting would leave room for fewer than `k` more such calls in the budget or the
-/// tpm window (nothing charged; the caller counts the prompt and comes back with `k` = 0).
+/// `k` > 0, admitting would leave room for fewer than `k` more such calls (or leases) in the
+/// budget, the tpm window or, for a lease, the rpm window (nothing charged; the caller counts
+/// the prompt and comes back with `k` = 0).
 const ADMIT: &str = r"
 local r, t = 0, 0
-local k = tonumber(ARGV[10])
+local k, n = tonumber(ARGV[10]), tonumber(ARGV[11])
 if ARGV[4] == '1' then
   local w = redis.call('HMGET', KEYS[2], 'r', 't')
   r = tonumber(w[1]) or 0
   t = tonumber(w[2]) or 0
   local rpm, tpm, need = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[5])
-  if rpm >= 0 and r >= rpm then
+  if rpm >= 0 and n > 1 and k > 0 and r > rpm - n * (k + 1) then
+    return {5, 0, '', r, t}
+  end
+  if rpm >= 0 and r > rpm - n then
     return {2, 0, '', r, t}
   end
   if tpm >= 0 and k > 0 and t > tpm - need * (k + 1) then
@@ -86,9 +91,9 @@ if ARGV[1] == '1' then
   redis.call('EXPIRE', KEYS[1], ARGV[9])
 end
 if ARGV[4] == '1' then
-  r = redis.call('HINCRBY', KEYS[2], 'r', 1)
+  r = redis.call('HINCRBY', KEYS[2], 'r', n)
   t = redis.call('HINCRBY', KEYS[2], 't', ARGV[5])
-  if r == 1 then
+  if r == n then
     redis.call('EXPIRE', KEYS[2], ARGV[8])
   end
 end
@@ -107,14 +112,15 @@ return 1
 ";
 
 /// Settlements, many in one call. For each settlement `i` (from 0): KEYS[2i+1] its budget
-/// counter, KEYS[2i+2] its rate window; ARGV[6i+1..6i+6]: `1` with a budget, the generation
-/// reserved against, real cost minus reservation, real cost, `1` with a token window, real
-/// tokens minus reserved. A counter reopened since the reservation (another generation) did
-/// not count it: it gets the real cost. Missing counters stay missing; nothing goes below 0.
+/// counter, KEYS[2i+2] its rate window; ARGV[7i+1..7i+7]: `1` with a budget, the generation
+/// reserved against, real cost minus reservation, real cost, `1` with a rate window, real
+/// tokens minus reserved, requests given back (a lease's unused ones, negative). A counter
+/// reopened since the reservation (another generation) did not count it: it gets the real
+/// cost. Missing counters stay missing; nothing goes below 0.
 const SETTLE_MANY: &str = r"
 for i = 0, #KEYS / 2 - 1 do
   local budget, window = KEYS[2 * i + 1], KEYS[2 * i + 2]
-  local a = 6 * i
+  local a = 7 * i
   if ARGV[a + 1] == '1' then
     local g = redis.call('HGET', budget, 'g')
     if g then
@@ -128,8 +134,11 @@ for i = 0, #KEYS / 2 - 1 do
     end
   end
   if ARGV[a + 5] == '1' and redis.call('EXISTS', window) == 1 then
-    if redis.call('HINCRBY', window, 't', ARGV[a + 6]) < 0 then
+    if ARGV[a + 6] ~= '0' and redis.call('HINCRBY', window, 't', ARGV[a + 6]) < 0 then
       redis.call('HSET', window, 't', 0)
+    end
+    if ARGV[a + 7] ~= '0' and redis.call('HINCRBY', window, 'r', ARGV[a + 7]) < 0 then
+      redis.call('HSET', window, 'r', 0)
     end
   end
 end
@@ -140,7 +149,7 @@ return 1
 const SETTLEMENTS_PER_CALL: usize = 256;
 
 /// One settlement waiting to be sent: the budget counter and rate window (names), and the
-/// script's six arguments.
+/// script's seven arguments.
 #[derive(Debug)]
 struct Settlement {
     budget_key: String,
@@ -151,6 +160,7 @@ struct Settlement {
     cost: i64,
     window: bool,
     token_delta: i64,
+    request_delta: i64,
 }
 
 /// The scripts and the connection (shared by clones).
@@ -199,7 +209,7 @@ async fn send_settlements(
             invocation.key(placeholder(&s.budget_key, &s.window_key));
             invocation.key(placeholder(&s.window_key, &s.budget_key));
             invocation.arg(flag(s.budget)).arg(&s.generation).arg(s.delta).arg(s.cost);
-            invocation.arg(flag(s.window)).arg(s.token_delta);
+            invocation.arg(flag(s.window)).arg(s.token_delta).arg(s.request_delta);
         }
         if link.invoke::<i64>(&invocation).await.is_none() {
             tracing::warn!(
@@ -249,8 +259,9 @@ pub(crate) struct RedisHeld {
     scripts: Arc<Scripts>,
     /// The budget counter and the generation reserved against.
     budget: Option<(String, String)>,
-    /// The rate window and the worst-case tokens counted in it (with a `tpm_limit`).
-    window: Option<(String, i64)>,
+    /// The rate window (with rate limits) and the worst-case tokens counted in it (with a
+    /// `tpm_limit`).
+    window: Option<(String, Option<i64>)>,
 }
 
 impl std::fmt::Debug for Scripts {
@@ -261,16 +272,22 @@ impl std::fmt::Debug for Scripts {
 
 impl RedisHeld {
     /// Sends the settlement in the background: `delta` (real cost minus reservation) and
-    /// `cost` micro-USD to the budget counter, the real `total_tokens` to the window (batched
-    /// with other settlements: [`Scripts::settle`]).
-    pub(crate) fn settle(self, delta: i64, cost: i64, total_tokens: u64) {
+    /// `cost` micro-USD to the budget counter, the real `total_tokens` and `unused_requests`
+    /// (a lease's, given back) to the window (batched with other settlements:
+    /// [`Scripts::settle`]).
+    pub(crate) fn settle(self, delta: i64, cost: i64, total_tokens: u64, unused_requests: i64) {
         let token_delta = self
             .window
             .as_ref()
-            .map_or(0, |(_, reserved)| i64::try_from(total_tokens).unwrap_or(i64::MAX) - reserved);
+            .and_then(|(_, reserved)| *reserved)
+            .map_or(0, |r| i64::try_from(total_tokens).unwrap_or(i64::MAX) - r);
+        let request_delta = if self.window.is_some() { -unused_requests.max(0) } else { 0 };
         // With a budget the script always runs, `delta` 0 or not: a counter reopened since
         // the reservation needs the real cost.
-        if (self.budget.is_none() || (delta == 0 && cost == 0)) && token_delta == 0 {
+        if (self.budget.is_none() || (delta == 0 && cost == 0))
+            && token_delta == 0
+            && request_delta == 0
+        {
             return;
         }
         let RedisHeld { scripts, budget, window } = self;
@@ -287,6 +304,7 @@ impl RedisHeld {
             cost,
             window: has_window,
             token_delta,
+            request_delta,
         });
     }
 }
@@ -390,7 +408,8 @@ impl RedisCounters {
                 .arg(rates.and_then(|r| r.tpm).unwrap_or(-1))
                 .arg(WINDOW_TTL_SECS)
                 .arg(BUDGET_TTL_SECS)
-                .arg(headroom);
+                .arg(headroom)
+                .arg(rates.map_or(1, |r| r.requests));
             let (outcome, committed, generation, requests, counted) =
                 self.scripts.link.invoke::<(i64, i64, String, i64, i64)>(&invocation).await?;
             return Some(match (outcome, budget, rates) {
@@ -402,7 +421,7 @@ impl RedisCounters {
                         RedisHeld {
                             scripts: self.scripts.clone(),
                             budget: budget.map(|_| (budget_key, generation)),
-                            window: rates.and_then(|r| r.tpm.map(|_| (window_key, r.tokens))),
+                            window: rates.map(|r| (window_key, r.tpm.map(|_| r.tokens))),
                         },
                     ),
                 )),
@@ -549,7 +568,7 @@ mod tests {
             let script = redis::Script::new(ADMIT);
             let mut invocation = script.key(&self.budget);
             invocation.key(&self.window).arg("1").arg(cost).arg(limit).arg("1").arg(tokens);
-            invocation.arg(rpm).arg(tpm).arg(WINDOW_TTL_SECS).arg(BUDGET_TTL_SECS).arg(k);
+            invocation.arg(rpm).arg(tpm).arg(WINDOW_TTL_SECS).arg(BUDGET_TTL_SECS).arg(k).arg(1);
             invocation.invoke(conn).unwrap()
         }
 
@@ -570,7 +589,7 @@ mod tests {
             let script = redis::Script::new(SETTLE_MANY);
             let mut invocation = script.key(&self.budget);
             invocation.key(&self.window).arg("1").arg(generation).arg(delta).arg(cost);
-            let _: i64 = invocation.arg("1").arg(tokens).invoke(conn).unwrap();
+            let _: i64 = invocation.arg("1").arg(tokens).arg(0).invoke(conn).unwrap();
         }
 
         fn field(&self, conn: &mut redis::Connection, key: &str, field: &str) -> i64 {
@@ -613,8 +632,10 @@ mod tests {
         assert_eq!(other.open(c, 100, "h"), 1);
         let script = redis::Script::new(SETTLE_MANY);
         let mut both = script.prepare_invoke();
-        both.key(&k.budget).key(&k.window).arg("1").arg("g2").arg(5).arg(0).arg("0").arg(0);
-        both.key(&other.budget).key(&other.window).arg("1").arg("h").arg(-7).arg(0).arg("0").arg(0);
+        both.key(&k.budget).key(&k.window).arg("1").arg("g2").arg(5).arg(0);
+        both.arg("0").arg(0).arg(0);
+        both.key(&other.budget).key(&other.window).arg("1").arg("h").arg(-7).arg(0);
+        both.arg("0").arg(0).arg(0);
         let _: i64 = both.invoke(c).unwrap();
         assert_eq!(k.field(c, &k.budget, "c"), 535);
         assert_eq!(other.field(c, &other.budget, "c"), 93);

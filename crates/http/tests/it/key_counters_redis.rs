@@ -29,18 +29,18 @@ backend_tests!(
 );
 
 /// The settings of a node counting keys in `redis`, under a key prefix of this test's own.
-struct RedisCounters {
+pub(crate) struct RedisCounters {
     url: String,
     prefix: String,
 }
 
 impl RedisCounters {
-    fn new(redis: &RedisServer) -> Self {
+    pub(crate) fn new(redis: &RedisServer) -> Self {
         Self { url: redis.url(), prefix: format!("aigw-test:{}:", uuid::Uuid::now_v7().simple()) }
     }
 
     /// [`priced_providers`] with the key counters in Redis.
-    fn apply(&self, s: &mut Settings) {
+    pub(crate) fn apply(&self, s: &mut Settings) {
         priced_providers(s);
         s.gateway.key_counters = KeyCounters::Redis;
         s.rate_limit.redis_url = self.url.clone();
@@ -54,7 +54,7 @@ impl RedisCounters {
 
     /// Every hash under this prefix whose name contains `part` (`:b:` budget counters, `:w:`
     /// rate windows), by name.
-    fn hashes(&self, part: &str) -> HashMap<String, HashMap<String, String>> {
+    pub(crate) fn hashes(&self, part: &str) -> HashMap<String, HashMap<String, String>> {
         let mut conn = self.connection();
         let names: Vec<String> =
             redis::cmd("KEYS").arg(format!("{}*", self.prefix)).query(&mut conn).unwrap();

@@ -25,6 +25,7 @@ mod http_semantics;
 mod idempotency;
 mod jwt;
 mod key_counters_redis;
+mod key_leases;
 mod key_policy;
 mod limits;
 mod observability;

@@ -1,0 +1,343 @@
+//! Leases of keys' limits (issue 9, docs/budgets.md "Leases"): far from a key's limits, a node
+//! takes `gateway.key_lease_calls` calls' worth of the key's budget, tokens and requests from the
+//! shared counters (the database's or Redis') in ONE admission, and admits the calls that follow
+//! from that lease in its own memory: no round trip to the counters per call.
+//!
+//! - **Exact across nodes**: a lease is a reservation like any call's, counted in the shared
+//!   counters before any call uses it, so the counters never hold less than what the nodes'
+//!   calls may spend. A lease is taken only while the key keeps room for
+//!   [`BOUND_HEADROOM`] more calls beyond it (budget, tpm and rpm); closer to a limit every
+//!   call is admitted by the counters themselves, one by one, as without leases.
+//! - **Settlement**: a call taken from a lease settles into it (its bound minus its real cost
+//!   and tokens go back into the lease). When the lease ends - [`LEASE_TTL`] after it was
+//!   taken, at the end of its rate window, when the key's limits change, or when a call does
+//!   not fit in what is left - and its last call is settled, what it did not use goes back
+//!   to the shared counters: budget, tokens and requests.
+//! - **Headers**: `x-ratelimit-remaining-*` count what the lease has handed out, as of the
+//!   node's last exchange with the counters (at most [`LEASE_TTL`] old).
+//! - **Near a limit**: a refused lease is not asked for again for [`LEASE_TTL`]; each call goes
+//!   to the counters meanwhile.
+
+use crate::budget::{BudgetPlan, Reservation};
+use crate::key_limits::{Admission, BOUND_HEADROOM};
+use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation, WINDOW_SECS};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+/// Calls' worth of a key's limits a lease takes, by default (`gateway.key_lease_calls`).
+pub const DEFAULT_LEASE_CALLS: u32 = 16;
+
+/// How long a node uses a lease before what is left of it goes back.
+pub const LEASE_TTL: Duration = Duration::from_secs(1);
+
+/// How often the node looks for leases to end.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain numbers behind: still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a lease was taken for: a call is taken from it only when these are the call's own (a
+/// PATCH of the key's limits, a new period or a new minute ends the lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Terms {
+    /// The budget counter's qualified name ([`BudgetPlan::qualified`]).
+    budget: Option<String>,
+    /// The rate window's start, Unix seconds.
+    window_start: Option<i64>,
+    rpm: Option<i64>,
+    tpm: Option<i64>,
+}
+
+impl Terms {
+    fn of(budget: Option<&BudgetPlan>, rates: Option<&RatePlan>) -> Self {
+        Self {
+            budget: budget.map(BudgetPlan::qualified),
+            window_start: rates.map(|r| r.window_start),
+            rpm: rates.and_then(|r| r.rpm),
+            tpm: rates.and_then(|r| r.tpm),
+        }
+    }
+}
+
+/// What is left of a lease: requests, micro-USD and tokens.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    requests: i64,
+    cost: i64,
+    tokens: i64,
+}
+
+/// One lease of a key's limits, shared by the node's slot and the calls taken from it; when the
+/// last of them lets go, what it did not use goes back to the shared counters ([`Drop`]).
+#[derive(Debug)]
+pub(crate) struct Lease {
+    key_id: String,
+    terms: Terms,
+    taken_at: Instant,
+    /// Granted: micro-USD and tokens (requests are in `left` only: each call uses exactly one).
+    cost: i64,
+    tokens: i64,
+    /// The key's window right after the grant (with rate limits).
+    status: Option<RateStatus>,
+    left: Mutex<Left>,
+    /// The lease's reservations in the shared counters.
+    reservation: Option<Reservation>,
+    token_reservation: Option<TokenReservation>,
+    /// Gives a database window's unused requests back (`None` in Redis: the reservation does).
+    rates: Option<KeyRates>,
+}
+
+impl Lease {
+    fn usable(&self, terms: &Terms) -> bool {
+        self.terms == *terms && self.taken_at.elapsed() < LEASE_TTL
+    }
+
+    /// Where the key stands once `left` is what remains of the lease, for the headers.
+    fn status(&self, left: &Left) -> Option<RateStatus> {
+        let status = self.status?;
+        let window_start = self.terms.window_start?;
+        let now = aigw_domain::time::now().timestamp();
+        Some(RateStatus {
+            requests: status.requests.map(|(limit, rest)| (limit, rest + left.requests)),
+            tokens: status.tokens.map(|(limit, rest)| (limit, rest + left.tokens)),
+            reset_secs: window_start + WINDOW_SECS - now,
+        })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let left = *self.left.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let used_cost = self.cost - left.cost;
+        let used_tokens = u64::try_from(self.tokens - left.tokens).unwrap_or(0);
+        let unused_requests = left.requests.max(0);
+        if let Some(reservation) = self.reservation.take() {
+            reservation.settle_lease(used_cost, used_tokens, unused_requests);
+        }
+        if let Some(tokens) = self.token_reservation.take() {
+            tokens.settle(used_tokens);
+        }
+        if let (Some(rates), Some(window_start)) = (&self.rates, self.terms.window_start) {
+            rates.give_back_requests(&self.key_id, window_start, unused_requests);
+        }
+    }
+}
+
+/// A call taken from a lease: its bound's micro-USD and tokens, settled back into the lease.
+#[derive(Debug)]
+pub struct LeaseCall {
+    lease: Arc<Lease>,
+    cost: i64,
+    tokens: i64,
+}
+
+impl LeaseCall {
+    /// Gives the call's bound minus its real `cost_micros` and `total_tokens` back to the
+    /// lease, for the lease's next calls or, once it ends, the shared counters.
+    pub(crate) fn settle(self, cost_micros: u64, total_tokens: u64) {
+        let cost = i64::try_from(cost_micros).unwrap_or(i64::MAX);
+        let tokens = match self.lease.terms.tpm {
+            Some(_) => i64::try_from(total_tokens).unwrap_or(i64::MAX),
+            None => 0,
+        };
+        let mut left = lock(&self.lease.left);
+        left.cost = left.cost.saturating_add(self.cost.saturating_sub(cost));
+        left.tokens = left.tokens.saturating_add(self.tokens.saturating_sub(tokens));
+    }
+}
+
+/// What the shared counters granted a lease: the admission of its calls' worth and, for the
+/// database's windows, the limiter that gives unused requests back (Redis' reservation does).
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub(crate) admission: Admission,
+    pub(crate) give_back: Option<KeyRates>,
+}
+
+/// One key's lease on this node.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Held while a lease is taken: the calls that find none meanwhile wait for it instead of
+    /// each taking one.
+    taking: tokio::sync::Mutex<()>,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    lease: Option<Arc<Lease>>,
+    /// No lease is asked for until then (the last one was refused: the key is near a limit).
+    refused_until: Option<Instant>,
+}
+
+impl Slot {
+    /// Takes a call of bound `(cost, tokens)` under `terms` from the lease, if it has room;
+    /// a lease that cannot serve it (ended, other terms, too little left) ends here.
+    fn take(&self, terms: &Terms, cost: i64, tokens: i64) -> Option<Admission> {
+        let mut state = lock(&self.state);
+        let lease = state.lease.as_ref()?;
+        if lease.usable(terms) {
+            let mut left = lock(&lease.left);
+            if left.requests >= 1 && left.cost >= cost && left.tokens >= tokens {
+                left.requests -= 1;
+                left.cost -= cost;
+                left.tokens -= tokens;
+                let status = lease.status(&left);
+                drop(left);
+                let call = LeaseCall { lease: lease.clone(), cost, tokens };
+                let reservation = Reservation::from_lease(lease.key_id.clone(), cost, call);
+                return Some(Admission { status, reservation: Some(reservation), tokens: None });
+            }
+        }
+        let ended = state.lease.take();
+        drop(state);
+        drop(ended);
+        None
+    }
+
+    fn refused(&self) -> bool {
+        lock(&self.state).refused_until.is_some_and(|until| Instant::now() < until)
+    }
+}
+
+/// The leases of a node (cheap to clone; clones share them).
+#[derive(Debug, Clone)]
+pub(crate) struct Leases {
+    calls: i64,
+    slots: Arc<Mutex<HashMap<String, Arc<Slot>>>>,
+    sweeper: Arc<OnceLock<()>>,
+}
+
+impl Leases {
+    /// Leases of `calls` calls' worth each.
+    pub(crate) fn new(calls: u32) -> Self {
+        Self { calls: i64::from(calls.max(2)), slots: Arc::default(), sweeper: Arc::default() }
+    }
+
+    /// The headroom argument of a lease's admission in Redis: room for `k` more leases there
+    /// is room for at least [`BOUND_HEADROOM`] more calls.
+    pub(crate) fn redis_headroom(&self) -> i64 {
+        (BOUND_HEADROOM + self.calls - 1) / self.calls
+    }
+
+    /// Admits a call whose bound is planned by `budget` and `rates` from the key's lease on
+    /// this node, taking a new lease with `grant` when there is none with room for it. `None`
+    /// when no lease can serve it (the key is near a limit, or the counters failed): the
+    /// caller then admits the call by itself.
+    pub(crate) async fn admit<F, Fut>(
+        &self,
+        budget: Option<&BudgetPlan>,
+        rates: Option<&RatePlan>,
+        grant: F,
+    ) -> Option<Admission>
+    where
+        F: FnOnce(Option<BudgetPlan>, Option<RatePlan>) -> Fut,
+        Fut: Future<Output = Option<Granted>>,
+    {
+        let key_id = budget.map(|b| b.key_id.as_str()).or(rates.map(|r| r.key_id.as_str()))?;
+        let terms = Terms::of(budget, rates);
+        let cost = budget.map_or(0, |b| b.cost);
+        let tokens = rates.map_or(0, |r| r.tokens);
+        let slot = self.slot(key_id);
+        if let Some(admission) = slot.take(&terms, cost, tokens) {
+            return Some(admission);
+        }
+        if slot.refused() {
+            return None;
+        }
+        let _taking = slot.taking.lock().await;
+        // Another call may have taken a lease (or been refused one) meanwhile.
+        if let Some(admission) = slot.take(&terms, cost, tokens) {
+            return Some(admission);
+        }
+        if slot.refused() {
+            return None;
+        }
+        let calls = self.calls;
+        let budget_plan = budget.cloned().map(|mut plan| {
+            plan.room = plan.cost.saturating_mul(BOUND_HEADROOM);
+            plan.cost = plan.cost.saturating_mul(calls);
+            plan
+        });
+        let rate_plan = rates.cloned().map(|mut plan| {
+            plan.room = plan.tokens.saturating_mul(BOUND_HEADROOM);
+            plan.tokens = plan.tokens.saturating_mul(calls);
+            plan.requests = calls;
+            plan.request_room = BOUND_HEADROOM;
+            plan
+        });
+        let Some(Granted { admission, give_back }) = grant(budget_plan, rate_plan).await else {
+            lock(&slot.state).refused_until = Some(Instant::now() + LEASE_TTL);
+            return None;
+        };
+        let lease = Arc::new(Lease {
+            key_id: key_id.to_owned(),
+            terms: terms.clone(),
+            taken_at: Instant::now(),
+            cost: cost.saturating_mul(calls),
+            tokens: tokens.saturating_mul(calls),
+            status: admission.status,
+            left: Mutex::new(Left {
+                requests: calls,
+                cost: cost.saturating_mul(calls),
+                tokens: tokens.saturating_mul(calls),
+            }),
+            reservation: admission.reservation,
+            token_reservation: admission.tokens,
+            rates: give_back,
+        });
+        let ended = lock(&slot.state).lease.replace(lease);
+        drop(ended);
+        self.start_sweeper();
+        slot.take(&terms, cost, tokens)
+    }
+
+    fn slot(&self, key_id: &str) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        match slots.get(key_id) {
+            Some(slot) => slot.clone(),
+            None => slots.entry(key_id.to_owned()).or_default().clone(),
+        }
+    }
+
+    /// Starts, once and within a tokio runtime, the task that ends leases [`LEASE_TTL`] old
+    /// (so that an idle key's unused lease goes back) and forgets idle keys; it stops when the
+    /// leases are dropped.
+    fn start_sweeper(&self) {
+        self.sweeper.get_or_init(|| {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(sweep(Arc::downgrade(&self.slots)));
+            }
+        });
+    }
+}
+
+/// The task of [`Leases::start_sweeper`].
+async fn sweep(slots: Weak<Mutex<HashMap<String, Arc<Slot>>>>) {
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(slots) = slots.upgrade() else { return };
+        let mut ended = Vec::new();
+        let now = Instant::now();
+        lock(&slots).retain(|_, slot| {
+            let mut state = lock(&slot.state);
+            if state.lease.as_ref().is_some_and(|lease| lease.taken_at.elapsed() >= LEASE_TTL) {
+                ended.extend(state.lease.take());
+            }
+            let idle =
+                state.lease.is_none() && state.refused_until.is_none_or(|until| until <= now);
+            drop(state);
+            // A slot some call holds (taking a lease) stays.
+            !(idle && Arc::strong_count(slot) == 1)
+        });
+        drop(slots);
+        // Settled outside the map's lock.
+        drop(ended);
+    }
+}
