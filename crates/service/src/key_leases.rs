@@ -29,6 +29,11 @@ use std::time::{Duration, Instant};
 /// Calls' worth of a key's limits a lease takes, by default (`gateway.key_lease_calls`).
 pub const DEFAULT_LEASE_CALLS: u32 = 16;
 
+/// A busy key's leases grow up to this many times `gateway.key_lease_calls`: a lease used up
+/// within a quarter of [`LEASE_TTL`] is followed by one twice as large, one that ends with
+/// more than half of it unused by one half as large.
+pub const MAX_LEASE_GROWTH: i64 = 64;
+
 /// How long a node uses a lease before what is left of it goes back.
 pub const LEASE_TTL: Duration = Duration::from_secs(1);
 
@@ -78,6 +83,8 @@ pub(crate) struct Lease {
     key_id: String,
     terms: Terms,
     taken_at: Instant,
+    /// Calls' worth granted.
+    calls: i64,
     /// Granted: micro-USD and tokens (requests are in `left` only: each call uses exactly one).
     cost: i64,
     tokens: i64,
@@ -172,6 +179,23 @@ struct SlotState {
     lease: Option<Arc<Lease>>,
     /// No lease is asked for until then (the last one was refused: the key is near a limit).
     refused_until: Option<Instant>,
+    /// Calls' worth of the next lease (0: the node's base size).
+    calls: i64,
+}
+
+impl SlotState {
+    /// Ends the lease; its size tells the next one's: twice as large when it was used up
+    /// within a quarter of [`LEASE_TTL`], half as large when more than half of it went unused.
+    fn end(&mut self, used_up: bool) -> Option<Arc<Lease>> {
+        let lease = self.lease.take()?;
+        let left = lock(&lease.left).requests;
+        if used_up && lease.taken_at.elapsed() < LEASE_TTL / 4 {
+            self.calls = lease.calls.saturating_mul(2);
+        } else if left > lease.calls / 2 {
+            self.calls = lease.calls / 2;
+        }
+        Some(lease)
+    }
 }
 
 impl Slot {
@@ -180,7 +204,8 @@ impl Slot {
     fn take(&self, terms: &Terms, cost: i64, tokens: i64) -> Option<Admission> {
         let mut state = lock(&self.state);
         let lease = state.lease.as_ref()?;
-        if lease.usable(terms) {
+        let usable = lease.usable(terms);
+        if usable {
             let mut left = lock(&lease.left);
             if left.requests >= 1 && left.cost >= cost && left.tokens >= tokens {
                 left.requests -= 1;
@@ -193,7 +218,7 @@ impl Slot {
                 return Some(Admission { status, reservation: Some(reservation), tokens: None });
             }
         }
-        let ended = state.lease.take();
+        let ended = state.end(usable);
         drop(state);
         drop(ended);
         None
@@ -218,14 +243,9 @@ impl Leases {
         Self { calls: i64::from(calls.max(2)), slots: Arc::default(), sweeper: Arc::default() }
     }
 
-    /// The headroom argument of a lease's admission in Redis: room for `k` more leases there
-    /// is room for at least [`BOUND_HEADROOM`] more calls.
-    pub(crate) fn redis_headroom(&self) -> i64 {
-        (BOUND_HEADROOM + self.calls - 1) / self.calls
-    }
-
     /// Admits a call whose bound is planned by `budget` and `rates` from the key's lease on
-    /// this node, taking a new lease with `grant` when there is none with room for it. `None`
+    /// this node, taking a new lease with `grant` (the lease's plans, and the headroom of its
+    /// admission in Redis) when there is none with room for it. `None`
     /// when no lease can serve it (the key is near a limit, or the counters failed): the
     /// caller then admits the call by itself.
     pub(crate) async fn admit<F, Fut>(
@@ -235,7 +255,7 @@ impl Leases {
         grant: F,
     ) -> Option<Admission>
     where
-        F: FnOnce(Option<BudgetPlan>, Option<RatePlan>) -> Fut,
+        F: FnOnce(Option<BudgetPlan>, Option<RatePlan>, i64) -> Fut,
         Fut: Future<Output = Option<Granted>>,
     {
         let key_id = budget.map(|b| b.key_id.as_str()).or(rates.map(|r| r.key_id.as_str()))?;
@@ -257,7 +277,10 @@ impl Leases {
         if slot.refused() {
             return None;
         }
-        let calls = self.calls;
+        let calls = {
+            let state = lock(&slot.state);
+            state.calls.clamp(self.calls, self.calls.saturating_mul(MAX_LEASE_GROWTH))
+        };
         let budget_plan = budget.cloned().map(|mut plan| {
             plan.room = plan.cost.saturating_mul(BOUND_HEADROOM);
             plan.cost = plan.cost.saturating_mul(calls);
@@ -270,14 +293,19 @@ impl Leases {
             plan.request_room = BOUND_HEADROOM;
             plan
         });
-        let Some(Granted { admission, give_back }) = grant(budget_plan, rate_plan).await else {
-            lock(&slot.state).refused_until = Some(Instant::now() + LEASE_TTL);
+        let Some(Granted { admission, give_back }) =
+            grant(budget_plan, rate_plan, redis_headroom(calls)).await
+        else {
+            let mut state = lock(&slot.state);
+            state.refused_until = Some(Instant::now() + LEASE_TTL);
+            state.calls = self.calls;
             return None;
         };
         let lease = Arc::new(Lease {
             key_id: key_id.to_owned(),
             terms: terms.clone(),
             taken_at: Instant::now(),
+            calls,
             cost: cost.saturating_mul(calls),
             tokens: tokens.saturating_mul(calls),
             status: admission.status,
@@ -316,6 +344,12 @@ impl Leases {
     }
 }
 
+/// The headroom argument of a lease of `calls` calls' admission in Redis: room for `k` more
+/// such leases is room for at least [`BOUND_HEADROOM`] more calls.
+fn redis_headroom(calls: i64) -> i64 {
+    (BOUND_HEADROOM + calls - 1) / calls.max(1)
+}
+
 /// The task of [`Leases::start_sweeper`].
 async fn sweep(slots: Weak<Mutex<HashMap<String, Arc<Slot>>>>) {
     let mut every = tokio::time::interval(SWEEP_EVERY);
@@ -328,7 +362,7 @@ async fn sweep(slots: Weak<Mutex<HashMap<String, Arc<Slot>>>>) {
         lock(&slots).retain(|_, slot| {
             let mut state = lock(&slot.state);
             if state.lease.as_ref().is_some_and(|lease| lease.taken_at.elapsed() >= LEASE_TTL) {
-                ended.extend(state.lease.take());
+                ended.extend(state.end(false));
             }
             let idle =
                 state.lease.is_none() && state.refused_until.is_none_or(|until| until <= now);

@@ -91,7 +91,7 @@ impl KeyLimits {
             let bound = if priced { worst_case_bound(&parsed) } else { TokenUsage::default() };
             let budget = self.budgets.plan(principal, model, &bound);
             let rates = RatePlan::new(principal, &bound);
-            let grant = |budget, rates| self.grant_lease(leases, budget, rates);
+            let grant = |budget, rates, headroom| self.grant_lease(budget, rates, headroom);
             if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
                 return Ok(admission);
             }
@@ -162,15 +162,15 @@ impl KeyLimits {
     }
 
     /// A lease planned by `budget` and `rates` (a lease's calls' worth and room), from Redis
-    /// or the database; `None` when it does not fit or the counters failed (nothing counted).
+    /// (admitted with `headroom`) or the database; `None` when it does not fit or the counters
+    /// failed (nothing counted).
     async fn grant_lease(
         &self,
-        leases: &Leases,
         budget: Option<crate::budget::BudgetPlan>,
         rates: Option<RatePlan>,
+        headroom: i64,
     ) -> Option<Granted> {
         if let Some(redis) = &self.redis {
-            let headroom = leases.redis_headroom();
             return match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await
             {
                 Some(Ok(RedisAdmission::Admitted(status, reservation))) => Some(Granted {
