@@ -68,12 +68,6 @@ pub(crate) fn worst_case_of(model: &str, parsed: &Value) -> TokenUsage {
     TokenUsage::new(prompt, completion_cap(parsed))
 }
 
-/// An upper bound of [`worst_case_tokens`] for any model, without the tokenizer: the prompt
-/// counted as one token per byte ([`tokens::prompt_bound`]) and the same completion cap.
-pub(crate) fn worst_case_bound(parsed: &Value) -> TokenUsage {
-    TokenUsage::new(tokens::prompt_bound(parsed), completion_cap(parsed))
-}
-
 /// `max_completion_tokens`, `max_tokens` or [`DEFAULT_COMPLETION_CAP`].
 fn completion_cap(parsed: &Value) -> u64 {
     Caps::deserialize(parsed)

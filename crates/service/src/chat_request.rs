@@ -28,6 +28,16 @@ pub struct ChatRequestSummary {
     /// Whether the caller asked for a final usage chunk: `stream_options.include_usage` is
     /// `true`.
     pub include_usage: bool,
+    /// An upper bound of the prompt's tokens under any byte-level BPE encoding, without a
+    /// tokenizer: the chat format's fixed tokens of each message (as if each had a `name`) plus
+    /// one token per byte of the message's JSON text. Every text the tokenizer counts (role,
+    /// content, name, tool calls, each followed by a newline) is in that JSON, quoted, and a
+    /// byte-level BPE token stands for at least one byte.
+    pub prompt_bound: u64,
+    /// `max_completion_tokens`, else `max_tokens`, else
+    /// [`crate::budget::DEFAULT_COMPLETION_CAP`] (also when either is not a non-negative
+    /// integer: the provider will refuse the request).
+    pub completion_cap: u64,
 }
 
 /// Checks the fields the gateway relies on; every other field is passed through untouched.
@@ -62,7 +72,12 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
             .filter(|m| !m.is_empty())
             .ok_or_else(|| FieldError::new("messages", "must be a non-empty array"))?,
     };
+    let mut prompt_bound = crate::usage::tokens::REPLY_PRIMING_TOKENS;
     for (i, raw) in messages.iter().enumerate() {
+        prompt_bound = prompt_bound
+            .saturating_add(crate::usage::tokens::TOKENS_PER_MESSAGE)
+            .saturating_add(crate::usage::tokens::TOKENS_PER_NAME)
+            .saturating_add(u64::try_from(raw.get().len()).unwrap_or(u64::MAX));
         let message: Fields<'_> = serde_json::from_str(raw.get())
             .map_err(|_| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
         match message.role {
@@ -100,11 +115,23 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         .and_then(|raw| serde_json::from_str::<Fields<'_>>(raw.get()).ok())
         .and_then(|options| options.include_usage)
         .is_some_and(|raw| raw.get() == "true");
+    let cap = |raw: Option<&RawValue>| match raw {
+        None => Ok(None),
+        Some(raw) if raw.get() == "null" => Ok(None),
+        Some(raw) => raw.get().parse::<u64>().map(Some).map_err(|_| ()),
+    };
+    let completion_cap = match (cap(top.max_completion_tokens), cap(top.max_tokens)) {
+        (Ok(first), Ok(second)) => first.or(second),
+        _ => None,
+    }
+    .unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP);
     Ok(ChatRequestSummary {
         model,
         stream,
         has_stream_options: top.stream_options.is_some(),
         include_usage,
+        prompt_bound,
+        completion_cap,
     })
 }
 
@@ -157,6 +184,8 @@ struct Fields<'a> {
     content: Option<&'a RawValue>,
     kind: Option<&'a RawValue>,
     text: Option<&'a RawValue>,
+    max_tokens: Option<&'a RawValue>,
+    max_completion_tokens: Option<&'a RawValue>,
 }
 
 /// An object key, matched without allocating (unless it contains escapes).
@@ -170,6 +199,8 @@ enum Key {
     Content,
     Type,
     Text,
+    MaxTokens,
+    MaxCompletionTokens,
     Other,
 }
 
@@ -192,6 +223,8 @@ impl<'de> de::Deserialize<'de> for Key {
                     "content" => Key::Content,
                     "type" => Key::Type,
                     "text" => Key::Text,
+                    "max_tokens" => Key::MaxTokens,
+                    "max_completion_tokens" => Key::MaxCompletionTokens,
                     _ => Key::Other,
                 })
             }
@@ -221,6 +254,8 @@ impl<'de> de::Deserialize<'de> for Fields<'de> {
                         Key::Content => &mut fields.content,
                         Key::Type => &mut fields.kind,
                         Key::Text => &mut fields.text,
+                        Key::MaxTokens => &mut fields.max_tokens,
+                        Key::MaxCompletionTokens => &mut fields.max_completion_tokens,
                         Key::Other => {
                             map.next_value::<IgnoredAny>()?;
                             continue;
@@ -280,9 +315,24 @@ mod tests {
                 model: "m1".into(),
                 stream: true,
                 has_stream_options: false,
-                include_usage: false
+                include_usage: false,
+                // 3 + 2 messages * (3 + 1) + their JSON's 60 + 38 bytes.
+                prompt_bound: 109,
+                completion_cap: crate::budget::DEFAULT_COMPLETION_CAP,
             })
         );
+        // The completion cap: max_completion_tokens first, then max_tokens; not a
+        // non-negative integer: the default.
+        let cap = |extra: &str| {
+            let body = format!(r#"{{"model": "m", "messages": [{{"role": "user"}}]{extra}}}"#);
+            validate_chat_request(body.as_bytes()).map(|s| s.completion_cap)
+        };
+        assert_eq!(cap(r#", "max_tokens": 7"#), Ok(7));
+        assert_eq!(cap(r#", "max_tokens": 7, "max_completion_tokens": 9"#), Ok(9));
+        assert_eq!(cap(r#", "max_tokens": null, "max_completion_tokens": 9"#), Ok(9));
+        assert_eq!(cap(r#", "max_tokens": 7, "max_completion_tokens": -1"#), Ok(4096));
+        assert_eq!(cap(r#", "max_tokens": "7""#), Ok(4096));
+        assert_eq!(cap(""), Ok(4096));
     }
 
     #[test]

@@ -366,7 +366,13 @@ impl Gateway {
             id: summary.model.chars().take(128).collect(),
         })?;
         let admission = match &self.key_limits {
-            Some(limits) => limits.admit(principal, &summary.model, &body).await?,
+            Some(limits) => {
+                let bound = aigw_domain::usage::TokenUsage::new(
+                    summary.prompt_bound,
+                    summary.completion_cap,
+                );
+                limits.admit(principal, &summary.model, &body, &bound).await?
+            }
             None => crate::key_limits::Admission::default(),
         };
         let status = admission.status;

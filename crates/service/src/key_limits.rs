@@ -7,7 +7,7 @@
 //! node's lease of the database's or Redis' counters ([`crate::key_leases`]).
 
 use crate::auth::Principal;
-use crate::budget::{parse_request, worst_case_bound, worst_case_of, Budgets, Reservation};
+use crate::budget::{parse_request, worst_case_of, Budgets, Reservation};
 use crate::error::ServiceError;
 use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
@@ -62,10 +62,11 @@ impl KeyLimits {
         self
     }
 
-    /// Admits `principal`'s call of `model` with request `body`.
+    /// Admits `principal`'s call of `model` with request `body`, whose worst case is at most
+    /// `bound` ([`crate::chat_request::ChatRequestSummary`]'s `prompt_bound` and
+    /// `completion_cap`).
     ///
-    /// The call is first admitted at an upper bound of its worst case
-    /// ([`crate::budget::worst_case_bound`]: no tokenizer) as long as the key stays
+    /// The call is first admitted at `bound` (no tokenizer) as long as the key stays
     /// [`BOUND_HEADROOM`] such calls away from its budget and `tpm_limit`; closer to them the
     /// prompt is counted with the model's tokenizer and the call admitted at that count.
     ///
@@ -78,6 +79,7 @@ impl KeyLimits {
         principal: &Principal,
         model: &str,
         body: &[u8],
+        bound: &TokenUsage,
     ) -> Result<Admission, ServiceError> {
         let Some(policy) = principal.key_policy() else {
             return Ok(Admission::default());
@@ -86,9 +88,8 @@ impl KeyLimits {
         if !priced && policy.rpm_limit.is_none() {
             return Ok(Admission::default());
         }
-        let parsed = if priced { parse_request(body) } else { serde_json::Value::Null };
+        let bound = if priced { *bound } else { TokenUsage::default() };
         if let Some(leases) = &self.leases {
-            let bound = if priced { worst_case_bound(&parsed) } else { TokenUsage::default() };
             let budget = self.budgets.plan(principal, model, &bound);
             let rates = RatePlan::new(principal, &bound);
             let grant = |budget, rates, headroom| self.grant_lease(budget, rates, headroom);
@@ -96,12 +97,19 @@ impl KeyLimits {
                 return Ok(admission);
             }
         }
-        let exact = || if priced { worst_case_of(model, &parsed) } else { TokenUsage::default() };
+        // Near a limit only: the prompt counted with the model's tokenizer.
+        let exact = || {
+            if priced {
+                worst_case_of(model, &parse_request(body))
+            } else {
+                TokenUsage::default()
+            }
+        };
         let mut fallback = false;
         if let Some(redis) = &self.redis {
             let mut attempts = Vec::with_capacity(2);
             if priced {
-                attempts.push((worst_case_bound(&parsed), BOUND_HEADROOM));
+                attempts.push((bound, BOUND_HEADROOM));
             }
             attempts.push((TokenUsage::default(), 0));
             for (worst, headroom) in attempts {
@@ -132,9 +140,7 @@ impl KeyLimits {
             }
         }
         if priced && self.redis.is_none() {
-            if let Some(admission) =
-                self.admit_bounded(principal, model, &worst_case_bound(&parsed)).await?
-            {
+            if let Some(admission) = self.admit_bounded(principal, model, &bound).await? {
                 return Ok(admission);
             }
         }

@@ -1,9 +1,9 @@
 //! Issue 9's key limits with leases (docs/budgets.md "Leases"): far from its limits a node
 //! takes 16 calls' worth of a key's budget, tokens and requests from the shared counters (the
 //! database's or Redis') at once and admits calls from it. The limits must still hold to the
-//! call, on two nodes, and what a lease does not use must go back: a budget or an `rpm_limit`
-//! of 100 calls passes exactly 100 calls, spent one by one over two nodes, whatever leases
-//! were taken on the way.
+//! call, on two nodes, and what a lease does not use must go back: a budget of 300 calls or an
+//! `rpm_limit` of 100 passes exactly that many calls, spent one by one over two nodes,
+//! whatever leases were taken on the way.
 
 use crate::budgets::{cost_of_one_call, early_in_a_minute, header_i64, priced_providers};
 use crate::common;
@@ -16,10 +16,10 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 backend_tests!(
-    database_leases_spend_a_budget_of_100_calls_exactly_on_two_nodes,
+    database_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes,
     database_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes,
     database_leases_give_back_what_they_did_not_use,
-    redis_leases_spend_a_budget_of_100_calls_exactly_on_two_nodes,
+    redis_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes,
     redis_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes,
     redis_leases_give_back_what_they_did_not_use,
 );
@@ -48,17 +48,17 @@ async fn spend_exactly(nodes: &[&TestApp], key: &str, n: usize, code: &str) {
     }
 }
 
-/// A budget of 100 calls (each call's worst case is its real cost), spent on two nodes:
-/// leases are taken at an upper bound of 14/8 of a call while the key is far from the
-/// budget, and every call is counted exactly near it; 100 pass, the 101st does not.
-async fn budget_of_100_calls(backend: Backend, tweak: Tweak<'_>) {
+/// A budget of 300 calls (each call's worst case is its real cost), spent on two nodes:
+/// leases are taken at an upper bound of 37/8 of a call while the key is far from the
+/// budget, and every call is counted exactly near it; 300 pass, the 301st does not.
+async fn budget_of_300_calls(backend: Backend, tweak: Tweak<'_>) {
     let app = spawn_app_with(backend, tweak).await;
     let node_b = app.spawn_sibling(tweak).await;
     let user = app.new_user("lease-budget").await;
     let cost = cost_of_one_call(&app, &user.token).await;
-    let policy = json!({"max_budget_usd": 100.0 * cost, "budget_period": "total"});
+    let policy = json!({"max_budget_usd": 300.0 * cost, "budget_period": "total"});
     let (_, key) = key_with(&app, &user.token, policy).await;
-    spend_exactly(&[&app, &node_b], &key, 100, "budget_exceeded").await;
+    spend_exactly(&[&app, &node_b], &key, 300, "budget_exceeded").await;
 }
 
 /// An `rpm_limit` of 100 spent on two nodes: each takes leases of 16 requests while 48 more
@@ -84,8 +84,9 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>) {
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm, "tpm_limit": tpm})).await;
     let mut body = chat_body("priced", "hi");
     body["max_tokens"] = json!(100);
-    // The upper bound: 14 prompt tokens ("hi" from "user"), plus max_tokens.
-    let bound = 14 + 100;
+    // The upper bound: 37 prompt tokens (the message's JSON and the fixed tokens), plus
+    // max_tokens.
+    let bound = crate::budgets::BOUND_TEST_BOUND + 100;
     let remaining = |reply: &Reply| {
         (
             header_i64(reply, "x-ratelimit-remaining-requests"),
@@ -109,8 +110,8 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>) {
     assert_eq!(remaining(&third), (rpm - 3, tpm - 2 * used - bound));
 }
 
-async fn database_leases_spend_a_budget_of_100_calls_exactly_on_two_nodes(backend: Backend) {
-    budget_of_100_calls(backend, &priced_providers).await;
+async fn database_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes(backend: Backend) {
+    budget_of_300_calls(backend, &priced_providers).await;
 }
 
 async fn database_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes(backend: Backend) {
@@ -121,10 +122,10 @@ async fn database_leases_give_back_what_they_did_not_use(backend: Backend) {
     give_back(backend, &priced_providers).await;
 }
 
-async fn redis_leases_spend_a_budget_of_100_calls_exactly_on_two_nodes(backend: Backend) {
+async fn redis_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes(backend: Backend) {
     let Some(redis) = RedisServer::start() else { return };
     let counters = RedisCounters::new(&redis);
-    budget_of_100_calls(backend, &|s| counters.apply(s)).await;
+    budget_of_300_calls(backend, &|s| counters.apply(s)).await;
     assert!(!counters.hashes(":b:").is_empty(), "counted in Redis");
 }
 

@@ -22,11 +22,11 @@ use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
 
 /// Tokens added per chat message by OpenAI's chat format.
-const TOKENS_PER_MESSAGE: u64 = 3;
+pub(crate) const TOKENS_PER_MESSAGE: u64 = 3;
 /// Tokens added for a message's `name`.
-const TOKENS_PER_NAME: u64 = 1;
+pub(crate) const TOKENS_PER_NAME: u64 = 1;
 /// Tokens that prime the assistant's reply.
-const REPLY_PRIMING_TOKENS: u64 = 3;
+pub(crate) const REPLY_PRIMING_TOKENS: u64 = 3;
 
 /// An OpenAI byte-pair encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,15 +91,6 @@ pub fn count_text(encoding: Encoding, text: &str) -> u64 {
 /// 0 when the body has no messages.
 pub fn count_prompt(encoding: Encoding, body: &Value) -> u64 {
     prompt_with(body, |text| count_parts(encoding, text))
-}
-
-/// An upper bound of [`count_prompt`] for every encoding, without a tokenizer: the chat
-/// format's fixed tokens plus one token per byte of the texts. Exact where it matters: the
-/// encodings are byte-level BPE, whose every token stands for at least one byte, so a text
-/// never has more tokens than bytes. Free to compute (no tables, no regex), it lets a
-/// reservation far from a key's limits skip the tokenizer (docs/budgets.md).
-pub fn prompt_bound(body: &Value) -> u64 {
-    prompt_with(body, |text| u64::try_from(text.len()).unwrap_or(u64::MAX))
 }
 
 /// The chat format's tokens of `body`'s `messages`, counting each message's text (role,
@@ -213,26 +204,31 @@ mod tests {
     #[test]
     fn the_bound_is_never_below_the_count() {
         let bodies = [
-            json!({"messages": [{"role": "user", "content": "hello world"}]}),
-            json!({"messages": [
+            json!({"model": "m", "messages": [{"role": "user", "content": "hello world"}]}),
+            json!({"model": "m", "messages": [
                 {"role": "system", "content": "You are terse.\n\nAnswer in one line."},
                 {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Grüße, 東京! 🦀🦀"}]},
                 {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
                     "function": {"name": "lookup", "arguments": "{\"q\":\"  spaced   out  \"}"}}]}
             ]}),
-            json!({"messages": [{"role": "user", "content": "a".repeat(5000)}]}),
-            json!({"messages": [{"role": "user", "content": "  \n\n \t  "}]}),
-            json!({"model": "no messages"}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "a".repeat(5000)}]}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "  \n\n \t  "}]}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "é\n"}]}),
         ];
         for body in &bodies {
-            let bound = prompt_bound(body);
+            let bytes = serde_json::to_vec(body).unwrap_or_default();
+            let bound = crate::chat_request::validate_chat_request(&bytes)
+                .map(|summary| summary.prompt_bound)
+                .unwrap_or(0);
             for encoding in [Encoding::Cl100k, Encoding::O200k] {
                 let count = count_prompt(encoding, body);
                 assert!(count <= bound, "{count} > {bound} for {body}");
             }
         }
-        // The fixed tokens are the count's: "hello world" as above is 9, its bound 3 + 3 + 17.
-        assert_eq!(prompt_bound(&bodies[0]), 23);
-        assert_eq!(prompt_bound(&bodies[4]), 0);
+        // The fixed tokens plus the message's JSON: {"content":"hello world","role":"user"}
+        // is 39 bytes, so 3 + 3 + 1 + 39 ("hello world" as above counts 9).
+        let hello = serde_json::to_vec(&bodies[0]).unwrap_or_default();
+        let summary = crate::chat_request::validate_chat_request(&hello);
+        assert_eq!(summary.map(|s| s.prompt_bound).ok(), Some(46));
     }
 }
