@@ -37,10 +37,8 @@ pub const DEFAULT_COMPLETION_CAP: u64 = 4096;
 
 /// The counter period of `period` at `now`: the first UTC day (`YYYY-MM-DD`), or `total`.
 fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
-    match period.start_day(now) {
-        Some(day) => day.format("%Y-%m-%d").to_string(),
-        None => "total".to_owned(),
-    }
+    // `NaiveDate`'s `Display` is `YYYY-MM-DD`, without parsing a format string per call.
+    period.start_day(now).map_or_else(|| "total".to_owned(), |day| day.to_string())
 }
 
 /// The completion caps a chat request may set (every other field is skipped).
@@ -265,13 +263,16 @@ impl Budgets {
         let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
         let now = aigw_domain::time::now();
         let cost = self.prices.get(model).map_or(0, |p| p.cost_micros(worst));
-        let from = budget_period
-            .start_day(now)
-            .map_or_else(|| "0000-00-00".to_owned(), |d| d.format("%Y-%m-%d").to_string());
+        let period = period_name(budget_period, now);
+        let from = if budget_period == BudgetPeriod::Total {
+            "0000-00-00".to_owned()
+        } else {
+            period.clone()
+        };
         Some(BudgetPlan {
             key_id: key_id.clone(),
             budget_period,
-            period: period_name(budget_period, now),
+            period,
             from,
             cost: i64::try_from(cost).unwrap_or(i64::MAX),
             limit,
