@@ -118,6 +118,26 @@ pub fn delete_unfinished(
     Ok(n > 0)
 }
 
+/// Deletes the row of (`scope`, `key`) if it expired by `now`. A write even when nothing
+/// matches: as the first statement of a claim's transaction it takes SQLite's write lock up
+/// front (waiting on `busy_timeout`), so the claim's later read and insert never upgrade a read
+/// lock, which SQLite refuses at once when another claim of the same key committed meanwhile
+/// (see `pool::transaction`).
+///
+/// # Errors
+/// On database failure.
+pub fn delete_expired_key(
+    conn: &mut DbConnection,
+    scope: &str,
+    key: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, PersistenceError> {
+    let now = from_utc(now);
+    let n =
+        diesel::delete(t::table.find((scope, key)).filter(t::expires_at.le(now))).execute(conn)?;
+    Ok(n > 0)
+}
+
 /// Takes over a running row whose lease `seen_lease` has passed: sets a new lease. `false`
 /// when someone else took it first.
 ///

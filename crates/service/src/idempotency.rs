@@ -218,6 +218,9 @@ fn claim(
 ) -> Result<Found, ServiceError> {
     let in_flight = || ServiceError::IdempotencyInFlight { key: r.key.clone() };
     let new_lease = now + lease;
+    // First statement, a write: SQLite's write lock before any read (see
+    // `repo::delete_expired_key`); concurrent duplicates then queue instead of failing.
+    repo::delete_expired_key(conn, &r.scope, &r.key, now)?;
     let existing = repo::find(conn, &r.scope, &r.key)?.filter(|row| row.expires_at > now);
     let Some(row) = existing else {
         repo::delete_unfinished(conn, &r.scope, &r.key, now)?;
