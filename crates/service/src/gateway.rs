@@ -89,11 +89,34 @@ struct Provider {
 /// The HTTPS-capable connector of direct upstream calls.
 type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
+/// hyper-util's pooled client of direct upstream calls.
+type DirectClient = hyper_util::client::legacy::Client<Connector, http_body_util::Full<Bytes>>;
+
+/// Direct upstream clients, one per thread that sends calls (each actix worker): a pooled
+/// connection's task runs on the thread that opened it, so a pool shared by the workers
+/// would hand a call made on one worker to another worker's thread and its answer back
+/// (two cross-thread wake-ups per call). Per thread, a call stays on its worker.
+#[derive(Debug)]
+struct DirectClients {
+    connector: Connector,
+    clients: thread_local::ThreadLocal<DirectClient>,
+}
+
+impl DirectClients {
+    /// This thread's client, built on its first call.
+    fn client(&self) -> &DirectClient {
+        self.clients.get_or(|| {
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(self.connector.clone())
+        })
+    }
+}
+
 /// How upstream calls are sent: directly with hyper-util's pooled client (no URL parse, no
 /// redirect or retry layer per call), or with reqwest through `gateway.proxy_url`.
 #[derive(Debug, Clone)]
 enum Upstream {
-    Direct(hyper_util::client::legacy::Client<Connector, http_body_util::Full<Bytes>>),
+    Direct(Arc<DirectClients>),
     Proxied(reqwest::Client),
 }
 
@@ -142,9 +165,12 @@ impl Upstream {
     /// Sends `request`; the answer's head within the caller's timeout.
     async fn send(&self, request: http::Request<Bytes>) -> Result<UpstreamResponse, SendError> {
         match self {
-            Upstream::Direct(client) => {
-                let response =
-                    client.request(request.map(http_body_util::Full::new)).await.map_err(|e| {
+            Upstream::Direct(clients) => {
+                let response = clients
+                    .client()
+                    .request(request.map(http_body_util::Full::new))
+                    .await
+                    .map_err(|e| {
                         if caused_by_timeout(&e) {
                             SendError::Timeout
                         } else {
@@ -278,12 +304,10 @@ impl Gateway {
                         .https_or_http()
                         .enable_http1()
                         .wrap_connector(http);
-                    Upstream::Direct(
-                        hyper_util::client::legacy::Client::builder(
-                            hyper_util::rt::TokioExecutor::new(),
-                        )
-                        .build(tls),
-                    )
+                    Upstream::Direct(Arc::new(DirectClients {
+                        connector: tls,
+                        clients: thread_local::ThreadLocal::new(),
+                    }))
                 }
             };
         Ok(Self {
