@@ -17,6 +17,12 @@
 //!   node's last exchange with the counters (at most [`LEASE_TTL`] old).
 //! - **Near a limit**: a refused lease is not asked for again for [`LEASE_TTL`]; each call goes
 //!   to the counters meanwhile.
+//! - **The next lease ahead of time**: once half of a lease is used, the call that crossed the
+//!   half asks, in the background, for the next one, which the calls take from as soon as the
+//!   current one cannot serve them: a busy key's calls do not wait for the counters. It is
+//!   granted only with room for [`BOUND_HEADROOM`] calls plus one more current lease beyond
+//!   it, so a node never holds more unused calls near a limit than without it; a refused
+//!   one leaves the node to ask again, in the call's path, when the current lease ends.
 
 use crate::budget::{BudgetPlan, Reservation};
 use crate::key_limits::{Admission, BOUND_HEADROOM};
@@ -99,6 +105,31 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
+    /// A lease of `calls` calls of bound `cost` micro-USD and `tokens` tokens, under `terms`,
+    /// as `granted` by the shared counters.
+    fn new(
+        key_id: &str,
+        terms: Terms,
+        (calls, cost, tokens): (i64, i64, i64),
+        granted: Granted,
+    ) -> Self {
+        let Granted { admission, give_back } = granted;
+        let (cost, tokens) = (cost.saturating_mul(calls), tokens.saturating_mul(calls));
+        Self {
+            key_id: key_id.to_owned(),
+            terms,
+            taken_at: Instant::now(),
+            calls,
+            cost,
+            tokens,
+            status: admission.status,
+            left: Mutex::new(Left { requests: calls, cost, tokens }),
+            reservation: admission.reservation,
+            token_reservation: admission.tokens,
+            rates: give_back,
+        }
+    }
+
     fn usable(&self, terms: &Terms) -> bool {
         self.terms == *terms && self.taken_at.elapsed() < LEASE_TTL
     }
@@ -146,7 +177,12 @@ impl LeaseCall {
     /// Gives the call's bound minus its real `cost_micros` and `total_tokens` back to the
     /// lease, for the lease's next calls or, once it ends, the shared counters.
     pub(crate) fn settle(self, cost_micros: u64, total_tokens: u64) {
-        let cost = i64::try_from(cost_micros).unwrap_or(i64::MAX);
+        // A lease counts only what its key limits: no cost without a budget, no tokens
+        // without a `tpm_limit`.
+        let cost = match self.lease.terms.budget {
+            Some(_) => i64::try_from(cost_micros).unwrap_or(i64::MAX),
+            None => 0,
+        };
         let tokens = match self.lease.terms.tpm {
             Some(_) => i64::try_from(total_tokens).unwrap_or(i64::MAX),
             None => 0,
@@ -168,15 +204,19 @@ pub(crate) struct Granted {
 /// One key's lease on this node.
 #[derive(Debug, Default)]
 struct Slot {
-    /// Held while a lease is taken: the calls that find none meanwhile wait for it instead of
-    /// each taking one.
-    taking: tokio::sync::Mutex<()>,
+    /// Held while a lease is taken (in a call's path, or ahead of time): the calls that find
+    /// none meanwhile wait for it instead of each taking one.
+    taking: Arc<tokio::sync::Mutex<()>>,
     state: Mutex<SlotState>,
 }
 
 #[derive(Debug, Default)]
 struct SlotState {
     lease: Option<Arc<Lease>>,
+    /// The lease taken ahead of time, used once `lease` cannot serve a call.
+    next: Option<Arc<Lease>>,
+    /// The next lease is being asked for, or was refused while `lease` is current.
+    next_asked: bool,
     /// No lease is asked for until then (the last one was refused: the key is near a limit).
     refused_until: Option<Instant>,
     /// Calls' worth of the next lease (0: the node's base size).
@@ -198,30 +238,65 @@ impl SlotState {
     }
 }
 
+/// A call taken from a lease, and whether it is the one that asks for the next lease (its
+/// calls' worth, and the extra room it must leave: the current lease's calls).
+struct Taken {
+    admission: Admission,
+    ask_next: Option<(i64, i64)>,
+}
+
 impl Slot {
-    /// Takes a call of bound `(cost, tokens)` under `terms` from the lease, if it has room;
-    /// a lease that cannot serve it (ended, other terms, too little left) ends here.
-    fn take(&self, terms: &Terms, cost: i64, tokens: i64) -> Option<Admission> {
+    /// Takes a call of bound `(cost, tokens)` under `terms` from the lease, if it has room; a
+    /// lease that cannot serve it (ended, other terms, too little left) ends here, and the next
+    /// lease, when one was taken ahead of time, serves instead.
+    fn take(&self, terms: &Terms, cost: i64, tokens: i64) -> Option<Taken> {
         let mut state = lock(&self.state);
-        let lease = state.lease.as_ref()?;
-        let usable = lease.usable(terms);
-        if usable {
-            let mut left = lock(&lease.left);
-            if left.requests >= 1 && left.cost >= cost && left.tokens >= tokens {
-                left.requests -= 1;
-                left.cost -= cost;
-                left.tokens -= tokens;
-                let status = lease.status(&left);
-                drop(left);
-                let call = LeaseCall { lease: lease.clone(), cost, tokens };
-                let reservation = Reservation::from_lease(lease.key_id.clone(), cost, call);
-                return Some(Admission { status, reservation: Some(reservation), tokens: None });
+        let mut ended = Vec::new();
+        let taken = loop {
+            let Some(lease) = state.lease.clone() else {
+                match state.next.take() {
+                    Some(next) => {
+                        state.lease = Some(next);
+                        state.next_asked = false;
+                        continue;
+                    }
+                    None => break None,
+                }
+            };
+            let usable = lease.usable(terms);
+            if usable {
+                let mut left = lock(&lease.left);
+                if left.requests >= 1 && left.cost >= cost && left.tokens >= tokens {
+                    left.requests -= 1;
+                    left.cost -= cost;
+                    left.tokens -= tokens;
+                    let status = lease.status(&left);
+                    let half_used = left.requests.saturating_mul(2) < lease.calls;
+                    drop(left);
+                    let ask_next =
+                        (half_used && !state.next_asked && state.next.is_none()).then(|| {
+                            state.next_asked = true;
+                            // Used up within a quarter of its time (half of it within an
+                            // eighth): the next one is twice as large.
+                            let fast = lease.taken_at.elapsed() < LEASE_TTL / 8;
+                            (
+                                if fast { lease.calls.saturating_mul(2) } else { lease.calls },
+                                lease.calls,
+                            )
+                        });
+                    let key_id = lease.key_id.clone();
+                    let call = LeaseCall { lease, cost, tokens };
+                    let reservation = Reservation::from_lease(key_id, cost, call);
+                    let admission =
+                        Admission { status, reservation: Some(reservation), tokens: None };
+                    break Some(Taken { admission, ask_next });
+                }
             }
-        }
-        let ended = state.end(usable);
+            ended.extend(state.end(usable));
+        };
         drop(state);
         drop(ended);
-        None
+        taken
     }
 
     fn refused(&self) -> bool {
@@ -245,9 +320,10 @@ impl Leases {
 
     /// Admits a call whose bound is planned by `budget` and `rates` from the key's lease on
     /// this node, taking a new lease with `grant` (the lease's plans, and the headroom of its
-    /// admission in Redis) when there is none with room for it. `None`
-    /// when no lease can serve it (the key is near a limit, or the counters failed): the
-    /// caller then admits the call by itself.
+    /// admission in Redis) when there is none with room for it, and asking `grant` for the next
+    /// one in the background once half of a lease is used. `None` when no lease can serve it
+    /// (the key is near a limit, or the counters failed): the caller then admits the call by
+    /// itself.
     pub(crate) async fn admit<F, Fut>(
         &self,
         budget: Option<&BudgetPlan>,
@@ -255,24 +331,31 @@ impl Leases {
         grant: F,
     ) -> Option<Admission>
     where
-        F: FnOnce(Option<BudgetPlan>, Option<RatePlan>, i64) -> Fut,
-        Fut: Future<Output = Option<Granted>>,
+        F: Fn(Option<BudgetPlan>, Option<RatePlan>, i64) -> Fut,
+        Fut: Future<Output = Option<Granted>> + Send + 'static,
     {
         let key_id = budget.map(|b| b.key_id.as_str()).or(rates.map(|r| r.key_id.as_str()))?;
         let terms = Terms::of(budget, rates);
         let cost = budget.map_or(0, |b| b.cost);
         let tokens = rates.map_or(0, |r| r.tokens);
         let slot = self.slot(key_id);
-        if let Some(admission) = slot.take(&terms, cost, tokens) {
-            return Some(admission);
+        let leased = |taken: Taken| {
+            if let Some((calls, extra_room)) = taken.ask_next {
+                let plans = plans(budget, rates, calls, extra_room);
+                ask_next(&slot, key_id, &terms, (calls, cost, tokens), plans, &grant);
+            }
+            taken.admission
+        };
+        if let Some(taken) = slot.take(&terms, cost, tokens) {
+            return Some(leased(taken));
         }
         if slot.refused() {
             return None;
         }
         let _taking = slot.taking.lock().await;
         // Another call may have taken a lease (or been refused one) meanwhile.
-        if let Some(admission) = slot.take(&terms, cost, tokens) {
-            return Some(admission);
+        if let Some(taken) = slot.take(&terms, cost, tokens) {
+            return Some(leased(taken));
         }
         if slot.refused() {
             return None;
@@ -281,47 +364,22 @@ impl Leases {
             let state = lock(&slot.state);
             state.calls.clamp(self.calls, self.calls.saturating_mul(MAX_LEASE_GROWTH))
         };
-        let budget_plan = budget.cloned().map(|mut plan| {
-            plan.room = plan.cost.saturating_mul(BOUND_HEADROOM);
-            plan.cost = plan.cost.saturating_mul(calls);
-            plan
-        });
-        let rate_plan = rates.cloned().map(|mut plan| {
-            plan.room = plan.tokens.saturating_mul(BOUND_HEADROOM);
-            plan.tokens = plan.tokens.saturating_mul(calls);
-            plan.requests = calls;
-            plan.request_room = BOUND_HEADROOM;
-            plan
-        });
-        let Some(Granted { admission, give_back }) =
-            grant(budget_plan, rate_plan, redis_headroom(calls)).await
-        else {
+        let (budget_plan, rate_plan, headroom) = plans(budget, rates, calls, 0);
+        let Some(granted) = grant(budget_plan, rate_plan, headroom).await else {
             let mut state = lock(&slot.state);
             state.refused_until = Some(Instant::now() + LEASE_TTL);
             state.calls = self.calls;
             return None;
         };
-        let lease = Arc::new(Lease {
-            key_id: key_id.to_owned(),
-            terms: terms.clone(),
-            taken_at: Instant::now(),
-            calls,
-            cost: cost.saturating_mul(calls),
-            tokens: tokens.saturating_mul(calls),
-            status: admission.status,
-            left: Mutex::new(Left {
-                requests: calls,
-                cost: cost.saturating_mul(calls),
-                tokens: tokens.saturating_mul(calls),
-            }),
-            reservation: admission.reservation,
-            token_reservation: admission.tokens,
-            rates: give_back,
-        });
-        let ended = lock(&slot.state).lease.replace(lease);
+        let lease = Arc::new(Lease::new(key_id, terms.clone(), (calls, cost, tokens), granted));
+        let ended = {
+            let mut state = lock(&slot.state);
+            state.next_asked = false;
+            state.lease.replace(lease)
+        };
         drop(ended);
         self.start_sweeper();
-        slot.take(&terms, cost, tokens)
+        slot.take(&terms, cost, tokens).map(leased)
     }
 
     fn slot(&self, key_id: &str) -> Arc<Slot> {
@@ -344,10 +402,72 @@ impl Leases {
     }
 }
 
-/// The headroom argument of a lease of `calls` calls' admission in Redis: room for `k` more
-/// such leases is room for at least [`BOUND_HEADROOM`] more calls.
-fn redis_headroom(calls: i64) -> i64 {
-    (BOUND_HEADROOM + calls - 1) / calls.max(1)
+/// A lease's plans, from one call's `budget` and `rates`: `calls` calls' worth, leaving room
+/// for [`BOUND_HEADROOM`] + `extra_room` more calls; and the headroom argument of its admission
+/// in Redis (room for `k` more such leases is room for at least that many calls).
+fn plans(
+    budget: Option<&BudgetPlan>,
+    rates: Option<&RatePlan>,
+    calls: i64,
+    extra_room: i64,
+) -> (Option<BudgetPlan>, Option<RatePlan>, i64) {
+    let room = BOUND_HEADROOM.saturating_add(extra_room);
+    let budget = budget.cloned().map(|mut plan| {
+        plan.room = plan.cost.saturating_mul(room);
+        plan.cost = plan.cost.saturating_mul(calls);
+        plan
+    });
+    let rates = rates.cloned().map(|mut plan| {
+        plan.room = plan.tokens.saturating_mul(room);
+        plan.tokens = plan.tokens.saturating_mul(calls);
+        plan.requests = calls;
+        plan.request_room = room;
+        plan
+    });
+    (budget, rates, (room + calls - 1) / calls.max(1))
+}
+
+/// Asks, in the background, for `slot`'s next lease of `calls` calls of bound `(cost, tokens)`
+/// under `terms`, with `grant` and the lease's `plans`; unless a lease is being taken already
+/// (or there is no tokio runtime). A refusal leaves the slot to ask again in a call's path
+/// once the current lease ends.
+fn ask_next<F, Fut>(
+    slot: &Arc<Slot>,
+    key_id: &str,
+    terms: &Terms,
+    (calls, cost, tokens): (i64, i64, i64),
+    (budget, rates, headroom): (Option<BudgetPlan>, Option<RatePlan>, i64),
+    grant: &F,
+) where
+    F: Fn(Option<BudgetPlan>, Option<RatePlan>, i64) -> Fut,
+    Fut: Future<Output = Option<Granted>> + Send + 'static,
+{
+    let (Ok(runtime), Ok(taking)) =
+        (tokio::runtime::Handle::try_current(), slot.taking.clone().try_lock_owned())
+    else {
+        lock(&slot.state).next_asked = false;
+        return;
+    };
+    let granting = grant(budget, rates, headroom);
+    let (slot, key_id, terms) = (slot.clone(), key_id.to_owned(), terms.clone());
+    runtime.spawn(async move {
+        let granted = granting.await;
+        let next = granted.map(|g| Arc::new(Lease::new(&key_id, terms, (calls, cost, tokens), g)));
+        let mut state = lock(&slot.state);
+        // Refused: `next_asked` stays set until the current lease ends.
+        let unused = match next {
+            Some(next) if state.lease.is_some() => state.next.replace(next),
+            // The current lease ended meanwhile: the next one is current now.
+            Some(next) => {
+                state.next_asked = false;
+                state.lease.replace(next)
+            }
+            None => None,
+        };
+        drop(state);
+        drop(unused);
+        drop(taking);
+    });
 }
 
 /// The task of [`Leases::start_sweeper`].
@@ -363,9 +483,14 @@ async fn sweep(slots: Weak<Mutex<HashMap<String, Arc<Slot>>>>) {
             let mut state = lock(&slot.state);
             if state.lease.as_ref().is_some_and(|lease| lease.taken_at.elapsed() >= LEASE_TTL) {
                 ended.extend(state.end(false));
+                state.next_asked = false;
             }
-            let idle =
-                state.lease.is_none() && state.refused_until.is_none_or(|until| until <= now);
+            if state.next.as_ref().is_some_and(|next| next.taken_at.elapsed() >= LEASE_TTL) {
+                ended.extend(state.next.take());
+            }
+            let idle = state.lease.is_none()
+                && state.next.is_none()
+                && state.refused_until.is_none_or(|until| until <= now);
             drop(state);
             // A slot some call holds (taking a lease) stays.
             !(idle && Arc::strong_count(slot) == 1)

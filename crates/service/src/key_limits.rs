@@ -92,7 +92,11 @@ impl KeyLimits {
         if let Some(leases) = &self.leases {
             let budget = self.budgets.plan(principal, model, &bound);
             let rates = RatePlan::new(principal, &bound);
-            let grant = |budget, rates, headroom| self.grant_lease(budget, rates, headroom);
+            // A lease may be asked for in the background: the future owns its limits.
+            let grant = |budget, rates, headroom| {
+                let limits = self.clone();
+                async move { limits.grant_lease(budget, rates, headroom).await }
+            };
             if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
                 return Ok(admission);
             }

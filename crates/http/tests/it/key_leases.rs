@@ -19,9 +19,11 @@ backend_tests!(
     database_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes,
     database_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes,
     database_leases_give_back_what_they_did_not_use,
+    database_leases_ask_for_the_next_one_when_half_used,
     redis_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes,
     redis_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes,
     redis_leases_give_back_what_they_did_not_use,
+    redis_leases_ask_for_the_next_one_when_half_used,
 );
 
 type Tweak<'a> = &'a (dyn Fn(&mut Settings) + Sync);
@@ -112,6 +114,37 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>) {
     assert_eq!(remaining(&third), (rpm - 3, tpm - 2 * used - bound));
 }
 
+/// Once half of a lease is used, the node asks for the next one in the background, so that a
+/// busy key's calls do not wait for the counters: after 9 of node A's calls (its lease of 16
+/// has 7 left), node B's first call sees A's current and next leases counted (16 + at least
+/// 16: twice as many when A used the first one fast) and its own (16, one used).
+async fn next_lease(backend: Backend, tweak: Tweak<'_>) {
+    let app = spawn_app_with(backend, tweak).await;
+    let node_b = app.spawn_sibling(tweak).await;
+    let user = app.new_user("lease-next").await;
+    let rpm = 1000;
+    let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm})).await;
+    let body = chat_body("priced", "hi");
+    early_in_a_minute().await;
+    for i in 0..9 {
+        let reply = app.chat(Auth::Bearer(&key), &body).await;
+        assert_eq!(reply.status, 200, "call {i}: {}", reply.text);
+        assert_eq!(header_i64(&reply, "x-ratelimit-remaining-requests"), rpm - 1 - i);
+    }
+    // The next lease is granted in the background (the leases last 1 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let on_b = node_b.chat(Auth::Bearer(&key), &body).await;
+    assert_eq!(on_b.status, 200, "{}", on_b.text);
+    // Without the next lease: rpm - 16 - 1.
+    let remaining = header_i64(&on_b, "x-ratelimit-remaining-requests");
+    assert!(remaining <= rpm - 33, "remaining {remaining}: node A's next lease is not counted");
+    assert!(remaining >= rpm - 49, "remaining {remaining}");
+    // Node A goes on from its current lease, then the next one: its headers count from them.
+    let tenth = app.chat(Auth::Bearer(&key), &body).await;
+    assert_eq!(tenth.status, 200, "{}", tenth.text);
+    assert_eq!(header_i64(&tenth, "x-ratelimit-remaining-requests"), rpm - 10);
+}
+
 async fn database_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes(backend: Backend) {
     budget_of_300_calls(backend, &priced_providers).await;
 }
@@ -122,6 +155,17 @@ async fn database_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes(ba
 
 async fn database_leases_give_back_what_they_did_not_use(backend: Backend) {
     give_back(backend, &priced_providers).await;
+}
+
+async fn database_leases_ask_for_the_next_one_when_half_used(backend: Backend) {
+    next_lease(backend, &priced_providers).await;
+}
+
+async fn redis_leases_ask_for_the_next_one_when_half_used(backend: Backend) {
+    let Some(redis) = RedisServer::start() else { return };
+    let counters = RedisCounters::new(&redis);
+    next_lease(backend, &|s| counters.apply(s)).await;
+    assert_eq!(counters.hashes(":w:").len(), 1, "counted in Redis");
 }
 
 async fn redis_leases_spend_a_budget_of_300_calls_exactly_on_two_nodes(backend: Backend) {
