@@ -60,17 +60,32 @@ impl From<RoleName> for Role {
     }
 }
 
-/// `PATCH /admin/users/{id}` body: at least one field.
+/// `PATCH /admin/users/{id}` body: at least one field; neither may be `null` (400 naming it).
+/// Its schema's `minProperties` is set in [`crate::openapi`] (utoipa 5.5's `min_properties`
+/// writes `maxProperties`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(min_properties = 1)]
 pub struct UpdateUserRequest {
     /// The new role. An admin cannot demote themselves (400).
+    #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub role: Option<RoleName>,
     /// `true` disables the account (ends its sessions; its keys answer 401), `false`
     /// re-enables it (the keys work again; the sessions stay ended). An admin cannot disable
     /// themselves (400).
+    #[serde(default, deserialize_with = "not_null")]
+    #[schema(nullable = false)]
     pub disabled: Option<bool>,
+}
+
+/// A field that may be absent (`None`) but not `null`: a `null` is serde's "invalid type:
+/// null" error, which the JSON extractor answers with 400 naming the field.
+fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 /// `GET /admin/users` answer.

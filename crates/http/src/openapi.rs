@@ -42,7 +42,7 @@ use utoipa::{Modify, OpenApi};
         crate::dto_account::AuditListData, crate::dto_admin::CreateInvitationRequest,
         crate::dto_admin::InvitationData
     )),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &AtLeastOneField),
     tags(
         (name = "auth", description = "Register, log in, refresh, log out"),
         (name = "api-keys", description = "Long-lived API keys"),
@@ -74,6 +74,23 @@ impl Modify for SecuritySchemes {
                 "`Bearer aigw_…` or the bare key `aigw_…`",
             ))),
         );
+    }
+}
+
+/// `minProperties: 1` on the bodies that must change something (`UpdateUserRequest`), set
+/// here because utoipa-gen 5.5 writes `#[schema(min_properties = …)]` as `maxProperties`.
+#[derive(Debug)]
+struct AtLeastOneField;
+
+impl Modify for AtLeastOneField {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{RefOr, Schema};
+        let schemas = openapi.components.as_mut().map(|c| &mut c.schemas);
+        if let Some(RefOr::T(Schema::Object(object))) =
+            schemas.and_then(|s| s.get_mut("UpdateUserRequest"))
+        {
+            object.min_properties = Some(1);
+        }
     }
 }
 

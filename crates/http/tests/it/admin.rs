@@ -129,6 +129,14 @@ async fn admins_change_roles_but_not_their_own(backend: Backend) {
     patch(&app, &own, auth, &json!({"disabled": true})).await.invalid("disabled");
     patch(&app, &own, auth, &json!({"role": "user"})).await.invalid("role");
     patch(&app, &own, auth, &json!({})).await.invalid("body");
+    // null means nothing here (a role or a state cannot be cleared): refused, and nothing
+    // else in the body is applied (schemathesis found `{"disabled": null, "role": …}` taken).
+    patch(&app, &own, auth, &json!({"disabled": null})).await.invalid("disabled");
+    let promoted = app.new_user("not-by-null").await;
+    let body = json!({"role": "admin", "disabled": null});
+    patch(&app, &user_path(&promoted.id), auth, &body).await.invalid("disabled");
+    let unchanged = app.get(&user_path(&promoted.id), auth).await.data(200);
+    assert_eq!(unchanged["role"], json!("user"));
     patch(&app, &own, auth, &json!({"disable": true})).await.invalid("disable");
     patch(&app, &own, auth, &json!({"role": "root"})).await.invalid("role");
     // Changing one's own account in no real way is allowed.
