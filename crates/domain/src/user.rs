@@ -26,14 +26,15 @@ impl Email {
     /// Validates and normalises an address from request field `email`.
     ///
     /// # Errors
-    /// [`FieldError`] on `email` when it is empty, longer than [`EMAIL_MAX_CHARS`], or not
-    /// an address of the form `local@domain.tld` (no display text, no IP literal).
+    /// [`FieldError`] on `email` when it is empty, longer than [`EMAIL_MAX_CHARS`] (as sent,
+    /// surrounding whitespace included: the OpenAPI `maxLength`), or not an address of the
+    /// form `local@domain.tld` (no display text, no IP literal).
     pub fn parse(raw: &str) -> Result<Self, FieldError> {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
             return Err(FieldError::new("email", "must not be empty"));
         }
-        if trimmed.chars().count() > EMAIL_MAX_CHARS {
+        if raw.chars().count() > EMAIL_MAX_CHARS {
             return Err(FieldError::new("email", "must be at most 254 characters"));
         }
         let options = email_address::Options::default()
@@ -72,14 +73,15 @@ impl UserName {
     /// Validates `raw` as request field `field` (`"name"`).
     ///
     /// # Errors
-    /// [`FieldError`] on `field` when it is empty after trimming, longer than 100 code points,
-    /// or contains control characters.
+    /// [`FieldError`] on `field` when it is empty after trimming, longer than 100 code points
+    /// as sent (surrounding whitespace included: the OpenAPI `maxLength`), or contains
+    /// control characters.
     pub fn parse(raw: &str, field: &str) -> Result<Self, FieldError> {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
             return Err(FieldError::new(field, "must not be empty"));
         }
-        if trimmed.chars().count() > NAME_MAX_CHARS {
+        if raw.chars().count() > NAME_MAX_CHARS {
             return Err(FieldError::new(field, "must be at most 100 characters"));
         }
         if trimmed.chars().any(char::is_control) {
@@ -248,5 +250,10 @@ mod tests {
         assert!(UserName::parse("  ", "name").is_err());
         assert!(UserName::parse("a\u{0}b", "name").is_err());
         assert_eq!(UserName::parse(" Ann ", "name").map(|n| n.0), Ok("Ann".into()));
+        // The length is the value's as sent, as the OpenAPI description's `maxLength` says.
+        let hundred = "a".repeat(100);
+        assert!(UserName::parse(&hundred, "name").is_ok());
+        assert!(UserName::parse(&format!("\t{hundred}"), "name").is_err());
+        assert!(UserName::parse(&format!("{}\t", &hundred[1..]), "name").is_ok());
     }
 }

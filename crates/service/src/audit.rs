@@ -96,8 +96,10 @@ impl Event {
         self
     }
 
-    /// The same event under another action.
+    /// Another event like this one, under another action (its own id: a change that records
+    /// two events, such as a role change and a disabling together, inserts two rows).
     pub(crate) fn action(mut self, action: &'static str) -> Self {
+        self.0.id = uuid::Uuid::now_v7().to_string();
         self.0.action = action.to_owned();
         self
     }

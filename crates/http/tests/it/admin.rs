@@ -211,6 +211,21 @@ async fn disabling_ends_sessions_and_refuses_keys_until_enabled(backend: Backend
     assert_eq!(disabled_login.unauthorized(), wrong_password_error(&app, &user.email).await);
     // Disabling twice changes nothing.
     patch(&app, &path, auth, &json!({"disabled": true})).await.data(200);
+    // A role change and a disabling at once: two audit events, each with its own id (they
+    // shared one: 500 on the second insert, found by schemathesis).
+    let both = app.new_user("both-at-once").await;
+    let body = json!({"role": "admin", "disabled": true});
+    let changed = patch(&app, &user_path(&both.id), auth, &body).await.data(200);
+    assert_eq!(
+        (changed["role"].clone(), changed["disabled"].clone()),
+        (json!("admin"), json!(true))
+    );
+    let events = app.get(&format!("/api/v1/admin/audit?user_id={}", both.id), auth).await.data(200)
+        ["events"]
+        .clone();
+    let actions: Vec<&str> =
+        events.as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert!(actions.contains(&"role_changed") && actions.contains(&"user_disabled"), "{events}");
 
     let enabled = patch(&app, &path, auth, &json!({"disabled": false})).await.data(200);
     assert_eq!(enabled["disabled"], json!(false));
