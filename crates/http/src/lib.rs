@@ -15,6 +15,7 @@ pub mod error;
 pub mod extract;
 pub mod idempotency;
 pub mod log_format;
+pub mod log_writer;
 pub mod observe;
 pub mod openapi;
 pub mod operator;

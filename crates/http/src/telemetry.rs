@@ -22,7 +22,7 @@ use tracing_subscriber::EnvFilter;
 /// spans still queued are written when it is dropped, so hold it until the process ends.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    _writer: tracing_appender::non_blocking::WorkerGuard,
+    _writer: crate::log_writer::BatchWriterGuard<std::io::Stdout>,
     traces: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
@@ -80,11 +80,11 @@ fn otlp_provider(
 }
 
 /// Installs the global subscriber (`RUST_LOG` overrides `log.level`), writing to stdout from a
-/// dedicated thread (`tracing-appender`), so a request never waits on the terminal or a pipe.
-/// The queue holds 128 000 lines; only a writer that far behind makes a logging thread wait
-/// (nothing is dropped). With `telemetry.otlp_endpoint`, spans are also exported over OTLP/HTTP
-/// (batched, from a thread of their own). Safe to call twice (the second subscriber is not
-/// installed).
+/// dedicated thread (`aigw-log`, [`crate::log_writer`]) every 10 ms, so a request never waits
+/// on the terminal or a pipe, nor wakes that thread. Up to 16 MiB of lines wait in memory;
+/// only a writer that far behind makes a logging thread wait (nothing is dropped). With
+/// `telemetry.otlp_endpoint`, spans are also exported over OTLP/HTTP (batched, from a thread
+/// of their own). Safe to call twice (the second subscriber is not installed).
 ///
 /// # Errors
 /// When the OTLP exporter cannot be built (a malformed endpoint).
@@ -94,13 +94,11 @@ pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Re
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(settings.level.clone()));
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("aigw-log")
-        // Lines are written in batches: the writer thread drains every waiting line into this
-        // buffer and flushes it when the queue is empty, one `write` for many lines instead of
-        // one per line (stdout alone flushes at every newline).
-        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout()));
+    let (writer, guard) = crate::log_writer::BatchWriter::start(
+        std::io::stdout(),
+        crate::log_writer::Limits::default(),
+        "aigw-log",
+    )?;
     let (json, text) = match settings.format {
         LogFormat::Json => (
             Some(
