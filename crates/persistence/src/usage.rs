@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 /// Rows per PostgreSQL `INSERT` statement (its 15 parameters are arrays of this many values).
 const ROWS_PER_STATEMENT: usize = 500;
 
-/// A row of `usage_records`.
-#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable, Insertable)]
+/// A row of `usage_records`, as read (records are written by [`insert_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable)]
 #[diesel(table_name = usage_records)]
 pub struct UsageRecordRow {
     /// Request id (UUIDv7), unique.
@@ -68,28 +68,6 @@ fn to_i64(n: u64) -> i64 {
 
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
-}
-
-impl From<&UsageRecord> for UsageRecordRow {
-    fn from(r: &UsageRecord) -> Self {
-        Self {
-            request_id: r.request_id.clone(),
-            api_key_id: r.api_key_id.clone(),
-            user_id: r.user_id.clone(),
-            model: r.model.clone(),
-            provider: r.provider.clone(),
-            streamed: r.streamed,
-            outcome: r.outcome.as_str().to_owned(),
-            prompt_tokens: to_i64(r.tokens.prompt_tokens),
-            completion_tokens: to_i64(r.tokens.completion_tokens),
-            total_tokens: to_i64(r.tokens.total_tokens),
-            estimated: r.estimated,
-            cost_micros: to_i64(r.cost_micros),
-            priced: r.priced,
-            latency_ms: to_i64(r.latency_ms),
-            started_at: r.started_at.naive_utc(),
-        }
-    }
 }
 
 impl UsageRecordRow {
