@@ -309,7 +309,8 @@ pub fn insert_batch(
         DbConnection::Postgres(c) => c.transaction(|c| {
             // A batch is nearly always all new: one binary `COPY`, in a savepoint. A request
             // id already in the ledger (a replay) fails it with a unique violation; then the
-            // savepoint is rolled back and the batch inserted row by row, skipping those.
+            // savepoint is rolled back and the batch inserted by `unnest` statements that
+            // skip those ids and answer the ones they inserted.
             let copied = c.transaction(|c| {
                 diesel::copy_from(usage_records::table).from_insertable(&rows).execute(c)
             });
