@@ -164,7 +164,7 @@ pub async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, D
         settings.auth.access_token_ttl_secs,
         settings.auth.leeway_secs,
     )?;
-    let db = Db::new(pool);
+    let db = Db::new(pool).context("starting the database threads")?;
     let auth = AuthService::new(
         db.clone(),
         tokens,

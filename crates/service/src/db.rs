@@ -1,5 +1,12 @@
-//! Runs blocking database work on tokio's blocking pool, never on an async worker, and bounds
-//! how long a request waits for it.
+//! Runs blocking database work on a thread pool of its own, never on an async worker, and
+//! bounds how long a request waits for it.
+//!
+//! The pool has as many threads as the connection pool has connections (`aigw-db`, kept
+//! for a minute when idle). Each actix worker runs its own tokio runtime, and
+//! `tokio::task::spawn_blocking` would start threads in each of them: a permit released a
+//! moment before its thread was idle again let the next call start a new thread, and under
+//! load there were 30 more threads than connections, each with its own allocator heap (a
+//! peak of 49 MiB against 30 MiB with the pool bounded: docs/performance.md).
 //!
 //! Every [`Db::run`] answers within `acquire_timeout_secs + statement_timeout_secs` (the
 //! *deadline*), whatever the database does: waiting for a permit, checking out a connection
@@ -22,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
-/// A handle to the connection pool that runs closures on the blocking thread pool.
+/// A handle to the connection pool that runs closures on the database threads.
 ///
 /// At most as many closures run at once as the pool has connections; the others wait on an
 /// async semaphore, not on a blocking thread, so a burst of requests does not park hundreds
@@ -30,6 +37,7 @@ use tokio::sync::Semaphore;
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: Pool,
+    threads: Arc<Threads>,
     permits: Arc<Semaphore>,
     deadline: Duration,
     readiness: Arc<tokio::sync::Mutex<Option<Verdict>>>,
@@ -54,6 +62,39 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// The database threads: the blocking pool of a tokio runtime that runs nothing else (its
+/// scheduler is never driven), bounded to the connection pool's size.
+#[derive(Debug)]
+struct Threads(Option<tokio::runtime::Runtime>);
+
+impl Threads {
+    /// How long an idle database thread is kept before it exits.
+    const KEEP_ALIVE: Duration = Duration::from_secs(60);
+
+    fn new(count: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .max_blocking_threads(count.max(1))
+            .thread_keep_alive(Self::KEEP_ALIVE)
+            .thread_name("aigw-db")
+            .build()?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.0.as_ref().map(tokio::runtime::Runtime::handle)
+    }
+}
+
+impl Drop for Threads {
+    /// Lets running closures finish on their own: the last `Db` may be dropped on an async
+    /// thread, where a runtime must not wait.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// A readiness verdict and when it was reached.
 type Verdict = (Instant, Result<(), String>);
 
@@ -65,9 +106,14 @@ const READINESS_REUSE: Duration = Duration::from_millis(500);
 pub const PING_TIMEOUT: Duration = Duration::from_millis(1500);
 
 impl Db {
-    /// Wraps a pool; the deadline is the pool's acquire plus statement timeout.
-    pub fn new(pool: Pool) -> Self {
+    /// Wraps a pool and starts its threads (one per connection, on first use); the deadline
+    /// is the pool's acquire plus statement timeout.
+    ///
+    /// # Errors
+    /// The operating system's error when the thread pool cannot be set up.
+    pub fn new(pool: Pool) -> std::io::Result<Self> {
         let permits = usize::try_from(pool.max_size()).unwrap_or(1).max(1);
+        let threads = Arc::new(Threads::new(permits)?);
         let options = pool.options();
         let deadline = Duration::from_secs(
             options
@@ -75,14 +121,15 @@ impl Db {
                 .max(1)
                 .saturating_add(options.statement_timeout_secs.max(1)),
         );
-        Self {
+        Ok(Self {
             pool,
+            threads,
             permits: Arc::new(Semaphore::new(permits)),
             deadline,
             readiness: Arc::new(tokio::sync::Mutex::new(None)),
             node: Arc::from(uuid::Uuid::now_v7().to_string()),
             waiting: Arc::new(AtomicUsize::new(0)),
-        }
+        })
     }
 
     /// Connections in use now, closures waiting for one, and the pool's size.
@@ -102,8 +149,8 @@ impl Db {
         &self.pool
     }
 
-    /// Checks out a connection and runs `f` on it, both on the blocking pool
-    /// (`tokio::task::spawn_blocking`), within the deadline.
+    /// Checks out a connection and runs `f` on it, both on a database thread, within the
+    /// deadline.
     ///
     /// # Errors
     /// [`ServiceError::Unavailable`] when no connection can be had, or no answer comes, within
@@ -133,15 +180,20 @@ impl Db {
                 }
             };
             let pool = self.pool.clone();
-            tokio::task::spawn_blocking(move || {
-                // Held until the thread returns, even when the caller has given up: this bounds
-                // the threads a hung database can hold to the pool size.
-                let _permit = permit;
-                let mut conn = pool.get()?;
-                f(&mut conn)
-            })
-            .await
-            .map_err(|e| ServiceError::Internal(format!("database task failed: {e}")))?
+            let threads = self
+                .threads
+                .handle()
+                .ok_or_else(|| ServiceError::Internal("database threads shut down".to_owned()))?;
+            threads
+                .spawn_blocking(move || {
+                    // Held until the thread returns, even when the caller has given up: this bounds
+                    // the threads a hung database can hold to the pool size.
+                    let _permit = permit;
+                    let mut conn = pool.get()?;
+                    f(&mut conn)
+                })
+                .await
+                .map_err(|e| ServiceError::Internal(format!("database task failed: {e}")))?
         };
         match tokio::time::timeout(deadline, work).await {
             Ok(result) => result,

@@ -239,7 +239,7 @@ async fn old_events_are_pruned(backend: Backend) {
     })
     .await
     .unwrap();
-    let db = aigw_service::Db::new(pool.clone());
+    let db = aigw_service::Db::new(pool.clone()).unwrap();
     assert_eq!(aigw_service::audit::prune(&db, 365).await.unwrap(), 1);
     let left = tokio::task::spawn_blocking(move || {
         let mut conn = pool.get().unwrap();
