@@ -211,7 +211,7 @@ impl<'a> NewUsageRecord<'a> {
         diesel::dsl::Eq<usage_records::cost_micros, i64>,
         diesel::dsl::Eq<usage_records::priced, bool>,
         diesel::dsl::Eq<usage_records::latency_ms, i64>,
-        diesel::dsl::Eq<usage_records::started_at, NaiveDateTime>,
+        diesel::dsl::Eq<usage_records::started_at, SqliteTimestamp>,
     ) {
         use usage_records::dsl as r;
         (
@@ -229,9 +229,73 @@ impl<'a> NewUsageRecord<'a> {
             r::cost_micros.eq(self.cost_micros),
             r::priced.eq(self.priced),
             r::latency_ms.eq(self.latency_ms),
-            r::started_at.eq(self.started_at),
+            r::started_at.eq(SqliteTimestamp(self.started_at)),
         )
     }
+}
+
+/// A `TIMESTAMP` bound for SQLite as the same text diesel writes for a [`NaiveDateTime`]
+/// (chrono's `%F %T%.f`), written digit by digit: chrono's formatter parses the format string
+/// again for every value, about 3 000 instructions of each ledger row (docs/performance.md).
+#[derive(Debug, Clone, Copy, diesel::expression::AsExpression)]
+#[diesel(sql_type = diesel::sql_types::Timestamp)]
+struct SqliteTimestamp(NaiveDateTime);
+
+impl diesel::serialize::ToSql<diesel::sql_types::Timestamp, diesel::sqlite::Sqlite>
+    for SqliteTimestamp
+{
+    fn to_sql<'b>(
+        &'b self,
+        out: &mut diesel::serialize::Output<'b, '_, diesel::sqlite::Sqlite>,
+    ) -> diesel::serialize::Result {
+        out.set_value(sqlite_timestamp_text(&self.0));
+        Ok(diesel::serialize::IsNull::No)
+    }
+}
+
+/// `at` as `YYYY-MM-DD HH:MM:SS` and, unless whole, `.` and 3, 6 or 9 digits of the second
+/// (the fewest that hold it): what `at.format("%F %T%.f")` writes, which it falls back to
+/// outside the years 0 to 9999.
+fn sqlite_timestamp_text(at: &NaiveDateTime) -> String {
+    use chrono::{Datelike, Timelike};
+    let Ok(year) = u32::try_from(at.year()) else {
+        return at.format("%F %T%.f").to_string();
+    };
+    if year > 9999 {
+        return at.format("%F %T%.f").to_string();
+    }
+    fn digits(out: &mut String, n: u32, width: u32) {
+        for place in (0..width).rev() {
+            let digit = (n / 10u32.pow(place)) % 10;
+            out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+        }
+    }
+    let mut out = String::with_capacity(29);
+    digits(&mut out, year, 4);
+    out.push('-');
+    digits(&mut out, at.month(), 2);
+    out.push('-');
+    digits(&mut out, at.day(), 2);
+    out.push(' ');
+    digits(&mut out, at.hour(), 2);
+    out.push(':');
+    digits(&mut out, at.minute(), 2);
+    out.push(':');
+    // chrono holds a leap second as `:59` with 1e9 nanoseconds or more, and writes it `:60`.
+    let leap = u32::from(at.nanosecond() >= 1_000_000_000);
+    digits(&mut out, at.second() + leap, 2);
+    let nano = at.nanosecond() % 1_000_000_000;
+    if nano != 0 {
+        out.push('.');
+        if nano.is_multiple_of(1_000_000) {
+            digits(&mut out, nano / 1_000_000, 3);
+        } else if nano.is_multiple_of(1_000) {
+            digits(&mut out, nano / 1_000, 6);
+        } else {
+            digits(&mut out, nano, 9);
+        }
+    }
+    out
 }
 
 /// The PostgreSQL insert of a whole chunk: one statement of fixed text whatever the number of
@@ -523,4 +587,35 @@ pub fn prune_before(
         return Ok(0);
     }
     Ok(diesel::delete(r::usage_records.filter(r::request_id.eq_any(&oldest))).execute(conn)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlite_timestamp_text;
+    use chrono::{NaiveDate, NaiveDateTime};
+
+    fn at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32, nano: u32) -> NaiveDateTime {
+        NaiveDate::from_ymd_opt(y, mo, d)
+            .and_then(|d| d.and_hms_nano_opt(h, mi, s, nano))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn sqlite_timestamps_are_the_text_diesel_writes() {
+        let cases = [
+            at(2026, 11, 25, 9, 38, 34, 4_060_000),
+            at(2026, 1, 2, 3, 4, 5, 0),
+            at(2026, 12, 31, 23, 59, 59, 120_000_000),
+            at(2026, 6, 30, 23, 59, 59, 1_500_000_000),
+            at(1999, 12, 31, 0, 0, 0, 1),
+            at(1, 1, 1, 0, 0, 0, 999_999_999),
+            at(9999, 12, 31, 23, 59, 59, 7_000),
+            at(10_000, 1, 1, 0, 0, 0, 0),
+            at(-5, 3, 4, 5, 6, 7, 8_000_000),
+        ];
+        for case in cases {
+            assert_eq!(sqlite_timestamp_text(&case), case.format("%F %T%.f").to_string());
+        }
+        assert_eq!(sqlite_timestamp_text(&cases[0]), "2026-11-25 09:38:34.004060");
+    }
 }

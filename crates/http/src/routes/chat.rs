@@ -6,11 +6,28 @@ use crate::dto::{
 use crate::error::ApiError;
 use crate::extract::{read_json_payload, Authorized};
 use crate::startup::AppState;
+use actix_web::http::header::HeaderName;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::ChatReply;
 use futures_util::StreamExt;
+
+/// OpenAI's `x-ratelimit-*` header names (issue 9), built at compile time: parsing them
+/// again for every answer of a limited key was about 1 % of its call.
+static RATE_LIMIT_HEADERS: [HeaderName; 6] = [
+    HeaderName::from_static("x-ratelimit-limit-requests"),
+    HeaderName::from_static("x-ratelimit-remaining-requests"),
+    HeaderName::from_static("x-ratelimit-reset-requests"),
+    HeaderName::from_static("x-ratelimit-limit-tokens"),
+    HeaderName::from_static("x-ratelimit-remaining-tokens"),
+    HeaderName::from_static("x-ratelimit-reset-tokens"),
+];
+
+/// The prebuilt [`HeaderName`] of `name`, if it is one of [`RATE_LIMIT_HEADERS`].
+fn rate_limit_header(name: &str) -> Option<HeaderName> {
+    RATE_LIMIT_HEADERS.iter().find(|h| h.as_str() == name).cloned()
+}
 
 /// Chat completion (API key with `ai_gateway`). The body is forwarded to the model's provider
 /// and its answer returned unchanged (no envelope); `"stream": true` answers server-sent events.
@@ -55,7 +72,10 @@ pub async fn completions(
         let mut builder =
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
         for (name, value) in limits.iter().flat_map(|l| l.headers()) {
-            builder.insert_header((name, value));
+            match rate_limit_header(name) {
+                Some(name) => builder.insert_header((name, value)),
+                None => builder.insert_header((name, value)),
+            };
         }
         builder
     };
