@@ -253,17 +253,18 @@ impl diesel::serialize::ToSql<diesel::sql_types::Timestamp, diesel::sqlite::Sqli
     }
 }
 
+/// The format diesel writes a SQLite `TIMESTAMP` in (chrono's, for a [`NaiveDateTime`]).
+const SQLITE_TIMESTAMP_FORMAT: &str = "%F %T%.f";
+
 /// `at` as `YYYY-MM-DD HH:MM:SS` and, unless whole, `.` and 3, 6 or 9 digits of the second
-/// (the fewest that hold it): what `at.format("%F %T%.f")` writes, which it falls back to
-/// outside the years 0 to 9999.
+/// (the fewest that hold it): what `at.format(SQLITE_TIMESTAMP_FORMAT)` writes, which it falls
+/// back to outside the years 0 to 9999.
 fn sqlite_timestamp_text(at: &NaiveDateTime) -> String {
     use chrono::{Datelike, Timelike};
-    let Ok(year) = u32::try_from(at.year()) else {
-        return at.format("%F %T%.f").to_string();
+    let year = match u32::try_from(at.year()) {
+        Ok(year) if year <= 9999 => year,
+        _ => return at.format(SQLITE_TIMESTAMP_FORMAT).to_string(),
     };
-    if year > 9999 {
-        return at.format("%F %T%.f").to_string();
-    }
     fn digits(out: &mut String, n: u32, width: u32) {
         for place in (0..width).rev() {
             let digit = (n / 10u32.pow(place)) % 10;
@@ -591,7 +592,7 @@ pub fn prune_before(
 
 #[cfg(test)]
 mod tests {
-    use super::sqlite_timestamp_text;
+    use super::{sqlite_timestamp_text, SQLITE_TIMESTAMP_FORMAT};
     use chrono::{NaiveDate, NaiveDateTime};
 
     fn at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32, nano: u32) -> NaiveDateTime {
@@ -614,7 +615,10 @@ mod tests {
             at(-5, 3, 4, 5, 6, 7, 8_000_000),
         ];
         for case in cases {
-            assert_eq!(sqlite_timestamp_text(&case), case.format("%F %T%.f").to_string());
+            assert_eq!(
+                sqlite_timestamp_text(&case),
+                case.format(SQLITE_TIMESTAMP_FORMAT).to_string()
+            );
         }
         assert_eq!(sqlite_timestamp_text(&cases[0]), "2026-11-25 09:38:34.004060");
     }

@@ -5,8 +5,8 @@
 //! for a minute when idle). Each actix worker runs its own tokio runtime, and
 //! `tokio::task::spawn_blocking` would start threads in each of them: a permit released a
 //! moment before its thread was idle again let the next call start a new thread, and under
-//! load there were 30 more threads than connections, each with its own allocator heap (a
-//! peak of 49 MiB against 30 MiB with the pool bounded: docs/performance.md).
+//! load there were 46 threads for 10 connections, each with its own allocator heap (14-18
+//! threads in all with this pool: docs/performance.md).
 //!
 //! Every [`Db::run`] answers within `acquire_timeout_secs + statement_timeout_secs` (the
 //! *deadline*), whatever the database does: waiting for a permit, checking out a connection
@@ -65,7 +65,11 @@ impl Drop for Waiting<'_> {
 /// The database threads: the blocking pool of a tokio runtime that runs nothing else (its
 /// scheduler is never driven), bounded to the connection pool's size.
 #[derive(Debug)]
-struct Threads(Option<tokio::runtime::Runtime>);
+struct Threads {
+    handle: tokio::runtime::Handle,
+    /// Taken only when the threads are dropped.
+    runtime: Option<tokio::runtime::Runtime>,
+}
 
 impl Threads {
     /// How long an idle database thread is kept before it exits.
@@ -77,11 +81,7 @@ impl Threads {
             .thread_keep_alive(Self::KEEP_ALIVE)
             .thread_name("aigw-db")
             .build()?;
-        Ok(Self(Some(runtime)))
-    }
-
-    fn handle(&self) -> Option<&tokio::runtime::Handle> {
-        self.0.as_ref().map(tokio::runtime::Runtime::handle)
+        Ok(Self { handle: runtime.handle().clone(), runtime: Some(runtime) })
     }
 }
 
@@ -89,7 +89,7 @@ impl Drop for Threads {
     /// Lets running closures finish on their own: the last `Db` may be dropped on an async
     /// thread, where a runtime must not wait.
     fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
+        if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
     }
@@ -180,11 +180,8 @@ impl Db {
                 }
             };
             let pool = self.pool.clone();
-            let threads = self
-                .threads
-                .handle()
-                .ok_or_else(|| ServiceError::Internal("database threads shut down".to_owned()))?;
-            threads
+            self.threads
+                .handle
                 .spawn_blocking(move || {
                     // Held until the thread returns, even when the caller has given up: this bounds
                     // the threads a hung database can hold to the pool size.
