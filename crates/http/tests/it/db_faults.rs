@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 backend_tests!(
     hung_database_answers_503_within_the_deadline,
-    refused_writes_answer_503_and_readyz_says_so
+    refused_writes_answer_503_and_readyz_says_so,
+    database_work_runs_on_at_most_pool_size_threads
 );
 
 /// acquire 1 s + statement 1 s.
@@ -288,4 +289,30 @@ async fn refused_writes_answer_503_and_readyz_says_so(backend: Backend) {
     }
     readyz_becomes(&app, 200, Duration::from_secs(5)).await;
     app.create_key(&user.token, &["read"], None).await;
+}
+
+/// Database work runs on threads of its own (`aigw-db`), never more of them than the pool has
+/// connections however many calls wait: a hung database can hold no more (docs/deploy.md).
+async fn database_work_runs_on_at_most_pool_size_threads(backend: Backend) {
+    use aigw_persistence::{DatabaseUrl, Pool, PoolOptions};
+    let app = spawn_app(backend).await;
+    let url = DatabaseUrl::parse(&app.database_url).unwrap();
+    let options = PoolOptions { max_connections: 3, ..PoolOptions::default() };
+    let db = aigw_service::Db::new(Pool::new(&url, &options).unwrap()).unwrap();
+    let calls = (0..40).map(|_| {
+        let db = db.clone();
+        async move {
+            db.run(|_conn| {
+                std::thread::sleep(Duration::from_millis(5));
+                let thread = std::thread::current();
+                Ok((thread.id(), thread.name().map(str::to_owned)))
+            })
+            .await
+            .unwrap()
+        }
+    });
+    let ran_on = futures_util::future::join_all(calls).await;
+    assert!(ran_on.iter().all(|(_, name)| name.as_deref() == Some("aigw-db")), "{ran_on:?}");
+    let threads: std::collections::HashSet<_> = ran_on.iter().map(|(id, _)| *id).collect();
+    assert!((1..=3).contains(&threads.len()), "{} threads: {ran_on:?}", threads.len());
 }
