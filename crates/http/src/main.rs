@@ -14,8 +14,8 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc returns the 19 MiB argon2 work areas to the OS after each hash (with
-/// `MIMALLOC_PURGE_DELAY=0`, see [`reexec_with_allocator_settings`]); glibc's malloc
+/// mimalloc returns the 19 MiB argon2 work areas to the OS after each hash (with the
+/// [`ALLOCATOR_SETTINGS`] that [`reexec_with_allocator_settings`] makes); glibc's malloc
 /// kept them cached per thread arena (374 MB resident after a login burst with glibc, see
 /// `scripts/bench.sh` and docs/decisions.md "Performance").
 #[global_allocator]
@@ -102,33 +102,42 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     }
 }
 
-/// mimalloc's `purge_delay`, read from the environment when the process starts (before
-/// `main`).
-const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
-
-/// Runs this binary again with `MIMALLOC_PURGE_DELAY=0`, unless the variable is set (an
-/// operator's own value is kept) or the binary cannot be found again (then nothing happens).
+/// mimalloc settings that aigw sets for itself: (variable, value). mimalloc reads them from
+/// the environment when the process starts (before `main`).
 ///
-/// mimalloc gives a thread's freed pages back to the OS only when that thread allocates again
-/// after `purge_delay` (1 s by default). The 19 MiB work area of an argon2id hash is freed on a
-/// hashing thread that then sleeps, so it stayed resident: 44 MiB after one login against
-/// 23 MiB before it (docs/performance.md). With 0 the pages go back as they are freed (25 MiB
-/// after the login). mimalloc has no safe call to change it at run time, and this workspace
-/// has no `unsafe`, so the setting is made where mimalloc reads it: the environment of a new
-/// process image (`exec`, same process id).
+/// - `MIMALLOC_ARENA_MAX_OBJECT_SIZE` (KiB): objects above 4 MiB, in practice only the 19 MiB
+///   work area of each argon2id hash, are mapped from the OS for themselves and unmapped when
+///   freed, at once and whatever the purge delay. Kept in an arena, that area stayed resident
+///   on the idle hashing thread (44 MiB after one login against 23 MiB before it).
+/// - `MIMALLOC_PURGE_DELAY` (ms): how long freed pages stay committed before mimalloc gives
+///   them back. At 0 each small page a request's objects had emptied was given back and
+///   faulted in again on the next one: ~2 300 `madvise` calls a second under chat load, each a
+///   TLB shoot-down on the other core, 12-15 % of the chat call's CPU (docs/performance.md).
+const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
+    [("MIMALLOC_ARENA_MAX_OBJECT_SIZE", "4096"), ("MIMALLOC_PURGE_DELAY", "10")];
+
+/// Runs this binary again with the [`ALLOCATOR_SETTINGS`] it lacks (same process id), unless
+/// every one of them is set (an operator's own values are kept) or the binary cannot be found
+/// again (then nothing happens). mimalloc has no safe call to change its options at run time,
+/// and this workspace has no `unsafe`, so they are set where mimalloc reads them: the
+/// environment of a new process image (`exec`).
 #[cfg(unix)]
 fn reexec_with_allocator_settings() {
     use std::os::unix::process::CommandExt;
-    if std::env::var_os(PURGE_DELAY).is_some() {
+    let missing: Vec<(&str, &str)> = ALLOCATOR_SETTINGS
+        .into_iter()
+        .filter(|(name, _)| std::env::var_os(name).is_none())
+        .collect();
+    if missing.is_empty() {
         return;
     }
     let Ok(exe) = std::env::current_exe() else { return };
-    let error = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(PURGE_DELAY, "0")
-        .exec();
+    let error =
+        std::process::Command::new(exe).args(std::env::args_os().skip(1)).envs(missing).exec();
     // Only returns on failure: carry on with the allocator's defaults.
-    eprintln!("aigw: could not restart with {PURGE_DELAY}=0 ({error}); idle memory stays higher");
+    eprintln!(
+        "aigw: could not restart with its allocator settings ({error}); memory use stays higher"
+    );
 }
 
 fn main() -> ExitCode {
