@@ -172,15 +172,19 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
             aigw_persistence::usage::insert_batch(&mut conn, std::slice::from_ref(&old)).unwrap(),
             1
         );
-        // A replay counts nothing twice: of a batch holding it again and a new record, only
-        // the new one is inserted (and added to the rollups).
-        let mut other = old.clone();
-        other.request_id = uuid::Uuid::now_v7().to_string();
-        other.tokens = TokenUsage::new(1, 1);
-        assert_eq!(
-            aigw_persistence::usage::insert_batch(&mut conn, &[old.clone(), other, old]).unwrap(),
-            1
-        );
+        // A replay counts nothing twice: of a batch holding it again (twice) and new records,
+        // only the new ones are inserted (and added to the rollups). 34 records: on SQLite a
+        // first statement of 16 rows that meets the old one and falls back to one row at a
+        // time, a second of 16 new rows, and two rows alone.
+        let new_record = || {
+            let mut other = old.clone();
+            other.request_id = uuid::Uuid::now_v7().to_string();
+            other.tokens = TokenUsage::new(1, 1);
+            other
+        };
+        let mut replay = vec![old.clone(), new_record(), old.clone()];
+        replay.extend(std::iter::repeat_with(new_record).take(31));
+        assert_eq!(aigw_persistence::usage::insert_batch(&mut conn, &replay).unwrap(), 32);
     })
     .await
     .unwrap();
@@ -199,6 +203,6 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
     let path = format!("/api/v1/usage?from={}&to={}", day(old_day), day(old_day));
     let data = app.get(&path, auth).await.data(200);
     assert_eq!(data["rows"][0]["day"], json!(day(old_day)), "{data}");
-    assert_eq!(data["totals"]["requests"], json!(2));
-    assert_eq!(data["totals"]["total_tokens"], json!(13));
+    assert_eq!(data["totals"]["requests"], json!(33));
+    assert_eq!(data["totals"]["total_tokens"], json!(11 + 32 * 2));
 }
