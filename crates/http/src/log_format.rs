@@ -24,10 +24,20 @@ use tracing_subscriber::registry::LookupSpan;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JsonLines;
 
-/// Appends `text` as a JSON string (quoted and escaped).
+/// Appends `text` as a JSON string (quoted and escaped). Text with nothing to escape (no
+/// `"`, `\` or control character: field names, ids, routes, nearly every value) is copied
+/// between quotes; the rest goes through serde_json. Going through serde_json for every key
+/// and value was about 4 000 instructions of each access-log line (callgrind).
 fn push_json_str(out: &mut Vec<u8>, text: &str) {
-    // Writing into a Vec cannot fail.
-    let _ = serde_json::to_writer(out, text);
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing into a Vec cannot fail.
+        let _ = serde_json::to_writer(out, text);
+    }
 }
 
 /// Writes each field as `,"name":value`.
@@ -55,12 +65,12 @@ impl Visit for Fields<'_> {
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.key(field);
-        let _ = write!(self.out, "{value}");
+        self.out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
         self.key(field);
-        let _ = write!(self.out, "{value}");
+        self.out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -199,6 +209,7 @@ mod tests {
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(status = 200u16, duration_ms = 1.5, path = "/a\"b", ok = true, "access");
+            tracing::info!(plain = "/v1/é", control = "a\tb\u{1}", slash = "a\\b", "escapes");
             let span =
                 tracing::info_span!("request", request_id = "r-1", status = tracing::field::Empty);
             let _entered = span.enter();
@@ -210,9 +221,9 @@ mod tests {
             tracing::info!("in a span without fields");
         });
         let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        let lines: Vec<serde_json::Value> =
+        let mut lines: Vec<serde_json::Value> =
             text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
-        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines.len(), 5, "{text}");
         let first = &lines[0];
         assert_eq!(first["level"], "INFO");
         assert_eq!(first["message"], "access");
@@ -223,6 +234,10 @@ mod tests {
         assert!(first.get("span").is_none());
         let stamp = first["timestamp"].as_str().unwrap();
         assert!(chrono::DateTime::parse_from_rfc3339(stamp).is_ok() && stamp.ends_with('Z'));
+        let escapes = lines.remove(1);
+        assert_eq!(escapes["plain"], "/v1/é");
+        assert_eq!(escapes["control"], "a\tb\u{1}");
+        assert_eq!(escapes["slash"], "a\\b");
         let second = &lines[1];
         assert_eq!(second["level"], "WARN");
         assert_eq!(second["error"], "Some(3)");
