@@ -85,8 +85,7 @@ pub(crate) fn hold_sqlite_write_lock(
 }
 
 async fn hung_database_answers_503_within_the_deadline(backend: Backend) {
-    let admin =
-        std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
+    let admin = pg_admin_url();
     let proxy = TcpProxy::start(pg_host_port(&admin)).await;
     let port = proxy.port;
     let app = spawn_app_routed(
@@ -204,7 +203,7 @@ fn fill(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn pg_admin(sql: &str) {
-    let url = std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
+    let url = pg_admin_url();
     let mut conn = diesel::PgConnection::establish(&url).unwrap();
     diesel::sql_query(sql).execute(&mut conn).unwrap();
 }

@@ -98,10 +98,26 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// The PostgreSQL admin URL of the tests: `AIGW_TEST_DATABASE_URL` (else [`DEFAULT_PG_URL`]),
+/// with `sslmode=disable` added when it sets no `sslmode`.
+///
+/// Without it libpq negotiates TLS with a local server that offers it (Debian's does), and a
+/// test process may exit while a pool thread is still in a TLS handshake: OpenSSL's exit
+/// handler frees its global locks under that thread, which then dies with SIGSEGV after the
+/// test has passed (seen in 4 of 602 tests on a slow machine; the core's stack ends in
+/// `EVP_PKEY_generate` from `PQconnectPoll`). Tests that need TLS set `sslmode` themselves.
+pub fn pg_admin_url() -> String {
+    let url = std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
+    if url.contains("sslmode=") {
+        return url;
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}sslmode=disable")
+}
+
 fn create_pg_database() -> (String, PgDatabase) {
     use diesel::{Connection, RunQueryDsl};
-    let admin_url =
-        std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
+    let admin_url = pg_admin_url();
     let mut conn = match diesel::PgConnection::establish(&admin_url) {
         Ok(c) => c,
         Err(e) => panic!(
@@ -123,7 +139,7 @@ fn create_pg_database() -> (String, PgDatabase) {
 /// Runs one SQL statement as the PostgreSQL admin user (`AIGW_TEST_DATABASE_URL`).
 pub fn pg_admin(sql: &str) {
     use diesel::{Connection, RunQueryDsl};
-    let url = std::env::var("AIGW_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_PG_URL.to_owned());
+    let url = pg_admin_url();
     let mut conn = diesel::PgConnection::establish(&url).unwrap();
     diesel::sql_query(sql).execute(&mut conn).unwrap();
 }
