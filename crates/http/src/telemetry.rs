@@ -53,6 +53,16 @@ fn otlp_enabled() -> bool {
     OTLP.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether each request gets a tracing span: for OTLP export, and for the text format, which
+/// shows a line's spans. JSON lines do without one (`log_format::JsonLines` writes the
+/// request's id from its task-local instead): building, entering and closing a span per request
+/// was about 3 % of a chat call's instructions (callgrind, docs/performance.md).
+static REQUEST_SPANS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn request_spans() -> bool {
+    REQUEST_SPANS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The OTLP/HTTP (protobuf) span exporter for `endpoint` (a collector's base URL such as
 /// `http://collector:4318`; `/v1/traces` is appended unless present), batching spans.
 fn otlp_provider(
@@ -123,6 +133,9 @@ pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Re
         tracing_subscriber::registry().with(filter).with(json).with(text).with(otel).try_init();
     if installed.is_ok() && traces.is_some() {
         OTLP.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if installed.is_ok() && (traces.is_some() || settings.format == LogFormat::Text) {
+        REQUEST_SPANS.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(LogGuard { _writer: guard, traces })
 }
@@ -313,13 +326,17 @@ pub async fn access_log(
         span: tracing::Span::none(),
     };
     req.extensions_mut().insert(Arrival(arrived));
-    let span = tracing::info_span!(
-        "request",
-        request_id = id.as_str(),
-        otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
-    );
+    let span = if request_spans() {
+        tracing::info_span!(
+            "request",
+            request_id = id.as_str(),
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        )
+    } else {
+        tracing::Span::none()
+    };
     if otlp_enabled() {
         use tracing_opentelemetry::OpenTelemetrySpanExt;
         let route = entry.route.as_deref().unwrap_or("unmatched");
@@ -332,7 +349,8 @@ pub async fn access_log(
     let audit = audit_context(&req, entry.client_ip.clone(), &id);
     let handled =
         aigw_service::audit::with_context(audit, REQUEST_ID.scope(id.clone(), next.call(req)));
-    let mut response = match handled.instrument(span).await {
+    let handled = if span.is_none() { handled.await } else { handled.instrument(span).await };
+    let mut response = match handled {
         Ok(response) => response.map_into_boxed_body(),
         Err(e) => {
             // Turned into its answer by actix-web outside this middleware: logged here.

@@ -8,7 +8,11 @@
 //! | `postgres://user@host:5432/db`, `postgresql://…` | PostgreSQL (libpq connection URI) |
 //!
 //! SQLite connections are set up with `journal_mode=WAL`, `busy_timeout` (writers queue instead
-//! of failing), `foreign_keys=ON` and `synchronous=NORMAL` (DESIGN.md "Storage").
+//! of failing), `foreign_keys=ON` and `synchronous=NORMAL` (DESIGN.md "Storage"), and
+//! `temp_store=MEMORY`: a savepoint's journal (the usage ledger's multi-row inserts run in
+//! savepoints) otherwise spills to a temporary file past 64 KiB and then costs a `pwrite` per
+//! page for the rest of the transaction, about one system call per metered call
+//! (docs/performance.md).
 //!
 //! PostgreSQL connections are bounded in time (issue 10, SECURITY.md 28): libpq's
 //! `connect_timeout`, TCP keepalives and `tcp_user_timeout` are added to the URL unless it sets
@@ -191,7 +195,8 @@ impl r2d2::ManageConnection for ConnectionManager {
                     .map_err(diesel::r2d2::Error::ConnectionError)?;
                 conn.batch_execute(&format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; \
-                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                     PRAGMA temp_store = MEMORY;",
                     self.options.statement_timeout_secs.max(1) * 1000
                 ))
                 .map_err(diesel::r2d2::Error::QueryError)?;

@@ -16,7 +16,6 @@
 
 use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,7 +48,10 @@ enum Handle {
 const MAX_HANDLES_PER_THREAD: usize = 4096;
 
 thread_local! {
-    static HANDLES: RefCell<HashMap<u64, Vec<Registered>>> = RefCell::new(HashMap::new());
+    // Keyed by an Fx hash already: the map itself hashes it with Fx too (one multiplication)
+    // instead of SipHash, about 1 000 instructions per chat call (callgrind).
+    static HANDLES: RefCell<rustc_hash::FxHashMap<u64, Vec<Registered>>> =
+        RefCell::new(rustc_hash::FxHashMap::default());
 }
 
 /// Numbers the recorders of this process, for [`HANDLES`].
