@@ -51,14 +51,10 @@ fn push_json_str(out: &mut Vec<u8>, text: &str) {
 fn push_timestamp(out: &mut Vec<u8>, at: chrono::DateTime<chrono::Utc>) {
     use chrono::{Datelike, Timelike};
     let (date, time) = (at.date_naive(), at.time());
-    let Ok(year) = u32::try_from(date.year()) else {
+    let Some(year) = u32::try_from(date.year()).ok().filter(|year| *year <= 9999) else {
         let _ = write!(out, "{}", at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
         return;
     };
-    if year > 9999 {
-        let _ = write!(out, "{}", at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
-        return;
-    }
     let micros = time.nanosecond() / 1000;
     let (second, micros) =
         if micros >= 1_000_000 { (60, micros - 1_000_000) } else { (time.second(), micros) };

@@ -384,4 +384,33 @@ mod tests {
         assert!(url.contains("sslmode=require&connect_timeout=9&keepalives=1"), "{url}");
         assert_eq!(url.matches("connect_timeout").count(), 1, "{url}");
     }
+
+    /// Every SQLite connection of the pool keeps its temporary store (savepoint journals
+    /// included) in memory, and the other settings of the module documentation.
+    #[test]
+    fn sqlite_connections_are_set_up_with_their_pragmas() {
+        #[derive(QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            value: String,
+        }
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let url = DatabaseUrl::parse(&format!("sqlite://{}/pragmas.db", dir.path().display()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pool = Pool::new(&url, &PoolOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let mut conn = pool.get().unwrap_or_else(|e| panic!("{e}"));
+        let DbConnection::Sqlite(lite) = &mut *conn else { panic!("not SQLite") };
+        for (pragma, expected) in [
+            ("temp_store", "2"),
+            ("journal_mode", "wal"),
+            ("synchronous", "1"),
+            ("foreign_keys", "1"),
+        ] {
+            let setting: Setting =
+                diesel::sql_query(format!("SELECT {pragma} AS value FROM pragma_{pragma}"))
+                    .get_result(lite)
+                    .unwrap_or_else(|e| panic!("{pragma}: {e}"));
+            assert_eq!(setting.value, expected, "{pragma}");
+        }
+    }
 }

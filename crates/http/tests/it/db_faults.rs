@@ -202,12 +202,6 @@ fn fill(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-fn pg_admin(sql: &str) {
-    let url = pg_admin_url();
-    let mut conn = diesel::PgConnection::establish(&url).unwrap();
-    diesel::sql_query(sql).execute(&mut conn).unwrap();
-}
-
 /// Makes the test's PostgreSQL database read-only (or writable again) for new sessions, and
 /// ends the current ones so the pool reconnects under the new setting.
 pub(crate) async fn pg_read_only(app: &TestApp, on: bool) {

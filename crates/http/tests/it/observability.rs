@@ -399,8 +399,8 @@ async fn metrics_listen_moves_metrics_off_the_public_port() {
 }
 
 /// The `aigw` binary with `log.format = "json"` writes exactly one access-log line per
-/// request, with its id, route, status, caller and (for a 5xx) cause at `error`; no secret
-/// appears anywhere in its output.
+/// request, with its id, route, status, caller and (for a 5xx) cause at `error`; other lines
+/// of a request carry its span with the same id; no secret appears anywhere in its output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_has_one_line_per_request() {
     use std::io::BufRead;
@@ -509,6 +509,20 @@ async fn access_log_has_one_line_per_request() {
     assert_eq!(chat["route"], "/api/v1/ai/chat/completions", "{chat}");
     assert!(chat["cause"].as_str().is_some_and(|c| c.contains("upstream slow failed")), "{chat}");
     assert_eq!(by_status(404)["route"], "unmatched");
+    // A line written while a request is handled carries that request's span (JSON lines and
+    // no OTLP: written from the request's id, without a tracing span per request).
+    let logged = |message: &str| {
+        lines
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} line:\n{all}"))
+    };
+    for (message, (id, _)) in [("user registered", &sent[1]), ("API key created", &sent[2])] {
+        let line = logged(message);
+        assert_eq!(line["span"], json!({"name": "request", "request_id": id}), "{line}");
+    }
+    assert!(access.iter().all(|l| l.get("span").is_none()), "{all}");
 }
 
 /// An OpenAI-style path without `/api/v1/ai` gets a 404 whose hint names the base URL.
