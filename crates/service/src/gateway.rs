@@ -28,6 +28,7 @@ use crate::error::{ServiceError, UpstreamRejection};
 use crate::key_limits::KeyLimits;
 use crate::key_rates::RateStatus;
 use crate::metrics::Metrics;
+use crate::upstream_pool::ConnectionPool;
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
 use aigw_domain::access::op;
@@ -84,39 +85,49 @@ struct Provider {
     chat_url: Option<http::Uri>,
     /// `Bearer <api_key>`, built once and marked sensitive (never logged).
     authorization: Option<http::HeaderValue>,
+    /// How direct calls address it (`None` for `echo`).
+    direct: Option<DirectTarget>,
 }
 
-/// The HTTPS-capable connector of direct upstream calls.
-type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
-
-/// hyper-util's pooled client of direct upstream calls.
-type DirectClient = hyper_util::client::legacy::Client<Connector, http_body_util::Full<Bytes>>;
-
-/// Direct upstream clients, one per thread that sends calls (each actix worker): a pooled
-/// connection's task runs on the thread that opened it, so a pool shared by the workers
-/// would hand a call made on one worker to another worker's thread and its answer back
-/// (two cross-thread wake-ups per call). Per thread, a call stays on its worker.
+/// How a direct call (no `gateway.proxy_url`) addresses a provider on its own connection.
 #[derive(Debug)]
-struct DirectClients {
-    connector: Connector,
-    clients: thread_local::ThreadLocal<DirectClient>,
+struct DirectTarget {
+    /// The provider's connections in the [`ConnectionPool`].
+    slot: usize,
+    /// `chat_url`'s path and query: the request target (RFC 9112 3.2.1).
+    origin_form: http::Uri,
+    /// `chat_url`'s host, and port when not the scheme's default: the `Host` header.
+    host: http::HeaderValue,
 }
 
-impl DirectClients {
-    /// This thread's client, built on its first call.
-    fn client(&self) -> &DirectClient {
-        self.clients.get_or(|| {
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build(self.connector.clone())
-        })
+impl DirectTarget {
+    /// The target of `chat_url`, in `slot`.
+    fn new(slot: usize, chat_url: &http::Uri) -> Result<Self, String> {
+        let origin_form = chat_url
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
+            .parse::<http::Uri>()
+            .map_err(|e| e.to_string())?;
+        let authority = chat_url.authority().ok_or("no host")?;
+        let default_port = match chat_url.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        };
+        let host = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+            _ => authority.host().to_owned(),
+        };
+        let host = http::HeaderValue::from_str(&host).map_err(|e| e.to_string())?;
+        Ok(Self { slot, origin_form, host })
     }
 }
 
-/// How upstream calls are sent: directly with hyper-util's pooled client (no URL parse, no
-/// redirect or retry layer per call), or with reqwest through `gateway.proxy_url`.
+/// How upstream calls are sent: directly on keep-alive connections pooled per worker
+/// ([`ConnectionPool`]: no URL parse, no redirect or retry layer, no lock per call), or with
+/// reqwest through `gateway.proxy_url`.
 #[derive(Debug, Clone)]
 enum Upstream {
-    Direct(Arc<DirectClients>),
+    Direct(Arc<ConnectionPool>),
     Proxied(reqwest::Client),
 }
 
@@ -162,25 +173,33 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl Upstream {
-    /// Sends `request`; the answer's head within the caller's timeout.
-    async fn send(&self, request: http::Request<Bytes>) -> Result<UpstreamResponse, SendError> {
+    /// Sends `request` (absolute URI) to `provider`; the answer's head within the caller's
+    /// timeout.
+    async fn send(
+        &self,
+        provider: &Provider,
+        request: http::Request<Bytes>,
+    ) -> Result<UpstreamResponse, SendError> {
         match self {
-            Upstream::Direct(clients) => {
-                let response = clients
-                    .client()
-                    .request(request.map(http_body_util::Full::new))
-                    .await
-                    .map_err(|e| {
-                        if caused_by_timeout(&e) {
+            Upstream::Direct(pool) => {
+                let (Some(connect_to), Some(direct)) = (&provider.chat_url, &provider.direct)
+                else {
+                    return Err(SendError::Failed("no upstream URL".to_owned()));
+                };
+                // On a connection of its own: origin-form, with `Host` (RFC 9112 3.2).
+                let (mut parts, body) = request.into_parts();
+                parts.uri = direct.origin_form.clone();
+                parts.headers.insert(http::header::HOST, direct.host.clone());
+                let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
+                let (head, body) =
+                    pool.send(direct.slot, connect_to, request).await.map_err(|e| {
+                        if caused_by_timeout(e.as_ref()) {
                             SendError::Timeout
                         } else {
-                            SendError::Failed(describe(&e))
+                            SendError::Failed(describe(e.as_ref()))
                         }
                     })?;
-                let (head, body) = response.into_parts();
-                let body = http_body_util::BodyDataStream::new(body)
-                    .map(|chunk| chunk.map_err(|e| describe(&e)))
-                    .boxed();
+                let body = body.map(|chunk| chunk.map_err(|e| describe(&e))).boxed();
                 Ok(UpstreamResponse { status: head.status, headers: head.headers, body })
             }
             Upstream::Proxied(client) => {
@@ -230,10 +249,11 @@ impl Gateway {
                     kind: ProviderKind::Echo,
                     chat_url: None,
                     authorization: None,
+                    direct: None,
                 }),
             );
         }
-        for p in providers {
+        for (slot, p) in providers.iter().enumerate() {
             let base_url = p.base_url.clone().unwrap_or_default();
             if p.kind == ProviderKind::Openai
                 && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
@@ -270,8 +290,20 @@ impl Gateway {
                 }
                 None => None,
             };
-            let provider =
-                Arc::new(Provider { name: p.name.clone(), kind: p.kind, chat_url, authorization });
+            let direct = match &chat_url {
+                Some(url) => match DirectTarget::new(slot, url) {
+                    Ok(target) => Some(target),
+                    Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+                },
+                None => None,
+            };
+            let provider = Arc::new(Provider {
+                name: p.name.clone(),
+                kind: p.kind,
+                chat_url,
+                authorization,
+                direct,
+            });
             for model in &p.models {
                 if routes.insert(model.clone(), provider.clone()).is_some() {
                     return bad(format!("model {model} is routed to more than one provider"));
@@ -304,10 +336,7 @@ impl Gateway {
                         .https_or_http()
                         .enable_http1()
                         .wrap_connector(http);
-                    Upstream::Direct(Arc::new(DirectClients {
-                        connector: tls,
-                        clients: thread_local::ThreadLocal::new(),
-                    }))
+                    Upstream::Direct(Arc::new(ConnectionPool::new(tls, providers.len())))
                 }
             };
         Ok(Self {
@@ -476,17 +505,18 @@ impl Gateway {
         let request = request.body(body).map_err(|e| failed(format!("request not built: {e}")))?;
         self.overhead(&provider.name, arrived);
         let sent = Instant::now();
-        let response = match tokio::time::timeout(self.timeout, self.client.send(request)).await {
-            Err(_) | Ok(Err(SendError::Timeout)) => {
-                labels.finished("timeout", sent);
-                return Err(timed_out());
-            }
-            Ok(Err(SendError::Failed(reason))) => {
-                labels.finished("error", sent);
-                return Err(failed(format!("request failed: {reason}")));
-            }
-            Ok(Ok(r)) => r,
-        };
+        let response =
+            match tokio::time::timeout(self.timeout, self.client.send(&provider, request)).await {
+                Err(_) | Ok(Err(SendError::Timeout)) => {
+                    labels.finished("timeout", sent);
+                    return Err(timed_out());
+                }
+                Ok(Err(SendError::Failed(reason))) => {
+                    labels.finished("error", sent);
+                    return Err(failed(format!("request failed: {reason}")));
+                }
+                Ok(Ok(r)) => r,
+            };
         let UpstreamResponse { status, headers: response_headers, body: response_body } = response;
         labels.histogram("aigw_upstream_ttfb_seconds").record(sent.elapsed().as_secs_f64());
         let class = crate::metrics::status_class(status.as_u16());

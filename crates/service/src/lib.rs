@@ -38,6 +38,7 @@ pub mod seal;
 pub mod self_service;
 pub mod sessions;
 pub mod tokens;
+mod upstream_pool;
 pub mod usage;
 pub mod views;
 

@@ -38,5 +38,6 @@ mod self_service;
 mod sessions;
 mod slow_clients;
 mod unauthenticated;
+mod upstream_connections;
 mod upstream_errors;
 mod usage;
