@@ -31,27 +31,6 @@ pub struct RateStatus {
     pub reset_secs: i64,
 }
 
-impl RateStatus {
-    /// The headers OpenAI sends (`x-ratelimit-limit-requests`, `…-remaining-requests`,
-    /// `…-reset-requests`, and the same with `-tokens`), for the limits the key has. Resets
-    /// are durations as OpenAI writes them (`"37s"`).
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let reset = format!("{}s", self.reset_secs.max(0));
-        let mut out = Vec::with_capacity(6);
-        if let Some((limit, remaining)) = self.requests {
-            out.push(("x-ratelimit-limit-requests", limit.to_string()));
-            out.push(("x-ratelimit-remaining-requests", remaining.max(0).to_string()));
-            out.push(("x-ratelimit-reset-requests", reset.clone()));
-        }
-        if let Some((limit, remaining)) = self.tokens {
-            out.push(("x-ratelimit-limit-tokens", limit.to_string()));
-            out.push(("x-ratelimit-remaining-tokens", remaining.max(0).to_string()));
-            out.push(("x-ratelimit-reset-tokens", reset));
-        }
-        out
-    }
-}
-
 /// One call's admission to make: the key's window, its limits and the call's worst case.
 #[derive(Debug, Clone)]
 pub(crate) struct RatePlan {
@@ -266,25 +245,5 @@ impl KeyRates {
         settle_in_background(self.db.clone(), "rpm_limit", move |conn| {
             key_rates::give_back_requests(conn, &key, window_start, requests)
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_are_openais_for_the_limits_the_key_has() {
-        let status = RateStatus { requests: Some((60, 59)), tokens: None, reset_secs: 37 };
-        assert_eq!(
-            status.headers(),
-            vec![
-                ("x-ratelimit-limit-requests", "60".to_owned()),
-                ("x-ratelimit-remaining-requests", "59".to_owned()),
-                ("x-ratelimit-reset-requests", "37s".to_owned()),
-            ]
-        );
-        let status = RateStatus { requests: None, tokens: Some((1000, -5)), reset_secs: 2 };
-        assert_eq!(status.headers()[1], ("x-ratelimit-remaining-tokens", "0".to_owned()));
     }
 }

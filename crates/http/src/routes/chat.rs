@@ -6,27 +6,58 @@ use crate::dto::{
 use crate::error::ApiError;
 use crate::extract::{read_json_payload, Authorized};
 use crate::startup::AppState;
-use actix_web::http::header::HeaderName;
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
+use aigw_service::key_rates::RateStatus;
 use aigw_service::ChatReply;
 use futures_util::StreamExt;
 
-/// OpenAI's `x-ratelimit-*` header names (issue 9), built at compile time: parsing them
-/// again for every answer of a limited key was about 1 % of its call.
-static RATE_LIMIT_HEADERS: [HeaderName; 6] = [
-    HeaderName::from_static("x-ratelimit-limit-requests"),
-    HeaderName::from_static("x-ratelimit-remaining-requests"),
-    HeaderName::from_static("x-ratelimit-reset-requests"),
-    HeaderName::from_static("x-ratelimit-limit-tokens"),
-    HeaderName::from_static("x-ratelimit-remaining-tokens"),
-    HeaderName::from_static("x-ratelimit-reset-tokens"),
+/// OpenAI's `x-ratelimit-*` header names (issue 9), built at compile time: requests' limit,
+/// remaining and reset, then the same for tokens.
+static RATE_LIMIT_HEADERS: [[HeaderName; 3]; 2] = [
+    [
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderName::from_static("x-ratelimit-reset-requests"),
+    ],
+    [
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderName::from_static("x-ratelimit-reset-tokens"),
+    ],
 ];
 
-/// The prebuilt [`HeaderName`] of `name`, if it is one of [`RATE_LIMIT_HEADERS`].
-fn rate_limit_header(name: &str) -> Option<HeaderName> {
-    RATE_LIMIT_HEADERS.iter().find(|h| h.as_str() == name).cloned()
+/// The `x-ratelimit-*` headers OpenAI sends, for the limits the key has: limit and remaining
+/// (never below 0) as integers, the reset as a duration as OpenAI writes it (`"37s"`), for
+/// requests (`rpm_limit`) and tokens (`tpm_limit`). The values are written with `itoa` into
+/// one buffer that they share: a `format!`, a `String` and an allocation per header were
+/// about 4 % of a limited key's call.
+fn rate_limit_headers(status: &RateStatus) -> Vec<(HeaderName, HeaderValue)> {
+    let mut text = bytes::BytesMut::with_capacity(128);
+    let mut put = |n: i64, unit: &[u8]| {
+        let start = text.len();
+        text.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        text.extend_from_slice(unit);
+        start..text.len()
+    };
+    let reset = put(status.reset_secs.max(0), b"s");
+    let mut values = Vec::with_capacity(6);
+    for (counts, names) in [status.requests, status.tokens].into_iter().zip(&RATE_LIMIT_HEADERS) {
+        if let Some((limit, remaining)) = counts {
+            values.push((&names[0], put(limit, b"")));
+            values.push((&names[1], put(remaining.max(0), b"")));
+            values.push((&names[2], reset.clone()));
+        }
+    }
+    let text = text.freeze();
+    values
+        .into_iter()
+        .filter_map(|(name, range)| {
+            Some((name.clone(), HeaderValue::from_maybe_shared(text.slice(range)).ok()?))
+        })
+        .collect()
 }
 
 /// Chat completion (API key with `ai_gateway`). The body is forwarded to the model's provider
@@ -71,11 +102,8 @@ pub async fn completions(
     let with_limits = |status: u16| {
         let mut builder =
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
-        for (name, value) in limits.iter().flat_map(|l| l.headers()) {
-            match rate_limit_header(name) {
-                Some(name) => builder.insert_header((name, value)),
-                None => builder.insert_header((name, value)),
-            };
+        for header in limits.iter().flat_map(rate_limit_headers) {
+            builder.insert_header(header);
         }
         builder
     };
@@ -110,4 +138,46 @@ pub async fn models(
         .map(|id| ModelDto { id, object: "model".to_owned(), owned_by: "aigw".to_owned() })
         .collect();
     Ok(HttpResponse::Ok().json(ModelList { object: "list".to_owned(), data }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(status: &RateStatus) -> Vec<(String, String)> {
+        rate_limit_headers(status)
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn rate_limit_headers_are_openais_for_the_limits_the_key_has() {
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        let status = RateStatus { requests: Some((60, 59)), tokens: None, reset_secs: 37 };
+        assert_eq!(
+            headers(&status),
+            [
+                pair("x-ratelimit-limit-requests", "60"),
+                pair("x-ratelimit-remaining-requests", "59"),
+                pair("x-ratelimit-reset-requests", "37s"),
+            ]
+        );
+        let status = RateStatus { requests: None, tokens: Some((1000, -5)), reset_secs: -1 };
+        assert_eq!(
+            headers(&status),
+            [
+                pair("x-ratelimit-limit-tokens", "1000"),
+                pair("x-ratelimit-remaining-tokens", "0"),
+                pair("x-ratelimit-reset-tokens", "0s"),
+            ]
+        );
+        let status =
+            RateStatus { requests: Some((1, 0)), tokens: Some((i64::MAX, 7)), reset_secs: 60 };
+        assert_eq!(headers(&status).len(), 6);
+        assert_eq!(headers(&status)[3], pair("x-ratelimit-limit-tokens", &i64::MAX.to_string()));
+        assert_eq!(headers(&status)[5], pair("x-ratelimit-reset-tokens", "60s"));
+        let none = RateStatus { requests: None, tokens: None, reset_secs: 60 };
+        assert!(headers(&none).is_empty());
+    }
 }
