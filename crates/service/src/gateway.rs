@@ -489,20 +489,32 @@ impl Gateway {
         let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
         let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
         let url = provider.chat_url.clone().ok_or_else(|| failed("no upstream URL".to_owned()))?;
-        let mut request = http::Request::post(url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(
-                http::header::ACCEPT,
-                if stream { "text/event-stream" } else { "application/json" },
-            )
-            .header(http::header::USER_AGENT, USER_AGENT);
+        // Built on its map: `http::request::Builder` parses every name and value again.
+        let mut request = http::Request::new(body);
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = url;
+        let map = request.headers_mut();
+        map.reserve(5 + headers.len());
+        map.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        map.insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_static(if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            }),
+        );
+        map.insert(http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT));
         if let Some(authorization) = &provider.authorization {
-            request = request.header(http::header::AUTHORIZATION, authorization.clone());
+            map.insert(http::header::AUTHORIZATION, authorization.clone());
         }
         for (name, value) in headers {
-            request = request.header(*name, value.as_str());
+            let name = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| failed(format!("request not built: {name}: {e}")))?;
+            let value = http::HeaderValue::from_str(value)
+                .map_err(|e| failed(format!("request not built: {name}: {e}")))?;
+            map.append(name, value);
         }
-        let request = request.body(body).map_err(|e| failed(format!("request not built: {e}")))?;
         self.overhead(&provider.name, arrived);
         let sent = Instant::now();
         let response =
