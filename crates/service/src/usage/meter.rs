@@ -119,10 +119,11 @@ impl Pending {
     pub(crate) fn into_record(mut self, prices: &PriceTable) -> UsageRecord {
         let reservation = self.reservation.take();
         let tokens_reserved = self.tokens_reserved.take();
-        let encoding = tokens::encoding_for_model(&self.model);
+        // Only for an estimate: a reported `usage` needs no tokenizer.
+        let encoding = || tokens::encoding_for_model(&self.model);
         let prompt_estimate = || {
             serde_json::from_slice::<Value>(&self.request)
-                .map(|body| tokens::count_prompt(encoding, &body))
+                .map(|body| tokens::count_prompt(encoding(), &body))
                 .unwrap_or(0)
         };
         let (usage, estimated) = match &self.observed {
@@ -138,15 +139,16 @@ impl Pending {
                     }
                     None => {
                         let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-                        let completion = tokens::count_completion_json(encoding, &answer);
+                        let completion = tokens::count_completion_json(encoding(), &answer);
                         (TokenUsage::new(prompt_estimate(), completion), true)
                     }
                 }
             }
             Observed::Stream { usage: Some(usage), .. } => (*usage, false),
-            Observed::Stream { usage: None, completion } => {
-                (TokenUsage::new(prompt_estimate(), tokens::count_text(encoding, completion)), true)
-            }
+            Observed::Stream { usage: None, completion } => (
+                TokenUsage::new(prompt_estimate(), tokens::count_text(encoding(), completion)),
+                true,
+            ),
             Observed::Nothing if self.outcome == UsageOutcome::UpstreamError => {
                 (TokenUsage::default(), false)
             }
