@@ -9,7 +9,7 @@
 //! - Days are UTC calendar days; a range is inclusive of both ends ([`DayRange`]).
 
 use crate::validation::FieldError;
-use chrono::{DateTime, Duration, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 /// How a metered chat completion ended.
@@ -240,9 +240,31 @@ fn parse_day(raw: &str, field: &str) -> Result<NaiveDate, FieldError> {
     date.ok_or_else(|| FieldError::new(field, "must be a date YYYY-MM-DD"))
 }
 
-/// A day as stored and shown: `YYYY-MM-DD`.
+/// A day as stored and shown: `YYYY-MM-DD` (ISO 8601). Written digit by digit for years
+/// 0 to 9999 (a limited key's call names its budget period with it: chrono's formatter was
+/// about 700 instructions); other years as chrono writes them (`+12345-01-01`).
 pub fn format_day(day: NaiveDate) -> String {
-    day.format("%Y-%m-%d").to_string()
+    let (Ok(year), month, dom) = (u32::try_from(day.year()), day.month(), day.day()) else {
+        return day.format("%Y-%m-%d").to_string();
+    };
+    if year > 9999 {
+        return day.format("%Y-%m-%d").to_string();
+    }
+    let digit = |n: u32| char::from_digit(n % 10, 10).unwrap_or('0');
+    [
+        digit(year / 1000),
+        digit(year / 100),
+        digit(year / 10),
+        digit(year),
+        '-',
+        digit(month / 10),
+        digit(month),
+        '-',
+        digit(dom / 10),
+        digit(dom),
+    ]
+    .into_iter()
+    .collect()
 }
 
 #[cfg(test)]
@@ -251,6 +273,26 @@ mod tests {
 
     fn day(s: &str) -> NaiveDate {
         NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap_or_default()
+    }
+
+    #[test]
+    fn days_are_written_as_chrono_writes_them() {
+        let mut days: Vec<NaiveDate> =
+            ["0000-01-01", "0999-12-31", "1970-01-01", "2026-11-26", "2024-02-29", "9999-12-31"]
+                .iter()
+                .map(|s| day(s))
+                .collect();
+        days.extend(NaiveDate::from_ymd_opt(12345, 6, 7));
+        days.extend(NaiveDate::from_ymd_opt(-44, 3, 15));
+        let mut d = day("2025-12-25");
+        for _ in 0..400 {
+            days.push(d);
+            d = d.succ_opt().unwrap_or(d);
+        }
+        for d in days {
+            assert_eq!(format_day(d), d.format("%Y-%m-%d").to_string());
+        }
+        assert_eq!(format_day(day("0999-12-31")), "0999-12-31");
     }
 
     #[test]

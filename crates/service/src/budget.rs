@@ -37,8 +37,7 @@ pub const DEFAULT_COMPLETION_CAP: u64 = 4096;
 
 /// The counter period of `period` at `now`: the first UTC day (`YYYY-MM-DD`), or `total`.
 fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
-    // `NaiveDate`'s `Display` is `YYYY-MM-DD`, without parsing a format string per call.
-    period.start_day(now).map_or_else(|| "total".to_owned(), |day| day.to_string())
+    period.start_day(now).map_or_else(|| "total".to_owned(), aigw_domain::usage::format_day)
 }
 
 /// The completion caps a chat request may set (every other field is skipped).
@@ -107,6 +106,12 @@ impl BudgetPlan {
     /// a PATCH of the budget or its period names a new counter.
     pub(crate) fn qualified(&self) -> String {
         format!("{}/{}:{}", self.budget_period.as_str(), self.period, self.limit)
+    }
+
+    /// What [`Self::qualified`] names, as values: period kind, period and limit (compared per
+    /// call by the leases without writing the name).
+    pub(crate) fn terms(&self) -> (BudgetPeriod, String, i64) {
+        (self.budget_period, self.period.clone(), self.limit)
     }
 
     /// The refusal, with `spent` micro-USD committed now.

@@ -55,8 +55,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// PATCH of the key's limits, a new period or a new minute ends the lease).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Terms {
-    /// The budget counter's qualified name ([`BudgetPlan::qualified`]).
-    budget: Option<String>,
+    /// The budget's period kind, its period (`YYYY-MM-DD` or `total`) and its limit: what
+    /// [`BudgetPlan::qualified`] names, compared without writing the name per call.
+    budget: Option<(aigw_domain::BudgetPeriod, String, i64)>,
     /// The rate window's start, Unix seconds.
     window_start: Option<i64>,
     rpm: Option<i64>,
@@ -66,7 +67,7 @@ struct Terms {
 impl Terms {
     fn of(budget: Option<&BudgetPlan>, rates: Option<&RatePlan>) -> Self {
         Self {
-            budget: budget.map(BudgetPlan::qualified),
+            budget: budget.map(BudgetPlan::terms),
             window_start: rates.map(|r| r.window_start),
             rpm: rates.and_then(|r| r.rpm),
             tpm: rates.and_then(|r| r.tpm),
