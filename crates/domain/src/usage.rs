@@ -244,12 +244,11 @@ fn parse_day(raw: &str, field: &str) -> Result<NaiveDate, FieldError> {
 /// 0 to 9999 (a limited key's call names its budget period with it: chrono's formatter was
 /// about 700 instructions); other years as chrono writes them (`+12345-01-01`).
 pub fn format_day(day: NaiveDate) -> String {
-    let (Ok(year), month, dom) = (u32::try_from(day.year()), day.month(), day.day()) else {
-        return day.format("%Y-%m-%d").to_string();
+    let year = match u32::try_from(day.year()) {
+        Ok(year) if year <= 9999 => year,
+        _ => return day.format("%Y-%m-%d").to_string(),
     };
-    if year > 9999 {
-        return day.format("%Y-%m-%d").to_string();
-    }
+    let (month, dom) = (day.month(), day.day());
     let digit = |n: u32| char::from_digit(n % 10, 10).unwrap_or('0');
     [
         digit(year / 1000),

@@ -32,8 +32,8 @@ static RATE_LIMIT_HEADERS: [[HeaderName; 3]; 2] = [
 /// The `x-ratelimit-*` headers OpenAI sends, for the limits the key has: limit and remaining
 /// (never below 0) as integers, the reset as a duration as OpenAI writes it (`"37s"`), for
 /// requests (`rpm_limit`) and tokens (`tpm_limit`). The values are written with `itoa` into
-/// one buffer that they share: a `format!`, a `String` and an allocation per header were
-/// about 4 % of a limited key's call.
+/// one buffer that they share instead of a `format!` and a `String` per header (most of what
+/// the six headers cost, ~5 k instructions per call, is actix's header map, not this).
 fn rate_limit_headers(status: &RateStatus) -> Vec<(HeaderName, HeaderValue)> {
     let mut text = bytes::BytesMut::with_capacity(128);
     let mut put = |n: i64, unit: &[u8]| {
