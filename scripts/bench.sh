@@ -3,7 +3,7 @@
 # run, on this machine (loopback only; every load bounded in time).
 #
 #   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--keys N] [--backends "sqlite postgres"]
-#                    [--key-counters database|node|redis]
+#                    [--key-counters database|node|redis] [--aigw PATH]
 #
 #   --secs N      seconds per measurement (default 5; --quick: 2)
 #   --rounds N    interleaved throughput rounds per backend (default 3; --quick: 1)
@@ -13,6 +13,9 @@
 #   --key-counters  aigw's `gateway.key_counters` (default database; node: budgets and
 #                 rpm/tpm counted in aigw's memory, one node; redis: in the Redis at
 #                 127.0.0.1:6379, which must be running; docs/budgets.md)
+#   --aigw PATH   the aigw binary to measure (relative to the repository's root; default
+#                 target/release/aigw, built first), e.g. the profile-guided build of
+#                 scripts/pgo.sh
 #
 # It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
 # OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
@@ -25,6 +28,8 @@
 #   chat/hop     API-key chat via aigw req/s ÷ the same request via the nginx hop   target >= 0.50
 #   limited/hop  the same with a key that has a budget, an rpm_limit and a tpm_limit
 #                (issue 9: reservations and settlements on every call)              target >= 0.50
+#   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
+#                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
 #                (hop p50 - direct p50), direct = the mock upstream itself          target <= 2
 #   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
@@ -38,7 +43,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database
+secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database aigw=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) secs=2 rounds=1 many_keys=100000 ;;
@@ -48,6 +53,7 @@ while [ $# -gt 0 ]; do
     --keys) many_keys=$2; shift ;;
     --backends) backends=$2; shift ;;
     --key-counters) key_counters=$2; shift ;;
+    --aigw) aigw=$2; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -84,6 +90,8 @@ PATH="$PATH:/usr/sbin"
 log "building release binaries (aigw, bare, rate, keys)"
 cargo build --release --quiet -p aigw-http -p aigw-bench --bins
 bin=$PWD/target/release
+case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
+[ -x "$aigw" ] || { log "--aigw: $aigw is not an executable"; exit 2; }
 
 work=$(mktemp -d)
 chmod 755 "$work"
@@ -106,10 +114,13 @@ rss_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 ratio() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
 
-# wrk: prints requests/s. Args: connections, seconds, wrk args...
+# wrk: prints requests/s; a run with answers other than 2xx/3xx fails the benchmark (their
+# rate would be measured instead). Args: connections, seconds, wrk args...
 wrk_rps() {
-  local c=$1 s=$2; shift 2
-  wrk -t1 -c"$c" -d"${s}s" "$@" | awk '/^Requests\/sec/ { print $2 }'
+  local c=$1 s=$2 out; shift 2
+  out=$(wrk -t1 -c"$c" -d"${s}s" "$@")
+  if grep -q 'Non-2xx' <<<"$out"; then log "wrk $*: $(grep 'Non-2xx' <<<"$out")"; exit 1; fi
+  awk '/^Requests\/sec/ { print $2 }' <<<"$out"
 }
 # rate: prints "p50_us p99_us" (and fails loudly on errors).
 rate_p() {
@@ -121,6 +132,14 @@ rate_p() {
 
 chat_body='{"model":"mock-model","messages":[{"role":"user","content":"Say hello to the benchmark in one short sentence."}]}'
 completion='{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, benchmark."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}'
+stream_body='{"model":"mock-stream","stream":true,"messages":[{"role":"user","content":"Say hello to the benchmark in one short sentence."}]}'
+# The streamed answer: OpenAI's chunks as one body (nginx turns each \n into a newline).
+chunk='data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1763683200,"model":"mock-stream","choices":'
+events="$chunk[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello,\"},\"finish_reason\":null}]}\n\n"
+events+="$chunk[{\"index\":0,\"delta\":{\"content\":\" benchmark.\"},\"finish_reason\":null}]}\n\n"
+events+="$chunk[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+events+="$chunk[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4,\"total_tokens\":16}}\n\n"
+events+='data: [DONE]\n\n'
 
 # --- references: bare actix, nginx mock upstream, nginx hop ------------------------------------
 bare_port=$(free_port) mock_port=$(free_port) hop_port=$(free_port)
@@ -147,7 +166,7 @@ NGINX
   nginx -c "$work/$1/nginx.conf" -g 'daemon off;' &
   pids+=($!)
 }
-nginx_conf mock "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } }"
+nginx_conf mock "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } }"
 nginx_conf hop "upstream mock { server 127.0.0.1:$mock_port; keepalive 64; } server { listen 127.0.0.1:$hop_port; location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
 wait_http "http://127.0.0.1:$bare_port/"
 wait_http "http://127.0.0.1:$mock_port/"
@@ -158,6 +177,12 @@ cat >"$post_lua" <<LUA
 wrk.method = "POST"
 wrk.headers["content-type"] = "application/json"
 wrk.body = '$chat_body'
+LUA
+stream_lua="$work/stream.lua"
+cat >"$stream_lua" <<LUA
+wrk.method = "POST"
+wrk.headers["content-type"] = "application/json"
+wrk.body = '$stream_body'
 LUA
 
 declare -A result
@@ -201,8 +226,13 @@ name = "mock"
 base_url = "http://127.0.0.1:$mock_port/v1"
 models = ["mock-model"]
 prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 } }
+[[providers]]
+name = "mock-stream"
+base_url = "http://127.0.0.1:$mock_port/stream/v1"
+models = ["mock-stream"]
+prices = { "mock-stream" = { input_per_million = 0.15, output_per_million = 0.60 } }
 TOML
-  "$bin/aigw" --config "$dir/aigw.toml" >"$dir/server.log" 2>&1 &
+  "$aigw" --config "$dir/aigw.toml" >"$dir/server.log" 2>&1 &
   pid=$!
   pids+=("$pid")
   base="http://127.0.0.1:$port"
@@ -227,19 +257,23 @@ TOML
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
   log "$backend: $rounds round(s) of bare, /me, hop, chat (${secs}s each, c$conns)"
-  local bare_l="" me_l="" hop_l="" chat_l="" limited_l=""
+  local bare_l="" me_l="" hop_l="" chat_l="" limited_l="" shop_l="" stream_l=""
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
     hop_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
     chat_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
     limited_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
+    shop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
+    stream_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
   done
   result[$backend,bare]=$(echo "$bare_l" | median)
   result[$backend,me]=$(echo "$me_l" | median)
   result[$backend,hop]=$(echo "$hop_l" | median)
   result[$backend,chat]=$(echo "$chat_l" | median)
   result[$backend,limited]=$(echo "$limited_l" | median)
+  result[$backend,shop]=$(echo "$shop_l" | median)
+  result[$backend,stream]=$(echo "$stream_l" | median)
   result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
 
   log "$backend: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
@@ -311,10 +345,12 @@ PY
   result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
   result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
   result[$backend,limited_ratio]=$(ratio "${result[$backend,limited]}" "${result[$backend,hop]}")
+  result[$backend,stream_ratio]=$(ratio "${result[$backend,stream]}" "${result[$backend,shop]}")
   result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
   result[$backend,p50s]="$direct / $hop / $aigw"
   result[$backend,p99s]="$idle / $storm (${result[$backend,logins]})"
   result[$backend,keyrps]="$few / $many"
+  result[$backend,streams]="${result[$backend,shop]} / ${result[$backend,stream]}"
 
   kill -TERM "$pid"
   wait "$pid" 2>/dev/null || true
@@ -339,12 +375,13 @@ col() { local out=""; for b in "${ran[@]}"; do out+=" ${result[$b,$1]} |"; done;
 header="| measurement |"; rule="|---|"
 for b in "${ran[@]}"; do header+=" $b |"; rule+="---|"; done
 echo
-echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns keys=$many_keys key_counters=$key_counters"
+echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns keys=$many_keys key_counters=$key_counters aigw=${aigw#"$PWD"/}"
 echo
 echo "$header target |"; echo "$rule---|"
 echo "| GET /auth/me ÷ bare actix (req/s) |$(col me_ratio) >= 0.50 |"
 echo "| API-key chat via aigw ÷ nginx hop (req/s) |$(col chat_ratio) >= 0.50 |"
 echo "| chat with budget + rpm + tpm on the key ÷ nginx hop (req/s) |$(col limited_ratio) >= 0.50 |"
+echo "| streamed chat via aigw ÷ the same stream via the nginx hop (req/s) |$(col stream_ratio) – |"
 echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
@@ -356,6 +393,7 @@ echo "| GET /auth/me req/s |$(col me)"
 echo "| nginx hop chat req/s |$(col hop)"
 echo "| aigw chat req/s |$(col chat)"
 echo "| aigw chat req/s, key with budget + rpm + tpm |$(col limited)"
+echo "| streamed chat req/s: nginx hop / aigw |$(col streams)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"
