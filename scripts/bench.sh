@@ -172,18 +172,13 @@ wait_http "http://127.0.0.1:$bare_port/"
 wait_http "http://127.0.0.1:$mock_port/"
 wait_http "http://127.0.0.1:$hop_port/"
 
-post_lua="$work/post.lua"
-cat >"$post_lua" <<LUA
-wrk.method = "POST"
-wrk.headers["content-type"] = "application/json"
-wrk.body = '$chat_body'
-LUA
-stream_lua="$work/stream.lua"
-cat >"$stream_lua" <<LUA
-wrk.method = "POST"
-wrk.headers["content-type"] = "application/json"
-wrk.body = '$stream_body'
-LUA
+# A wrk script that POSTs a JSON body. Args: file, body.
+post_script() {
+  printf 'wrk.method = "POST"\nwrk.headers["content-type"] = "application/json"\nwrk.body = %s\n' "'$2'" >"$1"
+}
+post_lua="$work/post.lua" stream_lua="$work/stream.lua"
+post_script "$post_lua" "$chat_body"
+post_script "$stream_lua" "$stream_body"
 
 declare -A result
 
@@ -289,11 +284,7 @@ TOML
   log "$backend: /me p99 at 500 req/s, idle and during a login storm"
   local idle storm login_lua="$dir/login.lua"
   idle=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
-  cat >"$login_lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["content-type"] = "application/json"
-wrk.body = '{"email":"bench@example.com","password":"a long bench passphrase"}'
-LUA
+  post_script "$login_lua" '{"email":"bench@example.com","password":"a long bench passphrase"}'
   wrk -t1 -c8 -d"$((secs + 3))s" -s "$login_lua" "$base/api/v1/auth/login" >"$dir/storm.txt" &
   local storm_pid=$!
   sleep 1
