@@ -10,7 +10,7 @@
 # is not touched; measure the two with `scripts/bench.sh` and `scripts/bench.sh --aigw <path>`
 # (docs/performance.md "Profile-guided optimisation"). Needs what scripts/bench.sh needs, and
 # rustup's `llvm-tools` component (installed here when missing: `rustup component add
-# llvm-tools`). Takes two release builds (about 20 min on 2 cores) and the training run (~4 min);
+# llvm-tools`). Takes two release builds and the training run (~5 min): 29 min on 2 cores;
 # the builds go to target/pgo-train and target/pgo (about 1 GB each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
