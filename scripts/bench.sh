@@ -251,15 +251,15 @@ TOML
   result[$backend,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$backend: $rounds round(s) of bare, /me, hop, chat (${secs}s each, c$conns)"
-  local bare_l="" me_l="" hop_l="" chat_l="" limited_l="" shop_l="" stream_l=""
+  log "$backend: $rounds round(s) of bare, /me, hop, chat, limited, streams (${secs}s each, c$conns)"
+  local bare_l="" me_l="" hop_l="" chat_l="" limited_l="" stream_hop_l="" stream_l=""
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
     hop_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
     chat_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
     limited_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
-    shop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
+    stream_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
     stream_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
   done
   result[$backend,bare]=$(echo "$bare_l" | median)
@@ -267,7 +267,7 @@ TOML
   result[$backend,hop]=$(echo "$hop_l" | median)
   result[$backend,chat]=$(echo "$chat_l" | median)
   result[$backend,limited]=$(echo "$limited_l" | median)
-  result[$backend,shop]=$(echo "$shop_l" | median)
+  result[$backend,stream_hop]=$(echo "$stream_hop_l" | median)
   result[$backend,stream]=$(echo "$stream_l" | median)
   result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
 
@@ -336,12 +336,12 @@ PY
   result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
   result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
   result[$backend,limited_ratio]=$(ratio "${result[$backend,limited]}" "${result[$backend,hop]}")
-  result[$backend,stream_ratio]=$(ratio "${result[$backend,stream]}" "${result[$backend,shop]}")
+  result[$backend,stream_ratio]=$(ratio "${result[$backend,stream]}" "${result[$backend,stream_hop]}")
   result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
   result[$backend,p50s]="$direct / $hop / $aigw"
   result[$backend,p99s]="$idle / $storm (${result[$backend,logins]})"
   result[$backend,keyrps]="$few / $many"
-  result[$backend,streams]="${result[$backend,shop]} / ${result[$backend,stream]}"
+  result[$backend,streams]="${result[$backend,stream_hop]} / ${result[$backend,stream]}"
 
   kill -TERM "$pid"
   wait "$pid" 2>/dev/null || true
