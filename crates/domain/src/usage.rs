@@ -24,20 +24,25 @@ pub enum UsageOutcome {
     ClientCancelled,
     /// The provider did not answer (or send the next chunk) in time.
     Timeout,
+    /// The node serving the call stopped (a crash) before the call ended: billed at its
+    /// reservation, its worst case, by another node or the same one after a restart.
+    Interrupted,
 }
 
 impl UsageOutcome {
     /// Every outcome, in a stable order.
-    pub const ALL: [UsageOutcome; 4] =
-        [Self::Ok, Self::UpstreamError, Self::ClientCancelled, Self::Timeout];
+    pub const ALL: [UsageOutcome; 5] =
+        [Self::Ok, Self::UpstreamError, Self::ClientCancelled, Self::Timeout, Self::Interrupted];
 
-    /// The stored and shown name: `ok`, `upstream_error`, `client_cancelled`, `timeout`.
+    /// The stored and shown name: `ok`, `upstream_error`, `client_cancelled`, `timeout`,
+    /// `interrupted`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::UpstreamError => "upstream_error",
             Self::ClientCancelled => "client_cancelled",
             Self::Timeout => "timeout",
+            Self::Interrupted => "interrupted",
         }
     }
 

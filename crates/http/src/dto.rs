@@ -592,6 +592,18 @@ pub struct ChatCompletionRequest {
     pub messages: Vec<ChatMessage>,
     /// Answer as server-sent events (`text/event-stream`).
     pub stream: Option<bool>,
+    /// Most completion tokens per choice (1 to 1 048 576). A key with a budget or a
+    /// `tpm_limit` reserves it (times `n`) before the call; without it and `max_tokens`,
+    /// 4096 are reserved.
+    #[schema(minimum = 1, maximum = 1048576)]
+    pub max_completion_tokens: Option<u64>,
+    /// The older name of `max_completion_tokens`, used when that is absent (1 to 1 048 576).
+    #[schema(minimum = 1, maximum = 1048576)]
+    pub max_tokens: Option<u64>,
+    /// Completions to generate (1 to 128): a budget reserves the completion cap this many
+    /// times.
+    #[schema(minimum = 1, maximum = 128)]
+    pub n: Option<u64>,
 }
 
 /// One server-sent event of a streamed chat completion (`text/event-stream`).

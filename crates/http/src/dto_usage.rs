@@ -111,7 +111,7 @@ pub struct UsageRecordDto {
     pub provider: String,
     /// Whether it was a `"stream": true` call.
     pub streamed: bool,
-    /// `ok`, `upstream_error`, `client_cancelled` or `timeout`.
+    /// `ok`, `upstream_error`, `client_cancelled`, `timeout` or `interrupted`.
     pub outcome: String,
     /// Prompt tokens.
     pub prompt_tokens: u64,

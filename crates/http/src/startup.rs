@@ -211,6 +211,7 @@ impl Application {
             &settings.providers,
             &settings.server.data_dir,
             metrics.clone(),
+            auth.credential_cache().node_id(),
         )?;
         let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());

@@ -105,6 +105,25 @@ pub fn settle(
     Ok(())
 }
 
+/// Where a budget counter of key `key_id` opens: what it has spent from UTC day `from`
+/// (`YYYY-MM-DD`, inclusive) on, from the daily rollups, plus the reservations of its calls in
+/// flight ([`crate::in_flight::reserved_for_key`]), in micro-USD.
+///
+/// The calls in flight are read first: a call's record is written before its row in
+/// `calls_in_flight` is deleted, so a call that ends meanwhile is counted twice (refusing
+/// early at worst), never missed.
+///
+/// # Errors
+/// On database failure.
+pub fn committed_since(
+    conn: &mut DbConnection,
+    key_id: &str,
+    from: &str,
+) -> Result<i64, PersistenceError> {
+    let in_flight = crate::in_flight::reserved_for_key(conn, key_id)?;
+    Ok(in_flight.saturating_add(ledger_spend_since(conn, key_id, from)?))
+}
+
 /// What key `key_id` has spent from UTC day `from` (`YYYY-MM-DD`, inclusive) on, in
 /// micro-USD, from the daily rollups.
 ///
@@ -130,6 +149,22 @@ pub fn ledger_spend_since(
 /// On database failure.
 pub fn forget(conn: &mut DbConnection, key_id: &str) -> Result<(), PersistenceError> {
     diesel::delete(b::table.filter(b::api_key_id.eq(key_id))).execute(conn)?;
+    Ok(())
+}
+
+/// Drops every counter of key `key_id` but the one of `period` (its budget period changed:
+/// the next reservation opens the new period from the ledger, while a counter of the same
+/// first day counts the same spend and running calls).
+///
+/// # Errors
+/// On database failure.
+pub fn forget_except(
+    conn: &mut DbConnection,
+    key_id: &str,
+    period: &str,
+) -> Result<(), PersistenceError> {
+    diesel::delete(b::table.filter(b::api_key_id.eq(key_id)).filter(b::period.ne(period)))
+        .execute(conn)?;
     Ok(())
 }
 

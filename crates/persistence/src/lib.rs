@@ -23,6 +23,7 @@ pub mod changes;
 pub mod error;
 pub mod health;
 pub mod idempotency;
+pub mod in_flight;
 pub mod invitations;
 pub mod key_rates;
 pub mod migrations;

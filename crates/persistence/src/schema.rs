@@ -207,3 +207,26 @@ diesel::table! {
         used_at -> Nullable<Timestamp>,
     }
 }
+
+diesel::table! {
+    /// Metered calls still running, written by their node at each usage flush: a budget
+    /// counter opened while they run counts their reservations, and a call cut by a crash is
+    /// billed at its reservation (`crate::in_flight`). Money in micro-USD.
+    calls_in_flight (request_id) {
+        request_id -> Text,
+        node_id -> Text,
+        api_key_id -> Text,
+        user_id -> Text,
+        model -> Text,
+        provider -> Text,
+        streamed -> Bool,
+        reserved_micros -> BigInt,
+        priced -> Bool,
+        prompt_tokens -> BigInt,
+        completion_tokens -> BigInt,
+        started_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, usage_records);
+diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, credential_feed_nodes);

@@ -42,7 +42,7 @@ pub struct UsageRecordRow {
     pub provider: String,
     /// Whether the call streamed.
     pub streamed: bool,
-    /// `ok`, `upstream_error`, `client_cancelled` or `timeout`.
+    /// `ok`, `upstream_error`, `client_cancelled`, `timeout` or `interrupted`.
     pub outcome: String,
     /// Prompt tokens.
     pub prompt_tokens: i64,

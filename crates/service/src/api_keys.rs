@@ -9,7 +9,9 @@ use crate::idempotency::Recording;
 use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
-use aigw_domain::{time, ApiKeySecret, CredentialChangeKind, FieldError, PermissionSet, UserName};
+use aigw_domain::{
+    time, ApiKeySecret, BudgetPeriod, CredentialChangeKind, FieldError, PermissionSet, UserName,
+};
 use aigw_persistence::models::ApiKeyRow;
 use aigw_persistence::{api_keys, transaction};
 use chrono::Duration;
@@ -214,9 +216,14 @@ impl AuthService {
                     if !changes.is_empty() {
                         event.insert(conn)?;
                     }
-                    if changes.max_budget_micros.is_some() || changes.budget_period.is_some() {
-                        // Counters of the old budget count only calls made under it.
-                        aigw_persistence::budgets::forget(conn, &row.id)?;
+                    if changes.budget_period.is_some() {
+                        // A new period opens a new counter from the ledger; the counter named
+                        // by the new period's first day (when one is open) counts the same
+                        // days, running calls included, so it stays. A new limit alone keeps
+                        // every counter: it never forgets what is in flight.
+                        let period = row.policy.budget_period.unwrap_or(BudgetPeriod::Total);
+                        let keep = crate::budget::period_name(period, now);
+                        aigw_persistence::budgets::forget_except(conn, &row.id, &keep)?;
                     }
                     let change = if changes.is_empty() {
                         None

@@ -29,48 +29,30 @@ use aigw_domain::BudgetPeriod;
 use aigw_persistence::budgets::{self, Reserved};
 use aigw_persistence::PersistenceError;
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::Value;
 
 /// Completion tokens assumed for a request that sets no `max_tokens`.
 pub const DEFAULT_COMPLETION_CAP: u64 = 4096;
 
 /// The counter period of `period` at `now`: the first UTC day (`YYYY-MM-DD`), or `total`.
-fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
+pub(crate) fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
     period.start_day(now).map_or_else(|| "total".to_owned(), aigw_domain::usage::format_day)
 }
 
-/// The completion caps a chat request may set (every other field is skipped).
-#[derive(Debug, Deserialize)]
-struct Caps {
-    max_tokens: Option<u64>,
-    max_completion_tokens: Option<u64>,
-}
-
-/// The worst-case token use of the chat request `body` for `model`: the prompt's tokens
-/// (the model's tokenizer) and `max_completion_tokens`, `max_tokens` or
-/// [`DEFAULT_COMPLETION_CAP`]. One parse of the body: the gateway computes it once per call.
-pub fn worst_case_tokens(model: &str, body: &[u8]) -> TokenUsage {
-    worst_case_of(model, &parse_request(body))
-}
-
-/// A chat request body as a JSON tree (`null` when it is not JSON: nothing to count).
-pub(crate) fn parse_request(body: &[u8]) -> Value {
-    serde_json::from_slice(body).unwrap_or(Value::Null)
-}
-
-/// [`worst_case_tokens`] of a parsed request.
-pub(crate) fn worst_case_of(model: &str, parsed: &Value) -> TokenUsage {
-    let prompt = tokens::count_prompt(tokens::encoding_for_model(model), parsed);
-    TokenUsage::new(prompt, completion_cap(parsed))
-}
-
-/// `max_completion_tokens`, `max_tokens` or [`DEFAULT_COMPLETION_CAP`].
-fn completion_cap(parsed: &Value) -> u64 {
-    Caps::deserialize(parsed)
-        .ok()
-        .and_then(|c| c.max_completion_tokens.or(c.max_tokens))
-        .unwrap_or(DEFAULT_COMPLETION_CAP)
+/// The worst-case token use of a chat request for `model`: the prompt's tokens counted with
+/// the model's tokenizer ([`tokens::count_prompt`]: messages, tool definitions, response
+/// formats) plus `image_prompt` tokens for its images, and `completion_cap`
+/// ([`crate::chat_request::ChatRequestSummary::completion_cap`]: the completion cap times `n`).
+/// One parse of the body: the gateway computes it only near a limit.
+pub fn worst_case_tokens(
+    model: &str,
+    body: &[u8],
+    image_prompt: u64,
+    completion_cap: u64,
+) -> TokenUsage {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let prompt = tokens::count_prompt(tokens::encoding_for_model(model), &parsed);
+    TokenUsage::new(prompt.saturating_add(image_prompt), completion_cap)
 }
 
 /// The budget guard of a node (cheap to clone).
@@ -102,10 +84,11 @@ pub(crate) struct BudgetPlan {
 }
 
 impl BudgetPlan {
-    /// The counter's name with the period kind and the limit (`daily/2026-11-22:1500000`):
-    /// a PATCH of the budget or its period names a new counter.
+    /// The counter's name with the period kind (`daily/2026-11-22`): a PATCH of the period
+    /// names a new counter, one of the limit alone keeps it (what a counter holds, spend and
+    /// running calls, does not depend on the limit).
     pub(crate) fn qualified(&self) -> String {
-        format!("{}/{}:{}", self.budget_period.as_str(), self.period, self.limit)
+        format!("{}/{}", self.budget_period.as_str(), self.period)
     }
 
     /// What [`Self::qualified`] names, as values: period kind, period and limit (compared per
@@ -135,8 +118,8 @@ impl BudgetPlan {
 enum Counter {
     /// A database counter row, by its period name.
     Database(Db, String),
-    /// The node's memory: period name and limit.
-    Node(NodeCounters, String, i64),
+    /// The node's memory: the period's name.
+    Node(NodeCounters, String),
     /// Redis: the budget counter and the rate window, settled by one script.
     Redis(RedisHeld),
     /// A node's lease ([`crate::key_leases`]): the call's bound was taken from it and its
@@ -170,6 +153,12 @@ where
 }
 
 impl Reservation {
+    /// The micro-USD this reservation holds (the call's worst case; 0 for a reservation of
+    /// tokens alone).
+    pub(crate) fn reserved_micros(&self) -> u64 {
+        u64::try_from(self.reserved_micros).unwrap_or(0)
+    }
+
     /// Gives the whole reservation back at once (a call admitted by its budget but refused by
     /// its rate limit); a failed write leaves it counted, as a failed settlement does.
     pub(crate) async fn release(self) {
@@ -183,9 +172,7 @@ impl Reservation {
                     tracing::warn!(error = %e, "releasing a reservation failed; it stays counted");
                 }
             }
-            Counter::Node(node, period, limit) => {
-                node.settle(&key_id, &period, limit, -reserved_micros);
-            }
+            Counter::Node(node, period) => node.settle(&key_id, &period, -reserved_micros),
             Counter::Redis(held) => held.settle(-reserved_micros, 0, 0, 0),
             Counter::Lease(call) => call.settle(0, 0),
         }
@@ -209,7 +196,7 @@ impl Reservation {
             Counter::Database(db, period) => settle_in_background(db, "budget", move |conn| {
                 budgets::settle(conn, &key_id, &period, delta)
             }),
-            Counter::Node(node, period, limit) => node.settle(&key_id, &period, limit, delta),
+            Counter::Node(node, period) => node.settle(&key_id, &period, delta),
             // Leases are never leased from.
             Counter::Lease(_) => {}
         }
@@ -234,7 +221,7 @@ impl Reservation {
             Counter::Database(db, period) => settle_in_background(db, "budget", move |conn| {
                 budgets::settle(conn, &key_id, &period, delta)
             }),
-            Counter::Node(node, period, limit) => node.settle(&key_id, &period, limit, delta),
+            Counter::Node(node, period) => node.settle(&key_id, &period, delta),
         }
     }
 }
@@ -250,6 +237,11 @@ impl Budgets {
     pub fn with_node_counters(mut self, node: NodeCounters) -> Self {
         self.node = Some(node);
         self
+    }
+
+    /// The most prompt tokens `images` images cost with `model` (its price's `image_tokens`).
+    pub(crate) fn image_prompt(&self, model: &str, images: u64) -> u64 {
+        images.saturating_mul(self.prices.image_tokens(model))
     }
 
     /// The reservation a call of `model` by `principal` with worst-case token use `worst`
@@ -336,11 +328,16 @@ impl Budgets {
         }
     }
 
-    /// What key `key_id` spent from UTC day `from` on, from the ledger's daily rollups
-    /// (micro-USD): where a counter opens.
-    pub(crate) async fn ledger_spend(&self, key_id: &str, from: &str) -> Result<i64, ServiceError> {
+    /// Where a counter of key `key_id` opens (micro-USD): what it spent from UTC day `from`
+    /// on, from the ledger's daily rollups, plus the reservations of its calls in flight
+    /// ([`budgets::committed_since`]).
+    pub(crate) async fn opening_spend(
+        &self,
+        key_id: &str,
+        from: &str,
+    ) -> Result<i64, ServiceError> {
         let (key, from) = (key_id.to_owned(), from.to_owned());
-        self.db.run(move |conn| Ok(budgets::ledger_spend_since(conn, &key, &from)?)).await
+        self.db.run(move |conn| Ok(budgets::committed_since(conn, &key, &from)?)).await
     }
 
     /// One conditional `UPDATE` of the key's counter row named `name` (opened from the ledger
@@ -357,7 +354,7 @@ impl Budgets {
             .run(move |conn| {
                 let mut outcome = budgets::reserve(conn, &key, &period, cost, limit)?;
                 if outcome == Reserved::NoCounter {
-                    let spent = budgets::ledger_spend_since(conn, &key, &from)?;
+                    let spent = budgets::committed_since(conn, &key, &from)?;
                     budgets::open_period(conn, &key, &period, spent)?;
                     outcome = budgets::reserve(conn, &key, &period, cost, limit)?;
                 }
@@ -374,14 +371,15 @@ impl Budgets {
         node: &NodeCounters,
         plan: BudgetPlan,
     ) -> Result<Reservation, ServiceError> {
-        // In memory a PATCH is seen as a new budget or period: a daily and a weekly period
-        // can share their first day, so the name carries the kind.
+        // In memory a PATCH of the period is seen as a new name: a daily and a weekly period
+        // can share their first day, so the name carries the kind (a new limit alone keeps the
+        // counter).
         let period = format!("{}/{}", plan.budget_period.as_str(), plan.period);
         let (key_id, cost, limit) = (plan.key_id.as_str(), plan.cost, plan.limit);
         let mut outcome = node.reserve(key_id, &period, cost, (limit, plan.room));
         if outcome == NodeReserved::NotOpen {
-            let spent = self.ledger_spend(key_id, &plan.from).await?;
-            node.open(key_id, &period, limit, spent);
+            let spent = self.opening_spend(key_id, &plan.from).await?;
+            node.open(key_id, &period, spent);
             outcome = node.reserve(key_id, &period, cost, (limit, plan.room));
         }
         let outcome = match outcome {
@@ -389,7 +387,7 @@ impl Budgets {
             NodeReserved::No(spent) => Reserved::No(spent),
             NodeReserved::NotOpen => Reserved::NoCounter,
         };
-        finish(plan, outcome, Counter::Node(node.clone(), period, limit))
+        finish(plan, outcome, Counter::Node(node.clone(), period))
     }
 }
 
@@ -416,16 +414,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn worst_case_counts_the_prompt_and_the_cap() {
-        let body =
-            br#"{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":7}"#;
-        let worst = worst_case_tokens("m", body);
+    fn worst_case_counts_the_prompt_tools_images_and_the_cap() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hello there"}]}"#;
+        let worst = worst_case_tokens("m", body, 0, 7);
         assert!(worst.prompt_tokens > 2, "{worst:?}");
         assert_eq!(worst.completion_tokens, 7);
-        let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":7,"max_completion_tokens":9}"#;
-        assert_eq!(worst_case_tokens("m", body).completion_tokens, 9);
-        let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
-        assert_eq!(worst_case_tokens("m", body).completion_tokens, DEFAULT_COMPLETION_CAP);
+        let with_image = worst_case_tokens("m", body, 2800, 7);
+        assert_eq!(with_image.prompt_tokens, worst.prompt_tokens + 2800);
+        let tools = br#"{"model":"m","messages":[{"role":"user","content":"hello there"}],
+            "tools":[{"type":"function","function":{"name":"lookup","description":"Finds a word in the dictionary","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}"#;
+        let with_tools = worst_case_tokens("m", tools, 0, 7);
+        assert!(with_tools.prompt_tokens > worst.prompt_tokens + 20, "{with_tools:?}");
     }
 
     #[test]

@@ -16,6 +16,14 @@ use std::fmt;
 /// The message roles OpenAI's chat completions know (the OpenAPI description's `ChatRole`).
 pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
+/// The largest `max_tokens` / `max_completion_tokens` accepted: 2^20 tokens, several times
+/// the longest answer any provider offers today (so no real request is refused), and small
+/// enough that a worst case priced with it never overflows a counter.
+pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
+
+/// The largest `n` (completions per request) accepted: OpenAI's own limit.
+pub const MAX_CHOICES: u64 = 128;
+
 /// What a validated chat request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatRequestSummary {
@@ -28,16 +36,26 @@ pub struct ChatRequestSummary {
     /// Whether the caller asked for a final usage chunk: `stream_options.include_usage` is
     /// `true`.
     pub include_usage: bool,
-    /// An upper bound of the prompt's tokens under any byte-level BPE encoding, without a
-    /// tokenizer: the chat format's fixed tokens of each message (as if each had a `name`) plus
-    /// one token per byte of the message's JSON text. Every text the tokenizer counts (role,
-    /// content, name, tool calls, each followed by a newline) is in that JSON, quoted, and a
-    /// byte-level BPE token stands for at least one byte.
+    /// An upper bound of the prompt's text tokens under any byte-level BPE encoding, without
+    /// a tokenizer: the chat format's fixed tokens of each message (as if each had a `name`)
+    /// plus one token per byte of the whole request body. Every text a provider bills as
+    /// input (`messages` of every content kind, `tools`, `functions`, `response_format`
+    /// schemas, `tool_choice`, and any field added later) is in the body, and a byte-level
+    /// BPE token stands for at least one byte. Images are billed by size, not by bytes: see
+    /// [`Self::images`].
     pub prompt_bound: u64,
-    /// `max_completion_tokens`, else `max_tokens`, else
-    /// [`crate::budget::DEFAULT_COMPLETION_CAP`] (also when either is not a non-negative
-    /// integer: the provider will refuse the request).
+    /// The `image_url` content parts of every message: each is billed as up to a model's
+    /// image tokens (`image_tokens` of its price), which are added to the prompt.
+    pub images: u64,
+    /// The completion tokens the call can be billed at most: (`max_completion_tokens`, else
+    /// `max_tokens`, else [`crate::budget::DEFAULT_COMPLETION_CAP`]) times `n`, plus one
+    /// token per byte of a `prediction` (rejected predicted tokens are billed as completion
+    /// tokens).
     pub completion_cap: u64,
+    /// The JSON path of the first content part whose input cannot be bounded before the call
+    /// (a `file` part that names an uploaded file by `file_id` instead of sending its
+    /// `file_data`): a key with a budget or a `tpm_limit` cannot send it.
+    pub unbounded_part: Option<String>,
 }
 
 /// Checks the fields the gateway relies on; every other field is passed through untouched.
@@ -48,8 +66,9 @@ pub struct ChatRequestSummary {
 /// object), `messages[i].role` (missing, or not one of [`ROLES`]), `messages[i].content` (not
 /// a string, an array of content parts or null), `messages[i].content[j]` (not an object),
 /// `messages[i].content[j].type` (missing, not a string), `messages[i].content[j].text` (not
-/// a string) or `stream` (not a boolean), exactly as the OpenAPI description's
-/// `ChatCompletionRequest` says.
+/// a string), `stream` (not a boolean), `max_completion_tokens` and `max_tokens` (not an
+/// integer from 1 to [`MAX_COMPLETION_TOKENS`]) or `n` (not an integer from 1 to
+/// [`MAX_CHOICES`]), exactly as the OpenAPI description's `ChatCompletionRequest` says.
 pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldError> {
     let top: Fields<'_> = serde_json::from_slice(body).map_err(|_| {
         if serde_json::from_slice::<IgnoredAny>(body).is_ok() {
@@ -72,12 +91,13 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
             .filter(|m| !m.is_empty())
             .ok_or_else(|| FieldError::new("messages", "must be a non-empty array"))?,
     };
-    let mut prompt_bound = crate::usage::tokens::REPLY_PRIMING_TOKENS;
+    let body_bytes = u64::try_from(body.len()).unwrap_or(u64::MAX);
+    let mut prompt_bound = crate::usage::tokens::REPLY_PRIMING_TOKENS.saturating_add(body_bytes);
+    let mut parts = PartCount::default();
     for (i, raw) in messages.iter().enumerate() {
         prompt_bound = prompt_bound
             .saturating_add(crate::usage::tokens::TOKENS_PER_MESSAGE)
-            .saturating_add(crate::usage::tokens::TOKENS_PER_NAME)
-            .saturating_add(u64::try_from(raw.get().len()).unwrap_or(u64::MAX));
+            .saturating_add(crate::usage::tokens::TOKENS_PER_NAME);
         let message: Fields<'_> = serde_json::from_str(raw.get())
             .map_err(|_| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
         match message.role {
@@ -95,7 +115,7 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         }
         match message.content.map(first_byte) {
             None | Some(b'"' | b'n') => {}
-            Some(b'[') => check_content_parts(i, message.content)?,
+            Some(b'[') => check_content_parts(i, message.content, &mut parts)?,
             Some(_) => {
                 return Err(FieldError::new(
                     format!("messages[{i}].content"),
@@ -115,29 +135,61 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         .and_then(|raw| serde_json::from_str::<Fields<'_>>(raw.get()).ok())
         .and_then(|options| options.include_usage)
         .is_some_and(|raw| raw.get() == "true");
-    let cap = |raw: Option<&RawValue>| match raw {
-        None => Ok(None),
-        Some(raw) if raw.get() == "null" => Ok(None),
-        Some(raw) => raw.get().parse::<u64>().map(Some).map_err(|_| ()),
+    let per_choice = match bounded_integer("max_completion_tokens", top.max_completion_tokens, 1)? {
+        Some(cap) => cap,
+        None => bounded_integer("max_tokens", top.max_tokens, 1)?
+            .unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP),
     };
-    let completion_cap = match (cap(top.max_completion_tokens), cap(top.max_tokens)) {
-        (Ok(first), Ok(second)) => first.or(second),
-        _ => None,
-    }
-    .unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP);
+    let choices = bounded_integer("n", top.n, 1)?.unwrap_or(1);
+    let predicted = top.prediction.filter(|raw| !is_null(raw)).map_or(0, |raw| raw.get().len());
+    let completion_cap = per_choice
+        .saturating_mul(choices)
+        .saturating_add(u64::try_from(predicted).unwrap_or(u64::MAX));
     Ok(ChatRequestSummary {
         model,
         stream,
         has_stream_options: top.stream_options.is_some(),
         include_usage,
         prompt_bound,
+        images: parts.images,
         completion_cap,
+        unbounded_part: parts.unbounded,
     })
 }
 
+/// An optional integer field (`null` counts as absent) within `min..=` its maximum
+/// ([`MAX_COMPLETION_TOKENS`] for the completion caps, [`MAX_CHOICES`] for `n`).
+fn bounded_integer(
+    field: &'static str,
+    raw: Option<&RawValue>,
+    min: u64,
+) -> Result<Option<u64>, FieldError> {
+    let max = if field == "n" { MAX_CHOICES } else { MAX_COMPLETION_TOKENS };
+    match raw.map(RawValue::get) {
+        None | Some("null") => Ok(None),
+        Some(text) => match text.parse::<u64>() {
+            Ok(value) if (min..=max).contains(&value) => Ok(Some(value)),
+            _ => Err(FieldError::new(field, format!("must be an integer from {min} to {max}"))),
+        },
+    }
+}
+
+/// What the content parts of a request hold beyond text.
+#[derive(Debug, Default)]
+struct PartCount {
+    /// `image_url` parts.
+    images: u64,
+    /// The path of the first part whose input cannot be bounded before the call.
+    unbounded: Option<String>,
+}
+
 /// Checks the content parts of `messages[i]`: each an object with a string `type` and, when
-/// present, a string (or null) `text`.
-fn check_content_parts(i: usize, content: Option<&RawValue>) -> Result<(), FieldError> {
+/// present, a string (or null) `text`; counts its images and notes a file sent by id.
+fn check_content_parts(
+    i: usize,
+    content: Option<&RawValue>,
+    count: &mut PartCount,
+) -> Result<(), FieldError> {
     let parts = content
         .and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok())
         .ok_or_else(|| {
@@ -150,10 +202,23 @@ fn check_content_parts(i: usize, content: Option<&RawValue>) -> Result<(), Field
         let field = |name: &str| format!("messages[{i}].content[{j}]{name}");
         let part: Fields<'_> = serde_json::from_str(raw.get())
             .map_err(|_| FieldError::new(field(""), "must be a content part object"))?;
-        match part.kind.map(first_byte) {
-            Some(b'"') => {}
+        match part.kind.map(|raw| serde_json::from_str::<&str>(raw.get())) {
+            Some(Ok("image_url")) => count.images = count.images.saturating_add(1),
+            Some(Ok("file")) if count.unbounded.is_none() => {
+                let data = part
+                    .file
+                    .and_then(|raw| serde_json::from_str::<Fields<'_>>(raw.get()).ok())
+                    .and_then(|file| file.file_data)
+                    .filter(|raw| !is_null(raw));
+                if data.is_none() {
+                    count.unbounded = Some(field(".file.file_id"));
+                }
+            }
+            // A type with escapes is still a string (serde_json borrows only plain ones).
+            Some(Ok(_)) => {}
+            Some(Err(_)) if part.kind.is_some_and(|raw| first_byte(raw) == b'"') => {}
             None => return Err(FieldError::new(field(".type"), "is required")),
-            Some(_) => return Err(FieldError::new(field(".type"), "must be a string")),
+            Some(Err(_)) => return Err(FieldError::new(field(".type"), "must be a string")),
         }
         if !matches!(part.text.map(first_byte), None | Some(b'"' | b'n')) {
             return Err(FieldError::new(field(".text"), "must be a string"));
@@ -186,6 +251,10 @@ struct Fields<'a> {
     text: Option<&'a RawValue>,
     max_tokens: Option<&'a RawValue>,
     max_completion_tokens: Option<&'a RawValue>,
+    n: Option<&'a RawValue>,
+    prediction: Option<&'a RawValue>,
+    file: Option<&'a RawValue>,
+    file_data: Option<&'a RawValue>,
 }
 
 /// An object key, matched without allocating (unless it contains escapes).
@@ -201,6 +270,10 @@ enum Key {
     Text,
     MaxTokens,
     MaxCompletionTokens,
+    N,
+    Prediction,
+    File,
+    FileData,
     Other,
 }
 
@@ -225,6 +298,10 @@ impl<'de> de::Deserialize<'de> for Key {
                     "text" => Key::Text,
                     "max_tokens" => Key::MaxTokens,
                     "max_completion_tokens" => Key::MaxCompletionTokens,
+                    "n" => Key::N,
+                    "prediction" => Key::Prediction,
+                    "file" => Key::File,
+                    "file_data" => Key::FileData,
                     _ => Key::Other,
                 })
             }
@@ -256,6 +333,10 @@ impl<'de> de::Deserialize<'de> for Fields<'de> {
                         Key::Text => &mut fields.text,
                         Key::MaxTokens => &mut fields.max_tokens,
                         Key::MaxCompletionTokens => &mut fields.max_completion_tokens,
+                        Key::N => &mut fields.n,
+                        Key::Prediction => &mut fields.prediction,
+                        Key::File => &mut fields.file,
+                        Key::FileData => &mut fields.file_data,
                         Key::Other => {
                             map.next_value::<IgnoredAny>()?;
                             continue;
@@ -306,9 +387,8 @@ mod tests {
         );
         assert_eq!(field(r#"["model"]"#), Some("body".into()));
         assert_eq!(field(r#"{"model": "echo""#), Some("body".into()));
-        let ok = validate_chat_request(
-            br#" {"model": "m\u0031", "stream": true, "tools": [{"a": 1}], "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "assistant", "content": null}]} "#,
-        );
+        let body = br#" {"model": "m\u0031", "stream": true, "tools": [{"a": 1}], "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "assistant", "content": null}]} "#;
+        let ok = validate_chat_request(body);
         assert_eq!(
             ok,
             Ok(ChatRequestSummary {
@@ -316,23 +396,63 @@ mod tests {
                 stream: true,
                 has_stream_options: false,
                 include_usage: false,
-                // 3 + 2 messages * (3 + 1) + their JSON's 60 + 38 bytes.
-                prompt_bound: 109,
+                // 3 + 2 messages * (3 + 1) + the body's bytes.
+                prompt_bound: 11 + body.len() as u64,
+                images: 0,
                 completion_cap: crate::budget::DEFAULT_COMPLETION_CAP,
+                unbounded_part: None,
             })
         );
-        // The completion cap: max_completion_tokens first, then max_tokens; not a
-        // non-negative integer: the default.
+        // The completion cap: max_completion_tokens first, then max_tokens, times n; out of
+        // range or not an integer: refused, naming the field.
         let cap = |extra: &str| {
             let body = format!(r#"{{"model": "m", "messages": [{{"role": "user"}}]{extra}}}"#);
-            validate_chat_request(body.as_bytes()).map(|s| s.completion_cap)
+            validate_chat_request(body.as_bytes()).map(|s| s.completion_cap).map_err(|e| e.field)
         };
         assert_eq!(cap(r#", "max_tokens": 7"#), Ok(7));
         assert_eq!(cap(r#", "max_tokens": 7, "max_completion_tokens": 9"#), Ok(9));
         assert_eq!(cap(r#", "max_tokens": null, "max_completion_tokens": 9"#), Ok(9));
-        assert_eq!(cap(r#", "max_tokens": 7, "max_completion_tokens": -1"#), Ok(4096));
-        assert_eq!(cap(r#", "max_tokens": "7""#), Ok(4096));
+        assert_eq!(cap(r#", "max_tokens": 7, "n": 100"#), Ok(700));
+        assert_eq!(cap(r#", "n": null"#), Ok(4096));
+        assert_eq!(cap(r#", "n": 3"#), Ok(3 * 4096));
+        let prediction = r#"{"content": "abc"}"#;
+        assert_eq!(
+            cap(&format!(r#", "max_tokens": 10, "prediction": {prediction}"#)),
+            Ok(10 + prediction.len() as u64)
+        );
         assert_eq!(cap(""), Ok(4096));
+        assert_eq!(cap(r#", "max_completion_tokens": 1048576"#), Ok(1 << 20));
+        let refused = [
+            (r#", "max_tokens": 7, "max_completion_tokens": -1"#, "max_completion_tokens"),
+            (r#", "max_tokens": "7""#, "max_tokens"),
+            (r#", "max_tokens": 9223372036854775807"#, "max_tokens"),
+            (r#", "max_tokens": 18446744073709551616"#, "max_tokens"),
+            (r#", "max_tokens": 0"#, "max_tokens"),
+            (r#", "max_tokens": 1.5"#, "max_tokens"),
+            (r#", "max_completion_tokens": 1048577"#, "max_completion_tokens"),
+            (r#", "n": 0"#, "n"),
+            (r#", "n": 129"#, "n"),
+            (r#", "n": -1"#, "n"),
+            (r#", "n": "2""#, "n"),
+        ];
+        for (extra, field) in refused {
+            assert_eq!(cap(extra), Err(field.to_owned()), "{extra}");
+        }
+    }
+
+    #[test]
+    fn images_and_files_by_id_are_noted() {
+        let body = br#"{"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://x/a.png"}},
+            {"type": "text", "text": "what is it?"},
+            {"type": "image_url", "image_url": {"url": "https://x/b.png"}}]},
+            {"role": "user", "content": [{"type": "file", "file": {"file_data": "JVBER"}}]}]}"#;
+        let summary = validate_chat_request(body).map(|s| (s.images, s.unbounded_part));
+        assert_eq!(summary, Ok((2, None)));
+        let body = br#"{"model": "m", "messages": [{"role": "user", "content": "x"},
+            {"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]}]}"#;
+        let summary = validate_chat_request(body).map(|s| s.unbounded_part);
+        assert_eq!(summary, Ok(Some("messages[1].content[0].file.file_id".to_owned())));
     }
 
     #[test]

@@ -418,13 +418,24 @@ impl Gateway {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
+        let worst =
+            aigw_domain::usage::TokenUsage::new(summary.prompt_bound, summary.completion_cap);
         let admission = match &self.key_limits {
             Some(limits) => {
-                let bound = aigw_domain::usage::TokenUsage::new(
-                    summary.prompt_bound,
-                    summary.completion_cap,
-                );
-                limits.admit(principal, &summary.model, &body, &bound).await?
+                if let Some(field) = &summary.unbounded_part {
+                    let limited = principal
+                        .key_policy()
+                        .is_some_and(|p| p.max_budget_micros.is_some() || p.tpm_limit.is_some());
+                    if limited {
+                        return Err(FieldError::new(
+                            field.clone(),
+                            "a file sent by id cannot be priced before the call, so a key \
+                             with a budget or a tpm_limit must send file_data instead",
+                        )
+                        .into());
+                    }
+                }
+                limits.admit(principal, &summary.model, &body, &worst, summary.images).await?
             }
             None => crate::key_limits::Admission::default(),
         };
@@ -435,7 +446,7 @@ impl Gateway {
         });
         // Without metering there is no real cost: the reservation stays charged.
         if let Some(call) = call.as_mut() {
-            call.hold(admission.reservation, admission.tokens);
+            call.hold(admission.reservation, admission.tokens, worst);
         }
         let (body, include_usage) = match call.as_mut() {
             Some(call) => call.upstream_body(body, &summary),

@@ -6,9 +6,10 @@
 //! The memory counters are exact on their node: an admission and a reservation are one
 //! check-and-add under a mutex held for a few map operations (never across an `.await`). A
 //! budget counter opens from the usage ledger (the daily rollups, as the database counter
-//! does) the first time a key is seen in a period, and again whenever the key's budget or
-//! period is not the one it was opened for (a PATCH: "counters of the old budget count only
-//! calls made under it"). Rate windows start empty at every restart, as the window of one
+//! does) the first time a key is seen in a period, and again whenever the key's budget
+//! period is not the one it was opened for (a PATCH of `budget_period`). A PATCH of
+//! `max_budget_usd` alone keeps the counter: what it holds (spend and running calls) does not
+//! depend on the limit, which every reservation passes anew. Rate windows start empty at every restart, as the window of one
 //! minute would have.
 
 use serde::Deserialize;
@@ -32,12 +33,11 @@ pub enum KeyCounters {
     Redis,
 }
 
-/// The budget counter of one key: the period and budget it was opened for, and the micro-USD
-/// committed (settled spend plus running worst cases).
+/// The budget counter of one key: the period it was opened for (kind and first day), and the
+/// micro-USD committed (settled spend plus running worst cases).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct BudgetCounter {
     period: String,
-    limit: i64,
     committed: i64,
 }
 
@@ -56,7 +56,7 @@ pub(crate) enum NodeReserved {
     Yes,
     /// Refused; micro-USD committed now.
     No(i64),
-    /// No counter open for this period and budget: open it with [`NodeCounters::open`].
+    /// No counter open for this period: open it with [`NodeCounters::open`].
     NotOpen,
 }
 
@@ -89,7 +89,7 @@ impl NodeCounters {
     ) -> NodeReserved {
         let mut budgets = lock(&self.budgets);
         match budgets.get_mut(key_id) {
-            Some(c) if c.period == period && c.limit == limit => {
+            Some(c) if c.period == period => {
                 if c.committed <= limit.saturating_sub(cost).saturating_sub(room) {
                     c.committed += cost;
                     NodeReserved::Yes
@@ -101,13 +101,13 @@ impl NodeCounters {
         }
     }
 
-    /// Opens the counter of key `key_id` for `period` and `limit` at `spent` micro-USD (read
-    /// from the ledger), unless a concurrent caller opened the same one first.
-    pub(crate) fn open(&self, key_id: &str, period: &str, limit: i64, spent: i64) {
+    /// Opens the counter of key `key_id` for `period` at `spent` micro-USD (read from the
+    /// ledger), unless a concurrent caller opened the same one first.
+    pub(crate) fn open(&self, key_id: &str, period: &str, spent: i64) {
         let mut budgets = lock(&self.budgets);
-        let fresh = BudgetCounter { period: period.to_owned(), limit, committed: spent };
+        let fresh = BudgetCounter { period: period.to_owned(), committed: spent };
         match budgets.get(key_id) {
-            Some(c) if c.period == period && c.limit == limit => {}
+            Some(c) if c.period == period => {}
             _ => {
                 budgets.insert(key_id.to_owned(), fresh);
             }
@@ -115,11 +115,11 @@ impl NodeCounters {
     }
 
     /// Adds `delta` micro-USD (real cost minus reservation) to key `key_id`'s counter of
-    /// `period`, never below 0; a counter since reopened (new period or budget) is left alone.
-    pub(crate) fn settle(&self, key_id: &str, period: &str, limit: i64, delta: i64) {
+    /// `period`, never below 0; a counter since reopened (a new period) is left alone.
+    pub(crate) fn settle(&self, key_id: &str, period: &str, delta: i64) {
         let mut budgets = lock(&self.budgets);
         if let Some(c) = budgets.get_mut(key_id) {
-            if c.period == period && c.limit == limit {
+            if c.period == period {
                 c.committed = c.committed.saturating_add(delta).max(0);
             }
         }
@@ -170,21 +170,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn budgets_open_reserve_refuse_and_reopen_on_a_new_budget() {
+    fn budgets_open_reserve_refuse_and_reopen_on_a_new_period() {
         let c = NodeCounters::new();
         assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::NotOpen);
-        c.open("k", "total", 100, 85);
+        c.open("k", "total", 85);
         assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::Yes);
         assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::No(95));
-        c.settle("k", "total", 100, -10);
+        c.settle("k", "total", -10);
         assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::Yes);
-        c.open("k", "total", 100, 0);
+        c.open("k", "total", 0);
         assert_eq!(c.reserve("k", "total", 10, (100, 0)), NodeReserved::No(95), "not reopened");
-        assert_eq!(c.reserve("k", "total", 10, (200, 0)), NodeReserved::NotOpen, "new budget");
-        c.settle("k", "total", 100, -1000);
-        c.open("k", "total", 200, 7);
-        c.settle("k", "total", 100, -1000);
-        assert_eq!(c.reserve("k", "total", 193, (200, 0)), NodeReserved::Yes);
+        // A new limit keeps what the counter holds, running calls included.
+        assert_eq!(c.reserve("k", "total", 10, (104, 0)), NodeReserved::No(95), "new limit");
+        assert_eq!(c.reserve("k", "total", 10, (105, 0)), NodeReserved::Yes);
+        // A new period opens a new counter; settlements of the old one are left alone.
+        assert_eq!(c.reserve("k", "daily/2026-11-26", 10, (100, 0)), NodeReserved::NotOpen);
+        c.open("k", "daily/2026-11-26", 7);
+        c.settle("k", "total", -1000);
+        assert_eq!(c.reserve("k", "daily/2026-11-26", 93, (100, 0)), NodeReserved::Yes);
     }
 
     #[test]

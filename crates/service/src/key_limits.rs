@@ -7,7 +7,7 @@
 //! node's lease of the database's or Redis' counters ([`crate::key_leases`]).
 
 use crate::auth::Principal;
-use crate::budget::{parse_request, worst_case_of, Budgets, Reservation};
+use crate::budget::{worst_case_tokens, Budgets, Reservation};
 use crate::error::ServiceError;
 use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
@@ -64,7 +64,7 @@ impl KeyLimits {
 
     /// Admits `principal`'s call of `model` with request `body`, whose worst case is at most
     /// `bound` ([`crate::chat_request::ChatRequestSummary`]'s `prompt_bound` and
-    /// `completion_cap`).
+    /// `completion_cap`) plus `images` images at the model's `image_tokens`.
     ///
     /// The call is first admitted at `bound` (no tokenizer) as long as the key stays
     /// [`BOUND_HEADROOM`] such calls away from its budget and `tpm_limit`; closer to them the
@@ -80,6 +80,7 @@ impl KeyLimits {
         model: &str,
         body: &[u8],
         bound: &TokenUsage,
+        images: u64,
     ) -> Result<Admission, ServiceError> {
         let Some(policy) = principal.key_policy() else {
             return Ok(Admission::default());
@@ -88,7 +89,15 @@ impl KeyLimits {
         if !priced && policy.rpm_limit.is_none() {
             return Ok(Admission::default());
         }
-        let bound = if priced { *bound } else { TokenUsage::default() };
+        let image_prompt = if priced { self.budgets.image_prompt(model, images) } else { 0 };
+        let bound = if priced {
+            TokenUsage::new(
+                bound.prompt_tokens.saturating_add(image_prompt),
+                bound.completion_tokens,
+            )
+        } else {
+            TokenUsage::default()
+        };
         if let Some(leases) = &self.leases {
             let budget = self.budgets.plan(principal, model, &bound);
             let rates = RatePlan::new(principal, &bound);
@@ -104,7 +113,7 @@ impl KeyLimits {
         // Near a limit only: the prompt counted with the model's tokenizer.
         let exact = || {
             if priced {
-                worst_case_of(model, &parse_request(body))
+                worst_case_tokens(model, body, image_prompt, bound.completion_tokens)
             } else {
                 TokenUsage::default()
             }

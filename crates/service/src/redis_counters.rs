@@ -5,17 +5,17 @@
 //!   its budget counter and adds to both only when both fit, so a refusal of one never charges
 //!   the other. Redis runs a script alone, so concurrent calls on any number of nodes are
 //!   counted one after the other.
-//! - **Opening**: a budget counter missing in Redis (first call of a period, a new budget after
+//! - **Opening**: a budget counter missing in Redis (first call of a period, a new period after
 //!   a PATCH, an idle counter expired, Redis restarted) is opened at the ledger's spend for the
 //!   period - the same read as the node counters' - by [`OPEN`], which creates it only when it
 //!   is still missing (SET NX semantics); then the admission runs once more.
 //! - **Settlement**: sent in the background when the usage recorder records the call, many
 //!   calls' settlements in one script ([`SETTLE_MANY`]) while the node is busy.
-//! - **Names**: `{prefix}kc:{<key id>}:b:<kind>/<period's first day>:<limit>` (a hash: `c`
+//! - **Names**: `{prefix}kc:{<key id>}:b:<kind>/<period's first day>` (a hash: `c`
 //!   committed micro-USD, `g` the generation the opener chose) and
 //!   `{prefix}kc:{<key id>}:w:<minute's Unix start>` (`r` requests, `t` tokens); the key id in
-//!   braces keeps a key's counters in one Redis Cluster slot. A PATCH of the budget or period
-//!   names a new counter. Windows expire 90 s after they open; budget counters 1 h after
+//!   braces keeps a key's counters in one Redis Cluster slot. A PATCH of the period names a
+//!   new counter; a PATCH of the limit alone keeps the counter and its running calls. Windows expire 90 s after they open; budget counters 1 h after
 //!   their last admission.
 //! - **Failure**: when Redis fails or times out ([`RedisLink`]), the admission returns `None`
 //!   and the caller counts in the database instead ([`FALLBACK_PREFIX`]) for
@@ -429,7 +429,7 @@ impl RedisCounters {
                 (2, _, Some(rates)) => Err(rates.refused(requests)),
                 (3, Some(budget), _) => Err(budget.refused(committed)),
                 (4, Some(budget), _) if !opened => {
-                    let spent = match budgets.ledger_spend(key_id, &budget.from).await {
+                    let spent = match budgets.opening_spend(key_id, &budget.from).await {
                         Ok(spent) => spent,
                         Err(e) => return Some(Err(e)),
                     };

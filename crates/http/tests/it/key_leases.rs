@@ -86,9 +86,8 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>) {
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm, "tpm_limit": tpm})).await;
     let mut body = chat_body("priced", "hi");
     body["max_tokens"] = json!(100);
-    // The upper bound: 37 prompt tokens (the message's JSON and the fixed tokens), plus
-    // max_tokens.
-    let bound = crate::budgets::BOUND_TEST_BOUND + 100;
+    // The upper bound: the fixed tokens (7) and one per byte of the body, plus max_tokens.
+    let bound = 7 + serde_json::to_vec(&body).unwrap().len() as i64 + 100;
     let remaining = |reply: &Reply| {
         (
             header_i64(reply, "x-ratelimit-remaining-requests"),

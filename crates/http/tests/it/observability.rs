@@ -100,7 +100,7 @@ fn provider(base_url: &str) -> ProviderConfig {
     let mut prices = BTreeMap::new();
     prices.insert(
         "up-json".to_owned(),
-        PriceConfig { input_per_million: 1.0, output_per_million: 2.0 },
+        PriceConfig { input_per_million: 1.0, output_per_million: 2.0, image_tokens: None },
     );
     ProviderConfig {
         name: "fake".into(),

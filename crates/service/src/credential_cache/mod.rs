@@ -164,6 +164,12 @@ struct Inner {
 }
 
 impl CredentialCache {
+    /// This node's id in the change feed (a UUIDv7 drawn at start): the node whose heartbeat
+    /// `credential_feed_nodes` records while it runs.
+    pub fn node_id(&self) -> &str {
+        &self.inner.node_id
+    }
+
     /// A cache over `db`. Revocations are remembered for `revocation_horizon` (the longest
     /// access-token lifetime plus leeway); sealed refresh successors are swept once
     /// `refresh_grace_secs` have passed. Nothing runs until [`CredentialCache::start`]: until

@@ -24,6 +24,10 @@ pub struct UsageConfig {
     pub retention_days: u32,
     /// Seconds between two retention sweeps (default 3600).
     pub prune_interval_secs: u64,
+    /// Seconds a node may go without reporting to the change feed before the other nodes (or
+    /// itself, restarted) bill its calls in flight at their reservation, as `interrupted`
+    /// (default 30: a node that is only slow must not be taken for a stopped one).
+    pub interrupted_after_secs: u64,
 }
 
 impl Default for UsageConfig {
@@ -35,6 +39,7 @@ impl Default for UsageConfig {
             queue_capacity: 4096,
             retention_days: 30,
             prune_interval_secs: 3600,
+            interrupted_after_secs: 30,
         }
     }
 }
@@ -48,7 +53,22 @@ pub struct PriceConfig {
     pub input_per_million: f64,
     /// USD per million completion tokens, e.g. `0.60`.
     pub output_per_million: f64,
+    /// Most prompt tokens the provider bills for one image (`image_url` part), e.g. `1445`
+    /// for GPT-4o at high detail; the budget's and `tpm_limit`'s worst case adds it per
+    /// image (default [`DEFAULT_IMAGE_TOKENS`]).
+    #[serde(default)]
+    pub image_tokens: Option<u64>,
 }
+
+/// Prompt tokens one image is assumed to cost at most when its model's price sets no
+/// `image_tokens`: GPT-4o's and GPT-4.1's largest images cost 1 445 and 1 536 tokens, the
+/// o-series' and GPT-4.1-mini's up to about 2 700 (their patch multipliers). Models that
+/// bill images as many more tokens at a lower price (GPT-4o-mini: up to 48 169) need their
+/// own `image_tokens`.
+pub const DEFAULT_IMAGE_TOKENS: u64 = 2_800;
+
+/// The most `image_tokens` a price may set.
+pub const MAX_IMAGE_TOKENS: u64 = 1 << 20;
 
 impl PriceConfig {
     /// The price in integer micro-USD per million tokens.

@@ -15,6 +15,7 @@
 //! answer's `usage`, estimating tokens and pricing happen in the recorder task
 //! ([`Pending::into_record`]).
 
+use super::in_flight::{CallFacts, InFlight, InFlightTicket};
 use super::prices::PriceTable;
 use super::recorder::RecorderHandle;
 use super::sse::MeteredStream;
@@ -67,6 +68,8 @@ pub(crate) struct Pending {
     pub(crate) reservation: Option<Reservation>,
     /// The call's `tpm_limit` reservation, settled to the record's total tokens (issue 9).
     pub(crate) tokens_reserved: Option<TokenReservation>,
+    /// The call's place among the node's calls in flight; it leaves them with the record.
+    pub(crate) in_flight: Option<InFlightTicket>,
 }
 
 /// The `usage` object of an OpenAI answer or chunk.
@@ -184,11 +187,18 @@ impl Pending {
 #[derive(Debug, Clone)]
 pub struct Meter {
     recorder: RecorderHandle,
+    in_flight: Option<InFlight>,
 }
 
 impl Meter {
     pub(crate) fn new(recorder: RecorderHandle) -> Self {
-        Self { recorder }
+        Self { recorder, in_flight: None }
+    }
+
+    /// Enters every metered call in `book` while it runs ([`super::in_flight`]).
+    pub(crate) fn with_in_flight(mut self, book: InFlight) -> Self {
+        self.in_flight = Some(book);
+        self
     }
 
     /// Starts metering a call of `principal` (an API key; `None` for anything else, which
@@ -207,6 +217,7 @@ impl Meter {
         };
         Some(CallMeter {
             recorder: self.recorder.clone(),
+            in_flight: self.in_flight.clone(),
             pending: Some(Pending {
                 request_id: request_id.to_owned(),
                 api_key_id: key_id.clone(),
@@ -221,6 +232,7 @@ impl Meter {
                 observed: Observed::Nothing,
                 reservation: None,
                 tokens_reserved: None,
+                in_flight: None,
             }),
             started: Instant::now(),
             caller_wants_usage: false,
@@ -232,6 +244,7 @@ impl Meter {
 #[derive(Debug)]
 pub struct CallMeter {
     recorder: RecorderHandle,
+    in_flight: Option<InFlight>,
     pending: Option<Pending>,
     started: Instant,
     caller_wants_usage: bool,
@@ -284,12 +297,37 @@ impl CallMeter {
     }
 
     /// Hands the call's budget and token reservations to the meter: they settle to the
-    /// call's real cost and tokens when the call is recorded.
-    pub fn hold(&mut self, reservation: Option<Reservation>, tokens: Option<TokenReservation>) {
-        if let Some(pending) = self.pending.as_mut() {
-            pending.reservation = reservation;
-            pending.tokens_reserved = tokens;
+    /// call's real cost and tokens when the call is recorded. The call enters the node's
+    /// calls in flight with its worst case: the budget's reservation when it has one, else
+    /// `worst` tokens at the model's price.
+    pub fn hold(
+        &mut self,
+        reservation: Option<Reservation>,
+        tokens: Option<TokenReservation>,
+        worst: TokenUsage,
+    ) {
+        let Some(pending) = self.pending.as_mut() else {
+            return;
+        };
+        if let Some(book) = &self.in_flight {
+            let price = self.recorder.prices().get(&pending.model);
+            let reserved = match &reservation {
+                Some(reservation) => reservation.reserved_micros(),
+                None => price.map_or(0, |p| p.cost_micros(&worst)),
+            };
+            let facts = CallFacts {
+                request_id: &pending.request_id,
+                api_key_id: &pending.api_key_id,
+                user_id: &pending.user_id,
+                model: &pending.model,
+                provider: &pending.provider,
+                streamed: pending.streamed,
+                started_at: pending.started_at,
+            };
+            pending.in_flight = Some(book.enter(&facts, reserved, price.is_some(), worst));
         }
+        pending.reservation = reservation;
+        pending.tokens_reserved = tokens;
     }
 
     /// Records the outcome of the provider call and returns its answer; a stream comes back

@@ -11,6 +11,7 @@
 //!   and the `usage_30d` of key objects.
 
 pub mod config;
+pub mod in_flight;
 pub mod meter;
 pub mod prices;
 pub mod recorder;
@@ -162,52 +163,48 @@ pub struct UsagePage {
     pub next_cursor: Option<String>,
 }
 
-/// The usage ledger of a node: its recorder (when metering is on), its retention task, and
-/// the queries of the usage API.
+/// The usage ledger of a node: its recorder (when metering is on), its calls in flight, its
+/// retention task, and the queries of the usage API.
 #[derive(Debug, Clone)]
 pub struct UsageService {
     db: Db,
     recorder: Option<Arc<Recorder>>,
+    in_flight: Option<(in_flight::InFlight, Arc<tokio::task::JoinHandle<()>>)>,
 }
 
 impl UsageService {
-    /// Starts the recorder (when `config.enabled`) with its spool in `data_dir`, and the
-    /// retention task. Must run on a tokio runtime.
+    /// Starts the recorder (when `config.enabled`) with its spool in `data_dir`, counting
+    /// tokens and cost by model into `metrics`; the writer of the calls in flight of node
+    /// `node_id` (its id in the change feed, [`crate::credential_cache::CredentialCache::node_id`]);
+    /// and the retention task. Must run on a tokio runtime.
     ///
     /// # Errors
     /// [`ServiceError::Internal`] for a bad price in `providers` or an unusable spool folder.
-    pub fn start(
-        db: Db,
-        config: &UsageConfig,
-        providers: &[ProviderConfig],
-        data_dir: &Path,
-    ) -> Result<Self, ServiceError> {
-        Self::start_with_metrics(db, config, providers, data_dir, Metrics::default())
-    }
-
-    /// [`UsageService::start`], counting tokens and cost by model into `metrics`.
-    ///
-    /// # Errors
-    /// As [`UsageService::start`].
     pub fn start_with_metrics(
         db: Db,
         config: &UsageConfig,
         providers: &[ProviderConfig],
         data_dir: &Path,
         metrics: Metrics,
+        node_id: &str,
     ) -> Result<Self, ServiceError> {
         let prices = PriceTable::from_providers(providers)?;
-        let recorder = if config.enabled {
+        let flush_interval = Duration::from_millis(config.flush_interval_ms.max(10));
+        let (recorder, in_flight) = if config.enabled {
             let options = RecorderOptions {
-                flush_interval: Duration::from_millis(config.flush_interval_ms.max(10)),
+                flush_interval,
                 batch_size: config.batch_size.max(1),
                 queue_capacity: config.queue_capacity.max(1),
                 spool_dir: data_dir.to_path_buf(),
                 metrics,
             };
-            Some(Arc::new(Recorder::start(db.clone(), prices, options)?))
+            let recorder = Arc::new(Recorder::start(db.clone(), prices, options)?);
+            let book = in_flight::InFlight::new(node_id.to_owned());
+            let stopped_after = Duration::from_secs(config.interrupted_after_secs.max(1));
+            let writer = book.spawn_writer(db.clone(), flush_interval, stopped_after);
+            (Some(recorder), Some((book, Arc::new(writer))))
         } else {
-            None
+            (None, None)
         };
         // The retention task runs for the life of the runtime.
         let _retention = retention::spawn(
@@ -219,12 +216,21 @@ impl UsageService {
         // The tokenizer's tables (about 19 MiB resident for cl100k) load when first needed:
         // an estimate for a provider that reports no usage, a key's budget or token limit, or
         // the echo model. A node whose providers report usage never loads them.
-        Ok(Self { db, recorder })
+        Ok(Self { db, recorder, in_flight })
     }
 
     /// The meter for the gateway; `None` when metering is off.
     pub fn meter(&self) -> Option<meter::Meter> {
-        self.recorder.as_ref().map(|r| r.meter())
+        let meter = self.recorder.as_ref().map(|r| r.meter())?;
+        Some(match &self.in_flight {
+            Some((book, _)) => meter.with_in_flight(book.clone()),
+            None => meter,
+        })
+    }
+
+    /// The node's calls in flight; `None` when metering is off.
+    pub fn in_flight(&self) -> Option<&in_flight::InFlight> {
+        self.in_flight.as_ref().map(|(book, _)| book)
     }
 
     /// The recorder's health; `None` when metering is off.
@@ -232,11 +238,15 @@ impl UsageService {
         self.recorder.as_ref().map(|r| r.health())
     }
 
-    /// Writes every accepted record (or spools it) and stops the recorder: call after the
-    /// HTTP server has stopped.
+    /// Writes every accepted record (or spools it) and stops the recorder, then deletes this
+    /// node's calls in flight that have a record: call after the HTTP server has stopped.
     pub async fn shutdown(&self) {
         if let Some(recorder) = &self.recorder {
             recorder.shutdown().await;
+        }
+        if let Some((book, writer)) = &self.in_flight {
+            writer.abort();
+            book.shutdown(&self.db).await;
         }
     }
 

@@ -132,6 +132,11 @@ pub(crate) struct RecorderHandle {
 }
 
 impl RecorderHandle {
+    /// The prices records are priced with.
+    pub(crate) fn prices(&self) -> &PriceTable {
+        &self.shared.prices
+    }
+
     /// Hands a metered call to the recorder without waiting. When the channel is full or
     /// closed, the record is finalized here and spooled (blocking file I/O; the last resort).
     pub(crate) fn submit(&self, pending: Pending) {

@@ -8,8 +8,11 @@
 //!   `vendor/` prefix is ignored (`openai/gpt-4o` is `gpt-4o`).
 //! - Prompt: OpenAI's documented chat format: 3 tokens per message, plus the tokens of its
 //!   `role`, `content` (a string, or the `text` of content parts) and `name` (+1), plus 3 that
-//!   prime the reply. Images, audio and tool definitions are not counted, so estimates of
-//!   such prompts are low.
+//!   prime the reply; plus the tokens of the compact JSON of every other field a provider
+//!   bills as prompt (`tools`, `functions`, `response_format`, `tool_choice`,
+//!   `function_call`), [`TOKENS_PER_FIELD`] for each and [`TOKENS_PER_DEFINITION`] for each tool or function. Images
+//!   and audio are not counted, so estimates of such prompts are low (the budget's worst
+//!   case adds a bound per image, docs/budgets.md).
 //! - Completion: the tokens of the answer's text (content, refusal, tool-call names and
 //!   arguments).
 //!
@@ -27,6 +30,15 @@ pub(crate) const TOKENS_PER_MESSAGE: u64 = 3;
 pub(crate) const TOKENS_PER_NAME: u64 = 1;
 /// Tokens that prime the assistant's reply.
 pub(crate) const REPLY_PRIMING_TOKENS: u64 = 3;
+/// Tokens added for each tool or function definition: the words a provider wraps a
+/// definition in (`type name = (_: {…}) => any;`), which its JSON does not contain.
+pub(crate) const TOKENS_PER_DEFINITION: u64 = 12;
+/// Tokens added for each prompt-bearing field besides `messages` (`namespace functions {`).
+pub(crate) const TOKENS_PER_FIELD: u64 = 4;
+
+/// The request fields besides `messages` that a provider renders into the prompt.
+const PROMPT_FIELDS: [&str; 5] =
+    ["tools", "functions", "response_format", "tool_choice", "function_call"];
 
 /// An OpenAI byte-pair encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +127,16 @@ fn prompt_with(body: &Value, count_text: impl Fn(&str) -> u64) -> u64 {
         }
         push_tool_calls(&mut text, message.get("tool_calls"));
         tokens = tokens.saturating_add(count_text(&text));
+    }
+    for field in PROMPT_FIELDS {
+        let Some(value) = body.get(field).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let definitions = value.as_array().map_or(0, Vec::len) as u64;
+        tokens = tokens
+            .saturating_add(TOKENS_PER_FIELD)
+            .saturating_add(TOKENS_PER_DEFINITION.saturating_mul(definitions))
+            .saturating_add(count_text(&value.to_string()));
     }
     tokens
 }
@@ -225,10 +247,9 @@ mod tests {
                 assert!(count <= bound, "{count} > {bound} for {body}");
             }
         }
-        // The fixed tokens plus the message's JSON: {"content":"hello world","role":"user"}
-        // is 39 bytes, so 3 + 3 + 1 + 39 ("hello world" as above counts 9).
+        // The fixed tokens plus the body's bytes: 3 + 3 + 1 + its length.
         let hello = serde_json::to_vec(&bodies[0]).unwrap_or_default();
         let summary = crate::chat_request::validate_chat_request(&hello);
-        assert_eq!(summary.map(|s| s.prompt_bound).ok(), Some(46));
+        assert_eq!(summary.map(|s| s.prompt_bound).ok(), Some(7 + hello.len() as u64));
     }
 }

@@ -1,5 +1,6 @@
 //! The real `aigw` binary (SQLite): SIGTERM writes the records still in memory before the
-//! process exits, and the spool left by a killed process is replayed at the next start.
+//! process exits, the spool left by a killed process is replayed at the next start, and the
+//! streams a killed process was serving are billed at their reservation after it restarts.
 
 use crate::binary::{free_port, register_with_key, wait_until_healthy, BIN};
 use serde_json::{json, Value};
@@ -8,6 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn start(dir: &Path, port: u16, flush_interval_ms: u64) -> Child {
+    start_with(dir, port, flush_interval_ms, "")
+}
+
+/// [`start`] with `extra` appended to the configuration file.
+fn start_with(dir: &Path, port: u16, flush_interval_ms: u64, extra: &str) -> Child {
     let config = dir.join("aigw.toml");
     std::fs::write(
         &config,
@@ -28,6 +34,7 @@ iterations = 1
 enabled = false
 [usage]
 flush_interval_ms = {flush_interval_ms}
+{extra}
 "#,
             dir = dir.display()
         ),
@@ -58,6 +65,19 @@ async fn calls(client: &reqwest::Client, base: &str, key: &str, n: usize) -> Vec
         ids.push(response.headers()["x-request-id"].to_str().unwrap().to_owned());
     }
     ids
+}
+
+/// `GET /api/v1/usage/requests` of the user of `token` (the first page).
+async fn usage_requests(client: &reqwest::Client, base: &str, token: &str) -> Value {
+    client
+        .get(format!("{base}/api/v1/usage/requests"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// The request ids in the ledger, read from the database file itself.
@@ -162,15 +182,7 @@ async fn the_spool_of_a_killed_process_is_replayed_at_start() {
     wait_until_healthy(&client, &base).await;
     ids.sort();
     poll_until("the spool was not replayed", || async {
-        let page: Value = client
-            .get(format!("{base}/api/v1/usage/requests"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page = usage_requests(&client, &base, &token).await;
         let mut recorded: Vec<String> = page["data"]["requests"]
             .as_array()
             .unwrap()
@@ -187,6 +199,79 @@ async fn the_spool_of_a_killed_process_is_replayed_at_start() {
         .filter(|n| n.starts_with("usage-spool"))
         .collect();
     assert!(spool_files.is_empty(), "replayed spool files are removed: {spool_files:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_cut_by_kill_9_are_billed_at_their_reservation_after_restart() {
+    let upstream = crate::common::upstream::FakeUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // Calls in flight are written every 100 ms; a node silent for 1 s counts as stopped.
+    let extra = format!(
+        r#"interrupted_after_secs = 1
+[[providers]]
+name = "up"
+base_url = "{}"
+models = ["up-slow"]
+prices = {{ "up-slow" = {{ input_per_million = 1000.0, output_per_million = 2000.0 }} }}
+"#,
+        upstream.base_url
+    );
+    let mut child = start_with(dir.path(), port, 100, &extra);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_healthy(&client, &base).await;
+    let (token, key) = register_with_key(&client, &base, "killed@example.com").await;
+    // Streams whose callers already have a 200 and the first piece of their answer.
+    let mut streams = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        let mut response = client
+            .post(format!("{base}/api/v1/ai/chat/completions"))
+            .header("authorization", &key)
+            .json(&json!({"model": "up-slow", "stream": true, "max_tokens": 100,
+                "messages": [{"role": "user", "content": "tell me a long story"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        ids.push(response.headers()["x-request-id"].to_str().unwrap().to_owned());
+        assert!(response.chunk().await.unwrap().is_some(), "a first piece");
+        streams.push(response);
+    }
+    // More than one flush interval: the calls in flight are in the database.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(streams);
+    assert!(ledger_ids(dir.path()).is_empty(), "nothing was recorded before the kill");
+
+    let mut child = start_with(dir.path(), port, 100, &extra);
+    wait_until_healthy(&client, &base).await;
+    ids.sort();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let records = loop {
+        let page = usage_requests(&client, &base, &token).await;
+        let records = page["data"]["requests"].as_array().cloned().unwrap_or_default();
+        if records.len() >= ids.len() {
+            break records;
+        }
+        assert!(Instant::now() < deadline, "the interrupted streams were not billed: {page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut recorded: Vec<String> =
+        records.iter().map(|r| r["request_id"].as_str().unwrap().to_owned()).collect();
+    recorded.sort();
+    assert_eq!(recorded, ids);
+    for record in &records {
+        assert_eq!(record["outcome"], "interrupted", "{record}");
+        assert_eq!(record["estimated"], true, "{record}");
+        // Billed at the worst case: at least the 100 completion tokens at 2000 USD/M.
+        assert!(record["cost_usd"].as_f64().unwrap() >= 0.2, "{record}");
+        assert!(record["completion_tokens"].as_u64().unwrap() >= 100, "{record}");
+    }
     child.kill().unwrap();
     child.wait().unwrap();
 }

@@ -21,7 +21,7 @@ pub const UPSTREAM_MODELS: [&str; 7] =
 /// `up-json`'s price: 1000 USD per million prompt tokens, 2000 per million completion tokens
 /// (large, so that small token counts give visible costs).
 pub const PRICE: PriceConfig =
-    PriceConfig { input_per_million: 1000.0, output_per_million: 2000.0 };
+    PriceConfig { input_per_million: 1000.0, output_per_million: 2000.0, image_tokens: None };
 
 /// The cost of `prompt` and `completion` tokens of `up-json`, in USD.
 pub fn cost_usd(prompt: u64, completion: u64) -> f64 {
