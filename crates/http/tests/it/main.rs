@@ -15,6 +15,7 @@ mod api_keys;
 mod audit;
 mod auth;
 mod binary;
+mod budget_walkarounds;
 mod budgets;
 mod chat;
 mod credential_cache;

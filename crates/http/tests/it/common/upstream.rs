@@ -12,6 +12,10 @@
 //!   ignores `stream_options.include_usage`);
 //! - `up-slow`: streams [`SLOW_PIECES`] pieces, one every [`SLOW_PIECE_DELAY`];
 //! - `up-break`: streams two pieces, then drops the connection mid-stream;
+//! - `up-bill`: bills like a provider that uses every token it may: waits the milliseconds of
+//!   `metadata.delay_ms` (a string; default 0), then answers JSON whose `usage` has
+//!   [`billed_prompt`] prompt tokens and `n` times `max_completion_tokens` (or `max_tokens`,
+//!   default 16) completion tokens;
 //! - anything else: answers [`UPSTREAM_JSON`] verbatim, or with `"stream": true` the events of
 //!   [`UPSTREAM_SSE_PIECES`] then `data: [DONE]`. Like OpenAI, a stream asked for usage
 //!   (`"stream_options": {"include_usage": true}`) carries `"usage": null` in every chunk and
@@ -94,6 +98,18 @@ impl FakeUpstream {
     pub fn release(&self) {
         self.gate.notify_one();
     }
+}
+
+/// The prompt tokens `up-bill` bills for `request`: one per 4 bytes of the compact JSON of
+/// `messages` and of every other field a provider renders into the prompt (`tools`,
+/// `functions`, `response_format`, `tool_choice`), as English text and JSON average.
+pub fn billed_prompt(request: &serde_json::Value) -> u64 {
+    ["messages", "tools", "functions", "response_format", "tool_choice"]
+        .iter()
+        .filter_map(|field| request.get(field))
+        .map(|value| value.to_string().len() as u64)
+        .sum::<u64>()
+        .div_ceil(4)
 }
 
 /// A URL on which nothing listens.
@@ -274,6 +290,20 @@ async fn handle(
         "up-429" => Some(canned("429 Too Many Requests", "Retry-After: 7\r\n", "{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}".to_owned())),
         "up-302" => Some(canned("302 Found", "Location: /elsewhere\r\n", "{}".to_owned())),
         "up-huge" => Some(canned("200 OK", "", format!("{{\"pad\":\"{}\"}}", "x".repeat(2 * 1024 * 1024)))),
+        "up-bill" => {
+            let delay = parsed["metadata"]["delay_ms"].as_str().and_then(|d| d.parse().ok());
+            tokio::time::sleep(Duration::from_millis(delay.unwrap_or(0))).await;
+            let cap = parsed["max_completion_tokens"].as_u64().or(parsed["max_tokens"].as_u64());
+            let completion = parsed["n"].as_u64().unwrap_or(1) * cap.unwrap_or(16);
+            let prompt = billed_prompt(&parsed);
+            Some(canned("200 OK", "", serde_json::json!({
+                "id": "chatcmpl-bill", "object": "chat.completion", "created": 1_700_000_000,
+                "model": "up-bill",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "billed"},
+                             "finish_reason": "length"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion}}).to_string()))
+        }
         _ => None,
     };
     if let Some(response) = canned {

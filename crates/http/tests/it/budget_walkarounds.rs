@@ -1,0 +1,271 @@
+//! Budgets that hold against every caller, probed as a hostile key holder would: two nodes on
+//! one database (and one Redis, with `gateway.key_counters = "redis"`), and a fake upstream
+//! (`up-bill`) that bills `n` completions of `max_tokens` each and counts `tools` as prompt
+//! tokens. Every probe must end at or under the budget: many completions per call, large tool
+//! definitions, a PATCH of the budget while calls run, Redis restarted while calls run; and
+//! out-of-range caps are refused with 400, never 503.
+
+use crate::common;
+use crate::common::upstream::FakeUpstream;
+use crate::key_counters_redis::RedisCounters;
+use crate::rate_limit_contract::RedisServer;
+
+use aigw_http::settings::Settings;
+use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
+use common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+backend_tests!(
+    many_completions_per_call_stay_within_the_budget,
+    large_tool_definitions_stay_within_the_budget,
+    a_patch_while_calls_run_keeps_them_counted,
+    a_redis_restart_while_calls_run_keeps_them_counted,
+    out_of_range_caps_are_refused_naming_the_field,
+);
+
+/// USD per million tokens of `up-bill`, prompt and completion alike: one token costs 100
+/// micro-USD.
+const USD_PER_MILLION: f64 = 100.0;
+
+/// The budget of every probe, USD: 8 000 tokens.
+const BUDGET: f64 = 0.80;
+
+/// A node calling `upstream`'s `up-bill` at [`USD_PER_MILLION`], with its key counters in
+/// `redis` when given (else the database), writing usage and calls in flight every 20 ms.
+fn billing<'a>(upstream: &'a str, redis: Option<&'a RedisCounters>) -> impl Fn(&mut Settings) + 'a {
+    move |s: &mut Settings| {
+        if let Some(redis) = redis {
+            redis.apply(s);
+        }
+        let price = PriceConfig {
+            input_per_million: USD_PER_MILLION,
+            output_per_million: USD_PER_MILLION,
+            image_tokens: None,
+        };
+        s.providers = vec![ProviderConfig {
+            name: "bill".into(),
+            kind: ProviderKind::Openai,
+            base_url: Some(upstream.to_owned()),
+            api_key: None,
+            models: vec!["up-bill".into()],
+            prices: BTreeMap::from([("up-bill".to_owned(), price)]),
+        }];
+        s.usage.flush_interval_ms = 20;
+    }
+}
+
+/// Two nodes on one database; the second dropped first.
+struct Cluster {
+    b: TestApp,
+    a: TestApp,
+    _upstream: FakeUpstream,
+}
+
+async fn cluster(backend: Backend, redis: Option<&RedisCounters>) -> Cluster {
+    let upstream = FakeUpstream::start().await;
+    let a = spawn_app_with(backend, billing(&upstream.base_url, redis)).await;
+    let b = a.spawn_sibling(billing(&upstream.base_url, redis)).await;
+    Cluster { b, a, _upstream: upstream }
+}
+
+/// A user of `app` and a key with a [`BUDGET`] of `total` period: (token, key id, key).
+async fn budget_key(app: &TestApp, name: &str) -> (String, String, String) {
+    let user = app.new_user(name).await;
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "probe", "permissions": ["ai_gateway", "read"],
+                    "max_budget_usd": BUDGET, "budget_period": "total"}),
+        )
+        .await
+        .data(201);
+    let id = made["id"].as_str().unwrap().to_owned();
+    (user.token, id, made["key"].as_str().unwrap().to_owned())
+}
+
+/// Sends `body` `n` times at once, alternately to each node; returns how many got 200
+/// (every other answer must be 429 `budget_exceeded`).
+async fn fire(nodes: [&TestApp; 2], key: &str, body: &Value, n: usize) -> usize {
+    let calls = (0..n).map(|i| {
+        let node = nodes[i % 2];
+        let request = node
+            .request(reqwest::Method::POST, "/api/v1/ai/chat/completions", Auth::Bearer(key))
+            .json(body);
+        async move { node.send(request).await }
+    });
+    let mut ok = 0;
+    for reply in futures_util::future::join_all(calls).await {
+        match reply.status {
+            200 => ok += 1,
+            429 => {
+                reply.error(429, "budget_exceeded");
+            }
+            other => panic!("unexpected {other}: {}", reply.text),
+        }
+    }
+    ok
+}
+
+/// The ledger's spend of the key `id`, USD, once it holds `calls` records (what the
+/// upstream billed for each answered call).
+async fn spent(app: &TestApp, token: &str, calls: usize) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = app.get("/api/v1/usage/requests?limit=100", Auth::Bearer(token)).await;
+        let records = page.data(200)["requests"].as_array().cloned().unwrap_or_default();
+        if records.len() >= calls {
+            assert_eq!(records.len(), calls, "one record per answered call: {records:?}");
+            return records.iter().map(|r| r["cost_usd"].as_f64().unwrap()).sum();
+        }
+        assert!(Instant::now() < deadline, "{} of {calls} records", records.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn assert_within_budget(spent: f64, budget: f64, what: &str) {
+    assert!(spent <= budget + 1e-9, "{what}: spent ${spent:.4} of a ${budget:.2} budget");
+}
+
+/// One call with `"n": 100` is billed 100 completions: the worst case counts them all, so
+/// at most one such call fits in the budget, on two nodes and 40 calls at once.
+async fn many_completions_per_call_stay_within_the_budget(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (token, _, key) = budget_key(&nodes.a, "n100").await;
+    let body = json!({"model": "up-bill", "n": 100, "max_tokens": 50,
+                      "messages": [{"role": "user", "content": "write a haiku"}]});
+    let ok = fire([&nodes.a, &nodes.b], &key, &body, 40).await;
+    assert_eq!(ok, 1, "5 000 completion tokens ($0.50) fit once in $0.80");
+    assert_within_budget(spent(&nodes.a, &token, ok).await, BUDGET, "n = 100");
+}
+
+/// Tool definitions are billed as prompt tokens: 100 of them (about 42 KB, 10 500 billed
+/// tokens) cannot fit in 8 000 tokens, and 40 calls with 10 of them spend at most the budget.
+async fn large_tool_definitions_stay_within_the_budget(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (token, _, key) = budget_key(&nodes.a, "tools").await;
+    let tool = |i: usize| {
+        json!({"type": "function", "function": {
+            "name": format!("lookup_record_{i:03}"),
+            "description": "Looks a customer record up by its identifier and returns every field \
+                            of it, including the billing address, the shipping address and the \
+                            full order history, for the support agent to read.",
+            "parameters": {"type": "object", "properties": {
+                "id": {"type": "string", "description": "the customer's identifier"},
+                "fields": {"type": "array", "items": {"type": "string"}}},
+                "required": ["id"]}}})
+    };
+    let with_tools = |n: usize| {
+        json!({"model": "up-bill", "max_tokens": 16, "tools": (0..n).map(tool).collect::<Vec<_>>(),
+               "messages": [{"role": "user", "content": "find customer 42"}]})
+    };
+    let big = with_tools(100);
+    assert!(big.to_string().len() > 40_000);
+    assert!(common::upstream::billed_prompt(&big) > 10_000);
+    assert_eq!(fire([&nodes.a, &nodes.b], &key, &big, 4).await, 0, "never fits");
+    let ok = fire([&nodes.a, &nodes.b], &key, &with_tools(10), 40).await;
+    assert!(ok >= 1, "10 tools fit at least once");
+    assert_within_budget(spent(&nodes.a, &token, ok).await, BUDGET, "tools");
+}
+
+/// A call of 1 000 completion tokens ($0.10) that the upstream answers after `delay_ms`.
+fn slow_call(delay_ms: u64) -> Value {
+    json!({"model": "up-bill", "max_tokens": 1000, "metadata": {"delay_ms": delay_ms.to_string()},
+           "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Seven calls of $0.10 run for 1.5 s; meanwhile `meddle` happens; then more calls come. The
+/// seven stay counted whatever `meddle` did to the counters: the key spends at most `budget`.
+async fn calls_survive(
+    nodes: &Cluster,
+    name: &str,
+    meddle: impl std::future::Future<Output = f64>,
+) -> (f64, f64) {
+    let (token, _, key) = budget_key(&nodes.a, name).await;
+    let body = slow_call(1500);
+    let (a, b) = (&nodes.a, &nodes.b);
+    let running = fire([a, b], &key, &body, 7);
+    let later = async {
+        // The running calls are written as calls in flight within a flush interval.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let budget = meddle.await;
+        let ok = fire([a, b], &key, &slow_call(0), 8).await;
+        (budget, ok)
+    };
+    let (first, (budget, second)) = tokio::join!(running, later);
+    assert_eq!(first, 7, "seven calls of $0.10 fit in $0.80");
+    let spent = spent(&nodes.a, &token, first + second).await;
+    (spent, budget)
+}
+
+/// A PATCH of `max_budget_usd` from $0.80 to $0.84 while 7 calls run: at most one more call
+/// fits (it used to be 8: the PATCH dropped the counter and reopened it from the ledger).
+async fn a_patch_while_calls_run_keeps_them_counted(backend: Backend) {
+    for redis in [false, true] {
+        let server = if redis { RedisServer::start() } else { None };
+        if redis && server.is_none() {
+            return; // said loudly by RedisServer::start (and a failure under CI)
+        }
+        let counters = server.as_ref().map(RedisCounters::new);
+        let nodes = cluster(backend, counters.as_ref()).await;
+        let a = &nodes.a;
+        let (token, id, key) = budget_key(a, "patch-owner").await;
+        let key = key.as_str();
+        let body = slow_call(1500);
+        let running = fire([a, &nodes.b], key, &body, 7);
+        let later = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            a.patch_key(Auth::Bearer(&token), &id, &json!({"max_budget_usd": 0.84}))
+                .await
+                .data(200);
+            fire([a, &nodes.b], key, &slow_call(0), 8).await
+        };
+        let (first, second) = tokio::join!(running, later);
+        assert_eq!(first, 7, "seven calls of $0.10 fit in $0.80 (redis: {redis})");
+        assert!(second <= 1, "{second} calls passed after the PATCH (redis: {redis})");
+        let spent = spent(a, &token, first + second).await;
+        assert_within_budget(spent, 0.84, &format!("PATCH while calls run (redis: {redis})"));
+        drop(nodes);
+    }
+}
+
+/// Redis restarted (empty: it keeps nothing on disk) while 7 calls run: the counter reopens
+/// from the ledger plus the calls in flight, so no more than the budget is spent.
+async fn a_redis_restart_while_calls_run_keeps_them_counted(backend: Backend) {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let counters = RedisCounters::new(&server);
+    let nodes = cluster(backend, Some(&counters)).await;
+    let server = std::sync::Mutex::new(&mut server);
+    let restart = async {
+        server.lock().unwrap().restart();
+        BUDGET
+    };
+    let (spent, budget) = calls_survive(&nodes, "redis-restart", restart).await;
+    assert_within_budget(spent, budget, "Redis restarted while calls run");
+}
+
+/// `max_tokens` of 2^63 − 1 and other out-of-range caps answer 400 naming the field, with a
+/// budget in the database counters (the reservation used to overflow into a 503).
+async fn out_of_range_caps_are_refused_naming_the_field(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (_, _, key) = budget_key(&nodes.a, "caps").await;
+    let message = json!([{"role": "user", "content": "hi"}]);
+    for (field, value) in [
+        ("max_tokens", json!(i64::MAX)),
+        ("max_tokens", json!(-1)),
+        ("max_completion_tokens", json!(1_048_577)),
+        ("max_completion_tokens", json!("7")),
+        ("n", json!(0)),
+        ("n", json!(129)),
+        ("n", json!(u64::MAX)),
+    ] {
+        let mut body = json!({"model": "up-bill", "messages": message});
+        body[field] = value.clone();
+        let reply = nodes.a.chat(Auth::Bearer(&key), &body).await;
+        let error = reply.error(400, "invalid_request");
+        assert_eq!(error["details"]["field"], json!(field), "{field} = {value}: {}", reply.text);
+    }
+}
