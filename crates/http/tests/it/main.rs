@@ -17,6 +17,7 @@ mod auth;
 mod binary;
 mod budgets;
 mod chat;
+mod connection_caps;
 mod credential_cache;
 mod credentials;
 mod db_faults;
