@@ -361,8 +361,10 @@ impl PendingRequests {
     /// many; the refusal is counted and logged.
     pub fn take(&self) -> Result<PendingSlot, u32> {
         let cap = self.caps.max_pending;
-        if self.count.fetch_add(1, Ordering::AcqRel) >= cap {
-            self.count.fetch_sub(1, Ordering::AcqRel);
+        let taken = self
+            .count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < cap).then_some(n + 1));
+        if taken.is_err() {
             self.caps.refused(Refusal::PendingRequests, self.key, cap);
             return Err(cap);
         }
