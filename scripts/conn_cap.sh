@@ -15,7 +15,9 @@ sent=${3:-4000}
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 ulimit -n $((n * 2 + 1024)) 2>/dev/null || true
+# Every connection comes from 127.0.0.1: the per-address caps are off, the process's is measured.
 (cd "$work" && AIGW__SERVER__LISTEN="127.0.0.1:$port" AIGW__SERVER__MAX_CONNECTIONS="$n" \
+  AIGW__SERVER__MAX_CONNECTIONS_PER_ADDRESS=0 AIGW__SERVER__MAX_PENDING_REQUESTS_PER_ADDRESS=0 \
   AIGW__LOG__LEVEL=warn AIGW__RATE_LIMIT__ENABLED=false exec "$OLDPWD/$bin" >"$work/server.log" 2>&1) &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT

@@ -52,10 +52,11 @@ pub enum BodyErrors {
 #[derive(Debug, utoipa::IntoResponses)]
 #[allow(dead_code)]
 pub enum ServerErrors {
-    /// 429 `rate_limit_exceeded`.
+    /// 429 `rate_limit_exceeded`: a rate-limit policy, or (endpoints with a body) the
+    /// client address's requests still sending their body (`crate::connections`).
     #[response(
         status = 429,
-        description = "Rate limit exceeded (Retry-After, RateLimit, RateLimit-Policy)"
+        description = "Rate limit exceeded (Retry-After, RateLimit, RateLimit-Policy); on an endpoint with a body also: too many requests of this client address still sending their body (Retry-After, Connection: close)"
     )]
     RateLimited(ErrorEnvelope),
     /// 500 `internal_error`.

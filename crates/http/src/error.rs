@@ -37,6 +37,8 @@ pub struct ApiError {
     status: Option<StatusCode>,
     /// What went wrong, for the access log (a 5xx's cause, an upstream refusal); never sent.
     cause: Option<String>,
+    /// Whether the answer closes the connection (`Connection: close`).
+    close: bool,
 }
 
 impl ApiError {
@@ -49,6 +51,7 @@ impl ApiError {
             headers: Vec::new(),
             status: None,
             cause: None,
+            close: false,
         }
     }
 
@@ -114,6 +117,25 @@ impl ApiError {
             format!("the request body did not arrive within {timeout_secs} s"),
             json!({"timeout_secs": timeout_secs}),
         )
+    }
+
+    /// 429 `rate_limit_exceeded`: the client's address already has `limit` requests whose
+    /// body the server waits for (`server.max_pending_requests_per_address`). Carries
+    /// `Retry-After: retry_after_secs` and closes the connection (the rest of the body is not
+    /// read).
+    pub fn pending_requests_over(limit: u32, retry_after_secs: u64) -> Self {
+        let reset = time::now().timestamp().saturating_add_unsigned(retry_after_secs);
+        let mut err = Self::new(
+            ErrorCode::RateLimitExceeded,
+            format!(
+                "too many requests from this address are still sending their body; retry in \
+                 {retry_after_secs} s"
+            ),
+            json!({"limit": limit, "remaining": 0, "reset": reset}),
+        );
+        err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+        err.close = true;
+        err
     }
 
     /// 415 `unsupported_media_type`.
@@ -307,7 +329,7 @@ impl ResponseError for ApiError {
         {
             response.insert_header((header::RETRY_AFTER, "5"));
         }
-        if self.code == ErrorCode::RequestTimeout {
+        if self.code == ErrorCode::RequestTimeout || self.close {
             // The rest of the body may still come; the connection cannot be reused.
             response.force_close();
         }

@@ -5,6 +5,7 @@
 //! the field by its JSON path (`email`, `permissions[1]`). serde's own messages are never sent
 //! as they are, because they can quote the input (a password); only the expected type is kept.
 
+use crate::connections::{PendingRequests, PendingSlot};
 use crate::error::ApiError;
 use crate::rate_limit::LimitedBy;
 use crate::startup::AppState;
@@ -19,6 +20,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
+use std::task::Poll;
 
 /// Largest accepted request body of a scope, in bytes (set as app data).
 #[derive(Debug, Clone, Copy)]
@@ -90,19 +92,53 @@ where
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let mut payload = payload;
+    // Looked up only when the body has to be waited for.
+    let conn = req.clone();
     Box::pin(async move {
         if declared.is_some_and(|n| n > limit) {
             return Err(ApiError::too_large(limit));
         }
         let mut body = BytesMut::new();
         let read = async {
-            while let Some(chunk) = payload.next().await {
+            // A pending slot of the client's address (`crate::connections`), taken when the
+            // body has to be waited for and held until the read ends, however it ends.
+            let mut waiting: Option<PendingSlot> = None;
+            let mut looked_up = false;
+            loop {
+                // The first `Pending` of a chunk may only mean that actix-http has not yet
+                // handed over what it already read (it calls the handler as soon as the head
+                // is parsed, then feeds the body it has): poll once more before counting it.
+                let mut polled = false;
+                let next = std::future::poll_fn(|cx| match payload.poll_next_unpin(cx) {
+                    Poll::Ready(next) => Poll::Ready(Ok(next)),
+                    Poll::Pending if looked_up => Poll::Pending,
+                    Poll::Pending if !polled => {
+                        polled = true;
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                    Poll::Pending => {
+                        looked_up = true;
+                        match take_pending_slot(&conn) {
+                            Ok(slot) => {
+                                waiting = slot;
+                                Poll::Pending
+                            }
+                            Err(refused) => Poll::Ready(Err(refused)),
+                        }
+                    }
+                })
+                .await?;
+                let Some(chunk) = next else {
+                    break;
+                };
                 let chunk = chunk.map_err(|_| ApiError::invalid("body", "could not be read"))?;
                 if body.len() + chunk.len() > limit {
                     return Err(ApiError::too_large(limit));
                 }
                 body.extend_from_slice(&chunk);
             }
+            drop(waiting);
             Ok(())
         };
         tokio::time::timeout(timeout, read)
@@ -115,6 +151,21 @@ where
             return Err(ApiError::unsupported_media_type());
         }
         Ok(Some(body.freeze()))
+    })
+}
+
+/// A pending slot of the connection's client address for a body that has to be waited for
+/// (see `crate::connections`); `None` where the address is not capped.
+///
+/// # Errors
+/// 429 `rate_limit_exceeded`, closing the connection, when the address already has
+/// `server.max_pending_requests_per_address` bodies still arriving.
+fn take_pending_slot(req: &HttpRequest) -> Result<Option<PendingSlot>, ApiError> {
+    let Some(pending) = req.conn_data::<PendingRequests>() else {
+        return Ok(None);
+    };
+    pending.take().map(Some).map_err(|limit| {
+        ApiError::pending_requests_over(limit, crate::connections::PENDING_RETRY_AFTER_SECS)
     })
 }
 

@@ -7,6 +7,7 @@
 //! Embedding: build [`settings::Settings`], then `startup::Application::build(settings)`,
 //! read its `port()`, and `run_until_stopped()`.
 
+pub mod connections;
 pub mod dto;
 pub mod dto_account;
 pub mod dto_admin;

@@ -51,6 +51,8 @@ pub const CATALOGUE: &[MetricSpec] = &[
     ("aigw_api_keys_created_total", Kind::Counter, &[], "API keys created"),
     ("aigw_api_keys_revoked_total", Kind::Counter, &["how"],
         "API keys revoked or deleted (how: revoke, delete)"),
+    ("aigw_connections_refused_total", Kind::Counter, &["reason"],
+        "Client connections refused by a per-address cap, by the setting that refused: max_connections_per_address (closed as soon as accepted), max_pending_requests_per_address (a request whose body was still arriving, answered 429 and its connection closed)"),
     ("aigw_rate_limited_total", Kind::Counter, &["policy"],
         "Requests refused with 429 by a rate-limit policy"),
     ("aigw_rate_limit_memory_fallbacks_total", Kind::Counter, &[],

@@ -119,6 +119,17 @@ pub struct ServerSettings {
     /// at the cap even when every connection holds a stalled 64 KB upload, see
     /// docs/deploy.md). Further connections wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// Most open connections of one client address (default 256; 0: no cap). A connection
+    /// over it is closed as soon as it is accepted, before anything is read, and never waits
+    /// ahead of other clients; closing a connection frees its slot. An address is an IPv4
+    /// address or an IPv6 /64 prefix; the addresses of `rate_limit.trusted_proxies` are exempt
+    /// (a reverse proxy carries all its clients on its own address, so cap them there).
+    pub max_connections_per_address: usize,
+    /// Most requests of one client address whose body the server is still waiting for
+    /// (default 32; 0: no cap). A request over it is answered 429 `rate_limit_exceeded` with
+    /// `Retry-After: 1` and its connection closed. A body that arrives with its request head
+    /// never counts. Trusted proxies are exempt, as for `max_connections_per_address`.
+    pub max_pending_requests_per_address: usize,
     /// Address of a separate listener that serves only `GET /metrics` (e.g.
     /// `127.0.0.1:9090`), so metrics need not be public; then `server.listen` does not serve
     /// them. Default: none (`/metrics` is served on `server.listen`).
@@ -140,6 +151,8 @@ impl Default for ServerSettings {
             header_read_timeout_secs: 5,
             keep_alive_secs: 5,
             max_connections: 1024,
+            max_connections_per_address: 256,
+            max_pending_requests_per_address: 32,
             metrics_listen: None,
         }
     }

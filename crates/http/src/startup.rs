@@ -3,7 +3,7 @@
 use crate::routes;
 use crate::settings::Settings;
 use crate::telemetry;
-use actix_web::dev::Server;
+use actix_web::dev::{AppConfig, Extensions, Server};
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
@@ -248,6 +248,7 @@ impl Application {
         if settings.gateway.key_counters != KeyCounters::Node {
             key_limits = key_limits.with_leases(settings.gateway.key_lease_calls);
         }
+        let caps_metrics = metrics.clone();
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())
             .with_key_limits(key_limits)
@@ -269,7 +270,8 @@ impl Application {
 
         let listener = TcpListener::bind(&settings.server.listen)
             .with_context(|| format!("binding {}", settings.server.listen))?;
-        let port = listener.local_addr()?.port();
+        let local_addr = listener.local_addr()?;
+        let port = local_addr.port();
         let account_limit = settings.server.account_body_limit_bytes;
         let chat_limit = settings.server.chat_body_limit_bytes;
         let cors_origins = settings.server.cors_allowed_origins.clone();
@@ -281,9 +283,21 @@ impl Application {
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
             .max(1);
-        // actix-web counts connections per worker.
+        // actix-server counts connections per worker.
         let per_worker = settings.server.max_connections.max(1).div_ceil(workers);
-        let server = HttpServer::new(move || {
+        let head_timeout = Duration::from_secs(settings.server.header_read_timeout_secs.max(1));
+        let keep_alive = Duration::from_secs(settings.server.keep_alive_secs.max(1));
+        // Every connection is admitted by its client address first (`crate::connections`).
+        let caps = crate::connections::AddressCaps::new(
+            settings.server.max_connections_per_address,
+            settings.server.max_pending_requests_per_address,
+            crate::rate_limit::TrustedProxies::parse(
+                &settings.rate_limit.trusted_proxies,
+                settings.rate_limit.forwarded_header,
+            )?,
+            caps_metrics,
+        );
+        let app = move || {
             App::new()
                 .app_data(state.clone())
                 .app_data(body_timeout)
@@ -297,20 +311,39 @@ impl Application {
                 .wrap(from_fn(crate::rate_limit::headers))
                 .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
                 .wrap(from_fn(telemetry::access_log))
-        })
-        .shutdown_timeout(settings.server.shutdown_timeout_secs)
-        .workers(workers)
-        .max_connections(per_worker)
-        .client_request_timeout(Duration::from_secs(
-            settings.server.header_read_timeout_secs.max(1),
-        ))
-        .client_disconnect_timeout(Duration::from_secs(1))
-        .keep_alive(Duration::from_secs(settings.server.keep_alive_secs.max(1)))
-        .listen(listener)?;
+        };
+        // What `actix_web::HttpServer` builds, with the admission in front of actix-http's
+        // connection service: workers, the per-worker connection cap, SIGTERM/SIGINT with
+        // `shutdown_timeout_secs`, and the graceful-shutdown signal that closes idle
+        // keep-alive connections when shutdown begins.
+        let builder = actix_server::Server::build()
+            .workers(workers)
+            .max_concurrent_connections(per_worker)
+            .shutdown_timeout(settings.server.shutdown_timeout_secs);
+        let graceful = builder.graceful_shutdown_signal();
+        let builder = builder.listen("aigw", listener, move || {
+            let graceful = graceful.clone();
+            // `graceful_shutdown_signal` is hidden from actix-http's documentation but is
+            // what `HttpServer` uses (actix-web 4.18, actix-http 3.20).
+            let http = actix_http::HttpService::build()
+                .graceful_shutdown_signal(move || {
+                    let graceful = graceful.clone();
+                    async move { graceful.notified().await }
+                })
+                .keep_alive(keep_alive)
+                .client_request_timeout(head_timeout)
+                .client_disconnect_timeout(Duration::from_secs(1))
+                .local_addr(local_addr)
+                .on_connect_ext(|io: &crate::connections::CappedStream, data: &mut Extensions| {
+                    io.share_pending(data)
+                })
+                .finish(actix_service::map_config(app(), |_| AppConfig::default()));
+            caps.guard(http)
+        })?;
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
         Ok(Self {
             port,
-            server: server.run(),
+            server: builder.run(),
             usage,
             background,
             metrics_server,

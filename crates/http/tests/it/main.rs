@@ -18,6 +18,7 @@ mod binary;
 mod budget_walkarounds;
 mod budgets;
 mod chat;
+mod connection_caps;
 mod credential_cache;
 mod credentials;
 mod db_faults;

@@ -225,7 +225,12 @@ async fn echo_is_metered_with_tokenizer_counts(backend: Backend) {
 /// sum to them.
 async fn thousand_concurrent_calls_give_a_thousand_records(backend: Backend) {
     let upstream = FakeUpstream::start().await;
-    let (app, user, key, _) = app_with_upstream(backend, &upstream.base_url, |_| {}).await;
+    // Up to 1,000 connections from 127.0.0.1: past the per-address caps.
+    let (app, user, key, _) = app_with_upstream(backend, &upstream.base_url, |s| {
+        s.server.max_connections_per_address = 0;
+        s.server.max_pending_requests_per_address = 0;
+    })
+    .await;
     let app = std::sync::Arc::new(app);
     let calls = (0..1000).map(|i| {
         let (app, key) = (app.clone(), key.clone());
