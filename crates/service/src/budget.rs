@@ -20,8 +20,8 @@ use crate::auth::Principal;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::key_counters::{NodeCounters, NodeReserved};
-use crate::key_leases::LeaseCall;
-use crate::redis_counters::RedisHeld;
+use crate::key_leases::{Lease, LeaseCall};
+use crate::redis_counters::{RedisAdjuster, RedisHeld};
 use crate::usage::prices::PriceTable;
 use crate::usage::tokens;
 use aigw_domain::usage::TokenUsage;
@@ -30,6 +30,8 @@ use aigw_persistence::budgets::{self, Reserved};
 use aigw_persistence::PersistenceError;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
 
 /// Completion tokens assumed for a request that sets no `max_tokens`.
 pub const DEFAULT_COMPLETION_CAP: u64 = 4096;
@@ -133,7 +135,103 @@ enum Counter {
 pub struct Reservation {
     counter: Counter,
     key_id: String,
-    reserved_micros: i64,
+    /// The micro-USD it holds: its worst case, lowered by [`Tightener::tighten_to`]; swapped
+    /// for [`SETTLED`] by the settlement, so that each difference is applied once.
+    reserved: Arc<AtomicI64>,
+}
+
+/// What a settled reservation holds (never a real amount).
+const SETTLED: i64 = i64::MIN;
+
+/// Lowers a running call's reservation from its upper bound to its exact worst case, from
+/// outside the call (the node's list of calls admitted at a bound, [`crate::key_limits`]).
+#[derive(Debug)]
+pub(crate) struct Tightener {
+    reserved: Weak<AtomicI64>,
+    target: TightenTarget,
+}
+
+/// Where a tightened reservation gives back.
+#[derive(Debug)]
+enum TightenTarget {
+    Database(Db, String, String),
+    Node(NodeCounters, String, String),
+    Redis(RedisAdjuster),
+    /// A call taken from a lease: the lease's grant and its reservation in the counters are
+    /// lowered by as much.
+    Lease(Weak<Lease>),
+}
+
+impl Tightener {
+    /// Whether the call still runs (its reservation is neither settled nor dropped).
+    pub(crate) fn is_running(&self) -> bool {
+        self.reserved.upgrade().is_some_and(|r| r.load(Ordering::Acquire) != SETTLED)
+    }
+
+    /// Lowers the reservation to `exact` micro-USD, when it still holds more and is not
+    /// settled; returns the micro-USD given back to the counter (0 when nothing changed). The
+    /// counter is written before this returns.
+    pub(crate) async fn tighten_to(&self, exact: i64) -> i64 {
+        let Some(reserved) = self.reserved.upgrade() else {
+            return 0;
+        };
+        let current = reserved.load(Ordering::Acquire);
+        if current == SETTLED || exact >= current {
+            return 0;
+        }
+        self.lower(&reserved, current, exact).await
+    }
+
+    /// Lowers what the reservation holds by `by` micro-USD (not below 0); returns what was
+    /// given back.
+    async fn give_back(&self, by: i64) -> i64 {
+        let Some(reserved) = self.reserved.upgrade() else {
+            return 0;
+        };
+        let current = reserved.load(Ordering::Acquire);
+        if current == SETTLED || by <= 0 {
+            return 0;
+        }
+        self.lower(&reserved, current, current.saturating_sub(by).max(0)).await
+    }
+
+    /// Moves the reservation from `current` to `lower` (if nothing else moved it meanwhile)
+    /// and gives the difference back to its counter.
+    async fn lower(&self, reserved: &AtomicI64, current: i64, lower: i64) -> i64 {
+        if reserved.compare_exchange(current, lower, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return 0;
+        }
+        let delta = lower - current;
+        match &self.target {
+            TightenTarget::Database(db, key_id, period) => {
+                let (key_id, period) = (key_id.clone(), period.clone());
+                let written =
+                    db.run(move |conn| Ok(budgets::settle(conn, &key_id, &period, delta)?)).await;
+                if let Err(e) = written {
+                    // The counter keeps the bound: it refuses early, never admits too much.
+                    tracing::warn!(error = %e, "tightening a reservation failed");
+                    return 0;
+                }
+            }
+            TightenTarget::Node(node, key_id, period) => node.settle(key_id, period, delta),
+            TightenTarget::Redis(adjuster) => {
+                if !adjuster.adjust(delta).await {
+                    return 0;
+                }
+            }
+            TightenTarget::Lease(lease) => {
+                let Some(lease) = lease.upgrade() else {
+                    return 0;
+                };
+                lease.lower_grant(-delta);
+                return match lease.tightener() {
+                    Some(lease_reservation) => Box::pin(lease_reservation.give_back(-delta)).await,
+                    None => 0,
+                };
+            }
+        }
+        -delta
+    }
 }
 
 /// Runs `write` (a settlement) on the database in the background, logging a failure: the
@@ -153,16 +251,45 @@ where
 }
 
 impl Reservation {
+    fn new(counter: Counter, key_id: String, reserved_micros: i64) -> Self {
+        Self { counter, key_id, reserved: Arc::new(AtomicI64::new(reserved_micros)) }
+    }
+
     /// The micro-USD this reservation holds (the call's worst case; 0 for a reservation of
     /// tokens alone).
     pub(crate) fn reserved_micros(&self) -> u64 {
-        u64::try_from(self.reserved_micros).unwrap_or(0)
+        u64::try_from(self.reserved.load(Ordering::Acquire)).unwrap_or(0)
+    }
+
+    /// The micro-USD to settle against, taken once (a second take reads 0).
+    fn take(&self) -> i64 {
+        match self.reserved.swap(SETTLED, Ordering::AcqRel) {
+            SETTLED => 0,
+            held => held,
+        }
+    }
+
+    /// A handle that can lower this reservation to the call's exact worst case while the
+    /// call runs; `None` for a call admitted from a lease (its lease gives back instead).
+    pub(crate) fn tightener(&self) -> Option<Tightener> {
+        let target = match &self.counter {
+            Counter::Database(db, period) => {
+                TightenTarget::Database(db.clone(), self.key_id.clone(), period.clone())
+            }
+            Counter::Node(node, period) => {
+                TightenTarget::Node(node.clone(), self.key_id.clone(), period.clone())
+            }
+            Counter::Redis(held) => TightenTarget::Redis(held.adjuster()?),
+            Counter::Lease(call) => TightenTarget::Lease(call.lease()),
+        };
+        Some(Tightener { reserved: Arc::downgrade(&self.reserved), target })
     }
 
     /// Gives the whole reservation back at once (a call admitted by its budget but refused by
     /// its rate limit); a failed write leaves it counted, as a failed settlement does.
     pub(crate) async fn release(self) {
-        let Reservation { counter, key_id, reserved_micros } = self;
+        let reserved_micros = self.take();
+        let Reservation { counter, key_id, .. } = self;
         match counter {
             Counter::Database(db, period) => {
                 let released = db
@@ -174,13 +301,13 @@ impl Reservation {
             }
             Counter::Node(node, period) => node.settle(&key_id, &period, -reserved_micros),
             Counter::Redis(held) => held.settle(-reserved_micros, 0, 0, 0),
-            Counter::Lease(call) => call.settle(0, 0),
+            Counter::Lease(call) => call.settle(reserved_micros, 0, 0),
         }
     }
 
     /// A call admitted from a node's lease: `reserved_micros` is its bound's cost.
     pub(crate) fn from_lease(key_id: String, reserved_micros: i64, call: LeaseCall) -> Self {
-        Self { counter: Counter::Lease(call), key_id, reserved_micros }
+        Self::new(Counter::Lease(call), key_id, reserved_micros)
     }
 
     /// Settles a whole lease: `used_micros` and `used_tokens` are what its calls took (settled
@@ -188,7 +315,7 @@ impl Reservation {
     /// back to a Redis rate window (the database's are given back by
     /// [`crate::key_rates::KeyRates::give_back_requests`]). In the background.
     pub(crate) fn settle_lease(self, used_micros: i64, used_tokens: u64, unused_requests: i64) {
-        let delta = used_micros - self.reserved_micros;
+        let delta = used_micros - self.take();
         let Reservation { counter, key_id, .. } = self;
         match counter {
             Counter::Redis(held) => held.settle(delta, used_micros, used_tokens, unused_requests),
@@ -204,7 +331,7 @@ impl Reservation {
 
     /// A reservation counted in Redis (`reserved_micros`: the budget's part, 0 without one).
     pub(crate) fn in_redis(key_id: String, reserved_micros: i64, held: RedisHeld) -> Self {
-        Self { counter: Counter::Redis(held), key_id, reserved_micros }
+        Self::new(Counter::Redis(held), key_id, reserved_micros)
     }
 
     /// Settles to the real cost `cost_micros` and, for a reservation in Redis that also holds
@@ -212,11 +339,12 @@ impl Reservation {
     /// caller).
     pub(crate) fn settle(self, cost_micros: u64, total_tokens: u64) {
         let cost = i64::try_from(cost_micros).unwrap_or(i64::MAX);
-        let delta = cost - self.reserved_micros;
+        let reserved = self.take();
+        let delta = cost - reserved;
         let Reservation { counter, key_id, .. } = self;
         match counter {
             Counter::Redis(held) => held.settle(delta, cost, total_tokens, 0),
-            Counter::Lease(call) => call.settle(cost_micros, total_tokens),
+            Counter::Lease(call) => call.settle(reserved, cost_micros, total_tokens),
             _ if delta == 0 => {}
             Counter::Database(db, period) => settle_in_background(db, "budget", move |conn| {
                 budgets::settle(conn, &key_id, &period, delta)
@@ -237,6 +365,12 @@ impl Budgets {
     pub fn with_node_counters(mut self, node: NodeCounters) -> Self {
         self.node = Some(node);
         self
+    }
+
+    /// The cost of `tokens` with `model`, micro-USD (0 for an unpriced model).
+    pub(crate) fn cost_micros(&self, model: &str, tokens: &TokenUsage) -> i64 {
+        let cost = self.prices.get(model).map_or(0, |p| p.cost_micros(tokens));
+        i64::try_from(cost).unwrap_or(i64::MAX)
     }
 
     /// The most prompt tokens `images` images cost with `model` (its price's `image_tokens`).
@@ -398,9 +532,7 @@ fn finish(
     counter: Counter,
 ) -> Result<Reservation, ServiceError> {
     match outcome {
-        Reserved::Yes(_) => {
-            Ok(Reservation { counter, key_id: plan.key_id, reserved_micros: plan.cost })
-        }
+        Reserved::Yes(_) => Ok(Reservation::new(counter, plan.key_id, plan.cost)),
         Reserved::No(spent) => Err(plan.refused(spent)),
         // Created just before and never deleted meanwhile but by a concurrent PATCH.
         Reserved::NoCounter => {

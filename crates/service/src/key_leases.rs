@@ -29,6 +29,7 @@ use crate::key_limits::{Admission, BOUND_HEADROOM};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation, WINDOW_SECS};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -92,8 +93,10 @@ pub(crate) struct Lease {
     taken_at: Instant,
     /// Calls' worth granted.
     calls: i64,
-    /// Granted: micro-USD and tokens (requests are in `left` only: each call uses exactly one).
-    cost: i64,
+    /// Granted: micro-USD (lowered when a running call of it is tightened to its exact worst
+    /// case, [`crate::budget::Tightener`]) and tokens (requests are in `left` only: each call
+    /// uses exactly one).
+    cost: AtomicI64,
     tokens: i64,
     /// The key's window right after the grant (with rate limits).
     status: Option<RateStatus>,
@@ -121,7 +124,7 @@ impl Lease {
             terms,
             taken_at: Instant::now(),
             calls,
-            cost,
+            cost: AtomicI64::new(cost),
             tokens,
             status: admission.status,
             left: Mutex::new(Left { requests: calls, cost, tokens }),
@@ -151,7 +154,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let left = *self.left.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let used_cost = self.cost - left.cost;
+        let used_cost = self.cost.load(Ordering::Acquire) - left.cost;
         let used_tokens = u64::try_from(self.tokens - left.tokens).unwrap_or(0);
         let unused_requests = left.requests.max(0);
         if let Some(reservation) = self.reservation.take() {
@@ -166,18 +169,37 @@ impl Drop for Lease {
     }
 }
 
-/// A call taken from a lease: its bound's micro-USD and tokens, settled back into the lease.
+impl Lease {
+    /// Lowers the micro-USD granted by `by`: a running call of the lease was tightened to its
+    /// exact worst case, and the lease's reservation is lowered by as much.
+    pub(crate) fn lower_grant(&self, by: i64) {
+        self.cost.fetch_sub(by, Ordering::AcqRel);
+    }
+
+    /// A tightener of the lease's own reservation in the shared counters.
+    pub(crate) fn tightener(&self) -> Option<crate::budget::Tightener> {
+        self.reservation.as_ref().and_then(Reservation::tightener)
+    }
+}
+
+/// A call taken from a lease: its bound's tokens (its micro-USD are its reservation's),
+/// settled back into the lease.
 #[derive(Debug)]
 pub struct LeaseCall {
     lease: Arc<Lease>,
-    cost: i64,
     tokens: i64,
 }
 
 impl LeaseCall {
-    /// Gives the call's bound minus its real `cost_micros` and `total_tokens` back to the
-    /// lease, for the lease's next calls or, once it ends, the shared counters.
-    pub(crate) fn settle(self, cost_micros: u64, total_tokens: u64) {
+    /// The lease the call was taken from.
+    pub(crate) fn lease(&self) -> std::sync::Weak<Lease> {
+        Arc::downgrade(&self.lease)
+    }
+
+    /// Gives the call's bound (`bound_micros`, what its reservation held at the end) minus its
+    /// real `cost_micros` and `total_tokens` back to the lease, for the lease's next calls
+    /// or, once it ends, the shared counters.
+    pub(crate) fn settle(self, bound_micros: i64, cost_micros: u64, total_tokens: u64) {
         // A lease counts only what its key limits: no cost without a budget, no tokens
         // without a `tpm_limit`.
         let cost = match self.lease.terms.budget {
@@ -189,7 +211,7 @@ impl LeaseCall {
             None => 0,
         };
         let mut left = lock(&self.lease.left);
-        left.cost = left.cost.saturating_add(self.cost.saturating_sub(cost));
+        left.cost = left.cost.saturating_add(bound_micros.saturating_sub(cost));
         left.tokens = left.tokens.saturating_add(self.tokens.saturating_sub(tokens));
     }
 }
@@ -286,7 +308,7 @@ impl Slot {
                             )
                         });
                     let key_id = lease.key_id.clone();
-                    let call = LeaseCall { lease, cost, tokens };
+                    let call = LeaseCall { lease, tokens };
                     let reservation = Reservation::from_lease(key_id, cost, call);
                     let admission =
                         Admission { status, reservation: Some(reservation), tokens: None };

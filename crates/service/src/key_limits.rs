@@ -7,12 +7,15 @@
 //! node's lease of the database's or Redis' counters ([`crate::key_leases`]).
 
 use crate::auth::Principal;
-use crate::budget::{worst_case_tokens, Budgets, Reservation};
+use crate::budget::{worst_case_tokens, Budgets, Reservation, Tightener};
 use crate::error::ServiceError;
 use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
 use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use aigw_domain::usage::TokenUsage;
+use bytes::Bytes;
+use dashmap::DashMap;
+use std::sync::Arc;
 
 /// How many more calls of the same upper bound a key must have room for, in its budget and
 /// its `tpm_limit`, for a call to be admitted at the bound. Closer to a limit
@@ -27,7 +30,27 @@ pub struct KeyLimits {
     rates: KeyRates,
     redis: Option<RedisCounters>,
     leases: Option<Leases>,
+    /// Per key, this node's running calls admitted at an upper bound (lowered to their exact
+    /// worst case when the key's budget refuses a call: [`KeyLimits::tighten`]).
+    bounded: Arc<DashMap<String, Vec<BoundCall>>>,
+    /// Per key, held while its bounded calls are tightened: calls refused meanwhile wait for
+    /// the room it makes.
+    tightening: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// A running call admitted at an upper bound of its worst case, and what its exact worst case
+/// is computed from.
+#[derive(Debug)]
+struct BoundCall {
+    tightener: Tightener,
+    body: Bytes,
+    model: String,
+    image_prompt: u64,
+    completion_cap: u64,
+}
+
+/// Bounded calls kept per key before the finished ones are dropped from the list.
+const BOUND_CALLS_KEPT: usize = 256;
 
 /// What an admitted call holds: where its key stands for the `x-ratelimit-*` headers (`None`:
 /// no rpm/tpm limit), and its reservations, settled when the call is recorded.
@@ -44,7 +67,14 @@ pub struct Admission {
 impl KeyLimits {
     /// Limits counted by `budgets` and `rates` (each in the database or the node's memory).
     pub fn new(budgets: Budgets, rates: KeyRates) -> Self {
-        Self { budgets, rates, redis: None, leases: None }
+        Self {
+            budgets,
+            rates,
+            redis: None,
+            leases: None,
+            bounded: Arc::default(),
+            tightening: Arc::default(),
+        }
     }
 
     /// Admits calls far from their key's limits from leases of `calls` calls' worth
@@ -74,11 +104,83 @@ impl KeyLimits {
     /// [`ServiceError::RateLimited`] when the key's `rpm_limit` or `tpm_limit` cannot take
     /// the call, [`ServiceError::BudgetExceeded`] when its budget cannot;
     /// [`ServiceError::Unavailable`] when the counters' database is down.
+    ///
+    /// A call refused by the budget first lowers this node's running calls of the key that
+    /// were admitted at an upper bound to their exact worst case ([`KeyLimits::tighten`]),
+    /// and is admitted once more if that gave anything back: a burst of calls near the
+    /// budget admits what fits, not what fits after the bounds' over-reservation.
     pub async fn admit(
         &self,
         principal: &Principal,
         model: &str,
-        body: &[u8],
+        body: &Bytes,
+        bound: &TokenUsage,
+        images: u64,
+    ) -> Result<Admission, ServiceError> {
+        match self.admit_once(principal, model, body, bound, images).await {
+            Err(ServiceError::BudgetExceeded { .. }) if self.tighten(principal).await => {
+                self.admit_once(principal, model, body, bound, images).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// Lowers this node's running calls of `principal`'s key admitted at an upper bound to
+    /// their exact worst case (the tokenizer's count), giving the difference back to the
+    /// counters at once; calls of the key refused meanwhile wait for it. Whether anything was
+    /// given back, or another call's tightening ended meanwhile (room may have been made).
+    async fn tighten(&self, principal: &Principal) -> bool {
+        let Principal::ApiKey { key_id, .. } = principal else {
+            return false;
+        };
+        let lock = self.tightening.entry(key_id.clone()).or_default().clone();
+        let waited = lock.try_lock().is_err();
+        let _turn = lock.lock().await;
+        let calls = self.bounded.remove(key_id).map(|(_, calls)| calls).unwrap_or_default();
+        let mut given_back = 0_i64;
+        for call in calls {
+            let exact =
+                worst_case_tokens(&call.model, &call.body, call.image_prompt, call.completion_cap);
+            let cost = self.budgets.cost_micros(&call.model, &exact);
+            given_back = given_back.saturating_add(call.tightener.tighten_to(cost).await);
+        }
+        given_back > 0 || waited
+    }
+
+    /// Notes a call of `principal`'s key admitted at an upper bound, for [`Self::tighten`].
+    fn note_bounded(
+        &self,
+        principal: &Principal,
+        admission: &Admission,
+        (model, body, image_prompt, completion_cap): (&str, &Bytes, u64, u64),
+    ) {
+        let (Principal::ApiKey { key_id, .. }, Some(reservation)) =
+            (principal, admission.reservation.as_ref())
+        else {
+            return;
+        };
+        let Some(tightener) = reservation.tightener() else {
+            return;
+        };
+        let mut calls = self.bounded.entry(key_id.clone()).or_default();
+        if calls.len() >= BOUND_CALLS_KEPT {
+            calls.retain(|call| call.tightener.is_running());
+        }
+        calls.push(BoundCall {
+            tightener,
+            body: body.clone(),
+            model: model.to_owned(),
+            image_prompt,
+            completion_cap,
+        });
+    }
+
+    /// One admission (see [`Self::admit`]).
+    async fn admit_once(
+        &self,
+        principal: &Principal,
+        model: &str,
+        body: &Bytes,
         bound: &TokenUsage,
         images: u64,
     ) -> Result<Admission, ServiceError> {
@@ -107,6 +209,8 @@ impl KeyLimits {
                 async move { limits.grant_lease(budget, rates, headroom).await }
             };
             if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
+                let noted = (model, body, image_prompt, bound.completion_tokens);
+                self.note_bounded(principal, &admission, noted);
                 return Ok(admission);
             }
         }
@@ -131,11 +235,13 @@ impl KeyLimits {
                 let rates = RatePlan::new(principal, &worst);
                 match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await {
                     Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
-                        return Ok(Admission {
-                            status,
-                            reservation: Some(reservation),
-                            tokens: None,
-                        })
+                        let admission =
+                            Admission { status, reservation: Some(reservation), tokens: None };
+                        if headroom > 0 {
+                            let noted = (model, body, image_prompt, bound.completion_tokens);
+                            self.note_bounded(principal, &admission, noted);
+                        }
+                        return Ok(admission);
                     }
                     Some(Ok(RedisAdmission::CountExactly)) if headroom > 0 => continue,
                     Some(Ok(RedisAdmission::CountExactly)) => {
@@ -154,6 +260,8 @@ impl KeyLimits {
         }
         if priced && self.redis.is_none() {
             if let Some(admission) = self.admit_bounded(principal, model, &bound).await? {
+                let noted = (model, body, image_prompt, bound.completion_tokens);
+                self.note_bounded(principal, &admission, noted);
                 return Ok(admission);
             }
         }

@@ -270,7 +270,36 @@ impl std::fmt::Debug for Scripts {
     }
 }
 
+/// Lowers one reservation in a Redis budget counter at once (see
+/// [`crate::budget::Tightener`]).
+#[derive(Debug)]
+pub(crate) struct RedisAdjuster {
+    scripts: Arc<Scripts>,
+    budget_key: String,
+    generation: String,
+}
+
+impl RedisAdjuster {
+    /// Adds `delta` micro-USD to the budget counter now, unless it was reopened since the
+    /// reservation (another generation: then nothing, as the reopened counter may not hold
+    /// it); whether Redis answered.
+    pub(crate) async fn adjust(&self, delta: i64) -> bool {
+        let script = redis::Script::new(SETTLE_MANY);
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&self.budget_key).key(&self.budget_key);
+        invocation.arg(flag(true)).arg(&self.generation).arg(delta).arg(0);
+        invocation.arg(flag(false)).arg(0).arg(0);
+        self.scripts.link.invoke::<i64>(&invocation).await.is_some()
+    }
+}
+
 impl RedisHeld {
+    /// An adjuster of this reservation's budget counter; `None` without a budget.
+    pub(crate) fn adjuster(&self) -> Option<RedisAdjuster> {
+        let (budget_key, generation) = self.budget.clone()?;
+        Some(RedisAdjuster { scripts: self.scripts.clone(), budget_key, generation })
+    }
+
     /// Sends the settlement in the background: `delta` (real cost minus reservation) and
     /// `cost` micro-USD to the budget counter, the real `total_tokens` and `unused_requests`
     /// (a lease's, given back) to the window (batched with other settlements:

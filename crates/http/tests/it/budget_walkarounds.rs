@@ -23,6 +23,7 @@ backend_tests!(
     a_patch_while_calls_run_keeps_them_counted,
     a_redis_restart_while_calls_run_keeps_them_counted,
     out_of_range_caps_are_refused_naming_the_field,
+    a_burst_admits_what_fits,
 );
 
 /// USD per million tokens of `up-bill`, prompt and completion alike: one token costs 100
@@ -267,5 +268,38 @@ async fn out_of_range_caps_are_refused_naming_the_field(backend: Backend) {
         let reply = nodes.a.chat(Auth::Bearer(&key), &body).await;
         let error = reply.error(400, "invalid_request");
         assert_eq!(error["details"]["field"], json!(field), "{field} = {value}: {}", reply.text);
+    }
+}
+
+/// 200 calls at once over two nodes on a budget for exactly 100 of them (each billed its
+/// worst case: 8 prompt tokens and 1 000 completion tokens): at least 95 pass on the first
+/// try, and never more than 100.
+async fn a_burst_admits_what_fits(backend: Backend) {
+    for redis in [false, true] {
+        let server = if redis { RedisServer::start() } else { None };
+        if redis && server.is_none() {
+            return;
+        }
+        let counters = server.as_ref().map(RedisCounters::new);
+        let nodes = cluster(backend, counters.as_ref()).await;
+        let user = nodes.a.new_user("burst").await;
+        let budget = 100.0 * 1008.0 * USD_PER_MILLION / 1_000_000.0;
+        let made = nodes
+            .a
+            .create_key_raw(
+                Auth::Bearer(&user.token),
+                &json!({"name": "burst", "permissions": ["ai_gateway", "read"],
+                        "max_budget_usd": budget, "budget_period": "total"}),
+            )
+            .await
+            .data(201);
+        let key = made["key"].as_str().unwrap();
+        let ok = fire([&nodes.a, &nodes.b], key, &slow_call(300), 200).await;
+        eprintln!("burst: {ok} of 200 admitted on a budget for 100 (redis: {redis})");
+        assert!(
+            (95..=100).contains(&ok),
+            "{ok} of 200 admitted on a budget for 100 (redis: {redis})"
+        );
+        assert_within_budget(spent(&nodes.a, &user.token, ok).await, budget, "burst");
     }
 }
