@@ -73,12 +73,17 @@ async fn cluster(backend: Backend, redis: Option<&RedisCounters>) -> Cluster {
 
 /// A user of `app` and a key with a [`BUDGET`] of `total` period: (token, key id, key).
 async fn budget_key(app: &TestApp, name: &str) -> (String, String, String) {
+    budget_key_of(app, name, BUDGET).await
+}
+
+/// [`budget_key`] with a budget of `usd`.
+async fn budget_key_of(app: &TestApp, name: &str, usd: f64) -> (String, String, String) {
     let user = app.new_user(name).await;
     let made = app
         .create_key_raw(
             Auth::Bearer(&user.token),
             &json!({"name": "probe", "permissions": ["ai_gateway", "read"],
-                    "max_budget_usd": BUDGET, "budget_period": "total"}),
+                    "max_budget_usd": usd, "budget_period": "total"}),
         )
         .await
         .data(201);
@@ -282,24 +287,15 @@ async fn a_burst_admits_what_fits(backend: Backend) {
         }
         let counters = server.as_ref().map(RedisCounters::new);
         let nodes = cluster(backend, counters.as_ref()).await;
-        let user = nodes.a.new_user("burst").await;
         let budget = 100.0 * 1008.0 * USD_PER_MILLION / 1_000_000.0;
-        let made = nodes
-            .a
-            .create_key_raw(
-                Auth::Bearer(&user.token),
-                &json!({"name": "burst", "permissions": ["ai_gateway", "read"],
-                        "max_budget_usd": budget, "budget_period": "total"}),
-            )
-            .await
-            .data(201);
-        let key = made["key"].as_str().unwrap();
+        let (token, _, key) = budget_key_of(&nodes.a, "burst", budget).await;
+        let key = key.as_str();
         let ok = fire([&nodes.a, &nodes.b], key, &slow_call(300), 200).await;
         eprintln!("burst: {ok} of 200 admitted on a budget for 100 (redis: {redis})");
         assert!(
             (95..=100).contains(&ok),
             "{ok} of 200 admitted on a budget for 100 (redis: {redis})"
         );
-        assert_within_budget(spent(&nodes.a, &user.token, ok).await, budget, "burst");
+        assert_within_budget(spent(&nodes.a, &token, ok).await, budget, "burst");
     }
 }
