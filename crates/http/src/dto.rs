@@ -169,7 +169,8 @@ pub struct CreateApiKeyRequest {
     /// One or more of `ai_gateway`, `proxy`, `read`, `write`, `admin`.
     #[schema(example = json!(["ai_gateway"]), value_type = Vec<PermissionName>, min_items = 1)]
     pub permissions: Vec<String>,
-    /// Optional expiry, RFC 3339 with a time zone, in the future. Absent or null: no expiry.
+    /// Optional expiry, RFC 3339 with a time zone, in the future and no later than
+    /// 9999-12-31T23:59:59Z. Absent or null: no expiry.
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
     /// Model names or `*` globs the key may call (1 to 100, each 1 to 200 printable ASCII
@@ -238,7 +239,8 @@ pub struct UpdateApiKeyRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<PermissionName>>, min_items = 1)]
     pub permissions: Option<Option<Vec<String>>>,
-    /// Expiry, RFC 3339 with a time zone, in the future; null: none.
+    /// Expiry, RFC 3339 with a time zone, in the future and no later than
+    /// 9999-12-31T23:59:59Z; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, format = DateTime, nullable)]
     pub expires_at: Option<Option<String>>,

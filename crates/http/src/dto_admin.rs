@@ -164,7 +164,8 @@ pub struct CreateInvitationRequest {
     /// The e-mail address that may register with the invitation.
     #[schema(example = "bob@example.com", format = Email, max_length = 254)]
     pub email: String,
-    /// End of validity, RFC 3339 with a time zone, in the future (default: in 7 days).
+    /// End of validity, RFC 3339 with a time zone, in the future and no later than
+    /// 9999-12-31T23:59:59Z (default: in 7 days).
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
 }

@@ -21,6 +21,7 @@ mod credential_cache;
 mod credentials;
 mod db_faults;
 mod errors;
+mod hostile_input;
 mod http_semantics;
 mod idempotency;
 mod jwt;
