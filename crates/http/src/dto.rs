@@ -88,7 +88,10 @@ pub struct ErrorBody {
 /// `POST /auth/register` body.
 #[derive(Deserialize, ToSchema)]
 pub struct RegisterRequest {
-    /// E-mail address, the login name (trimmed, compared case-insensitively).
+    /// E-mail address, the login name: trimmed, NFKC-normalised and lower-cased (`ａnn@` is
+    /// `ann@`). Refused (400) when its local part or domain mixes scripts (a Cyrillic `а`
+    /// among Latin letters), and answered as already registered when it looks like a
+    /// registered address (same UTS #39 skeleton).
     #[schema(example = "ann@example.com", format = Email, max_length = 254)]
     pub email: String,
     /// 8 to 256 Unicode code points (configurable minimum); not a common password.
@@ -105,7 +108,7 @@ pub struct RegisterRequest {
 /// `POST /auth/login` body.
 #[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
-    /// E-mail address.
+    /// E-mail address, matched exactly in its normalised form (NFKC, lower case).
     pub email: String,
     /// Password (at most 256 characters: longer ones are refused before hashing).
     #[schema(max_length = 256)]
@@ -300,7 +303,7 @@ pub struct RotateApiKeyRequest {
 pub struct UserDto {
     /// UUIDv7.
     pub id: String,
-    /// E-mail address (lower case).
+    /// E-mail address (normalised: NFKC, lower case).
     pub email: String,
     /// Display name.
     pub name: String,

@@ -23,7 +23,7 @@ fn page_request(params: &mut HashMap<String, String>) -> PageRequest {
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Users per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-        ("email" = Option<String>, Query, description = "Only users whose e-mail starts with this (case-insensitive)"),
+        ("email" = Option<String>, Query, description = "Only users whose e-mail starts with this (normalised as addresses are: NFKC, lower case)"),
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(

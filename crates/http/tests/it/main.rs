@@ -29,6 +29,7 @@ mod key_counters_redis;
 mod key_leases;
 mod key_policy;
 mod limits;
+mod lookalike_emails;
 mod observability;
 mod openapi_contract;
 mod outage;
