@@ -16,8 +16,14 @@ const MIN_SECRET_CHARS: usize = 8;
 
 /// Issue texts `parse_json` writes itself; a piece of a string value that happens to be part
 /// of one of them is not counted as an echo.
-const FIXED_ISSUES: [&str; 4] =
-    ["is invalid", "is required", "must be a JSON object", "is not valid JSON"];
+const FIXED_ISSUES: [&str; 6] = [
+    "is invalid",
+    "is required",
+    "must be a JSON object",
+    "is not valid JSON",
+    "must not contain the NUL character (U+0000)",
+    "is a number out of range",
+];
 
 /// Replaces every string value of at least [`MIN_SECRET_CHARS`] characters by as many `x`
 /// (object keys are kept: they pick the fields) and returns the replaced strings.

@@ -53,5 +53,5 @@ pub use error::ErrorCode;
 pub use key_policy::{BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;
-pub use user::{Email, PasswordPolicy, Role, UserName};
+pub use user::{email_skeleton, normalize_email, Email, PasswordPolicy, Role, UserName};
 pub use validation::FieldError;

@@ -15,10 +15,34 @@ pub const KEY_NAME_MAX_CHARS: usize = 100;
 /// (ASVS 4.0.3 V2.1.2). Never lowered by configuration.
 pub const PASSWORD_HARD_MAX_CHARS: usize = 256;
 
-/// A syntactically valid e-mail address, trimmed and lower-cased: the login name.
+/// An e-mail address in its comparison form: trimmed, NFKC-normalised (Unicode UAX #15:
+/// full-width `ａ` is `a`, the ligature `ﬁ` is `fi`), lower-cased, NFKC again (lower-casing
+/// can leave a compatibility form) and trimmed again. Two addresses are one login exactly
+/// when their normalised forms are equal. Nothing is validated: a login looks up whatever it
+/// is given.
+pub fn normalize_email(raw: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    let compatible: String = raw.trim().nfkc().collect();
+    let lowered = compatible.trim().to_lowercase();
+    let normalized: String = lowered.nfkc().collect();
+    normalized.trim().to_owned()
+}
+
+/// The UTS #39 skeleton (Unicode Technical Standard #39 §4, `unicode-security`) of a
+/// normalised address ([`normalize_email`]): every character replaced by the prototype it is
+/// confusable with (Cyrillic `а` by Latin `a`, `1` by `l`, `m` by `rn`) between two NFD
+/// passes, default-ignorable characters dropped. Two addresses with equal skeletons look
+/// alike, and aigw keeps one account per skeleton.
+pub fn email_skeleton(normalized: &str) -> String {
+    unicode_security::skeleton(normalized).collect()
+}
+
+/// A syntactically valid e-mail address in its comparison form ([`normalize_email`]): the
+/// login name.
 ///
-/// Addresses are compared case-insensitively, as users expect (`Ann@Example.com` and
-/// `ann@example.com` are one account), so the stored form is lower case.
+/// Addresses are compared case-insensitively and by compatibility form, as users expect
+/// (`Ann@Example.com` and `ａnn@example.com` are `ann@example.com`), so the stored form is
+/// the normalised one; [`Email::skeleton`] is what look-alike addresses share.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Email(String);
 
@@ -27,24 +51,38 @@ impl Email {
     ///
     /// # Errors
     /// [`FieldError`] on `email` when it is empty, longer than [`EMAIL_MAX_CHARS`] (as sent,
-    /// surrounding whitespace included: the OpenAPI `maxLength`), or not an address of the
-    /// form `local@domain.tld` (no display text, no IP literal).
+    /// surrounding whitespace included: the OpenAPI `maxLength`; and once normalised), not an
+    /// address of the form `local@domain.tld` (no display text, no IP literal), or when its
+    /// local part or its domain mixes letters of scripts that UTS #39 does not accept together
+    /// (`аnn` with a Cyrillic `а` among Latin letters; digits and punctuation go with any
+    /// script, and Han with Hiragana and Katakana is one script).
     pub fn parse(raw: &str) -> Result<Self, FieldError> {
-        let trimmed = raw.trim();
-        if trimmed.is_empty() {
+        use unicode_security::MixedScript;
+        if raw.trim().is_empty() {
             return Err(FieldError::new("email", "must not be empty"));
         }
         if raw.chars().count() > EMAIL_MAX_CHARS {
+            return Err(FieldError::new("email", "must be at most 254 characters"));
+        }
+        let normalized = normalize_email(raw);
+        if normalized.chars().count() > EMAIL_MAX_CHARS {
             return Err(FieldError::new("email", "must be at most 254 characters"));
         }
         let options = email_address::Options::default()
             .with_required_tld()
             .without_display_text()
             .without_domain_literal();
-        if email_address::EmailAddress::parse_with_options(trimmed, options).is_err() {
+        if email_address::EmailAddress::parse_with_options(&normalized, options).is_err() {
             return Err(FieldError::new("email", "is not a valid e-mail address"));
         }
-        Ok(Self(trimmed.to_lowercase()))
+        let (local, domain) = normalized.rsplit_once('@').unwrap_or((&normalized, ""));
+        if !local.is_single_script() || !domain.is_single_script() {
+            return Err(FieldError::new(
+                "email",
+                "mixes letters of different scripts in its local part or domain",
+            ));
+        }
+        Ok(Self(normalized))
     }
 
     /// The normalised address.
@@ -55,6 +93,11 @@ impl Email {
     /// The part before `@`, used as the default display name.
     pub fn local_part(&self) -> &str {
         self.0.split('@').next().unwrap_or(&self.0)
+    }
+
+    /// The address's UTS #39 skeleton ([`email_skeleton`]): equal for look-alike addresses.
+    pub fn skeleton(&self) -> String {
+        email_skeleton(&self.0)
     }
 }
 
@@ -221,6 +264,54 @@ mod tests {
         assert_eq!(Email::parse(" Ann@Example.COM ").map(|e| e.0), Ok("ann@example.com".into()));
         for bad in ["", "ann", "ann@", "@example.com", "ann@localhost", "Ann <ann@example.com>"] {
             assert!(Email::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn compatibility_forms_are_the_plain_address() {
+        let plain = Ok("ann@example.com".to_owned());
+        // Full-width letters and at sign, a black-letter capital (NFKC gives `H`, then lower
+        // case), the `ﬁ` ligature.
+        assert_eq!(Email::parse("ａｎｎ＠ｅｘａｍｐｌｅ．ｃｏｍ").map(|e| e.0), plain);
+        assert_eq!(Email::parse("ａnn@example.com").map(|e| e.0), plain);
+        assert_eq!(normalize_email("\u{210C}ANS@EXAMPLE.COM"), "hans@example.com");
+        assert_eq!(
+            Email::parse("\u{FB01}n@example.com").map(|e| e.0),
+            Ok("fin@example.com".into())
+        );
+        assert_eq!(normalize_email("\u{3000}Ann@Example.com\u{3000}"), "ann@example.com");
+    }
+
+    #[test]
+    fn look_alikes_share_a_skeleton() {
+        let skeleton = |raw: &str| Email::parse(raw).map(|e| e.skeleton());
+        let ace = skeleton("ace@example.com");
+        assert!(ace.is_ok());
+        // All-Cyrillic `асе`, and Cyrillic `о` in an all-Cyrillic domain of the same shape.
+        assert_eq!(skeleton("\u{0430}\u{0441}\u{0435}@example.com"), ace);
+        assert_eq!(email_skeleton("ann@example.com"), email_skeleton("\u{0430}nn@example.com"));
+        assert_ne!(skeleton("bob@example.com"), ace);
+        // UTS #39 also counts `rn` and `m`, `l` and `1` as confusable.
+        assert_eq!(email_skeleton("modern@example.com"), email_skeleton("modem@example.com"));
+        assert_eq!(email_skeleton("bill1@example.com"), email_skeleton("billl@example.com"));
+    }
+
+    #[test]
+    fn mixed_scripts_are_refused_per_part() {
+        for mixed in
+            ["\u{0430}nn@example.com", "ann@ex\u{0430}mple.com", "p\u{0430}ypal@example.com"]
+        {
+            let err = Email::parse(mixed).err().map(|e| e.field);
+            assert_eq!(err, Some("email".into()), "{mixed} accepted");
+        }
+        for fine in [
+            "\u{0430}\u{0441}\u{0435}@example.com",
+            "\u{0438}\u{0432}\u{0430}\u{043D}@\u{043F}\u{0440}\u{0438}\u{043C}\u{0435}\u{0440}.\u{0440}\u{0444}",
+            "ann.smith+tag-2@sub.example.co.uk",
+            "\u{5C71}\u{7530}\u{305F}\u{308D}\u{3046}@example.jp",
+            "j\u{00FC}rgen@b\u{00FC}cher.de",
+        ] {
+            assert!(Email::parse(fine).is_ok(), "{fine} refused");
         }
     }
 

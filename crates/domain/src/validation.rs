@@ -25,3 +25,31 @@ impl fmt::Display for FieldError {
         write!(f, "{} {}", self.field, self.issue)
     }
 }
+
+/// The issue of a string that contains U+0000 (NUL): PostgreSQL `text` cannot hold it, so no
+/// field of any request may carry it.
+pub const NUL_ISSUE: &str = "must not contain the NUL character (U+0000)";
+
+/// Checks that request field `field` holds no U+0000 (NUL).
+///
+/// # Errors
+/// [`FieldError`] on `field` with [`NUL_ISSUE`] when `value` contains U+0000.
+pub fn refuse_nul(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.contains('\0') {
+        Err(FieldError::new(field, NUL_ISSUE))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_is_refused_naming_the_field() {
+        assert_eq!(refuse_nul("email", "ann@example.com"), Ok(()));
+        let err = refuse_nul("email", "a\u{0}@x.io").err();
+        assert_eq!(err, Some(FieldError::new("email", NUL_ISSUE)));
+    }
+}

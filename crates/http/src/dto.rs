@@ -89,7 +89,10 @@ pub struct ErrorBody {
 /// `POST /auth/register` body.
 #[derive(Deserialize, ToSchema)]
 pub struct RegisterRequest {
-    /// E-mail address, the login name (trimmed, compared case-insensitively).
+    /// E-mail address, the login name: trimmed, NFKC-normalised and lower-cased (`ａnn@` is
+    /// `ann@`). Refused (400) when its local part or domain mixes scripts (a Cyrillic `а`
+    /// among Latin letters), and answered as already registered when it looks like a
+    /// registered address (same UTS #39 skeleton).
     #[schema(example = "ann@example.com", format = Email, max_length = 254)]
     pub email: String,
     /// 8 to 256 Unicode code points (configurable minimum); not a common password.
@@ -106,7 +109,7 @@ pub struct RegisterRequest {
 /// `POST /auth/login` body.
 #[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
-    /// E-mail address.
+    /// E-mail address, matched exactly in its normalised form (NFKC, lower case).
     pub email: String,
     /// Password (at most 256 characters: longer ones are refused before hashing).
     #[schema(max_length = 256)]
@@ -170,7 +173,8 @@ pub struct CreateApiKeyRequest {
     /// One or more of `ai_gateway`, `proxy`, `read`, `write`, `admin`.
     #[schema(example = json!(["ai_gateway"]), value_type = Vec<PermissionName>, min_items = 1)]
     pub permissions: Vec<String>,
-    /// Optional expiry, RFC 3339 with a time zone, in the future. Absent or null: no expiry.
+    /// Optional expiry, RFC 3339 with a time zone, in the future and no later than
+    /// 9999-12-31T23:59:59Z. Absent or null: no expiry.
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
     /// Model names or `*` globs the key may call (1 to 100, each 1 to 200 printable ASCII
@@ -239,7 +243,8 @@ pub struct UpdateApiKeyRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<PermissionName>>, min_items = 1)]
     pub permissions: Option<Option<Vec<String>>>,
-    /// Expiry, RFC 3339 with a time zone, in the future; null: none.
+    /// Expiry, RFC 3339 with a time zone, in the future and no later than
+    /// 9999-12-31T23:59:59Z; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, format = DateTime, nullable)]
     pub expires_at: Option<Option<String>>,
@@ -299,7 +304,7 @@ pub struct RotateApiKeyRequest {
 pub struct UserDto {
     /// UUIDv7.
     pub id: String,
-    /// E-mail address (lower case).
+    /// E-mail address (normalised: NFKC, lower case).
     pub email: String,
     /// Display name.
     pub name: String,

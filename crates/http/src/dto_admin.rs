@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 pub struct AdminUserDto {
     /// UUIDv7.
     pub id: String,
-    /// E-mail address (lower case).
+    /// E-mail address (normalised: NFKC, lower case).
     pub email: String,
     /// Display name.
     pub name: String,
@@ -161,10 +161,12 @@ impl From<Page<ApiKeyView>> for AdminApiKeyListData {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateInvitationRequest {
-    /// The e-mail address that may register with the invitation.
+    /// The e-mail address that may register with the invitation (normalised as at
+    /// registration; only that address, not a look-alike, may use it).
     #[schema(example = "bob@example.com", format = Email, max_length = 254)]
     pub email: String,
-    /// End of validity, RFC 3339 with a time zone, in the future (default: in 7 days).
+    /// End of validity, RFC 3339 with a time zone, in the future and no later than
+    /// 9999-12-31T23:59:59Z (default: in 7 days).
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
 }

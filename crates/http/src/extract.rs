@@ -1,9 +1,13 @@
-//! Extractors: JSON bodies with field-naming errors, and the authenticated caller.
+//! Extractors: JSON bodies with field-naming errors, path ids, query parameters, and the
+//! authenticated caller.
 //!
 //! JSON bodies must be `application/json` (or `…+json`), else 415; larger than the scope's
 //! [`BodyLimit`], else 413; and parse into the target type, else 400 `invalid_request` naming
-//! the field by its JSON path (`email`, `permissions[1]`). serde's own messages are never sent
-//! as they are, because they can quote the input (a password); only the expected type is kept.
+//! the field ([`parse_json`], in `crate::json_body`).
+//!
+//! No string of a JSON body that the endpoint reads, of a query parameter or of a path
+//! segment may contain U+0000 (NUL): PostgreSQL `text` cannot hold it, so such a request is
+//! answered 400 naming the field here, before any use case sees it.
 
 use crate::connections::{PendingRequests, PendingSlot};
 use crate::error::ApiError;
@@ -13,7 +17,6 @@ use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use aigw_domain::access::RouteOperation;
-use aigw_domain::FieldError;
 use aigw_service::admin::Admin;
 use aigw_service::{Principal, ServiceError};
 use bytes::{Bytes, BytesMut};
@@ -21,6 +24,8 @@ use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use std::task::Poll;
+
+pub use crate::json_body::parse_json;
 
 /// Largest accepted request body of a scope, in bytes (set as app data).
 #[derive(Debug, Clone, Copy)]
@@ -169,91 +174,6 @@ fn take_pending_slot(req: &HttpRequest) -> Result<Option<PendingSlot>, ApiError>
     })
 }
 
-/// Parses `bytes` as a JSON object into `T`, turning serde's error into a [`FieldError`] that
-/// names the field. The body must be an object: serde would otherwise accept an array for a
-/// struct (`["ann@example.com", "pw"]` as a login).
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FieldError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|err| describe_json_error("", &err))?;
-    if !value.is_object() {
-        return Err(FieldError::new("body", "must be a JSON object"));
-    }
-    serde_path_to_error::deserialize(value).map_err(|err| {
-        let path = err.path().to_string();
-        describe_json_error(&path, err.inner())
-    })
-}
-
-fn join_path(path: &str, field: &str) -> String {
-    if path.is_empty() || path == "." {
-        field.to_owned()
-    } else {
-        format!("{path}.{field}")
-    }
-}
-
-/// Builds the `field`/`issue` pair from a serde_json error without quoting the input.
-fn describe_json_error(path: &str, err: &serde_json::Error) -> FieldError {
-    use serde_json::error::Category;
-    match err.classify() {
-        Category::Syntax | Category::Eof | Category::Io => FieldError::new(
-            "body",
-            format!("is not valid JSON (line {}, column {})", err.line(), err.column()),
-        ),
-        Category::Data => {
-            let message = err.to_string();
-            // serde_json appends the position only when it parsed bytes; a typed value read
-            // from a `Value` has none, and then a trailing " at line ..." is input text.
-            let position = format!(" at line {} column {}", err.line(), err.column());
-            let message = match message.strip_suffix(&position) {
-                Some(stripped) if err.line() > 0 => stripped,
-                _ => &message[..],
-            };
-            let field =
-                if path.is_empty() || path == "." { "body".to_owned() } else { path.to_owned() };
-            if let Some(rest) = message.strip_prefix("missing field `") {
-                let name = rest.split('`').next().unwrap_or("");
-                return FieldError::new(join_path(path, name), "is required");
-            }
-            // An unknown field (bodies that refuse them, e.g. PATCH) is named when it is a
-            // plausible field name; anything else is not echoed.
-            if let Some(rest) = message.strip_prefix("unknown field `") {
-                let name = rest.split('`').next().unwrap_or("");
-                let plausible = !name.is_empty()
-                    && name.len() <= 64
-                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                // serde_path_to_error's path already ends with the unknown field's name.
-                let field = if plausible { field } else { "body".to_owned() };
-                return FieldError::new(field, "is not a known field");
-            }
-            // serde's messages read "<what was found>, expected <what the type wants>". The
-            // first half quotes the input and may itself contain ", expected "; the second half
-            // comes from our types and never does, so only the text after the last separator
-            // is used, and only for serde's own shapes (a custom message is just "is invalid").
-            const SHAPES: [&str; 5] = [
-                "invalid type: ",
-                "invalid value: ",
-                "invalid length ",
-                "unknown variant `",
-                "unknown field `",
-            ];
-            let expected = if SHAPES.iter().any(|shape| message.starts_with(shape)) {
-                message.rfind(", expected ").map(|i| &message[i + ", expected ".len()..])
-            } else {
-                None
-            };
-            let issue = match expected {
-                Some(e) if e.starts_with("struct ") || e.starts_with("a map") => {
-                    "must be a JSON object".to_owned()
-                }
-                Some(e) => format!("must be {}", e.replace('`', "")),
-                None => "is invalid".to_owned(),
-            };
-            FieldError::new(field, issue)
-        }
-    }
-}
-
 impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
     type Error = ApiError;
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
@@ -292,6 +212,66 @@ impl FromRequest for RawJson {
         let body = read_body(req, payload, false);
         Box::pin(async move { Ok(RawJson(body.await?.unwrap_or_default())) })
     }
+}
+
+/// The `{id}` segment of a route's path, percent-decoded (as `web::Path<String>` gives it).
+/// Taken as `After<PathId>`, so a bad credential is still a 401 first.
+///
+/// # Errors
+/// 400 `invalid_request` on `id` when the segment contains U+0000 (`%00`).
+#[derive(Debug)]
+pub struct PathId(pub String);
+
+impl FromRequest for PathId {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let id = web::Path::<String>::from_request(req, payload)
+            .into_inner()
+            .map_err(|_| ApiError::invalid("id", "is not a valid path segment"))
+            .and_then(|id| {
+                let id = id.into_inner();
+                aigw_domain::validation::refuse_nul("id", &id)?;
+                Ok(PathId(id))
+            });
+        std::future::ready(id)
+    }
+}
+
+/// The query parameters of `req`, each at most once and each one of `allowed`.
+///
+/// # Errors
+/// 400 `invalid_request`: on `query` for a string that is not a query; on a parameter that is
+/// not one of `allowed` (named when it is a plausible name, else `query`) or given twice; on a
+/// parameter whose value contains U+0000.
+pub fn query_params(
+    req: &HttpRequest,
+    allowed: &[&str],
+) -> Result<std::collections::HashMap<String, String>, ApiError> {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .map_err(|_| ApiError::invalid("query", "is not a valid query string"))?
+        .into_inner();
+    let mut params = std::collections::HashMap::new();
+    for (name, value) in pairs {
+        if !allowed.contains(&name.as_str()) {
+            let field: String = if name.chars().any(char::is_control) {
+                "query".to_owned()
+            } else {
+                name.chars().take(64).collect()
+            };
+            return Err(ApiError::invalid(
+                field,
+                format!("is not a parameter of this endpoint; allowed: {}", allowed.join(", ")),
+            ));
+        }
+        if params.contains_key(&name) {
+            return Err(ApiError::invalid(name, "is given more than once"));
+        }
+        aigw_domain::validation::refuse_nul(&name, &value)?;
+        params.insert(name, value);
+    }
+    Ok(params)
 }
 
 /// An extractor whose failure is handed to the handler instead of answering at once.
@@ -450,133 +430,4 @@ fn refusal_labels(
         "invalid"
     };
     (credential, outcome)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde::Deserialize;
-
-    #[derive(Debug, Deserialize)]
-    #[allow(dead_code)]
-    struct Body {
-        email: String,
-        password: String,
-        permissions: Option<Vec<String>>,
-    }
-
-    fn field_of(json: &str) -> (String, String) {
-        match parse_json::<Body>(json.as_bytes()) {
-            Ok(_) => (String::new(), String::new()),
-            Err(e) => (e.field, e.issue),
-        }
-    }
-
-    mod properties {
-        use super::super::parse_json;
-        use crate::dto::{CreateApiKeyRequest, LoginRequest, LogoutRequest, RegisterRequest};
-        use proptest::prelude::*;
-
-        fn json_value() -> impl Strategy<Value = serde_json::Value> {
-            let leaf = prop_oneof![
-                Just(serde_json::Value::Null),
-                any::<bool>().prop_map(serde_json::Value::from),
-                any::<i64>().prop_map(serde_json::Value::from),
-                any::<f64>().prop_map(serde_json::Value::from),
-                "\\PC{0,20}".prop_map(serde_json::Value::from),
-            ];
-            leaf.prop_recursive(3, 24, 6, |inner| {
-                prop_oneof![
-                    prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
-                    prop::collection::btree_map(
-                        prop_oneof![
-                            Just("email".to_owned()),
-                            Just("password".to_owned()),
-                            Just("name".to_owned()),
-                            Just("permissions".to_owned()),
-                            Just("expires_at".to_owned()),
-                            Just("scope".to_owned()),
-                            "[a-z_]{1,10}",
-                        ],
-                        inner,
-                        0..6
-                    )
-                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
-                ]
-            })
-        }
-
-        proptest! {
-            #[test]
-            fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-                let _ = parse_json::<RegisterRequest>(&bytes);
-                let _ = parse_json::<LoginRequest>(&bytes);
-                let _ = parse_json::<CreateApiKeyRequest>(&bytes);
-                let _ = parse_json::<LogoutRequest>(&bytes);
-                let _ = aigw_service::gateway::validate_chat_request(&bytes);
-            }
-
-            #[test]
-            fn arbitrary_json_never_panics_or_echoes_the_password(
-                value in json_value(),
-                secret in "[A-Za-z0-9]{12,24}",
-            ) {
-                let mut value = value;
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("password".to_owned(), serde_json::Value::from(secret.clone()));
-                }
-                let bytes = serde_json::to_vec(&value).unwrap_or_default();
-                for err in [
-                    parse_json::<RegisterRequest>(&bytes).err(),
-                    parse_json::<LoginRequest>(&bytes).err(),
-                ]
-                .into_iter()
-                .flatten()
-                {
-                    prop_assert!(!err.issue.contains(&secret) && !err.field.contains(&secret));
-                }
-                let _ = aigw_service::gateway::validate_chat_request(&bytes);
-            }
-        }
-    }
-
-    /// Found while writing the no-echo property of `fuzz/fuzz_targets/json_bodies.rs`: a string
-    /// that looks like the tail of a serde message (", expected X at line") put X into the issue.
-    #[test]
-    fn string_values_shaped_like_serde_messages_are_not_echoed() {
-        use crate::dto::{CreateApiKeyRequest, LogoutRequest};
-        fn error_of<T: DeserializeOwned>(json: &str) -> (String, String) {
-            match parse_json::<T>(json.as_bytes()) {
-                Ok(_) => (String::new(), String::new()),
-                Err(e) => (e.field, e.issue),
-            }
-        }
-        let (field, issue) = error_of::<CreateApiKeyRequest>(
-            r#"{"name":"ci","permissions":"pw, expected TOPSECRETVALUE at line 1"}"#,
-        );
-        assert_eq!((field.as_str(), issue.as_str()), ("permissions", "must be a sequence"));
-        for body in [
-            r#"{"scope":"x, expected TOPSECRETVALUE at line "}"#,
-            r#"{"scope":"x`, expected TOPSECRETVALUE"}"#,
-        ] {
-            let (field, issue) = error_of::<LogoutRequest>(body);
-            assert_eq!(field, "scope");
-            assert!(issue.starts_with("must be one of") && !issue.contains("TOPSECRET"), "{issue}");
-        }
-    }
-
-    #[test]
-    fn names_fields_without_echoing_input() {
-        assert_eq!(field_of(r#"{"email": "a"}"#).0, "password");
-        let (field, issue) = field_of(r#"{"email": "a", "password": 12345}"#);
-        assert_eq!(field, "password");
-        assert!(!issue.contains("12345"), "{issue}");
-        let (field, issue) = field_of(r#"{"email": "a", "password": ["secret-pw"]}"#);
-        assert_eq!(field, "password");
-        assert!(!issue.contains("secret-pw"), "{issue}");
-        let (field, _) = field_of(r#"{"email": "a", "password": "p", "permissions": ["read", 5]}"#);
-        assert_eq!(field, "permissions[1]");
-        assert_eq!(field_of(r#"{"email": "#).0, "body");
-        assert_eq!(field_of(r#""just a string""#), ("body".into(), "must be a JSON object".into()));
-    }
 }

@@ -15,6 +15,7 @@ pub mod dto_usage;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod json_body;
 pub mod log_format;
 pub mod log_writer;
 pub mod observe;

@@ -42,7 +42,7 @@ use utoipa::{Modify, OpenApi};
         crate::dto_account::AuditListData, crate::dto_admin::CreateInvitationRequest,
         crate::dto_admin::InvitationData
     )),
-    modifiers(&SecuritySchemes, &AtLeastOneField),
+    modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(
         (name = "auth", description = "Register, log in, refresh, log out"),
         (name = "api-keys", description = "Long-lived API keys"),
@@ -90,6 +90,158 @@ impl Modify for AtLeastOneField {
             schemas.and_then(|s| s.get_mut("UpdateUserRequest"))
         {
             object.min_properties = Some(1);
+        }
+    }
+}
+
+/// What every free-text string a request carries says about U+0000.
+const NO_NUL: &str = "Must not contain NUL (U+0000).";
+
+/// The `pattern` of every free-text string a request carries: anything but U+0000 (ECMA-262
+/// and Python regular expressions both read `\u0000`).
+const NO_NUL_PATTERN: &str = "^[^\\u0000]*$";
+
+/// States the NUL rule on every free-text string of a request, as [`NO_NUL`] in its
+/// description and [`NO_NUL_PATTERN`] as its `pattern` (where it has none): the string path
+/// and query parameters (header values cannot carry NUL at all), and the string fields, array
+/// items, map keys and map values of every request body that aigw parses itself, i.e. all but
+/// the chat completion, which is forwarded (`crate::extract` refuses NUL in all of them with
+/// 400 naming the field).
+#[derive(Debug)]
+struct NoNul;
+
+impl NoNul {
+    /// Whether `schema` is a free-text string (a string type without `enum`).
+    fn is_text(schema: &utoipa::openapi::RefOr<utoipa::openapi::Schema>) -> bool {
+        use utoipa::openapi::schema::{SchemaType, Type};
+        use utoipa::openapi::{RefOr, Schema};
+        match schema {
+            RefOr::T(Schema::Object(object)) => {
+                let string = match &object.schema_type {
+                    SchemaType::Type(t) => *t == Type::String,
+                    SchemaType::Array(types) => types.contains(&Type::String),
+                    SchemaType::AnyValue => false,
+                };
+                string && object.enum_values.is_none()
+            }
+            _ => false,
+        }
+    }
+
+    /// Appends [`NO_NUL`] to `description` (once, as a sentence of its own).
+    fn note(description: &mut Option<String>) {
+        let text = description.get_or_insert_with(String::new);
+        if !text.contains(NO_NUL) {
+            let trimmed = text.trim_end().len();
+            text.truncate(trimmed);
+            if !text.is_empty() {
+                text.push_str(if text.ends_with('.') { " " } else { ". " });
+            }
+            text.push_str(NO_NUL);
+        }
+    }
+
+    /// Gives the free-text string `schema` [`NO_NUL_PATTERN`] (unless it has a pattern) and,
+    /// when `describe`, [`NO_NUL`].
+    fn restrict(schema: &mut utoipa::openapi::RefOr<utoipa::openapi::Schema>, describe: bool) {
+        use utoipa::openapi::{RefOr, Schema};
+        if let RefOr::T(Schema::Object(object)) = schema {
+            if object.pattern.is_none() {
+                object.pattern = Some(NO_NUL_PATTERN.to_owned());
+            }
+            if describe {
+                Self::note(&mut object.description);
+            }
+        }
+    }
+
+    /// States the rule on every free-text string of `schema`: itself, its properties, its map
+    /// keys and values and its array items (described on the map or the array itself).
+    fn walk(schema: &mut utoipa::openapi::RefOr<utoipa::openapi::Schema>) {
+        use utoipa::openapi::schema::{AdditionalProperties, ArrayItems, ObjectBuilder, Type};
+        use utoipa::openapi::{RefOr, Schema};
+        if Self::is_text(schema) {
+            Self::restrict(schema, true);
+            return;
+        }
+        match schema {
+            RefOr::T(Schema::Object(object)) => {
+                if let Some(AdditionalProperties::RefOr(values)) =
+                    object.additional_properties.as_deref_mut()
+                {
+                    if Self::is_text(values) {
+                        Self::restrict(values, false);
+                        let keys = ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .pattern(Some(NO_NUL_PATTERN));
+                        object.property_names = Some(Box::new(Schema::Object(keys.build())));
+                        Self::note(&mut object.description);
+                    }
+                }
+                for property in object.properties.values_mut() {
+                    Self::walk(property);
+                }
+            }
+            RefOr::T(Schema::Array(array)) => {
+                if let ArrayItems::RefOrSchema(items) = &mut array.items {
+                    if Self::is_text(items) {
+                        Self::restrict(items, false);
+                        Self::note(&mut array.description);
+                    } else {
+                        Self::walk(items);
+                    }
+                }
+            }
+            RefOr::T(Schema::OneOf(one_of)) => one_of.items.iter_mut().for_each(Self::walk),
+            _ => {}
+        }
+    }
+}
+
+impl Modify for NoNul {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::RefOr;
+        let mut bodies = std::collections::BTreeSet::new();
+        for item in openapi.paths.paths.values_mut() {
+            let operations =
+                [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                for parameter in operation.parameters.iter_mut().flatten() {
+                    // Header values cannot carry NUL at all (HTTP refuses it before aigw).
+                    let in_url =
+                        matches!(parameter.parameter_in, ParameterIn::Path | ParameterIn::Query);
+                    if let Some(schema) =
+                        parameter.schema.as_mut().filter(|s| in_url && Self::is_text(s))
+                    {
+                        Self::restrict(schema, false);
+                        Self::note(&mut parameter.description);
+                    }
+                }
+                let contents = operation.request_body.iter().flat_map(|b| b.content.values());
+                for schema in contents.filter_map(|content| content.schema.as_ref()) {
+                    let mut refs = vec![schema];
+                    if let RefOr::T(utoipa::openapi::Schema::OneOf(one_of)) = schema {
+                        refs.extend(one_of.items.iter());
+                    }
+                    for found in refs {
+                        if let RefOr::Ref(reference) = found {
+                            let name = reference.ref_location.rsplit('/').next().unwrap_or("");
+                            if name != "ChatCompletionRequest" {
+                                bodies.insert(name.to_owned());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        for name in bodies {
+            if let Some(schema) = components.schemas.get_mut(&name) {
+                Self::walk(schema);
+            }
         }
     }
 }

@@ -50,8 +50,9 @@ impl std::fmt::Debug for Application {
     }
 }
 
-/// Opens the pool for `settings.database` and applies pending migrations (on a blocking
-/// thread). Returns the pool.
+/// Opens the pool for `settings.database`, applies pending migrations and fills the e-mail
+/// skeletons of accounts written before they existed (on a blocking thread; a colliding
+/// account is logged at warn). Returns the pool.
 ///
 /// # Errors
 /// When the URL is not understood, the database is unreachable or a migration fails.
@@ -64,9 +65,11 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     };
     let pool = Pool::new(&url, &options)?;
     let migrating = pool.clone();
-    let applied = tokio::task::spawn_blocking(move || {
+    let (applied, backfill) = tokio::task::spawn_blocking(move || {
         let mut conn = migrating.get()?;
-        migrations::run_pending(&mut conn)
+        let applied = migrations::run_pending(&mut conn)?;
+        let backfill = aigw_persistence::users::backfill_email_skeletons(&mut conn)?;
+        Ok::<_, aigw_persistence::PersistenceError>((applied, backfill))
     })
     .await
     .context("migration task failed")?
@@ -75,6 +78,16 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
         tracing::info!(database = ?url, "database schema up to date");
     } else {
         tracing::info!(database = ?url, ?applied, "applied migrations");
+    }
+    if backfill.filled > 0 {
+        tracing::info!(users = backfill.filled, "e-mail skeletons filled for existing accounts");
+    }
+    for user_id in &backfill.colliding {
+        tracing::warn!(
+            user_id = %user_id,
+            "this account's e-mail address looks like an earlier account's (same UTS #39 \
+             skeleton): it keeps working, without a skeleton"
+        );
     }
     Ok(pool)
 }

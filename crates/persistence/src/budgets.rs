@@ -37,7 +37,9 @@ pub fn reserve(
     limit: i64,
 ) -> Result<Reserved, PersistenceError> {
     let filter = b::table.filter(b::api_key_id.eq(key_id)).filter(b::period.eq(period));
-    let changed = diesel::update(filter.filter(b::committed_micros.le(limit - cost)))
+    // Saturating: a worst case near `i64::MAX` (an enormous `max_tokens`) must be refused
+    // here, not overflow; the update then never adds past `limit`.
+    let changed = diesel::update(filter.filter(b::committed_micros.le(limit.saturating_sub(cost))))
         .set(b::committed_micros.eq(b::committed_micros + cost))
         .execute(conn)?;
     let committed: Option<i64> = filter.select(b::committed_micros).first(conn).optional()?;

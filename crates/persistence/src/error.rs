@@ -26,6 +26,12 @@
 //! cancel), 55P03 (lock timeout), 40P01 (deadlock), class 53 (disk full, out of memory,
 //! too many connections), 57P0x (shutdown). They are therefore answered 503 with
 //! `Retry-After` and logged in full at error level, so that a genuine bug still shows.
+//!
+//! PostgreSQL's data exceptions (class 22: a `text` value with U+0000, a number or timestamp
+//! out of its column's range) fall in that unnamed set too, so the layers above must never
+//! pass such a value: `aigw-http` refuses NUL in every string of a request and checks every
+//! client number and time against a documented range first (400 naming the field). One
+//! logged here is a bug in that validation, never the client's fault to retry.
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 

@@ -33,7 +33,8 @@ fn role_from_storage(stored: &str) -> Role {
 pub struct UserRow {
     /// UUIDv7 string.
     pub id: String,
-    /// Normalised (lower-cased) e-mail address, unique.
+    /// Normalised e-mail address (`aigw_domain::normalize_email`), unique; its UTS #39
+    /// skeleton is stored beside it (unique too) when the row is inserted.
     pub email: String,
     /// Display name.
     pub name: String,
@@ -202,6 +203,7 @@ pub(crate) struct UserRecord {
     created_at: NaiveDateTime,
     updated_at: NaiveDateTime,
     disabled_at: Option<NaiveDateTime>,
+    email_skeleton: Option<String>,
 }
 
 impl From<UserRecord> for UserRow {
@@ -230,6 +232,9 @@ impl From<&UserRow> for UserRecord {
             created_at: from_utc(r.created_at),
             updated_at: from_utc(r.updated_at),
             disabled_at: r.disabled_at.map(from_utc),
+            // Derived here, at the one place a user row is written whole, so it always
+            // matches the address.
+            email_skeleton: Some(aigw_domain::email_skeleton(&r.email)),
         }
     }
 }

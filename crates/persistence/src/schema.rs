@@ -4,7 +4,9 @@
 #![allow(missing_docs)]
 
 diesel::table! {
-    /// Accounts. `email` is unique and stored lower-cased.
+    /// Accounts. `email` is unique and stored normalised (NFKC, lower case);
+    /// `email_skeleton`, its UTS #39 skeleton, is unique too (NULL only for an older row whose
+    /// skeleton an earlier row has).
     users (id) {
         id -> Text,
         email -> Text,
@@ -14,6 +16,7 @@ diesel::table! {
         created_at -> Timestamp,
         updated_at -> Timestamp,
         disabled_at -> Nullable<Timestamp>,
+        email_skeleton -> Nullable<Text>,
     }
 }
 

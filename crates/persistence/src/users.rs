@@ -170,3 +170,48 @@ pub fn update_name(
         .execute(conn)?;
     Ok(())
 }
+
+/// What [`backfill_email_skeletons`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SkeletonBackfill {
+    /// Rows that got their skeleton (and their address's normalised form, when it differed).
+    pub filled: usize,
+    /// Ids of the rows left without one, oldest first: their address (normalised) or its
+    /// skeleton is an earlier row's. They keep working as before; a look-alike of them cannot
+    /// register.
+    pub colliding: Vec<String>,
+}
+
+/// Fills `email_skeleton` of the rows written before it existed, oldest first (ids are
+/// UUIDv7), one statement per row and outside any transaction, so that a collision only
+/// leaves that row as it was: its e-mail is rewritten to the normalised form
+/// (`aigw_domain::normalize_email`) and its skeleton set, unless another row already has
+/// either (then both stay and the id is reported). Rows that have a skeleton are not read.
+/// Safe to run on several nodes at once: a row is only written while its skeleton is NULL.
+///
+/// # Errors
+/// On database failure other than the collision.
+pub fn backfill_email_skeletons(
+    conn: &mut DbConnection,
+) -> Result<SkeletonBackfill, PersistenceError> {
+    let pending: Vec<(String, String)> = users::table
+        .filter(users::email_skeleton.is_null())
+        .select((users::id, users::email))
+        .order(users::id.asc())
+        .load(conn)?;
+    let mut report = SkeletonBackfill::default();
+    for (id, email) in pending {
+        let normalized = aigw_domain::normalize_email(&email);
+        let skeleton = aigw_domain::email_skeleton(&normalized);
+        let written =
+            diesel::update(users::table.find(&id).filter(users::email_skeleton.is_null()))
+                .set((users::email.eq(&normalized), users::email_skeleton.eq(&skeleton)))
+                .execute(conn);
+        match written.map_err(PersistenceError::from) {
+            Ok(_) => report.filled += 1,
+            Err(PersistenceError::Conflict) => report.colliding.push(id),
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(report)
+}

@@ -154,7 +154,9 @@ impl AuthService {
         client: &ClientInfo,
     ) -> Result<TokenSet, ServiceError> {
         self.password_policy.check_length_bound(&password)?;
-        let email = email.trim().to_lowercase();
+        // The address exactly as registration stores it (NFKC, lower case): a look-alike of
+        // another account's address is another address, and finds nothing.
+        let email = aigw_domain::normalize_email(email);
         let wanted = email.clone();
         let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());

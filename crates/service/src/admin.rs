@@ -173,7 +173,7 @@ impl AuthService {
         page: &PageRequest,
     ) -> Result<Page<UserView>, ServiceError> {
         let Paging { limit, before } = page.parse()?;
-        let prefix = email_prefix.map(|p| p.trim().to_lowercase());
+        let prefix = email_prefix.map(|p| aigw_domain::normalize_email(&p));
         let rows = self
             .db
             .run(move |conn| {

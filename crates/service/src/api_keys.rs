@@ -395,7 +395,8 @@ impl AuthService {
     }
 }
 
-/// Parses `expires_at` as RFC 3339 and requires it to be after `now`.
+/// Parses `expires_at` as RFC 3339 and requires it to be after `now` and no later than the end
+/// of year 9999 UTC ([`aigw_domain::time::LATEST_MICROS`]).
 pub(crate) fn parse_future_timestamp(
     raw: &str,
     now: DateTime<Utc>,
@@ -411,6 +412,9 @@ pub(crate) fn parse_future_timestamp(
     let t = aigw_domain::time::truncate_to_micros(t);
     if t <= now {
         return Err(FieldError::new("expires_at", "must be in the future"));
+    }
+    if !aigw_domain::time::within_latest(t) {
+        return Err(FieldError::new("expires_at", "must be no later than 9999-12-31T23:59:59Z"));
     }
     Ok(t)
 }

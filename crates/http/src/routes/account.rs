@@ -3,14 +3,13 @@
 //! access token only.
 
 use super::auth::failures_counted;
-use super::usage::query_params;
 use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, MeData, ServerErrors, TokenSetDto};
 use crate::dto_account::{
     AuditListData, ChangePasswordRequest, EndedSessionData, SessionDto, SessionListData,
     UpdateMeRequest,
 };
 use crate::error::ApiError;
-use crate::extract::{After, Authorized, JsonBody};
+use crate::extract::{query_params, After, Authorized, JsonBody, PathId};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
@@ -40,6 +39,7 @@ pub async fn list_sessions(
     security(("access_token" = [])),
     responses(
         (status = 200, body = Envelope<EndedSessionData>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         (status = 404, description = "No live session of the caller with this id", body = ErrorEnvelope),
@@ -47,9 +47,9 @@ pub async fn list_sessions(
 pub async fn end_session(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    id: web::Path<String>,
+    id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = id.into_inner();
+    let PathId(id) = id.into_inner()?;
     state.auth.end_session(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(EndedSessionData { id, revoked: true })))
 }
@@ -81,7 +81,7 @@ pub async fn update_me(
     security(("access_token" = [])),
     responses(
         (status = 200, body = Envelope<TokenSetDto>),
-        (status = 400, description = "new_password breaks the policy", body = ErrorEnvelope),
+        (status = 400, description = "new_password breaks the policy, or a field contains NUL", body = ErrorEnvelope),
         BodyErrors,
         (status = 401, description = "Wrong current password (the answer of a failed login)", body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
@@ -109,7 +109,7 @@ pub async fn change_password(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<AuditListData>),
-        (status = 400, description = "Unknown action, bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 400, description = "Unknown action, bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]

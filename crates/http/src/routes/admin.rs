@@ -1,7 +1,6 @@
 //! `/api/v1/admin/…` (issue 11): every user and every API key, for administrators (role
 //! `admin` with an access token, or an API key with `admin` whose owner is an admin).
 
-use super::usage::query_params;
 use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
 use crate::dto_account::AuditListData;
 use crate::dto_admin::{
@@ -9,7 +8,7 @@ use crate::dto_admin::{
     UpdateUserRequest, UserListData,
 };
 use crate::error::ApiError;
-use crate::extract::{AdminCaller, After, JsonBody};
+use crate::extract::{query_params, AdminCaller, After, JsonBody, PathId};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_service::{PageRequest, UserUpdate};
@@ -24,12 +23,12 @@ fn page_request(params: &mut HashMap<String, String>) -> PageRequest {
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Users per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-        ("email" = Option<String>, Query, description = "Only users whose e-mail starts with this (case-insensitive)"),
+        ("email" = Option<String>, Query, description = "Only users whose e-mail starts with this (normalised as addresses are: NFKC, lower case)"),
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<UserListData>),
-        (status = 400, description = "Bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
@@ -50,6 +49,7 @@ pub async fn list_users(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<AdminUserDto>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         (status = 404, description = "No such user", body = ErrorEnvelope),
@@ -57,8 +57,9 @@ pub async fn list_users(
 pub async fn get_user(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
-    id: web::Path<String>,
+    id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
     let user = state.auth.admin_get_user(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }
@@ -72,7 +73,7 @@ pub async fn get_user(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, description = "The user as changed", body = Envelope<AdminUserDto>),
-        (status = 400, description = "Bad field, no field, or an admin demoting or disabling themselves", body = ErrorEnvelope),
+        (status = 400, description = "Bad field or id, no field, or an admin demoting or disabling themselves", body = ErrorEnvelope),
         BodyErrors,
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
@@ -81,9 +82,10 @@ pub async fn get_user(
 pub async fn update_user(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
-    id: web::Path<String>,
+    id: After<PathId>,
     body: After<JsonBody<UpdateUserRequest>>,
 ) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
     let update = UserUpdate { role: body.role.map(Into::into), disabled: body.disabled };
     let user = state.auth.admin_update_user(&admin, &id, update).await?;
@@ -100,7 +102,7 @@ pub async fn update_user(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<AdminApiKeyListData>),
-        (status = 400, description = "Bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
@@ -121,6 +123,7 @@ pub async fn list_api_keys(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, description = "The key, with revoked_at set", body = Envelope<AdminApiKeyDto>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         (status = 404, description = "No such key", body = ErrorEnvelope),
@@ -128,8 +131,9 @@ pub async fn list_api_keys(
 pub async fn revoke_api_key(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
-    id: web::Path<String>,
+    id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
     let key = state.auth.admin_revoke_api_key(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyDto::from(key))))
 }
@@ -145,7 +149,7 @@ pub async fn revoke_api_key(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<AuditListData>),
-        (status = 400, description = "Unknown action, bad limit or cursor, or an unknown parameter", body = ErrorEnvelope),
+        (status = 400, description = "Unknown action, bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]

@@ -5,7 +5,7 @@ use crate::dto::{
     Envelope, ErrorEnvelope, RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
 };
 use crate::error::ApiError;
-use crate::extract::{parse_json, After, Authorized, JsonBody, OptionalJsonBody, RawJson};
+use crate::extract::{parse_json, After, Authorized, JsonBody, OptionalJsonBody, PathId, RawJson};
 use crate::idempotency;
 use crate::startup::AppState;
 use actix_web::http::StatusCode;
@@ -94,7 +94,7 @@ async fn key_object(
     security(("access_token" = [])),
     responses(
         (status = 200, description = "The key as it now is", body = Envelope<ApiKeyDto>),
-        (status = 400, description = "An invalid or unknown field (named in details.field)", body = ErrorEnvelope),
+        (status = 400, description = "An invalid or unknown field (named in details.field), or an id that contains NUL", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         BodyErrors,
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
@@ -103,9 +103,10 @@ async fn key_object(
 pub async fn update(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
-    id: web::Path<String>,
+    id: After<PathId>,
     body: After<JsonBody<UpdateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
     let key = state.auth.update_api_key(&caller, &id, body.into()).await?;
     let key = key_object(&state, caller.user_id(), key).await?;
@@ -122,7 +123,7 @@ pub async fn update(
     security(("access_token" = [])),
     responses(
         (status = 200, description = "The key with its new secret", body = Envelope<CreatedApiKeyDto>),
-        (status = 400, description = "grace_period_secs out of range, an unknown field, or the key is revoked", body = ErrorEnvelope),
+        (status = 400, description = "grace_period_secs out of range, an unknown field, an id that contains NUL, or the key is revoked", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         BodyErrors,
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
@@ -131,9 +132,10 @@ pub async fn update(
 pub async fn rotate(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
-    id: web::Path<String>,
+    id: After<PathId>,
     body: After<OptionalJsonBody<RotateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
     let OptionalJsonBody(body) = body.into_inner()?;
     let rotated = state.auth.rotate_api_key(&caller, &id, body.grace_period_secs).await?;
     let api_key = key_object(&state, caller.user_id(), rotated.view).await?;
@@ -147,14 +149,16 @@ pub async fn rotate(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, description = "The key, with revoked_at set", body = Envelope<ApiKeyDto>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
         ServerErrors))]
 pub async fn revoke(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
-    id: web::Path<String>,
+    id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
     let key = state.auth.revoke_api_key(&caller, &id).await?;
     let key = key_object(&state, caller.user_id(), key).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(key)))
@@ -166,15 +170,16 @@ pub async fn revoke(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<DeletedData>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
         ServerErrors))]
 pub async fn delete(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
-    id: web::Path<String>,
+    id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = id.into_inner();
+    let PathId(id) = id.into_inner()?;
     state.auth.delete_api_key(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id, deleted: true })))
 }

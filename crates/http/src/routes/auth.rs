@@ -15,7 +15,7 @@ use aigw_service::{ClientInfo, LogoutScope, Policy, ServiceError};
 #[utoipa::path(post, path = "/api/v1/auth/register", tag = "auth", request_body = RegisterRequest,
     responses(
         (status = 201, description = "Account created", body = Envelope<RegisterData>),
-        (status = 400, description = "Invalid field, e-mail already registered, a domain that may not register, or a missing, used, expired or mismatched invitation", body = ErrorEnvelope),
+        (status = 400, description = "Invalid field, e-mail (or a look-alike of it) already registered, an e-mail mixing scripts, a domain that may not register, or a missing, used, expired or mismatched invitation", body = ErrorEnvelope),
         (status = 403, description = "auth.registration = closed (required: invitation, current: none)", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]

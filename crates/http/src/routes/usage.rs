@@ -3,37 +3,11 @@
 use crate::dto::{Envelope, ErrorEnvelope, ServerErrors};
 use crate::dto_usage::{UsageRequestsData, UsageSummaryData};
 use crate::error::ApiError;
-use crate::extract::Authorized;
+use crate::extract::{query_params, Authorized};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::usage::UsageQuery;
-use std::collections::HashMap;
-
-/// The query parameters of `req`, each at most once and each one of `allowed`.
-pub(crate) fn query_params(
-    req: &HttpRequest,
-    allowed: &[&str],
-) -> Result<HashMap<String, String>, ApiError> {
-    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
-        .map_err(|_| ApiError::invalid("query", "is not a valid query string"))?
-        .into_inner();
-    let mut params = HashMap::new();
-    for (name, value) in pairs {
-        if !allowed.contains(&name.as_str()) {
-            let field: String = name.chars().take(64).collect();
-            return Err(ApiError::invalid(
-                field,
-                format!("is not a parameter of this endpoint; allowed: {}", allowed.join(", ")),
-            ));
-        }
-        if params.contains_key(&name) {
-            return Err(ApiError::invalid(name, "is given more than once"));
-        }
-        params.insert(name, value);
-    }
-    Ok(params)
-}
 
 /// The caller's usage over a range of UTC days, grouped by day, model or API key (access
 /// token, or API key with `read`). Reads the daily rollups.
@@ -47,7 +21,7 @@ pub(crate) fn query_params(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<UsageSummaryData>),
-        (status = 400, description = "Bad date, range or group_by (details.field names it)", body = ErrorEnvelope),
+        (status = 400, description = "Bad date, range or group_by, an api_key_id that contains NUL, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
 pub async fn summary(
@@ -76,7 +50,7 @@ pub async fn summary(
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<UsageRequestsData>),
-        (status = 400, description = "Bad limit or cursor", body = ErrorEnvelope),
+        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
 pub async fn requests(

@@ -126,10 +126,11 @@ impl LimitKey {
         Self::digest(&[b"ip", &Self::ip_bytes(ip)])
     }
 
-    /// Key of a login attempt: client address and e-mail, trimmed and lower-cased as the
-    /// login itself does, so `A@x.io` and ` a@x.io` count together.
+    /// Key of a login attempt: client address and e-mail, normalised as the login itself
+    /// does (`aigw_domain::normalize_email`), so `A@x.io`, ` a@x.io` and `ａ@x.io` count
+    /// together.
     pub fn login(ip: IpAddr, email: &str) -> Self {
-        let email = email.trim().to_lowercase();
+        let email = aigw_domain::normalize_email(email);
         Self::digest(&[b"login", &Self::ip_bytes(ip), email.as_bytes()])
     }
 

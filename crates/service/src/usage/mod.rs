@@ -406,6 +406,11 @@ fn decode_cursor(raw: &str) -> Result<(chrono::NaiveDateTime, String), FieldErro
     let text = URL_SAFE_NO_PAD.decode(raw.trim()).ok().and_then(|b| String::from_utf8(b).ok());
     let (micros, id) = text.as_deref().and_then(|t| t.split_once(':')).ok_or_else(bad)?;
     let micros: i64 = micros.parse().map_err(|_| bad())?;
+    // A record's time: from the epoch to the end of year 9999 (outside, PostgreSQL's
+    // `timestamp` cannot even compare with it).
+    if !(0..=aigw_domain::time::LATEST_MICROS).contains(&micros) {
+        return Err(bad());
+    }
     let at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
     if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     {
@@ -439,6 +444,15 @@ mod tests {
         };
         let cursor = encode_cursor(&row);
         assert_eq!(decode_cursor(&cursor).ok(), Some((row.started_at, row.request_id.clone())));
+        let out_of_range = [
+            URL_SAFE_NO_PAD.encode(format!("{}:a", i64::MIN)),
+            URL_SAFE_NO_PAD.encode("-1:a"),
+            URL_SAFE_NO_PAD.encode(format!("{}:a", aigw_domain::time::LATEST_MICROS + 1)),
+            URL_SAFE_NO_PAD.encode(format!("{}:a", i64::MAX)),
+        ];
+        for bad in out_of_range.iter().map(String::as_str) {
+            assert_eq!(decode_cursor(bad).err().map(|e| e.field), Some("cursor".into()), "{bad}");
+        }
         for bad in ["", "!!", "bm9jb2xvbg", &URL_SAFE_NO_PAD.encode("12:a b")] {
             assert_eq!(decode_cursor(bad).err().map(|e| e.field), Some("cursor".into()), "{bad}");
         }
