@@ -135,11 +135,10 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         .and_then(|raw| serde_json::from_str::<Fields<'_>>(raw.get()).ok())
         .and_then(|options| options.include_usage)
         .is_some_and(|raw| raw.get() == "true");
-    let per_choice = match bounded_integer("max_completion_tokens", top.max_completion_tokens, 1)? {
-        Some(cap) => cap,
-        None => bounded_integer("max_tokens", top.max_tokens, 1)?
-            .unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP),
-    };
+    // Both are checked, whichever counts: a provider refuses either out of range.
+    let first = bounded_integer("max_completion_tokens", top.max_completion_tokens, 1)?;
+    let second = bounded_integer("max_tokens", top.max_tokens, 1)?;
+    let per_choice = first.or(second).unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP);
     let choices = bounded_integer("n", top.n, 1)?.unwrap_or(1);
     let predicted = top.prediction.filter(|raw| !is_null(raw)).map_or(0, |raw| raw.get().len());
     let completion_cap = per_choice
@@ -430,6 +429,7 @@ mod tests {
             (r#", "max_tokens": 0"#, "max_tokens"),
             (r#", "max_tokens": 1.5"#, "max_tokens"),
             (r#", "max_completion_tokens": 1048577"#, "max_completion_tokens"),
+            (r#", "max_completion_tokens": 9, "max_tokens": 0"#, "max_tokens"),
             (r#", "n": 0"#, "n"),
             (r#", "n": 129"#, "n"),
             (r#", "n": -1"#, "n"),

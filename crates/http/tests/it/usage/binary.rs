@@ -224,23 +224,24 @@ prices = {{ "up-slow" = {{ input_per_million = 1000.0, output_per_million = 2000
     let base = format!("http://127.0.0.1:{port}");
     wait_until_healthy(&client, &base).await;
     let (token, key) = register_with_key(&client, &base, "killed@example.com").await;
-    // Streams whose callers already have a 200 and the first piece of their answer.
-    let mut streams = Vec::new();
-    let mut ids = Vec::new();
-    for _ in 0..8 {
-        let mut response = client
+    // 40 streams (4 s each) whose callers already have a 200 and the first piece of their
+    // answer, opened at once.
+    let open = (0..40).map(|_| {
+        let request = client
             .post(format!("{base}/api/v1/ai/chat/completions"))
             .header("authorization", &key)
             .json(&json!({"model": "up-slow", "stream": true, "max_tokens": 100,
-                "messages": [{"role": "user", "content": "tell me a long story"}]}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        ids.push(response.headers()["x-request-id"].to_str().unwrap().to_owned());
-        assert!(response.chunk().await.unwrap().is_some(), "a first piece");
-        streams.push(response);
-    }
+                "messages": [{"role": "user", "content": "tell me a long story"}]}));
+        async move {
+            let mut response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+            assert!(response.chunk().await.unwrap().is_some(), "a first piece");
+            (id, response)
+        }
+    });
+    let (mut ids, streams): (Vec<String>, Vec<_>) =
+        futures_util::future::join_all(open).await.into_iter().unzip();
     // More than one flush interval: the calls in flight are in the database.
     tokio::time::sleep(Duration::from_millis(400)).await;
     child.kill().unwrap();
