@@ -7,7 +7,7 @@
 //! node's lease of the database's or Redis' counters ([`crate::key_leases`]).
 
 use crate::auth::Principal;
-use crate::budget::{worst_case_tokens, Budgets, Reservation, Tightener};
+use crate::budget::{worst_case_tokens, BudgetPlan, Budgets, Reservation, Tightener};
 use crate::error::ServiceError;
 use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
@@ -39,18 +39,38 @@ pub struct KeyLimits {
 }
 
 /// A running call admitted at an upper bound of its worst case, and what its exact worst case
-/// is computed from.
+/// is computed from (the model is read from the body then: nothing is copied per call).
 #[derive(Debug)]
 struct BoundCall {
     tightener: Tightener,
     body: Bytes,
-    model: String,
     image_prompt: u64,
     completion_cap: u64,
 }
 
+/// The `model` of a chat request body (validated before it was admitted).
+fn model_of(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Model {
+        model: String,
+    }
+    serde_json::from_slice::<Model>(body).map(|m| m.model).unwrap_or_default()
+}
+
 /// Bounded calls kept per key before the finished ones are dropped from the list.
 const BOUND_CALLS_KEPT: usize = 256;
+
+/// Calls of a budget at least this many times their upper bound are not noted for tightening:
+/// the bounds of the calls running at once near its end (the leases' and
+/// [`BOUND_HEADROOM`]'s, a few hundred bounds) are then a small part of it, and such a key
+/// (the usual large budget) pays nothing per call for the notes.
+const NOTED_BELOW_CALLS: i64 = 4096;
+
+/// Whether a call reserving `plan` is noted for [`KeyLimits::tighten`]: its key has a budget
+/// of fewer than [`NOTED_BELOW_CALLS`] such calls.
+fn worth_noting(plan: Option<&BudgetPlan>) -> bool {
+    plan.is_some_and(|p| p.limit / p.cost.max(1) < NOTED_BELOW_CALLS)
+}
 
 /// What an admitted call holds: where its key stands for the `x-ratelimit-*` headers (`None`:
 /// no rpm/tpm limit), and its reservations, settled when the call is recorded.
@@ -139,9 +159,10 @@ impl KeyLimits {
         let calls = self.bounded.remove(key_id).map(|(_, calls)| calls).unwrap_or_default();
         let mut given_back = 0_i64;
         for call in calls {
+            let model = model_of(&call.body);
             let exact =
-                worst_case_tokens(&call.model, &call.body, call.image_prompt, call.completion_cap);
-            let cost = self.budgets.cost_micros(&call.model, &exact);
+                worst_case_tokens(&model, &call.body, call.image_prompt, call.completion_cap);
+            let cost = self.budgets.cost_micros(&model, &exact);
             given_back = given_back.saturating_add(call.tightener.tighten_to(cost).await);
         }
         given_back > 0 || waited
@@ -152,7 +173,7 @@ impl KeyLimits {
         &self,
         principal: &Principal,
         admission: &Admission,
-        (model, body, image_prompt, completion_cap): (&str, &Bytes, u64, u64),
+        (body, image_prompt, completion_cap): (&Bytes, u64, u64),
     ) {
         let (Principal::ApiKey { key_id, .. }, Some(reservation)) =
             (principal, admission.reservation.as_ref())
@@ -162,17 +183,16 @@ impl KeyLimits {
         let Some(tightener) = reservation.tightener() else {
             return;
         };
-        let mut calls = self.bounded.entry(key_id.clone()).or_default();
+        let call = BoundCall { tightener, body: body.clone(), image_prompt, completion_cap };
+        // The key's list usually exists: no copy of its id per call.
+        let mut calls = match self.bounded.get_mut(key_id.as_str()) {
+            Some(calls) => calls,
+            None => self.bounded.entry(key_id.clone()).or_default(),
+        };
         if calls.len() >= BOUND_CALLS_KEPT {
             calls.retain(|call| call.tightener.is_running());
         }
-        calls.push(BoundCall {
-            tightener,
-            body: body.clone(),
-            model: model.to_owned(),
-            image_prompt,
-            completion_cap,
-        });
+        calls.push(call);
     }
 
     /// One admission (see [`Self::admit`]).
@@ -209,8 +229,10 @@ impl KeyLimits {
                 async move { limits.grant_lease(budget, rates, headroom).await }
             };
             if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
-                let noted = (model, body, image_prompt, bound.completion_tokens);
-                self.note_bounded(principal, &admission, noted);
+                if worth_noting(budget.as_ref()) {
+                    let noted = (body, image_prompt, bound.completion_tokens);
+                    self.note_bounded(principal, &admission, noted);
+                }
                 return Ok(admission);
             }
         }
@@ -237,8 +259,8 @@ impl KeyLimits {
                     Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
                         let admission =
                             Admission { status, reservation: Some(reservation), tokens: None };
-                        if headroom > 0 {
-                            let noted = (model, body, image_prompt, bound.completion_tokens);
+                        if headroom > 0 && worth_noting(budget.as_ref()) {
+                            let noted = (body, image_prompt, bound.completion_tokens);
                             self.note_bounded(principal, &admission, noted);
                         }
                         return Ok(admission);
@@ -260,8 +282,10 @@ impl KeyLimits {
         }
         if priced && self.redis.is_none() {
             if let Some(admission) = self.admit_bounded(principal, model, &bound).await? {
-                let noted = (model, body, image_prompt, bound.completion_tokens);
-                self.note_bounded(principal, &admission, noted);
+                if worth_noting(self.budgets.plan(principal, model, &bound).as_ref()) {
+                    let noted = (body, image_prompt, bound.completion_tokens);
+                    self.note_bounded(principal, &admission, noted);
+                }
                 return Ok(admission);
             }
         }
