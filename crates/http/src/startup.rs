@@ -326,10 +326,13 @@ impl Application {
                 .wrap(from_fn(telemetry::access_log))
         };
         // What `actix_web::HttpServer` builds, with the admission in front of actix-http's
-        // connection service: workers, the per-worker connection cap, SIGTERM/SIGINT with
-        // `shutdown_timeout_secs`, and the graceful-shutdown signal that closes idle
-        // keep-alive connections when shutdown begins.
+        // connection service: workers, the per-worker connection cap, `shutdown_timeout_secs`,
+        // and the graceful-shutdown signal that closes idle keep-alive connections when
+        // shutdown begins.
         let builder = actix_server::Server::build()
+            // SIGINT drains like SIGTERM (actix-server's own handler would stop at once):
+            // `Application::run_until_stopped` listens for both.
+            .disable_signals()
             .workers(workers)
             .max_concurrent_connections(per_worker)
             .shutdown_timeout(settings.server.shutdown_timeout_secs);
@@ -371,10 +374,10 @@ impl Application {
         self.port
     }
 
-    /// Serves until SIGTERM/SIGINT, then lets in-flight requests finish (up to
+    /// Serves until SIGTERM or SIGINT (Ctrl-C), then lets in-flight requests finish (up to
     /// `server.shutdown_timeout_secs`), writes the usage records still in memory (to the
     /// database, else to the spool file) and the `last_used_at` uses still in memory, and
-    /// returns.
+    /// returns. SIGQUIT stops at once, without waiting for requests in flight.
     ///
     /// # Errors
     /// An I/O error of the server.
@@ -383,7 +386,13 @@ impl Application {
             let handle = server.handle();
             (handle, tokio::spawn(server))
         });
+        let handle = self.server.handle();
+        let signals = tokio::spawn(async move {
+            let graceful = shutdown_signal().await;
+            handle.stop(graceful).await;
+        });
         let served = self.server.await;
+        signals.abort();
         if let Some((handle, task)) = metrics {
             handle.stop(true).await;
             let _ = task.await;
@@ -394,4 +403,25 @@ impl Application {
         self.audit_retention.abort();
         served
     }
+}
+
+/// Waits for a signal to stop: `true` (drain requests in flight) for SIGTERM and SIGINT,
+/// `false` (stop at once) for SIGQUIT. Without signal support it waits for ever.
+async fn shutdown_signal() -> bool {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::quit()),
+    ) else {
+        tracing::warn!("cannot listen for signals; stop the process with SIGKILL");
+        return std::future::pending().await;
+    };
+    let (graceful, name) = tokio::select! {
+        _ = term.recv() => (true, "SIGTERM"),
+        _ = int.recv() => (true, "SIGINT"),
+        _ = quit.recv() => (false, "SIGQUIT"),
+    };
+    tracing::info!(signal = name, graceful, "shutting down");
+    graceful
 }

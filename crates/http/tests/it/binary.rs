@@ -131,6 +131,18 @@ pub(crate) async fn register_with_key(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
+    drains_in_flight_requests_and_exits_zero("TERM").await;
+}
+
+/// Ctrl-C (SIGINT) drains as SIGTERM does: the request in flight gets its whole answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_drains_in_flight_requests_and_exits_zero() {
+    drains_in_flight_requests_and_exits_zero("INT").await;
+}
+
+/// Sends `signal` while a request waits on a slow upstream: the request is answered in full,
+/// then the process exits 0.
+async fn drains_in_flight_requests_and_exits_zero(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let (upstream, started) = slow_upstream(Duration::from_millis(1500)).await;
@@ -155,7 +167,11 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         }
     });
     started.await.unwrap();
-    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     assert!(status.success());
 
     let response = in_flight.await.unwrap().expect("in-flight request was dropped");
@@ -168,7 +184,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         if let Some(exit) = child.try_wait().unwrap() {
             break exit;
         }
-        assert!(Instant::now() < deadline, "aigw did not exit after SIGTERM");
+        assert!(Instant::now() < deadline, "aigw did not exit after SIG{signal}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
