@@ -156,14 +156,20 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _log = match telemetry::init(&settings.log, &settings.telemetry) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    // An operator command's result alone goes to stdout; its log lines to stderr.
+    let output = match command {
+        Command::Serve => telemetry::LogOutput::Stdout,
+        Command::Migrate | Command::Admin(_) => telemetry::LogOutput::Stderr,
+    };
+    let _log = match telemetry::init(&settings.log, &settings.telemetry, output) {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("aigw: telemetry.otlp_endpoint: {e:#}");
             return ExitCode::from(2);
         }
     };
-    let result = match cli.command.unwrap_or(Command::Serve) {
+    let result = match command {
         Command::Migrate => startup::migrate(&settings).await.map(|_| ()),
         Command::Admin(command) => admin(&settings, command).await,
         Command::Serve => match Application::build(settings).await {

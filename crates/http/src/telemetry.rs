@@ -22,7 +22,7 @@ use tracing_subscriber::EnvFilter;
 /// spans still queued are written when it is dropped, so hold it until the process ends.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    _writer: crate::log_writer::BatchWriterGuard<std::io::Stdout>,
+    _writer: crate::log_writer::BatchWriterGuard<Box<dyn std::io::Write + Send>>,
     traces: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
@@ -89,7 +89,17 @@ fn otlp_provider(
         .build())
 }
 
-/// Installs the global subscriber (`RUST_LOG` overrides `log.level`), writing to stdout from a
+/// Where log lines go: stdout for the server, stderr for the operator commands (whose result
+/// alone is on stdout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogOutput {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Installs the global subscriber (`RUST_LOG` overrides `log.level`), writing to `output` from a
 /// dedicated thread (`aigw-log`, [`crate::log_writer`]) every 10 ms, so a request never waits
 /// on the terminal or a pipe, nor wakes that thread. Up to 16 MiB of lines wait in memory;
 /// only a writer that far behind makes a logging thread wait (nothing is dropped). With
@@ -98,14 +108,24 @@ fn otlp_provider(
 ///
 /// # Errors
 /// When the OTLP exporter cannot be built (a malformed endpoint).
-pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Result<LogGuard> {
+pub fn init(
+    settings: &LogSettings,
+    telemetry: &TelemetrySettings,
+    output: LogOutput,
+) -> anyhow::Result<LogGuard> {
     use opentelemetry::trace::TracerProvider;
+    use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(settings.level.clone()));
+    // Colours only for a person at a terminal: never escape codes in a file or a pipe.
+    let (stream, ansi): (Box<dyn std::io::Write + Send>, bool) = match output {
+        LogOutput::Stdout => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
+        LogOutput::Stderr => (Box::new(std::io::stderr()), std::io::stderr().is_terminal()),
+    };
     let (writer, guard) = crate::log_writer::BatchWriter::start(
-        std::io::stdout(),
+        stream,
         crate::log_writer::Limits::default(),
         "aigw-log",
     )?;
@@ -119,9 +139,15 @@ pub fn init(settings: &LogSettings, telemetry: &TelemetrySettings) -> anyhow::Re
             ),
             None,
         ),
-        LogFormat::Text => {
-            (None, Some(tracing_subscriber::fmt::layer().with_target(false).with_writer(writer)))
-        }
+        LogFormat::Text => (
+            None,
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_target(false)
+                    .with_ansi(ansi)
+                    .with_writer(writer),
+            ),
+        ),
     };
     let traces = match &telemetry.otlp_endpoint {
         Some(endpoint) => Some(otlp_provider(endpoint, &telemetry.service_name)?),

@@ -293,6 +293,8 @@ async fn operator_commands_make_the_first_admin() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("data")).unwrap();
     let config = crate::binary::write_config(dir.path(), crate::binary::free_port(), 9);
+    // What the last command printed on stdout alone (its log lines go to stderr).
+    let last_stdout = std::sync::Mutex::new(String::new());
     let run = |args: &[&str], stdin: Option<&str>| {
         let mut child = Command::new(crate::binary::BIN)
             .arg("--config")
@@ -309,11 +311,9 @@ async fn operator_commands_make_the_first_admin() {
         }
         drop(input);
         let out = child.wait_with_output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        *last_stdout.lock().unwrap() = stdout.clone();
+        (out.status.success(), stdout + &String::from_utf8_lossy(&out.stderr))
     };
     let create = [
         "admin",
@@ -330,6 +330,12 @@ async fn operator_commands_make_the_first_admin() {
     assert!(ok, "{out}");
     assert!(out.contains("root@example.com") && out.contains("role=admin"), "{out}");
     assert!(!out.contains("correct horse"), "the password was echoed: {out}");
+    let stdout = last_stdout.lock().unwrap().clone();
+    assert!(
+        stdout.starts_with("created ") && stdout.lines().count() == 1,
+        "stdout holds the result alone: {stdout:?}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "no escape codes on a pipe: {stdout:?}");
     let (ok, out) = run(&create, Some("correct horse battery staple\n"));
     assert!(!ok && out.contains("email: is already registered"), "{out}");
     let weak =
