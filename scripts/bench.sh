@@ -27,7 +27,7 @@
 #   me/bare      GET /auth/me (access token) req/s ÷ bare handler req/s             target >= 0.50
 #   chat/hop     API-key chat via aigw req/s ÷ the same request via the nginx hop   target >= 0.50
 #   limited/hop  the same with a key that has a budget, an rpm_limit and a tpm_limit
-#                (issue 9: reservations and settlements on every call)              target >= 0.50
+#                (reservations and settlements on every call)                       target >= 0.50
 #   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
@@ -207,7 +207,7 @@ url = "$url"
 [auth]
 jwt_secret = "bench-secret-bench-secret-bench-secret-0123"
 [log]
-# As in production: one JSON access-log line per request (issue 12), metrics recorded.
+# As in production: one JSON access-log line per request, metrics recorded.
 level = "info"
 format = "json"
 [rate_limit]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage queries over a big ledger (issue 8: "usage queries stay under 50 ms with 1M records").
+# Usage queries over a big ledger (target: under 50 ms with 1M records).
 # A benchmark, not a test: it prints timings and the 50 ms target next to them.
 #
 #   scripts/bench_usage.sh [records (default 1000000)] [sqlite|postgres (default sqlite)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resident memory of aigw with every connection slot held by a stalled upload (issue 10):
+# Resident memory of aigw with every connection slot held by a stalled upload:
 # starts the binary with `server.max_connections = N`, opens N connections that each send a
 # request head and part of a body and then stall, and prints VmRSS/VmHWM while they are held,
 # whether one more client is served, and how many of the N were cut after

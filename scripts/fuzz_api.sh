@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Property-based fuzzing of the HTTP API from its own OpenAPI description (schemathesis), to
-# find 5xx answers, crashes and answers that break the documented schema (SECURITY.md 27).
+# find 5xx answers, crashes and answers that break the documented schema.
 #
 #   scripts/fuzz_api.sh [max-examples per operation (default 25)]
 #   AIGW_BIN=target/debug/aigw scripts/fuzz_api.sh   # use an already built binary

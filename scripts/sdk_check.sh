@@ -3,7 +3,7 @@
 # at aigw with an aigw API key, gets identical plain and streaming completions (with and
 # without stream_options.include_usage) from the built-in `echo` model and from a configured
 # upstream (docs/examples/fake_upstream.py), and a 404 for an unknown model; then the usage
-# ledger holds one record per completion (issue 8). Loopback only.
+# ledger holds one record per completion. Loopback only.
 #
 #   scripts/sdk_check.sh [path to the aigw binary (default target/debug/aigw)]
 #

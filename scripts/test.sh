@@ -114,7 +114,7 @@ elif ci; then
 else
   log "!!! python3 not found: the OpenAI SDK check was SKIPPED !!!"
 fi
-# schemathesis over the OpenAPI description against the same binary (SECURITY.md 27): every
+# schemathesis over the OpenAPI description against the same binary: every
 # check, every phase; skipped with a notice when PyPI is out of reach.
 if command -v python3 >/dev/null 2>&1; then
   AIGW_BIN=target/debug/aigw scripts/fuzz_api.sh

@@ -1,4 +1,4 @@
-//! Who may call what (DESIGN.md "Who may call what"), as one pure function.
+//! Who may call what, as one pure function.
 //!
 //! | operation | access token | API key |
 //! |---|---|---|
@@ -33,7 +33,7 @@ pub enum Operation {
     /// Revoke or delete one of the caller's API keys.
     ChangeApiKey,
     /// Change one of the caller's API keys (PATCH) or rotate its secret: like creating one,
-    /// only with an access token (issue 9: a key never changes a key).
+    /// only with an access token (a key never changes a key).
     UpdateApiKey,
     /// Call the AI gateway.
     ChatCompletion,
@@ -41,10 +41,10 @@ pub enum Operation {
     ReadUsage,
     /// End sessions of the caller (needs a session: an access token).
     Logout,
-    /// Change the caller's own account: name, password, end one of their sessions (issue 11:
+    /// Change the caller's own account: name, password, end one of their sessions (
     /// an API key may read the account, never change it).
     ManageAccount,
-    /// Act on every account: list and change users, any user's API keys (issue 11).
+    /// Act on every account: list and change users, any user's API keys.
     Administer,
 }
 

@@ -6,12 +6,12 @@
 //! ```
 //!
 //! - 32 characters drawn uniformly from base62 carry ~190 bits from the caller's CSPRNG
-//!   (at least 128 are required: SECURITY.md 19).
+//!   (at least 128 are required).
 //! - The checksum is CRC32 (IEEE) over everything before it (`aigw_` and the random part),
 //!   base62-encoded and left-padded with `0` to 6 characters. It lets a mistyped or forged key
 //!   be refused without a database lookup (GitHub's token format, 2021).
 //! - Only the SHA-256 digest ([`TokenDigest`]) is stored; `key_prefix`, the first 12
-//!   characters, is kept in clear so people can recognise a key (DESIGN.md "Credentials").
+//!   characters, is kept in clear so people can recognise a key.
 
 use crate::base62_random::{is_base62, random_base62};
 use crate::digest::TokenDigest;

@@ -1,4 +1,4 @@
-//! Kinds of credential change carried by the change feed (DESIGN.md "Beyond one node").
+//! Kinds of credential change carried by the change feed.
 //!
 //! Every write that other nodes must see (a session revoked, an API key revoked, deleted or
 //! changed, a user changed) appends one row `(id, kind, subject_id, created_at)` to the table

@@ -1,5 +1,4 @@
-//! Telling an `Authorization` header apart into an access token or an API key (seed §5,
-//! DESIGN.md "Credentials").
+//! Telling an `Authorization` header apart into an access token or an API key (seed §5).
 //!
 //! | header value | credential |
 //! |---|---|
@@ -83,7 +82,7 @@ impl PresentedCredential {
     ///
     /// # Errors
     /// [`CredentialError`] when nothing usable is there; API keys with a bad checksum are
-    /// refused here, before any database lookup (SECURITY.md 19).
+    /// refused here, before any database lookup.
     pub fn from_authorization(value: Option<&str>) -> Result<Self, CredentialError> {
         let value = value.ok_or(CredentialError::Missing)?.trim();
         if value.is_empty() {
@@ -173,7 +172,7 @@ mod tests {
     }
 }
 
-/// No `Debug` of a credential prints the secret (issue 10).
+/// No `Debug` of a credential prints the secret.
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod debug_redaction {

@@ -7,7 +7,7 @@ use std::fmt;
 ///
 /// Refresh tokens and API keys carry at least 128 random bits, so a fast unsalted hash is the
 /// right tool (a slow password hash would buy nothing and cost a lot on every request); a unique
-/// index on the digest finds the record. Source: DESIGN.md "Storage", ASVS 5.0 6.5.2.
+/// index on the digest finds the record. Source: ASVS 5.0 6.5.2.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct TokenDigest(String);
 

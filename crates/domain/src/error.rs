@@ -11,8 +11,7 @@
 //! | 429 | `rate_limit_exceeded` | `limit`, `remaining`, `reset` |
 //! | 500 | `internal_error` | `request_id`, `timestamp` |
 //!
-//! The others exist only where HTTP itself needs a status the seed does not list (DESIGN.md
-//! "Responses"); `docs/errors.md` is the one table of all of them.
+//! The others exist only where HTTP itself needs a status the seed does not list; `docs/errors.md` is the one table of all of them.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -61,7 +60,7 @@ pub enum ErrorCode {
     /// whose status varies. Details: `provider`, `upstream_status`, and the upstream's
     /// `type`, `code`, `param` when it gave them.
     UpstreamRejected,
-    /// 429: the API key's budget for the current period is spent (issue 9). Details:
+    /// 429: the API key's budget for the current period is spent. Details:
     /// `limit_usd`, `spent_usd`, and `reset` (Unix seconds of the period's end; absent for a
     /// `total` budget). Sent with `Retry-After`.
     BudgetExceeded,

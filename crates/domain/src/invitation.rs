@@ -1,4 +1,4 @@
-//! The invitation token format (issue 11, `auth.registration = "invite"`): `aigwi_` + 44
+//! The invitation token format (`auth.registration = "invite"`): `aigwi_` + 44
 //! random base62 characters (~262 bits). Shown once to the admin who creates it; only its
 //! SHA-256 digest is stored. The prefix differs from API keys (`aigw_`) and refresh tokens
 //! (`aigwr_`).

@@ -1,4 +1,4 @@
-//! What an API key may spend and call (issue 9): allowed models, a budget per UTC calendar
+//! What an API key may spend and call: allowed models, a budget per UTC calendar
 //! period, request and token rates, and free-form metadata. Validation and the period
 //! arithmetic only; enforcement lives in the service.
 //!

@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// One permission an API key can carry. The five values are the seed's (§2); `admin`
-/// includes every other one (DESIGN.md "Who may call what").
+/// includes every other one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Permission {

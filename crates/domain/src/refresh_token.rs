@@ -1,7 +1,7 @@
 //! The refresh token format: `aigwr_` + 44 random base62 characters (~262 bits).
 //!
 //! Refresh tokens are opaque (not JWTs), so they cannot be verified offline and always go
-//! through the database, where only their SHA-256 digest is kept (DESIGN.md "Credentials").
+//! through the database, where only their SHA-256 digest is kept.
 //! The `aigwr_` prefix differs from the API key prefix `aigw_` at its fifth character, so a
 //! refresh token can never be taken for an API key, nor either for a JWT (which has two dots).
 

@@ -1,4 +1,4 @@
-//! Timestamp rendering: RFC 3339 in UTC with a `Z` suffix (DESIGN.md "Storage").
+//! Timestamp rendering: RFC 3339 in UTC with a `Z` suffix.
 
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 

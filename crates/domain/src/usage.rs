@@ -1,5 +1,5 @@
 //! The usage ledger's pure rules: what one metered chat completion records, what it costs,
-//! and which UTC days a usage query covers (DESIGN.md "Usage and money", issue 8).
+//! and which UTC days a usage query covers.
 //!
 //! - Money is integer **micro-USD** (1 USD = 1,000,000 µUSD) in storage and arithmetic; JSON
 //!   shows USD as a number (`cost_usd`).

@@ -1,4 +1,4 @@
-//! Request and response bodies as they appear on the wire (DESIGN.md "Responses"), with
+//! Request and response bodies as they appear on the wire, with
 //! their OpenAPI schemas. Timestamps are RFC 3339 strings in UTC with `Z`.
 
 use aigw_domain::time::format_timestamp;
@@ -666,7 +666,7 @@ redacted_debug!(LogoutRequest { scope } secret { refresh_token });
 redacted_debug!(TokenSetDto { user, expires_at, expires_in, token_type } secret { token, refresh_token });
 redacted_debug!(CreatedApiKeyDto { api_key } secret { key });
 
-/// No `Debug` of a body holding a password, token or key prints it (issue 10).
+/// No `Debug` of a body holding a password, token or key prints it.
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod debug_redaction {

@@ -1,4 +1,4 @@
-//! Bodies of the self-service endpoints (issue 11: `/auth/sessions`, `PATCH /auth/me`,
+//! Bodies of the self-service endpoints (`/auth/sessions`, `PATCH /auth/me`,
 //! `POST /auth/password`) with their OpenAPI schemas.
 
 use aigw_domain::time::format_timestamp;
@@ -85,7 +85,7 @@ impl std::fmt::Debug for ChangePasswordRequest {
     }
 }
 
-/// An audit event (issue 11). Never carries a password, token or key.
+/// An audit event. Never carries a password, token or key.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AuditEventDto {
     /// UUIDv7.

@@ -1,4 +1,4 @@
-//! Bodies of the administration API (`/api/v1/admin/…`, issue 11) with their OpenAPI schemas.
+//! Bodies of the administration API (`/api/v1/admin/…`) with their OpenAPI schemas.
 
 use aigw_domain::time::format_timestamp;
 use aigw_domain::Role;

@@ -1,4 +1,4 @@
-//! The operator commands `aigw admin create-user` and `aigw admin set-role` (issue 11): they
+//! The operator commands `aigw admin create-user` and `aigw admin set-role`: they
 //! work on the configured database without a running server, and are how the first admin is
 //! made. Running nodes see a role change through the change feed.
 

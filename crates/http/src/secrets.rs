@@ -7,7 +7,7 @@
 //!    else the first listed); every key verifies.
 //! 3. Neither, in `development` only: `<data_dir>/jwt_secret`, generated on first start
 //!    (64 random bytes from the OS, hex) with mode 0600 and reused after, so tokens survive a
-//!    restart. In `production` the service refuses to start (RFC 7518 §3.2; SECURITY.md 12).
+//!    restart. In `production` the service refuses to start (RFC 7518 §3.2).
 
 use crate::settings::{Environment, Settings};
 use aigw_service::tokens::MIN_HMAC_SECRET_BYTES;

@@ -36,7 +36,7 @@ pub struct Settings {
     pub credential_cache: CredentialCacheConfig,
     /// `[telemetry]`: trace export (docs/operations.md).
     pub telemetry: TelemetrySettings,
-    /// `[audit]`: the audit trail (issue 11).
+    /// `[audit]`: the audit trail.
     pub audit: AuditSettings,
 }
 
@@ -347,7 +347,7 @@ models = ["gpt-4o-mini"]
         assert_eq!(settings.providers[0].models, vec!["gpt-4o-mini".to_owned()]);
     }
 
-    /// No `Debug` of the configuration prints a password, secret or key (issue 10).
+    /// No `Debug` of the configuration prints a password, secret or key.
     #[test]
     fn settings_debug_hides_every_secret() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -384,7 +384,7 @@ models = ["gpt-4o-mini"]
         assert!(!database.contains("TOPSECRET"), "{database}");
     }
 
-    /// Prices as issue 8 writes them, with model names holding dots and capitals.
+    /// Prices as the documentation writes them, with model names holding dots and capitals.
     #[test]
     fn provider_prices_load_as_written() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -420,7 +420,7 @@ prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60
             .unwrap_or_else(|| panic!("loaded: {toml}"))
     }
 
-    /// Issue 12: an unknown provider `kind` names the valid ones.
+    /// An unknown provider `kind` names the valid ones.
     #[test]
     fn unknown_provider_kind_lists_the_valid_kinds() {
         let err = load_error(
@@ -432,7 +432,7 @@ prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60
         );
     }
 
-    /// Issue 12: a provider without `base_url` is a configuration error naming the fix.
+    /// A provider without `base_url` is a configuration error naming the fix.
     #[test]
     fn provider_without_base_url_is_a_clear_configuration_error() {
         let err = load_error("[[providers]]\nname = \"openai\"\nmodels = [\"gpt-4o\"]\n");

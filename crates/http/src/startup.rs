@@ -229,7 +229,7 @@ impl Application {
         let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());
         // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
-        // database, the node's memory or Redis (issue 9, docs/budgets.md).
+        // database, the node's memory or Redis (docs/budgets.md).
         let mut budgets = aigw_service::budget::Budgets::new(
             db.clone(),
             aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,

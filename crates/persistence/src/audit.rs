@@ -1,4 +1,4 @@
-//! Repository of `audit_events` (issue 11): appended inside the transaction of the change an
+//! Repository of `audit_events`: appended inside the transaction of the change an
 //! event records, read newest first by keyset paging, pruned by age.
 
 use crate::error::PersistenceError;

@@ -1,4 +1,4 @@
-//! Budget counters (`key_budget_periods`, issue 9): per API key and budget period, the
+//! Budget counters (`key_budget_periods`): per API key and budget period, the
 //! micro-USD committed, i.e. settled spend plus the worst-case cost of calls still running.
 //!
 //! A reservation is one conditional `UPDATE … SET committed = committed + cost WHERE

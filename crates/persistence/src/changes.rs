@@ -1,5 +1,5 @@
 //! The credential change feed (`credential_changes`) and each node's progress through it
-//! (`credential_feed_nodes`). DESIGN.md "Beyond one node"; issue 7.
+//! (`credential_feed_nodes`).
 //!
 //! Writers call [`append_change`] as the **last** statements of the transaction that makes the
 //! change, so the row commits (or rolls back) with it. Readers tail the table by `id`, never by

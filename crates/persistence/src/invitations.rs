@@ -1,4 +1,4 @@
-//! Repository of `invitations` (issue 11): single-use, per e-mail, expiring; stored by digest.
+//! Repository of `invitations`: single-use, per e-mail, expiring; stored by digest.
 
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;

@@ -1,4 +1,4 @@
-//! Per-key request and token counters of one-minute windows (`key_rate_windows`, issue 9):
+//! Per-key request and token counters of one-minute windows (`key_rate_windows`):
 //! the `rpm_limit` and `tpm_limit` of API keys, shared by every node of the database.
 //!
 //! A call is admitted by one conditional `UPDATE` that adds one request and its worst-case

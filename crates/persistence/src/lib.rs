@@ -2,7 +2,7 @@
 //! # aigw-persistence
 //!
 //! Storage of aigw: one diesel schema over SQLite (the embedded default) and PostgreSQL
-//! (production, many nodes), chosen by the database URL's scheme (DESIGN.md "Storage").
+//! (production, many nodes), chosen by the database URL's scheme.
 //!
 //! - [`pool`]: the [`DbConnection`] (`#[derive(MultiConnection)]`), the r2d2 [`Pool`] and its
 //!   connection set-up (SQLite: WAL, `busy_timeout`, `foreign_keys`);

@@ -115,7 +115,7 @@ pub struct ApiKeyRow {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Last successful authentication with the key, UTC (recorded at most once a minute).
     pub last_used_at: Option<DateTime<Utc>>,
-    /// What the key spends and calls (issue 9).
+    /// What the key spends and calls.
     pub policy: ApiKeyPolicy,
     /// The secret the last rotation replaced (SHA-256 hex), if any.
     pub previous_key_hash: Option<String>,
@@ -125,7 +125,7 @@ pub struct ApiKeyRow {
     pub rotated_at: Option<DateTime<Utc>>,
 }
 
-/// The per-key limits of issue 9; every field `None` means "no limit" / "not set".
+/// A key's own limits; every field `None` means "no limit" / "not set".
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ApiKeyPolicy {
     /// Model names or `*` globs the key may call; `None`: every configured model.

@@ -8,13 +8,13 @@
 //! | `postgres://user@host:5432/db`, `postgresql://…` | PostgreSQL (libpq connection URI) |
 //!
 //! SQLite connections are set up with `journal_mode=WAL`, `busy_timeout` (writers queue instead
-//! of failing), `foreign_keys=ON` and `synchronous=NORMAL` (DESIGN.md "Storage"), and
+//! of failing), `foreign_keys=ON` and `synchronous=NORMAL`, and
 //! `temp_store=MEMORY`: a savepoint's journal (the usage ledger's multi-row inserts run in
 //! savepoints) otherwise spills to a temporary file past 64 KiB and then costs a `pwrite` per
 //! page for the rest of the transaction, about one system call per metered call
 //! (docs/performance.md).
 //!
-//! PostgreSQL connections are bounded in time (issue 10, SECURITY.md 28): libpq's
+//! PostgreSQL connections are bounded in time: libpq's
 //! `connect_timeout`, TCP keepalives and `tcp_user_timeout` are added to the URL unless it sets
 //! them, and every session runs with `statement_timeout`, `lock_timeout` and
 //! `idle_in_transaction_session_timeout`, so that neither a slow statement nor a lock holder
@@ -361,7 +361,7 @@ pub fn ping(conn: &mut DbConnection) -> Result<(), PersistenceError> {
 mod tests {
     use super::*;
 
-    /// No `Debug` of a type holding a database URL prints its password (issue 10).
+    /// No `Debug` of a type holding a database URL prints its password.
     #[test]
     fn database_url_pool_and_manager_hide_the_password() {
         let raw = "postgres://aigw:TOPSECRET@db.internal:5432/aigw";

@@ -171,7 +171,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// The audit trail (issue 11): one row per security event, written in the transaction of
+    /// The audit trail: one row per security event, written in the transaction of
     /// the change it records; `details` is JSON text without secrets.
     audit_events (id) {
         id -> Text,
@@ -199,7 +199,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Single-use invitations to register (issue 11); the token is stored as its digest.
+    /// Single-use invitations to register; the token is stored as its digest.
     invitations (id) {
         id -> Text,
         email -> Text,

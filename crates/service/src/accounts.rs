@@ -14,7 +14,7 @@ use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName}
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{invitations, transaction, users, DbConnection, PersistenceError};
 
-/// The one answer to every failed login, whatever the cause (SECURITY.md 18).
+/// The one answer to every failed login, whatever the cause.
 pub(crate) const LOGIN_FAILED: &str = "invalid e-mail or password";
 
 impl AuthService {
@@ -162,7 +162,7 @@ impl AuthService {
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
         let verification = self.passwords.verify(password.clone(), stored_hash).await?;
         // A disabled account gets the same answer, after the same work, as a wrong password:
-        // disabling is no oracle (issue 11).
+        // disabling is no oracle.
         let user = match (verification, user) {
             (Verification::Match | Verification::MatchNeedsRehash, Some(user))
                 if user.disabled_at.is_none() =>

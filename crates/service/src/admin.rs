@@ -1,4 +1,4 @@
-//! Administration (issue 11): every user and every API key, for callers with role `admin`
+//! Administration: every user and every API key, for callers with role `admin`
 //! (an access token, or an API key with `admin` whose owner is an admin).
 //!
 //! The role is read from the account (the user cache, invalidated by the change feed), never

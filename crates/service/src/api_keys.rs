@@ -1,5 +1,5 @@
 //! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (seed §4,
-//! §5 rules 1-2; issue 9).
+//! §5 rules 1-2; docs/budgets.md).
 
 use crate::audit::{actor_of, Event};
 use crate::auth::{AuthService, Authorized, Principal};
@@ -30,7 +30,7 @@ pub struct NewApiKey {
     pub permissions: Vec<String>,
     /// Optional expiry, an RFC 3339 timestamp in the future.
     pub expires_at: Option<String>,
-    /// Models, budget, rate limits and metadata (issue 9).
+    /// Models, budget, rate limits and metadata.
     pub policy: KeyPolicyRequest,
 }
 

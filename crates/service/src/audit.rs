@@ -1,4 +1,4 @@
-//! The audit trail (issue 11): every security event is a row of `audit_events`, written in the
+//! The audit trail: every security event is a row of `audit_events`, written in the
 //! same transaction as the change it records (a failed login, which changes nothing, in one of
 //! its own). Rows never carry a secret: no password, token or key, only ids, e-mail addresses,
 //! names and permissions.

@@ -34,7 +34,7 @@ pub enum Principal {
         user_id: String,
         /// The key's permissions.
         permissions: PermissionSet,
-        /// The key's models, budget and rate limits (issue 9), shared with the credential
+        /// The key's models, budget and rate limits, shared with the credential
         /// cache entry.
         policy: Arc<ApiKeyPolicy>,
     },
@@ -80,7 +80,7 @@ impl Principal {
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] with `required: model:<name>` and `current`: the key's
-    /// allowed patterns, comma-separated (issue 9).
+    /// allowed patterns, comma-separated.
     pub fn authorize_model(&self, model: &str) -> Result<(), ServiceError> {
         match self.key_policy().and_then(|p| p.allowed_models.as_ref()) {
             Some(allowed) if !allowed.allows(model) => Err(ServiceError::Forbidden {

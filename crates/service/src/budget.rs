@@ -1,4 +1,4 @@
-//! Hard budgets per API key (issue 9): before a call is forwarded, its worst-case cost is
+//! Hard budgets per API key: before a call is forwarded, its worst-case cost is
 //! reserved atomically against what is left of the key's budget for the current period; after
 //! the answer the reservation settles to the real cost (docs/budgets.md).
 //!

@@ -40,7 +40,7 @@ pub struct AuthConfig {
     pub password_blocklist: bool,
     /// argon2id parameters.
     pub argon2: Argon2Config,
-    /// Who may register (issue 11): `open` (default), `invite` or `closed`.
+    /// Who may register: `open` (default), `invite` or `closed`.
     pub registration: RegistrationMode,
     /// E-mail domains registration accepts, e.g. `["example.com"]` (case-insensitive, exact
     /// domain); empty (default): any.

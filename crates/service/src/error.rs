@@ -72,7 +72,7 @@ pub enum ServiceError {
         /// Whole seconds to wait, at least 1 (RFC 9110 §10.2.3 `Retry-After`).
         retry_after_secs: u64,
     },
-    /// 429 `budget_exceeded` (issue 9): the key's budget for the period is spent.
+    /// 429 `budget_exceeded`: the key's budget for the period is spent.
     #[error("budget of {limit_micros} µUSD spent")]
     BudgetExceeded {
         /// The key's budget per period, micro-USD.

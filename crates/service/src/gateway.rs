@@ -1,5 +1,5 @@
 //! The AI gateway: `POST /api/v1/ai/chat/completions` routed by `model` to a configured
-//! provider (DESIGN.md "Responses").
+//! provider.
 //!
 //! - The request body is validated (`model`, `messages[i].role`, `messages[i].content`,
 //!   `stream`) and then forwarded byte for byte to `{base_url}/chat/completions` with the
@@ -8,7 +8,7 @@
 //!   after the opening brace: see [`crate::usage::meter::CallMeter::upstream_body`].)
 //! - A 2xx upstream answer is returned unchanged: JSON as JSON, and with `"stream": true`
 //!   server-sent events passed through chunk by chunk as the upstream sends them.
-//! - Upstream answers other than 2xx (issue 10, SECURITY.md 33): a 4xx is passed to the
+//! - Upstream answers other than 2xx: a 4xx is passed to the
 //!   caller as [`ServiceError::UpstreamRejected`] with the upstream's status and error message
 //!   (so OpenAI SDKs raise the matching error and do not retry a 400), a 429 with the
 //!   upstream's `Retry-After`; 401, 403 and 407 mean the gateway's own credentials or proxy
@@ -363,8 +363,7 @@ impl Gateway {
         self
     }
 
-    /// Enforces keys' budgets and their `rpm_limit` / `tpm_limit` with `key_limits`
-    /// (issue 9).
+    /// Enforces keys' budgets and their `rpm_limit` / `tpm_limit` with `key_limits`.
     pub fn with_key_limits(mut self, key_limits: KeyLimits) -> Self {
         self.key_limits = Some(key_limits);
         self

@@ -1,5 +1,5 @@
-//! Where a node keeps the counters of keys' budgets and `rpm_limit` / `tpm_limit` (issue 9,
-//! docs/budgets.md "Where the counters live"): in the database (default; exact across every
+//! Where a node keeps the counters of keys' budgets and `rpm_limit` / `tpm_limit`
+//! (docs/budgets.md "Where the counters live"): in the database (default; exact across every
 //! node sharing it), on a deployment of one node in this process's memory, or in Redis
 //! ([`crate::redis_counters`]).
 //!

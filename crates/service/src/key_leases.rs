@@ -1,4 +1,4 @@
-//! Leases of keys' limits (issue 9, docs/budgets.md "Leases"): far from a key's limits, a node
+//! Leases of keys' limits (docs/budgets.md "Leases"): far from a key's limits, a node
 //! takes `gateway.key_lease_calls` calls' worth of the key's budget, tokens and requests from the
 //! shared counters (the database's or Redis') in ONE admission, and admits the calls that follow
 //! from that lease in its own memory: no round trip to the counters per call.

@@ -1,4 +1,4 @@
-//! A call's admission against its key's own limits (issue 9): the rpm/tpm window
+//! A call's admission against its key's own limits: the rpm/tpm window
 //! ([`crate::key_rates`]) and the budget ([`crate::budget`]), with the call's worst case
 //! computed from one parse of the body (an upper bound first with Redis counters, the
 //! tokenizer's count near a limit: [`BOUND_HEADROOM`]) and counted where
@@ -126,7 +126,7 @@ impl KeyLimits {
     /// [`ServiceError::Unavailable`] when the counters' database is down.
     ///
     /// A call refused by the budget first lowers this node's running calls of the key that
-    /// were admitted at an upper bound to their exact worst case ([`KeyLimits::tighten`]),
+    /// were admitted at an upper bound to their exact worst case (`KeyLimits::tighten`),
     /// and is admitted once more if that gave anything back: a burst of calls near the
     /// budget admits what fits, not what fits after the bounds' over-reservation.
     pub async fn admit(
@@ -168,7 +168,7 @@ impl KeyLimits {
         given_back > 0 || waited
     }
 
-    /// Notes a call of `principal`'s key admitted at an upper bound, for [`Self::tighten`].
+    /// Notes a call of `principal`'s key admitted at an upper bound, for `Self::tighten`.
     fn note_bounded(
         &self,
         principal: &Principal,

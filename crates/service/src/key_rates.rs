@@ -1,4 +1,4 @@
-//! A key's own `rpm_limit` and `tpm_limit` (issue 9), across every node sharing the
+//! A key's own `rpm_limit` and `tpm_limit`, across every node sharing the
 //! database, whatever `rate_limit.enabled` says: they are part of the key.
 //!
 //! Counters are fixed one-minute UTC windows (`aigw_persistence::key_rates`). A call is

@@ -165,7 +165,7 @@ impl PasswordHasher {
 
     /// Verifies `password` against `stored` (a PHC string), or against a dummy hash of the same
     /// cost when `stored` is `None`, so an unknown account costs as much time as a wrong
-    /// password (SECURITY.md 18).
+    /// password.
     ///
     /// # Errors
     /// [`ServiceError::Internal`] if hashing fails.

@@ -1,4 +1,4 @@
-//! Accounts people manage themselves (issue 11): their sessions, their name, their password.
+//! Accounts people manage themselves: their sessions, their name, their password.
 //! Reading needs an access token or a key with `read`; every change needs an access token
 //! (table row [`aigw_domain::access::Operation::ManageAccount`]).
 

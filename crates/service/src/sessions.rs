@@ -31,7 +31,7 @@ enum Refreshed {
 
 const INVALID_REFRESH: &str = "the refresh token is invalid, expired or revoked";
 
-/// Where a login comes from, stored with its session (issue 11, `GET /auth/sessions`).
+/// Where a login comes from, stored with its session (`GET /auth/sessions`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientInfo {
     /// The client address (through the trusted-proxy rules).

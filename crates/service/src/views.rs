@@ -76,7 +76,7 @@ pub struct ApiKeyView {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Last use, UTC (recorded at most once a minute).
     pub last_used_at: Option<DateTime<Utc>>,
-    /// Models, budget, rate limits and metadata (issue 9).
+    /// Models, budget, rate limits and metadata.
     pub policy: ApiKeyPolicy,
     /// Last rotation, UTC.
     pub rotated_at: Option<DateTime<Utc>>,
@@ -129,7 +129,7 @@ impl std::fmt::Debug for CreatedApiKey {
     }
 }
 
-/// No `Debug` of a type holding a token or key prints it (issue 10).
+/// No `Debug` of a type holding a token or key prints it.
 #[cfg(test)]
 #[allow(clippy::panic)]
 mod debug_redaction {

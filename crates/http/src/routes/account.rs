@@ -1,4 +1,4 @@
-//! Self-service (issue 11): `/api/v1/auth/sessions`, `PATCH /api/v1/auth/me`,
+//! Self-service: `/api/v1/auth/sessions`, `PATCH /api/v1/auth/me`,
 //! `POST /api/v1/auth/password`. Reading: an access token or a key with `read`; changing: an
 //! access token only.
 

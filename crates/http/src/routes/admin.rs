@@ -1,4 +1,4 @@
-//! `/api/v1/admin/…` (issue 11): every user and every API key, for administrators (role
+//! `/api/v1/admin/…`: every user and every API key, for administrators (role
 //! `admin` with an access token, or an API key with `admin` whose owner is an admin).
 
 use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};

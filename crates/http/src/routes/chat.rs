@@ -14,7 +14,7 @@ use aigw_service::key_rates::RateStatus;
 use aigw_service::ChatReply;
 use futures_util::StreamExt;
 
-/// OpenAI's `x-ratelimit-*` header names (issue 9), built at compile time: requests' limit,
+/// OpenAI's `x-ratelimit-*` header names, built at compile time: requests' limit,
 /// remaining and reset, then the same for tokens.
 static RATE_LIMIT_HEADERS: [[HeaderName; 3]; 2] = [
     [
@@ -62,7 +62,7 @@ fn rate_limit_headers(status: &RateStatus) -> Vec<(HeaderName, HeaderValue)> {
 
 /// Chat completion (API key with `ai_gateway`). The body is forwarded to the model's provider
 /// and its answer returned unchanged (no envelope); `"stream": true` answers server-sent events.
-/// A key's own limits (issue 9): a model outside `allowed_models` is 403; a spent
+/// A key's own limits: a model outside `allowed_models` is 403; a spent
 /// `max_budget_usd` is 429 `budget_exceeded` (`limit_usd`, `spent_usd`, `reset`), an exhausted
 /// `rpm_limit` / `tpm_limit` 429 `rate_limit_exceeded`, both with `Retry-After`; answers of
 /// keys with `rpm_limit` / `tpm_limit` carry `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
@@ -98,7 +98,7 @@ pub async fn completions(
     let forward = crate::telemetry::upstream_headers(&req, &request_id);
     let (reply, limits) =
         state.gateway.chat_completion_since(&caller, &request_id, body, arrived, &forward).await?;
-    // A key with its own rpm_limit / tpm_limit: OpenAI's x-ratelimit-* headers (issue 9).
+    // A key with its own rpm_limit / tpm_limit: OpenAI's x-ratelimit-* headers.
     let with_limits = |status: u16| {
         let mut builder =
             HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));

@@ -1,4 +1,4 @@
-//! `/api/v1/usage` and `/api/v1/usage/requests`: the caller's own usage (issue 8).
+//! `/api/v1/usage` and `/api/v1/usage/requests`: the caller's own usage.
 
 use crate::dto::{Envelope, ErrorEnvelope, ServerErrors};
 use crate::dto_usage::{UsageRequestsData, UsageSummaryData};

@@ -1,4 +1,4 @@
-//! Issue 11, administration: roles, the admin endpoints, disabling accounts (on one node and
+//! Administration: roles, the admin endpoints, disabling accounts (on one node and
 //! across two), and the operator commands that make the first admin.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Issue 11, the audit trail: every security event recorded, with its client and request, and
+//! The audit trail: every security event recorded, with its client and request, and
 //! never a secret; the caller's own trail and the admin's view; retention.
 
 use crate::common;
@@ -62,7 +62,7 @@ async fn every_security_event_is_recorded_without_a_secret(backend: Backend) {
     let other_key = app.create_key(&user.token, &["read"], None).await;
     secrets.push(other_key["key"].as_str().unwrap().to_owned());
     let other_key_id = other_key["id"].as_str().unwrap();
-    // Issue 9's key changes: a PATCH and a rotation (its new secret never recorded).
+    // Key changes: a PATCH and a rotation (its new secret never recorded).
     let key_path = format!("/api/v1/auth/api-keys/{other_key_id}");
     let renamed = app.request(reqwest::Method::PATCH, &key_path, Auth::Bearer(&user.token));
     app.send(renamed.json(&json!({"name": "renamed", "rpm_limit": 60}))).await.data(200);

@@ -1,4 +1,4 @@
-//! Issue 9, hard budgets: worst-case reservations that hold under concurrency, on one node and
+//! Hard budgets: worst-case reservations that hold under concurrency, on one node and
 //! on two nodes sharing the database; the 429 `budget_exceeded` answer; settlement of JSON
 //! answers and of streams. And a key's own `rpm_limit` / `tpm_limit` across nodes, with
 //! OpenAI's `x-ratelimit-*` headers (the test apps run with `rate_limit.enabled = false`: a

@@ -1,4 +1,4 @@
-//! Issue 7: the credential caches and the change feed that invalidates them, on two nodes
+//! The credential caches and the change feed that invalidates them, on two nodes
 //! sharing one database. Every credential is used on node B first, so that B holds it in its
 //! caches, before it is revoked, deleted or changed on node A.
 

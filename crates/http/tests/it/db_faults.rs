@@ -1,4 +1,4 @@
-//! Database faults get a bounded answer (issue 10, SECURITY.md 28): a hung database (a
+//! Database faults get a bounded answer: a hung database (a
 //! test-owned TCP proxy that stops forwarding, in front of the shared PostgreSQL; a lock
 //! holder on SQLite), a full disk (SQLite on a small tmpfs the test mounts) and a read-only
 //! database (PostgreSQL `default_transaction_read_only`, as after a failover) answer

@@ -1,4 +1,4 @@
-//! `Idempotency-Key` on key creation (issue 10, SECURITY.md 30): a retried create answers the
+//! `Idempotency-Key` on key creation: a retried create answers the
 //! first result and creates nothing new; the key with another body is 422; concurrent
 //! duplicates create one key (the others wait for it: 409 `conflict`); keys are per caller;
 //! the recorded answer is sealed, never the key in clear.

@@ -1,4 +1,4 @@
-//! Access-token validation (SECURITY.md 7-11): tokens signed here with the test secret, so
+//! Access-token validation: tokens signed here with the test secret, so
 //! each claim can be changed alone; a re-signed unchanged token is the positive control.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Issue 9 with `gateway.key_counters = "redis"`: keys' budgets and rpm limits counted in
+//! With `gateway.key_counters = "redis"`: keys' budgets and rpm limits counted in
 //! Redis by one script per call, exact on one node and on two nodes sharing the database and
 //! Redis; during a Redis outage the database counters enforce the budget, and after it the
 //! counters charged in the database are reconciled. Each test runs its own `redis-server`

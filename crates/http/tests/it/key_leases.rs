@@ -1,4 +1,4 @@
-//! Issue 9's key limits with leases (docs/budgets.md "Leases"): far from its limits a node
+//! Key limits with leases (docs/budgets.md "Leases"): far from its limits a node
 //! takes 16 calls' worth of a key's budget, tokens and requests from the shared counters (the
 //! database's or Redis') at once and admits calls from it. The limits must still hold to the
 //! call, on two nodes, and what a lease does not use must go back: a budget of 300 calls or an

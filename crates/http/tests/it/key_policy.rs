@@ -1,4 +1,4 @@
-//! Issue 9, keys that govern spend: the new key fields on create and PATCH, and rotation with
+//! Keys that govern spend: the new key fields on create and PATCH, and rotation with
 //! a grace period (on one node and across two).
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Issue 12: `/metrics` read after a scripted run (logins, a refresh replay and a reuse, 429s,
+//! `/metrics` read after a scripted run (logins, a refresh replay and a reuse, 429s,
 //! chat calls to the fake upstream, a Redis outage) has each counter at its expected value;
 //! the series stay bounded whatever ids, e-mails and paths callers use; every server counts
 //! only its own requests (many servers run in this one process).

@@ -1,4 +1,4 @@
-//! The OpenAPI description says what clients need (issue 10): the chat request as OpenAI
+//! The OpenAPI description says what clients need: the chat request as OpenAI
 //! describes it (content a string or an array of content parts, at least one message, the
 //! five roles), both answer media types, logout's optional body; and the server refuses
 //! exactly what the description refuses.

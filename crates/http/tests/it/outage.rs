@@ -1,4 +1,4 @@
-//! The database going away (SECURITY.md 26), PostgreSQL only: clean 503s, no hang, and the
+//! The database going away, PostgreSQL only: clean 503s, no hang, and the
 //! service recovers by itself when the database returns. Cached credentials are served for at
 //! most `credential_cache.max_feed_lag_ms` (2 s) after the change feed was last read
 //! (docs/security.md "Credential cache").
@@ -46,7 +46,7 @@ mod postgres {
         app.me(Auth::Bearer(&key)).await.error(503, "service_unavailable");
         app.login_raw(&user.email, PASSWORD).await.error(503, "service_unavailable");
         // A key with one character changed fails its checksum and is refused without any
-        // database lookup: 401 even now that the database is gone (SECURITY.md 19).
+        // database lookup: 401 even now that the database is gone.
         let mut forged = key.clone().into_bytes();
         let last = forged.len() - 1;
         forged[last] = if forged[last] == b'a' { b'b' } else { b'a' };

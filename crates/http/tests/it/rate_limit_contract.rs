@@ -1,4 +1,4 @@
-//! Rate limits (seed §7-8, SECURITY.md 25): the 429 contract field by field, the
+//! Rate limits (seed §7-8): the 429 contract field by field, the
 //! `RateLimit-Policy` / `RateLimit` header fields, the key of each policy (limits never leak
 //! between users, keys or addresses), the switch, and Redis shared by two nodes, including
 //! Redis dying mid-test.
@@ -728,7 +728,7 @@ mod two_nodes {
 }
 
 /// Rate limiting adds headers, but never ones that tell an unknown e-mail from a wrong
-/// password (SECURITY.md 18).
+/// password.
 async fn login_failures_stay_indistinguishable_with_limits_on(backend: Backend) {
     let app = spawn_app_with(backend, small_limits).await;
     let user = app.new_user("enumrl").await;

@@ -1,4 +1,4 @@
-//! Issue 11, who may register: `auth.registration = open | invite | closed`,
+//! Who may register: `auth.registration = open | invite | closed`,
 //! `auth.allowed_email_domains`, and single-use invitations.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Issue 11, self-service: a user's sessions, name and password.
+//! Self-service: a user's sessions, name and password.
 
 use crate::common;
 use crate::credential_cache::eventually;

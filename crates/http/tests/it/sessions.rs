@@ -1,4 +1,4 @@
-//! Refresh-token rotation under stress (SECURITY.md 1-6): grace window, concurrency, absolute
+//! Refresh-token rotation under stress: grace window, concurrency, absolute
 //! lifetime, plus concurrent registration.
 
 use crate::common;

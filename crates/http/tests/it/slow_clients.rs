@@ -1,4 +1,4 @@
-//! Slow and stalled clients (issue 10, SECURITY.md 29): a body that stops arriving is cut
+//! Slow and stalled clients: a body that stops arriving is cut
 //! after `server.body_read_timeout_secs` with 408 `request_timeout`, a request head that
 //! stops arriving after `server.header_read_timeout_secs`, and open connections are capped
 //! (`server.max_connections`), so one client cannot exhaust the file descriptors while

@@ -1,5 +1,5 @@
-//! Unauthenticated callers cannot buy database or hashing work without limit (issue 10,
-//! SECURITY.md 31): failed authentication is limited per client IP before any lookup
+//! Unauthenticated callers cannot buy database or hashing work without limit:
+//! failed authentication is limited per client IP before any lookup
 //! (`auth_failure`), login per IP across e-mails (`login_ip`), the hashing queue is bounded
 //! (503 with `Retry-After` when full), and an unknown refresh token costs one read, never a
 //! write transaction.

@@ -1,4 +1,4 @@
-//! What the upstream answers reaches the caller as it should (issue 10, SECURITY.md 33): a
+//! What the upstream answers reaches the caller as it should: a
 //! 4xx with its status and OpenAI-style message (`upstream_rejected`), a 429 with its
 //! `Retry-After`, 401/403 (the gateway's own credentials) and 3xx/5xx as 502; nothing is
 //! followed, answers are capped, and no `*_PROXY` variable is honoured unless configured.

@@ -1,5 +1,5 @@
 //! Credentials at proxy speed: the change feed, the caches it invalidates, and their
-//! supervisor (issue 7; DESIGN.md "Beyond one node"). [`CredentialCache`] is the one entry
+//! supervisor. [`CredentialCache`] is the one entry
 //! point.
 //!
 //! - **Change feed.** Every write that other nodes must see appends a row to
@@ -17,7 +17,7 @@
 //! - **Propagation.** A revocation answers only once every live node has applied it (each
 //!   node reports its cursor in `credential_feed_nodes`), or after `max_feed_lag_ms` + 0.5 s
 //!   at most, by which time a node that has not applied it has stopped trusting its caches.
-//!   So a revoked key or session is refused "at once, on every node" (SECURITY.md 21).
+//!   So a revoked key or session is refused "at once, on every node".
 //! - **`last_used_at`** is noted in memory and written in batches (`last_used`).
 //! - **Supervision.** The tailer is restarted when it fails or panics; its lag is reported
 //!   by [`CredentialCache::health`] (and `/readyz`). Maintenance prunes old feed rows, old
@@ -62,7 +62,7 @@ pub(crate) struct CachedKey {
     pub(crate) revoked: bool,
     /// Set when the digest looked up is the secret a rotation replaced: when it stops working.
     pub(crate) replaced_until: Option<DateTime<Utc>>,
-    /// The key's models, budget and rate limits (issue 9).
+    /// The key's models, budget and rate limits.
     pub(crate) policy: Arc<ApiKeyPolicy>,
     /// Unix seconds of the last use noted for `last_used_at` by this node (0: none).
     last_use_noted: AtomicI64,

@@ -1,5 +1,5 @@
 //! Waiting until every live node has applied a change, so that a revocation holds on every
-//! node by the time it is answered (SECURITY.md 21: "at once, on every node").
+//! node by the time it is answered ("at once, on every node").
 //!
 //! Each node reports its cursor in `credential_feed_nodes` when it moves, and at least every
 //! second (a heartbeat). After committing change `id`, the revoking request polls that table

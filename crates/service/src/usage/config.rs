@@ -1,4 +1,4 @@
-//! `[usage]` settings and the per-model prices of `[[providers]]` (issue 8).
+//! `[usage]` settings and the per-model prices of `[[providers]]`.
 
 use aigw_domain::usage::{ModelPrice, PriceError};
 use serde::Deserialize;

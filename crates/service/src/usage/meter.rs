@@ -64,9 +64,9 @@ pub(crate) struct Pending {
     /// The request body as the caller sent it (for a prompt estimate).
     pub(crate) request: Bytes,
     pub(crate) observed: Observed,
-    /// The call's budget reservation, settled to the record's cost (issue 9).
+    /// The call's budget reservation, settled to the record's cost.
     pub(crate) reservation: Option<Reservation>,
-    /// The call's `tpm_limit` reservation, settled to the record's total tokens (issue 9).
+    /// The call's `tpm_limit` reservation, settled to the record's total tokens.
     pub(crate) tokens_reserved: Option<TokenReservation>,
     /// The call's place among the node's calls in flight; it leaves them with the record.
     pub(crate) in_flight: Option<InFlightTicket>,

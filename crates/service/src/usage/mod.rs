@@ -1,4 +1,4 @@
-//! The usage ledger (issue 8): every routed chat completion is metered and recorded once,
+//! The usage ledger: every routed chat completion is metered and recorded once,
 //! off the request path, and read back by its owner.
 //!
 //! - [`meter`]: the seam in the gateway; a [`meter::CallMeter`] per call, [`sse`] for streams.

@@ -1,4 +1,4 @@
-//! The price of each priced model, from `[[providers]] prices` (issue 8).
+//! The price of each priced model, from `[[providers]] prices`.
 
 use crate::config::ProviderConfig;
 use crate::error::ServiceError;

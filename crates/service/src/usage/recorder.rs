@@ -1,5 +1,5 @@
 //! The recorder: a supervised background task that turns metered calls into usage records
-//! and writes them to the database in batches, off the request path (issue 8).
+//! and writes them to the database in batches, off the request path.
 //!
 //! ```text
 //! request path --try_send--> channel (queue_capacity) --> recorder task --batch--> database

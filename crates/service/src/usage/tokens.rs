@@ -1,6 +1,6 @@
 //! Token estimates with OpenAI's own byte-pair encodings (tiktoken-rs, whose BPE tables are
 //! compiled into the binary: no download, works offline), used when a provider reports no
-//! `usage` (issue 8).
+//! `usage`.
 //!
 //! - Encoding by model family: `o200k_base` for `gpt-4o*`, `chatgpt-4o*`, `gpt-4.1*`,
 //!   `gpt-5*`, `o1*`, `o3*` and `o4*`; `cl100k_base` for everything else (`gpt-4`,

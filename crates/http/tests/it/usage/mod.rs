@@ -1,4 +1,4 @@
-//! The usage ledger (issue 8): every routed chat completion, streamed or not, is recorded
+//! The usage ledger: every routed chat completion, streamed or not, is recorded
 //! exactly once with the right tokens and outcome, nothing is lost when the database goes
 //! away or the process dies, and the usage API reads it back.
 
