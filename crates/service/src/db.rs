@@ -201,14 +201,6 @@ impl Db {
         }
     }
 
-    /// Whether the database answers a trivial query within [`PING_TIMEOUT`] (readiness).
-    ///
-    /// # Errors
-    /// [`ServiceError::Unavailable`] when it does not.
-    pub async fn ping(&self) -> Result<(), ServiceError> {
-        self.run_within(PING_TIMEOUT, |conn| Ok(aigw_persistence::ping(conn)?)).await
-    }
-
     /// Readiness: the database answers a read and commits a one-row write (this node's row
     /// of `health_checks`) within [`PING_TIMEOUT`], so a hung, unreachable, full or read-only
     /// database is reported. Concurrent calls share one probe, and a success is reused for

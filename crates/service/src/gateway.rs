@@ -375,34 +375,23 @@ impl Gateway {
         self.routes.keys().filter(|m| principal.allows_model(m)).cloned().collect()
     }
 
-    /// Validates `body` and answers it from the model's provider. `request_id` (the answer's
-    /// `x-request-id`) identifies the call in the usage ledger.
+    /// Validates `body` and answers it from the model's provider, for a request that arrived
+    /// at `arrived` (the gateway's overhead is measured from there to the upstream call).
+    /// `request_id` (the answer's `x-request-id`) identifies the call in the usage ledger;
+    /// `forward_headers` (trace context, request id: names from [`FORWARDED_HEADERS`]) go
+    /// upstream with it. Also answers where the key stands against its own `rpm_limit` /
+    /// `tpm_limit` after the call was admitted (`None`: the key has none), for the
+    /// `x-ratelimit-*` headers.
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] for a model outside the key's `allowed_models`
     /// (`required: model:<name>`; `ai_gateway` itself is checked by the proof `principal`
-    /// before this is called); [`ServiceError::Invalid`] on a
-    /// malformed body; [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
+    /// before this is called); [`ServiceError::Invalid`] on a malformed body (the fields of
+    /// [`validate_chat_request`], and a file sent by id for a key with a budget or a
+    /// `tpm_limit`); [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
+    /// [`ServiceError::BudgetExceeded`] when the key's budget cannot take the call's worst
+    /// case; [`ServiceError::RateLimited`] when its `rpm_limit` or `tpm_limit` cannot;
     /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
-    pub async fn chat_completion(
-        &self,
-        principal: &Authorized<op::ChatCompletion>,
-        request_id: &str,
-        body: Bytes,
-    ) -> Result<ChatReply, ServiceError> {
-        Ok(self.chat_completion_since(principal, request_id, body, Instant::now(), &[]).await?.0)
-    }
-
-    /// [`Gateway::chat_completion`] for a request that arrived at `arrived` (the gateway's
-    /// overhead is measured from there to the upstream call), sending `forward_headers`
-    /// (trace context, request id: names from [`FORWARDED_HEADERS`]) upstream with it, and
-    /// answering where the key stands against its own `rpm_limit` / `tpm_limit` after the
-    /// call was admitted (`None`: the key has none), for the `x-ratelimit-*` headers.
-    ///
-    /// # Errors
-    /// As [`Gateway::chat_completion`]; [`ServiceError::BudgetExceeded`] when the key's
-    /// budget cannot take the call's worst case; [`ServiceError::RateLimited`] when its
-    /// `rpm_limit` or `tpm_limit` cannot.
     pub async fn chat_completion_since(
         &self,
         principal: &Authorized<op::ChatCompletion>,
