@@ -103,29 +103,37 @@ impl From<Row> for CallInFlight {
     }
 }
 
-/// Writes `calls` (a request id already there is left as it is).
+/// Writes `calls` (a request id already there is left as it is); returns how many rows were
+/// written.
 ///
 /// # Errors
 /// On database failure; then nothing was written.
-pub fn insert(conn: &mut DbConnection, calls: &[CallInFlight]) -> Result<(), PersistenceError> {
+pub fn insert(conn: &mut DbConnection, calls: &[CallInFlight]) -> Result<usize, PersistenceError> {
     if calls.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let rows: Vec<Row> = calls.iter().map(Row::from).collect();
+    let mut written = 0;
     match conn {
         DbConnection::Postgres(c) => {
             for chunk in rows.chunks(1000) {
-                diesel::insert_into(f::table).values(chunk).on_conflict_do_nothing().execute(c)?;
+                written += diesel::insert_into(f::table)
+                    .values(chunk)
+                    .on_conflict_do_nothing()
+                    .execute(c)?;
             }
         }
         DbConnection::Sqlite(c) => c.immediate_transaction(|c| {
             for row in &rows {
-                diesel::insert_into(f::table).values(row).on_conflict_do_nothing().execute(c)?;
+                written += diesel::insert_into(f::table)
+                    .values(row)
+                    .on_conflict_do_nothing()
+                    .execute(c)?;
             }
             QueryResult::Ok(())
         })?,
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Deletes node `node_id`'s calls whose usage record is in the ledger; returns how many.

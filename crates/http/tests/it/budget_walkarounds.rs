@@ -217,12 +217,34 @@ async fn calls_survive_as(
     let later = async {
         // The running calls are written as calls in flight within a flush interval.
         tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(in_flight_rows(&nodes.a).await, 20, "the running calls are in the database");
         meddle.await;
         fire([a, b], &key, &slow_call(0, TWENTIETH), 20).await
     };
     let (first, second) = tokio::join!(running, later);
     assert_eq!(first, 20, "twenty calls of $0.0398 fit in $0.80");
-    (spent(&nodes.a, token, first + second).await, second)
+    let spent = spent(&nodes.a, token, first + second).await;
+    // Once recorded, the calls leave the database's calls in flight.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_flight_rows(&nodes.a).await > 0 {
+        assert!(Instant::now() < deadline, "calls in flight left after they were recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (spent, second)
+}
+
+/// Rows of `calls_in_flight` in the database of `app` (every node's).
+async fn in_flight_rows(app: &TestApp) -> i64 {
+    use aigw_persistence::pool::{DatabaseUrl, Pool, PoolOptions};
+    use diesel::{QueryDsl, RunQueryDsl};
+    let url = DatabaseUrl::parse(&app.database_url).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut conn =
+            Pool::new(&url, &PoolOptions::default()).unwrap().dedicated_connection().unwrap();
+        aigw_persistence::schema::calls_in_flight::table.count().get_result(&mut conn).unwrap()
+    })
+    .await
+    .unwrap()
 }
 
 /// A PATCH of `max_budget_usd` from $0.80 to $0.84 while 20 calls run: one more call fits

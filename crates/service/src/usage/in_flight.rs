@@ -7,7 +7,8 @@
 //!   by every worker).
 //! - **Every `usage.flush_interval_ms`** the writer task writes the calls of the book not yet
 //!   written to `calls_in_flight`, and deletes this node's rows whose usage record is in the
-//!   ledger. A call shorter than the interval is usually never written.
+//!   ledger. A call shorter than the interval is usually never written, and a tick with
+//!   nothing new and no row of this node left touches no database.
 //! - **What it is for**: a budget counter opened while calls run (a PATCH of the period, a
 //!   Redis restart, an expired counter) starts at the ledger's spend plus these rows'
 //!   reservations (`aigw_persistence::budgets::committed_since`), so it never forgets a
@@ -53,6 +54,9 @@ struct Book {
     node_id: String,
     calls: DashMap<u64, Entry>,
     next: AtomicU64,
+    /// Rows this node wrote and has not deleted yet: while 0 and nothing is new, a tick
+    /// touches no database (no write lock taken on SQLite by an idle node).
+    outstanding: AtomicU64,
 }
 
 /// A call's place in the book: it leaves the book when this is dropped (its record made).
@@ -90,7 +94,14 @@ pub struct CallFacts<'a> {
 impl InFlight {
     /// An empty book of node `node_id` (its id in the change feed).
     pub fn new(node_id: String) -> Self {
-        Self { inner: Arc::new(Book { node_id, calls: DashMap::new(), next: AtomicU64::new(0) }) }
+        Self {
+            inner: Arc::new(Book {
+                node_id,
+                calls: DashMap::new(),
+                next: AtomicU64::new(0),
+                outstanding: AtomicU64::new(0),
+            }),
+        }
     }
 
     /// Enters a call reserving `reserved_micros` (its worst case: what it is billed if a
@@ -183,15 +194,23 @@ impl InFlight {
     /// ledger. A failure is logged and retried at the next tick.
     async fn write(&self, db: &Db) {
         let (ids, calls) = self.unwritten();
+        let outstanding = self.inner.outstanding.load(Ordering::Acquire);
+        if calls.is_empty() && outstanding == 0 {
+            return;
+        }
         let node = self.inner.node_id.clone();
         let written = db
             .run(move |conn| {
-                in_flight::insert(conn, &calls)?;
-                Ok(in_flight::forget_recorded(conn, &node)?)
+                let written = in_flight::insert(conn, &calls)?;
+                Ok((written, in_flight::forget_recorded(conn, &node)?))
             })
             .await;
         match written {
-            Ok(_) => self.mark_written(&ids),
+            Ok((written, forgotten)) => {
+                self.mark_written(&ids);
+                let left = (outstanding + written as u64).saturating_sub(forgotten as u64);
+                self.inner.outstanding.store(left, Ordering::Release);
+            }
             Err(e) => tracing::debug!(error = %e, "writing the calls in flight failed; retrying"),
         }
     }
