@@ -8,7 +8,7 @@
 #
 # Output: target/pgo/<host triple>/release/aigw. The default build (`cargo build --release`)
 # is not touched; measure the two with `scripts/bench.sh` and `scripts/bench.sh --aigw <path>`
-# (docs/performance.md "Profile-guided optimisation"). Needs what scripts/bench.sh needs, and
+# (docs/performance.md "Profile-guided builds"). Needs what scripts/bench.sh needs, and
 # rustup's `llvm-tools` component (installed here when missing: `rustup component add
 # llvm-tools`). Takes two release builds and the training run (~5 min): 29 min on 2 cores;
 # the builds go to target/pgo-train and target/pgo (about 1 GB each).

@@ -90,7 +90,7 @@ impl PasswordHasher {
             .thread_name(|i| format!("aigw-argon2-{i}"))
             // Below the request workers (nice 19): a login storm then takes the CPU that
             // requests leave, instead of adding milliseconds to every request's latency
-            // (docs/performance.md, "login storm"). Hashes still progress under load.
+            // (the git history of docs/performance.md). Hashes still progress under load.
             .start_handler(|_| {
                 let low = thread_priority::ThreadPriorityValue::try_from(0u8)
                     .map(thread_priority::ThreadPriority::Crossplatform);
