@@ -24,6 +24,9 @@ pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
 /// The largest `n` (completions per request) accepted: OpenAI's own limit.
 pub const MAX_CHOICES: u64 = 128;
 
+/// What `max_tokens` and `max_completion_tokens` may be.
+const CAP_RANGE: (u64, u64) = (1, MAX_COMPLETION_TOKENS);
+
 /// What a validated chat request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatRequestSummary {
@@ -136,10 +139,10 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         .and_then(|options| options.include_usage)
         .is_some_and(|raw| raw.get() == "true");
     // Both are checked, whichever counts: a provider refuses either out of range.
-    let first = bounded_integer("max_completion_tokens", top.max_completion_tokens, 1)?;
-    let second = bounded_integer("max_tokens", top.max_tokens, 1)?;
+    let first = bounded_integer("max_completion_tokens", top.max_completion_tokens, CAP_RANGE)?;
+    let second = bounded_integer("max_tokens", top.max_tokens, CAP_RANGE)?;
     let per_choice = first.or(second).unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP);
-    let choices = bounded_integer("n", top.n, 1)?.unwrap_or(1);
+    let choices = bounded_integer("n", top.n, (1, MAX_CHOICES))?.unwrap_or(1);
     let predicted = top.prediction.filter(|raw| !is_null(raw)).map_or(0, |raw| raw.get().len());
     let completion_cap = per_choice
         .saturating_mul(choices)
@@ -156,14 +159,12 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
     })
 }
 
-/// An optional integer field (`null` counts as absent) within `min..=` its maximum
-/// ([`MAX_COMPLETION_TOKENS`] for the completion caps, [`MAX_CHOICES`] for `n`).
+/// An optional integer field (`null` counts as absent) within `min..=max`.
 fn bounded_integer(
     field: &'static str,
     raw: Option<&RawValue>,
-    min: u64,
+    (min, max): (u64, u64),
 ) -> Result<Option<u64>, FieldError> {
-    let max = if field == "n" { MAX_CHOICES } else { MAX_COMPLETION_TOKENS };
     match raw.map(RawValue::get) {
         None | Some("null") => Ok(None),
         Some(text) => match text.parse::<u64>() {

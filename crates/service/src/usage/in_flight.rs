@@ -133,16 +133,6 @@ impl InFlight {
         InFlightTicket { book: self.inner.clone(), id }
     }
 
-    /// Calls in the book now.
-    pub fn len(&self) -> usize {
-        self.inner.calls.len()
-    }
-
-    /// Whether the book is empty.
-    pub fn is_empty(&self) -> bool {
-        self.inner.calls.is_empty()
-    }
-
     /// The calls not written yet, with their ids in the book.
     fn unwritten(&self) -> (Vec<u64>, Vec<CallInFlight>) {
         let mut ids = Vec::new();
@@ -217,7 +207,7 @@ impl InFlight {
 
     /// Bills the calls of nodes that stopped reporting for `stopped_after` (see the module
     /// docs); returns how many were billed.
-    pub async fn bill_stopped_nodes(&self, db: &Db, stopped_after: Duration) -> usize {
+    async fn bill_stopped_nodes(&self, db: &Db, stopped_after: Duration) -> usize {
         let me = self.inner.node_id.clone();
         let live_since = aigw_domain::time::now()
             - chrono::Duration::from_std(stopped_after).unwrap_or(chrono::Duration::seconds(30));

@@ -228,11 +228,6 @@ impl UsageService {
         })
     }
 
-    /// The node's calls in flight; `None` when metering is off.
-    pub fn in_flight(&self) -> Option<&in_flight::InFlight> {
-        self.in_flight.as_ref().map(|(book, _)| book)
-    }
-
     /// The recorder's health; `None` when metering is off.
     pub fn health(&self) -> Option<RecorderHealth> {
         self.recorder.as_ref().map(|r| r.health())
