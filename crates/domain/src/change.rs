@@ -24,16 +24,20 @@ pub enum CredentialChangeKind {
     ApiKeyChanged,
     /// A user's account changed (password hash, role, name, …). Subject: the user id.
     UserChanged,
+    /// A team's policy or membership changed, or the team was deleted: every key scoped to it
+    /// is read again. Subject: the team id.
+    TeamChanged,
 }
 
 impl CredentialChangeKind {
     /// Every kind, in declaration order.
-    pub const ALL: [CredentialChangeKind; 5] = [
+    pub const ALL: [CredentialChangeKind; 6] = [
         CredentialChangeKind::SessionRevoked,
         CredentialChangeKind::ApiKeyRevoked,
         CredentialChangeKind::ApiKeyDeleted,
         CredentialChangeKind::ApiKeyChanged,
         CredentialChangeKind::UserChanged,
+        CredentialChangeKind::TeamChanged,
     ];
 
     /// The stable storage name (`snake_case`), e.g. `"session_revoked"`.
@@ -44,6 +48,7 @@ impl CredentialChangeKind {
             CredentialChangeKind::ApiKeyDeleted => "api_key_deleted",
             CredentialChangeKind::ApiKeyChanged => "api_key_changed",
             CredentialChangeKind::UserChanged => "user_changed",
+            CredentialChangeKind::TeamChanged => "team_changed",
         }
     }
 
@@ -91,7 +96,8 @@ mod tests {
                 "api_key_revoked",
                 "api_key_deleted",
                 "api_key_changed",
-                "user_changed"
+                "user_changed",
+                "team_changed"
             ]
         );
         for kind in CredentialChangeKind::ALL {

@@ -19,6 +19,7 @@
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
 //! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`);
 //! - [`key_policy`]: what an API key may spend and call (models, budget, rates, metadata);
+//! - [`team`]: team roles, the levels a call's limits are checked at, and their counters;
 //! - [`usage`]: the usage ledger's record, outcomes, prices in integer micro-USD and UTC day
 //!   ranges.
 //!
@@ -37,6 +38,7 @@ pub mod invitation;
 pub mod key_policy;
 pub mod permission;
 pub mod refresh_token;
+pub mod team;
 pub mod time;
 pub mod usage;
 pub mod user;
@@ -53,5 +55,6 @@ pub use error::ErrorCode;
 pub use key_policy::{BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;
+pub use team::{CounterSubject, LimitScope, TeamRole};
 pub use user::{email_skeleton, normalize_email, Email, PasswordPolicy, Role, UserName};
 pub use validation::FieldError;

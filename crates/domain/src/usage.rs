@@ -103,6 +103,13 @@ pub struct UsageRecord {
     pub latency_ms: u64,
     /// When the gateway started the call, UTC (microsecond precision).
     pub started_at: DateTime<Utc>,
+    /// The team the key is scoped to, whose budget the call counted against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+    /// The member whose team budget the call counted against: the key's owner for a member's
+    /// team-scoped key, `None` for a team key and outside teams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
 }
 
 impl UsageRecord {

@@ -196,6 +196,11 @@ pub struct CreateApiKeyRequest {
     pub tpm_limit: Option<i64>,
     /// String metadata: at most 16 entries, 4096 bytes of keys and values in all.
     pub metadata: Option<BTreeMap<String, String>>,
+    /// A team of the caller to scope the key to: its calls then also count against the
+    /// caller's budget in the team and the team's limits, and it stops working while the
+    /// caller is not a member. Absent or null: a personal key.
+    #[schema(example = "0192f3a4-7c1e-7d2a-9b3c-4d5e6f708192")]
+    pub team_id: Option<String>,
 }
 
 impl CreateApiKeyRequest {
@@ -429,6 +434,12 @@ pub struct ApiKeyDto {
     pub budget_reset_at: Option<String>,
     /// Last rotation of the key's secret, RFC 3339 UTC, or null.
     pub rotated_at: Option<String>,
+    /// The team the key is scoped to, or null.
+    pub team_id: Option<String>,
+    /// Whether it is a team key: it belongs to the team, not to a person.
+    pub team_owned: bool,
+    /// The user who created the key (its owner, for a key that is not a team key).
+    pub created_by: String,
 }
 
 /// `usage_30d` of a key object.
@@ -496,6 +507,9 @@ impl From<ApiKeyView> for ApiKeyDto {
                 .and_then(|p| p.reset_at(aigw_domain::time::now()))
                 .map(format_timestamp),
             rotated_at: k.rotated_at.map(format_timestamp),
+            team_id: k.team_id,
+            team_owned: k.team_owned,
+            created_by: k.user_id,
         }
     }
 }
@@ -765,6 +779,9 @@ mod debug_redaction {
             spend_usd: 0.0,
             budget_reset_at: None,
             rotated_at: None,
+            team_id: None,
+            team_owned: false,
+            created_by: "u".into(),
         };
         hidden(format!("{:?}", CreatedApiKeyDto { key: SECRET.into(), api_key }));
     }

@@ -10,6 +10,7 @@
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use aigw_domain::LimitScope;
 use aigw_domain::{time, ErrorCode, FieldError};
 use aigw_service::ServiceError;
 use serde_json::{json, Value};
@@ -256,32 +257,55 @@ impl From<ServiceError> for ApiError {
                 )
                 .caused_by(format!("database unavailable: {reason}"))
             }
-            ServiceError::RateLimited { limit, remaining, reset, retry_after_secs } => {
+            ServiceError::RateLimited { limit, remaining, reset, retry_after_secs, scope } => {
+                let mut details = json!({"limit": limit, "remaining": remaining, "reset": reset});
+                if let Some(scope) = scope {
+                    details["scope"] = json!(scope.as_str());
+                }
                 let mut err = Self::new(
                     ErrorCode::RateLimitExceeded,
                     format!("rate limit exceeded; retry in {retry_after_secs} s"),
-                    json!({"limit": limit, "remaining": remaining, "reset": reset}),
+                    details,
                 );
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err
             }
             ServiceError::BudgetExceeded {
+                scope,
                 limit_micros,
                 spent_micros,
+                reserved_micros,
                 reset,
                 retry_after_secs,
             } => {
                 let usd = |m: i64| aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0));
-                let mut details =
-                    json!({"limit_usd": usd(limit_micros), "spent_usd": usd(spent_micros)});
+                let mut details = json!({
+                    "scope": scope.as_str(),
+                    "limit_usd": usd(limit_micros),
+                    "spent_usd": usd(spent_micros),
+                    "reserved_usd": usd(reserved_micros),
+                });
                 if let Some(reset) = reset {
                     details["reset"] = json!(reset);
                 }
-                let mut err = Self::new(
-                    ErrorCode::BudgetExceeded,
-                    "the API key's budget for this period is spent",
-                    details,
-                );
+                let whose = match scope {
+                    LimitScope::Key => "the API key's budget",
+                    LimitScope::Member => "your budget in the key's team",
+                    LimitScope::Team => "the team's budget",
+                };
+                // Refused by the worst case rather than by what was spent: say how to fit.
+                let message = if spent_micros.saturating_add(reserved_micros) > limit_micros
+                    && spent_micros < limit_micros
+                {
+                    format!(
+                        "{whose} for this period cannot cover this call's worst case \
+                         (reserved_usd); lower max_tokens (or max_completion_tokens) to fit \
+                         what is left"
+                    )
+                } else {
+                    format!("{whose} for this period is spent")
+                };
+                let mut err = Self::new(ErrorCode::BudgetExceeded, message, details);
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err
             }

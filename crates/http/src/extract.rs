@@ -239,6 +239,35 @@ impl FromRequest for PathId {
     }
 }
 
+/// A path's `{id}` and a second segment under it (`{member_id}`, `{key_id}`,
+/// `{invitation_id}`), both free of U+0000 (see [`PathId`]).
+///
+/// # Errors
+/// 400 `invalid_request` on the segment's name (`id`, `key_id`, …) when it contains U+0000.
+#[derive(Debug)]
+pub struct PathIds(pub String, pub String);
+
+impl FromRequest for PathIds {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let ids = web::Path::<(String, String)>::from_request(req, payload)
+            .into_inner()
+            .map_err(|_| ApiError::invalid("id", "is not a valid path segment"))
+            .and_then(|ids| {
+                let (id, inner) = ids.into_inner();
+                // Each segment's error names it as the route does (`key_id`, `user_id`, …).
+                let names: Vec<&str> = req.match_info().iter().map(|(name, _)| name).collect();
+                let inner_name = names.get(1).copied().unwrap_or("id");
+                aigw_domain::validation::refuse_nul("id", &id)?;
+                aigw_domain::validation::refuse_nul(inner_name, &inner)?;
+                Ok(PathIds(id, inner))
+            });
+        std::future::ready(ids)
+    }
+}
+
 /// The query parameters of `req`, each at most once and each one of `allowed`.
 ///
 /// # Errors

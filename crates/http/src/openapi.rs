@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{account, admin, api_keys, auth, chat, health, usage};
+use crate::routes::{account, admin, api_keys, auth, chat, health, teams, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -20,7 +20,11 @@ use utoipa::{Modify, OpenApi};
         admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
         admin::revoke_api_key,
         account::list_sessions, account::end_session, account::update_me, account::change_password,
-        account::audit, admin::audit, admin::create_invitation
+        account::audit, admin::audit, admin::create_invitation,
+        teams::create, teams::list, teams::get, teams::update, teams::delete,
+        teams::list_members, teams::add_member, teams::update_member, teams::remove_member,
+        teams::list_invitations, teams::revoke_invitation, teams::create_key, teams::list_keys,
+        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -40,7 +44,14 @@ use utoipa::{Modify, OpenApi};
         crate::dto_account::EndedSessionData, crate::dto_account::UpdateMeRequest,
         crate::dto_account::ChangePasswordRequest, crate::dto_account::AuditEventDto,
         crate::dto_account::AuditListData, crate::dto_admin::CreateInvitationRequest,
-        crate::dto_admin::InvitationData
+        crate::dto_admin::InvitationData,
+        crate::dto_teams::TeamRoleName, crate::dto_teams::CreateTeamRequest,
+        crate::dto_teams::UpdateTeamRequest, crate::dto_teams::TeamDto,
+        crate::dto_teams::TeamListData, crate::dto_teams::AddMemberRequest,
+        crate::dto_teams::UpdateMemberRequest, crate::dto_teams::MemberDto,
+        crate::dto_teams::MemberListData, crate::dto_teams::TeamInvitationDto,
+        crate::dto_teams::TeamInvitationListData, crate::dto_teams::MemberAddedData,
+        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(
@@ -49,7 +60,8 @@ use utoipa::{Modify, OpenApi};
         (name = "ai", description = "OpenAI-compatible gateway"),
         (name = "usage", description = "The caller's metered usage of the gateway"),
         (name = "health", description = "Probes"),
-        (name = "admin", description = "Administration: every user and API key (role admin)")
+        (name = "admin", description = "Administration: every user and API key (role admin)"),
+        (name = "teams", description = "Teams: shared budgets, limits and models, members, team keys")
     )
 )]
 #[derive(Debug)]

@@ -1,5 +1,6 @@
-//! Repository of `api_keys`. Every read and change by key id is scoped to its owner, so
-//! another user's key is indistinguishable from a missing one.
+//! Repository of `api_keys`. Every read and change by key id is scoped to its owner
+//! ([`KeyOwner`]: a user for their own keys, a team for its team keys), so another owner's key
+//! is indistinguishable from a missing one.
 
 use crate::error::PersistenceError;
 use crate::models::{from_utc, ApiKeyChanges, ApiKeyChangeset, ApiKeyRecord, ApiKeyRow};
@@ -7,6 +8,29 @@ use crate::pool::DbConnection;
 use crate::schema::api_keys;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+
+/// Who a key belongs to, for reads and changes by key id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyOwner<'a> {
+    /// A user's own keys (team-scoped or not), by user id; never a team key.
+    User(&'a str),
+    /// A team's team keys, by team id.
+    Team(&'a str),
+}
+
+/// Applies `owner`'s filter to a boxed query or statement on `api_keys`.
+macro_rules! owned_by {
+    ($query:expr, $owner:expr) => {
+        match $owner {
+            KeyOwner::User(user) => $query
+                .filter(api_keys::user_id.eq(user.to_owned()))
+                .filter(api_keys::team_owned.eq(false)),
+            KeyOwner::Team(team) => $query
+                .filter(api_keys::team_id.eq(team.to_owned()))
+                .filter(api_keys::team_owned.eq(true)),
+        }
+    };
+}
 
 /// Inserts a key.
 ///
@@ -27,6 +51,7 @@ pub fn list_for_user(
 ) -> Result<Vec<ApiKeyRow>, PersistenceError> {
     Ok(api_keys::table
         .filter(api_keys::user_id.eq(user_id))
+        .filter(api_keys::team_owned.eq(false))
         .order(api_keys::id.desc())
         .select(ApiKeyRecord::as_select())
         .load(conn)?
@@ -53,46 +78,87 @@ pub fn find_by_hash(
         .map(ApiKeyRow::from))
 }
 
-/// Key `id` of `user_id`, if the user has it.
+/// Key `id` of `owner`, if it has it.
 ///
 /// # Errors
 /// On database failure.
-pub fn find_for_user(
+pub fn find_for(
     conn: &mut DbConnection,
     id: &str,
-    user_id: &str,
+    owner: KeyOwner<'_>,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
-    Ok(api_keys::table
-        .filter(api_keys::id.eq(id))
-        .filter(api_keys::user_id.eq(user_id))
+    let query = api_keys::table.filter(api_keys::id.eq(id.to_owned())).into_boxed();
+    Ok(owned_by!(query, owner)
         .select(ApiKeyRecord::as_select())
         .first(conn)
         .optional()?
         .map(ApiKeyRow::from))
 }
 
-/// Applies `changes` to key `id` of `user_id` and returns the key as it now is; `None` when
-/// the user has no such key. Call inside a transaction.
+/// Up to `limit` team keys of team `team_id`, newest first (by id), after id `before`.
+///
+/// # Errors
+/// On database failure.
+pub fn list_for_team(
+    conn: &mut DbConnection,
+    team_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<ApiKeyRow>, PersistenceError> {
+    let mut query = api_keys::table
+        .filter(api_keys::team_id.eq(team_id.to_owned()))
+        .filter(api_keys::team_owned.eq(true))
+        .select(ApiKeyRecord::as_select())
+        .into_boxed();
+    if let Some(before) = before {
+        query = query.filter(api_keys::id.lt(before.to_owned()));
+    }
+    Ok(query
+        .order(api_keys::id.desc())
+        .limit(limit)
+        .load(conn)?
+        .into_iter()
+        .map(ApiKeyRow::from)
+        .collect())
+}
+
+/// Revokes at `now` every unrevoked key scoped to team `team_id` (its team keys and its
+/// members' team-scoped keys) and returns their ids.
+///
+/// # Errors
+/// On database failure.
+pub fn revoke_team_keys(
+    conn: &mut DbConnection,
+    team_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, PersistenceError> {
+    let live = api_keys::table
+        .filter(api_keys::team_id.eq(team_id))
+        .filter(api_keys::revoked_at.is_null());
+    let ids: Vec<String> = live.select(api_keys::id).load(conn)?;
+    diesel::update(live).set(api_keys::revoked_at.eq(from_utc(now))).execute(conn)?;
+    Ok(ids)
+}
+
+/// Applies `changes` to key `id` of `owner` and returns the key as it now is; `None` when
+/// it has no such key. Call inside a transaction.
 ///
 /// # Errors
 /// On database failure.
 pub fn update(
     conn: &mut DbConnection,
     id: &str,
-    user_id: &str,
+    owner: KeyOwner<'_>,
     changes: &ApiKeyChanges,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     if !changes.is_empty() {
-        diesel::update(
-            api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::user_id.eq(user_id)),
-        )
-        .set(ApiKeyChangeset::from(changes))
-        .execute(conn)?;
+        let statement = diesel::update(api_keys::table.filter(api_keys::id.eq(id))).into_boxed();
+        owned_by!(statement, owner).set(ApiKeyChangeset::from(changes)).execute(conn)?;
     }
-    find_for_user(conn, id, user_id)
+    find_for(conn, id, owner)
 }
 
-/// Replaces the secret of key `id` of `user_id` (not revoked): the current digest becomes the
+/// Replaces the secret of key `id` of `owner` (not revoked): the current digest becomes the
 /// previous one, valid until `previous_expires_at`, and `key_prefix` / `key_hash` take the new
 /// secret's. An older previous secret is dropped at once. Returns whether a key was changed
 /// (`false`: no such key of that user, or it is revoked). A write first, so on SQLite the
@@ -103,26 +169,25 @@ pub fn update(
 pub fn rotate(
     conn: &mut DbConnection,
     id: &str,
-    user_id: &str,
+    owner: KeyOwner<'_>,
     key_prefix: &str,
     key_hash: &str,
     previous_expires_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
-    let n = diesel::update(
-        api_keys::table
-            .filter(api_keys::id.eq(id))
-            .filter(api_keys::user_id.eq(user_id))
-            .filter(api_keys::revoked_at.is_null()),
+    let statement = diesel::update(
+        api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::revoked_at.is_null()),
     )
-    .set((
-        api_keys::previous_key_hash.eq(api_keys::key_hash.nullable()),
-        api_keys::previous_key_expires_at.eq(from_utc(previous_expires_at)),
-        api_keys::key_prefix.eq(key_prefix),
-        api_keys::key_hash.eq(key_hash),
-        api_keys::rotated_at.eq(from_utc(now)),
-    ))
-    .execute(conn)?;
+    .into_boxed();
+    let n = owned_by!(statement, owner)
+        .set((
+            api_keys::previous_key_hash.eq(api_keys::key_hash.nullable()),
+            api_keys::previous_key_expires_at.eq(from_utc(previous_expires_at)),
+            api_keys::key_prefix.eq(key_prefix),
+            api_keys::key_hash.eq(key_hash),
+            api_keys::rotated_at.eq(from_utc(now)),
+        ))
+        .execute(conn)?;
     Ok(n == 1)
 }
 
@@ -135,7 +200,7 @@ pub fn rotate(
 pub fn revoke(
     conn: &mut DbConnection,
     id: &str,
-    owner: Option<&str>,
+    owner: Option<KeyOwner<'_>>,
     now: DateTime<Utc>,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     conn.transaction(|conn| {
@@ -145,8 +210,8 @@ pub fn revoke(
         .into_boxed();
         let mut read = api_keys::table.filter(api_keys::id.eq(id)).into_boxed();
         if let Some(owner) = owner {
-            update = update.filter(api_keys::user_id.eq(owner));
-            read = read.filter(api_keys::user_id.eq(owner));
+            update = owned_by!(update, owner);
+            read = owned_by!(read, owner);
         }
         update.set(api_keys::revoked_at.eq(from_utc(now))).execute(conn)?;
         Ok(read.select(ApiKeyRecord::as_select()).first(conn).optional()?.map(ApiKeyRow::from))
@@ -180,15 +245,17 @@ pub fn list_all(
         .collect())
 }
 
-/// Deletes key `id` of `user_id`. Returns whether it existed.
+/// Deletes key `id` of `owner`. Returns whether it existed.
 ///
 /// # Errors
 /// On database failure.
-pub fn delete(conn: &mut DbConnection, id: &str, user_id: &str) -> Result<bool, PersistenceError> {
-    let n = diesel::delete(
-        api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::user_id.eq(user_id)),
-    )
-    .execute(conn)?;
+pub fn delete(
+    conn: &mut DbConnection,
+    id: &str,
+    owner: KeyOwner<'_>,
+) -> Result<bool, PersistenceError> {
+    let statement = diesel::delete(api_keys::table.filter(api_keys::id.eq(id))).into_boxed();
+    let n = owned_by!(statement, owner).execute(conn)?;
     Ok(n == 1)
 }
 

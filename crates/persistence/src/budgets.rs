@@ -1,5 +1,7 @@
-//! Budget counters (`key_budget_periods`): per API key and budget period, the
-//! micro-USD committed, i.e. settled spend plus the worst-case cost of calls still running.
+//! Budget counters (`key_budget_periods`): per counter (an API key's, a team's or a member's:
+//! [`CounterSubject`]) and budget period, the micro-USD committed, i.e. settled spend plus the
+//! worst-case cost of calls still running. Functions name a counter `key_id` for its column;
+//! it holds any [`CounterSubject::name`].
 //!
 //! A reservation is one conditional `UPDATE … SET committed = committed + cost WHERE
 //! committed + cost <= limit`: the database evaluates the condition and the increment under
@@ -10,6 +12,7 @@
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::{key_budget_periods as b, usage_daily};
+use aigw_domain::CounterSubject;
 use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
@@ -107,9 +110,10 @@ pub fn settle(
     Ok(())
 }
 
-/// Where a budget counter of key `key_id` opens: what it has spent from UTC day `from`
-/// (`YYYY-MM-DD`, inclusive) on, from the daily rollups, plus the reservations of its calls in
-/// flight ([`crate::in_flight::reserved_for_key`]), in micro-USD.
+/// Where budget counter `counter` opens (a key's, a team's or a member's, named as
+/// [`CounterSubject::name`] writes): what it has spent from UTC day `from` (`YYYY-MM-DD`,
+/// inclusive) on, from the daily rollups, plus the reservations of its calls in flight
+/// ([`crate::in_flight::reserved_for`]), in micro-USD.
 ///
 /// The calls in flight are read first: a call's record is written before its row in
 /// `calls_in_flight` is deleted, so a call that ends meanwhile is counted twice (refusing
@@ -119,28 +123,40 @@ pub fn settle(
 /// On database failure.
 pub fn committed_since(
     conn: &mut DbConnection,
-    key_id: &str,
+    counter: &str,
     from: &str,
 ) -> Result<i64, PersistenceError> {
-    let in_flight = crate::in_flight::reserved_for_key(conn, key_id)?;
-    Ok(in_flight.saturating_add(ledger_spend_since(conn, key_id, from)?))
+    let subject = CounterSubject::parse(counter);
+    let in_flight = crate::in_flight::reserved_for(conn, subject)?;
+    Ok(in_flight.saturating_add(ledger_spend_since(conn, subject, from)?))
 }
 
-/// What key `key_id` has spent from UTC day `from` (`YYYY-MM-DD`, inclusive) on, in
-/// micro-USD, from the daily rollups.
+/// What `subject` (a key, a team or a member of a team) has spent from UTC day `from`
+/// (`YYYY-MM-DD`, inclusive) on, in micro-USD, from the daily rollups.
 ///
 /// # Errors
 /// On database failure.
 pub fn ledger_spend_since(
     conn: &mut DbConnection,
-    key_id: &str,
+    subject: CounterSubject<'_>,
     from: &str,
 ) -> Result<i64, PersistenceError> {
-    let spent: Option<i64> = usage_daily::table
-        .filter(usage_daily::api_key_id.eq(key_id))
-        .filter(usage_daily::day.ge(from))
-        .select(sql::<diesel::sql_types::Nullable<BigInt>>("CAST(SUM(cost_micros) AS BIGINT)"))
-        .first(conn)?;
+    use usage_daily::dsl as d;
+    let sum = sql::<diesel::sql_types::Nullable<BigInt>>("CAST(SUM(cost_micros) AS BIGINT)");
+    let since = d::usage_daily.filter(d::day.ge(from));
+    let spent: Option<i64> = match subject {
+        CounterSubject::Key(key_id) => {
+            since.filter(d::api_key_id.eq(key_id)).select(sum).first(conn)?
+        }
+        CounterSubject::Team(team_id) => {
+            since.filter(d::team_id.eq(team_id)).select(sum).first(conn)?
+        }
+        CounterSubject::Member { team_id, user_id } => since
+            .filter(d::team_id.eq(team_id))
+            .filter(d::member_id.eq(user_id))
+            .select(sum)
+            .first(conn)?,
+    };
     Ok(spent.unwrap_or(0))
 }
 
@@ -195,6 +211,23 @@ pub fn forget_period(
     period: &str,
 ) -> Result<(), PersistenceError> {
     diesel::delete(b::table.filter(b::api_key_id.eq(key_id)).filter(b::period.eq(period)))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Drops every member counter of team `team_id` but those of `period` (the team's budget
+/// period changed).
+///
+/// # Errors
+/// On database failure.
+pub fn forget_members_except(
+    conn: &mut DbConnection,
+    team_id: &str,
+    period: &str,
+) -> Result<(), PersistenceError> {
+    // Team ids are UUIDs: no `%` or `_` to escape.
+    let members = format!("member:{team_id}:%");
+    diesel::delete(b::table.filter(b::api_key_id.like(members)).filter(b::period.ne(period)))
         .execute(conn)?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 //!
 //! - A budget counter opened while calls run (a new period after a PATCH, a Redis restart, a
 //!   counter expired) starts at the ledger's spend **plus** the reservations of the calls in
-//!   flight ([`reserved_for_key`]), so it never forgets what is running.
+//!   flight ([`reserved_for`]), so it never forgets what is running.
 //! - A call whose node stopped reporting (a crash, `kill -9`) before its record was written
 //!   is billed at its reservation by another node, or by the same one after a restart
 //!   ([`of_stopped_nodes`], then [`crate::usage::insert_batch`] and [`forget`]).
@@ -13,6 +13,7 @@ use crate::error::PersistenceError;
 use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
 use crate::schema::{calls_in_flight as f, credential_feed_nodes, usage_records};
+use aigw_domain::CounterSubject;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::dsl::{exists, not, sql};
 use diesel::prelude::*;
@@ -46,6 +47,10 @@ pub struct CallInFlight {
     pub completion_tokens: i64,
     /// When the call started, UTC.
     pub started_at: DateTime<Utc>,
+    /// The team the call counts against, if its key is scoped to one.
+    pub team_id: Option<String>,
+    /// The member whose team budget the call counts against (`None` for a team key).
+    pub member_id: Option<String>,
 }
 
 #[derive(Debug, Queryable, Selectable, Insertable)]
@@ -63,6 +68,8 @@ struct Row {
     prompt_tokens: i64,
     completion_tokens: i64,
     started_at: NaiveDateTime,
+    team_id: Option<String>,
+    member_id: Option<String>,
 }
 
 impl From<&CallInFlight> for Row {
@@ -80,6 +87,8 @@ impl From<&CallInFlight> for Row {
             prompt_tokens: c.prompt_tokens,
             completion_tokens: c.completion_tokens,
             started_at: from_utc(c.started_at),
+            team_id: c.team_id.clone(),
+            member_id: c.member_id.clone(),
         }
     }
 }
@@ -99,6 +108,8 @@ impl From<Row> for CallInFlight {
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
             started_at: to_utc(r.started_at),
+            team_id: r.team_id,
+            member_id: r.member_id,
         }
     }
 }
@@ -156,15 +167,29 @@ pub fn request_ids_of_node(
     Ok(f::table.filter(f::node_id.eq(node_id)).select(f::request_id).load(conn)?)
 }
 
-/// Micro-USD reserved by the calls in flight of key `key_id` (0 without any).
+/// Micro-USD reserved by the calls in flight that count against `subject` (a key, a team or
+/// a member of a team; 0 without any).
 ///
 /// # Errors
 /// On database failure.
-pub fn reserved_for_key(conn: &mut DbConnection, key_id: &str) -> Result<i64, PersistenceError> {
-    let reserved: Option<i64> = f::table
-        .filter(f::api_key_id.eq(key_id))
-        .select(sql::<Nullable<BigInt>>("CAST(SUM(reserved_micros) AS BIGINT)"))
-        .first(conn)?;
+pub fn reserved_for(
+    conn: &mut DbConnection,
+    subject: CounterSubject<'_>,
+) -> Result<i64, PersistenceError> {
+    let sum = sql::<Nullable<BigInt>>("CAST(SUM(reserved_micros) AS BIGINT)");
+    let reserved: Option<i64> = match subject {
+        CounterSubject::Key(key_id) => {
+            f::table.filter(f::api_key_id.eq(key_id)).select(sum).first(conn)?
+        }
+        CounterSubject::Team(team_id) => {
+            f::table.filter(f::team_id.eq(team_id)).select(sum).first(conn)?
+        }
+        CounterSubject::Member { team_id, user_id } => f::table
+            .filter(f::team_id.eq(team_id))
+            .filter(f::member_id.eq(user_id))
+            .select(sum)
+            .first(conn)?,
+    };
     Ok(reserved.unwrap_or(0))
 }
 

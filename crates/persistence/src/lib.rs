@@ -8,7 +8,8 @@
 //!   connection set-up (SQLite: WAL, `busy_timeout`, `foreign_keys`);
 //! - [`migrations`]: the embedded migrations of `migrations/{sqlite,postgres}`;
 //! - [`schema`] and [`models`]: tables and rows;
-//! - [`users`], [`sessions`], [`api_keys`]: repositories, plain functions over a connection;
+//! - [`users`], [`sessions`], [`api_keys`], [`teams`]: repositories, plain functions over a
+//!   connection;
 //! - [`usage`]: the usage ledger (records and daily rollups), idempotent by request id.
 //! - [`changes`]: the credential change feed every node tails, and each node's progress.
 //!
@@ -31,6 +32,7 @@ pub mod models;
 pub mod pool;
 pub mod schema;
 pub mod sessions;
+pub mod teams;
 pub mod usage;
 pub mod users;
 

@@ -123,6 +123,11 @@ pub struct ApiKeyRow {
     pub previous_key_expires_at: Option<DateTime<Utc>>,
     /// When the key was last rotated, UTC.
     pub rotated_at: Option<DateTime<Utc>>,
+    /// The team the key is scoped to (fixed at creation).
+    pub team_id: Option<String>,
+    /// Whether the key belongs to its team (a team key; `user_id` then records who created it)
+    /// rather than to its user.
+    pub team_owned: bool,
 }
 
 /// A key's own limits; every field `None` means "no limit" / "not set".
@@ -140,6 +145,27 @@ pub struct ApiKeyPolicy {
     pub tpm_limit: Option<i64>,
     /// Free-form string metadata.
     pub metadata: Option<KeyMetadata>,
+}
+
+impl ApiKeyPolicy {
+    /// A policy from its stored columns (a key's or a team's): JSON `allowed_models` and
+    /// `metadata`, the period's name, `(rpm_limit, tpm_limit)`.
+    pub(crate) fn from_storage(
+        allowed_models: Option<&str>,
+        max_budget_micros: Option<i64>,
+        budget_period: Option<&str>,
+        (rpm_limit, tpm_limit): (Option<i64>, Option<i64>),
+        metadata: Option<&str>,
+    ) -> Self {
+        Self {
+            allowed_models: allowed_models.map(models_from_storage),
+            max_budget_micros,
+            budget_period: budget_period.map(period_from_storage),
+            rpm_limit,
+            tpm_limit,
+            metadata: metadata.map(metadata_from_storage),
+        }
+    }
 }
 
 /// A change to a key (PATCH): `None` leaves a field alone, `Some(None)` clears it.
@@ -350,10 +376,12 @@ pub(crate) struct ApiKeyRecord {
     previous_key_hash: Option<String>,
     previous_key_expires_at: Option<NaiveDateTime>,
     rotated_at: Option<NaiveDateTime>,
+    team_id: Option<String>,
+    team_owned: bool,
 }
 
 /// `allowed_models` as stored: a JSON array of strings.
-fn models_to_storage(m: &ModelPatterns) -> String {
+pub(crate) fn models_to_storage(m: &ModelPatterns) -> String {
     serde_json::to_string(m.as_slice()).unwrap_or_else(|_| "[]".to_owned())
 }
 
@@ -367,7 +395,7 @@ fn models_from_storage(stored: &str) -> ModelPatterns {
 }
 
 /// `metadata` as stored: a JSON object of strings.
-fn metadata_to_storage(m: &KeyMetadata) -> String {
+pub(crate) fn metadata_to_storage(m: &KeyMetadata) -> String {
     serde_json::to_string(m.entries()).unwrap_or_else(|_| "{}".to_owned())
 }
 
@@ -420,17 +448,18 @@ impl From<&ApiKeyChanges> for ApiKeyChangeset {
 impl From<ApiKeyRecord> for ApiKeyRow {
     fn from(r: ApiKeyRecord) -> Self {
         Self {
-            policy: ApiKeyPolicy {
-                allowed_models: r.allowed_models.as_deref().map(models_from_storage),
-                max_budget_micros: r.max_budget_micros,
-                budget_period: r.budget_period.as_deref().map(period_from_storage),
-                rpm_limit: r.rpm_limit,
-                tpm_limit: r.tpm_limit,
-                metadata: r.metadata.as_deref().map(metadata_from_storage),
-            },
+            policy: ApiKeyPolicy::from_storage(
+                r.allowed_models.as_deref(),
+                r.max_budget_micros,
+                r.budget_period.as_deref(),
+                (r.rpm_limit, r.tpm_limit),
+                r.metadata.as_deref(),
+            ),
             previous_key_hash: r.previous_key_hash,
             previous_key_expires_at: r.previous_key_expires_at.map(to_utc),
             rotated_at: r.rotated_at.map(to_utc),
+            team_id: r.team_id,
+            team_owned: r.team_owned,
             permissions: PermissionSet::from_storage(&r.permissions),
             id: r.id,
             user_id: r.user_id,
@@ -467,6 +496,8 @@ impl From<&ApiKeyRow> for ApiKeyRecord {
             previous_key_hash: r.previous_key_hash.clone(),
             previous_key_expires_at: r.previous_key_expires_at.map(from_utc),
             rotated_at: r.rotated_at.map(from_utc),
+            team_id: r.team_id.clone(),
+            team_owned: r.team_owned,
         }
     }
 }
@@ -494,6 +525,8 @@ mod tests {
             previous_key_hash: None,
             previous_key_expires_at: None,
             rotated_at: None,
+            team_id: None,
+            team_owned: false,
         };
         assert_eq!(ApiKeyRow::from(ApiKeyRecord::from(&key)), key);
         let limited = ApiKeyRow {

@@ -70,6 +70,8 @@ diesel::table! {
         previous_key_hash -> Nullable<Text>,
         previous_key_expires_at -> Nullable<Timestamp>,
         rotated_at -> Nullable<Timestamp>,
+        team_id -> Nullable<Text>,
+        team_owned -> Bool,
     }
 }
 
@@ -110,6 +112,8 @@ diesel::table! {
         cost_micros -> BigInt,
         estimated_requests -> BigInt,
         unpriced_requests -> BigInt,
+        team_id -> Nullable<Text>,
+        member_id -> Nullable<Text>,
     }
 }
 
@@ -228,8 +232,64 @@ diesel::table! {
         prompt_tokens -> BigInt,
         completion_tokens -> BigInt,
         started_at -> Timestamp,
+        team_id -> Nullable<Text>,
+        member_id -> Nullable<Text>,
     }
 }
+
+diesel::table! {
+    /// Teams: a budget, rate limits and models shared by their members and keys; soft-deleted
+    /// (`deleted_at`) so that usage history keeps naming them. Money in micro-USD.
+    teams (id) {
+        id -> Text,
+        name -> Text,
+        created_by -> Text,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+        deleted_at -> Nullable<Timestamp>,
+        allowed_models -> Nullable<Text>,
+        max_budget_micros -> Nullable<BigInt>,
+        budget_period -> Nullable<Text>,
+        rpm_limit -> Nullable<BigInt>,
+        tpm_limit -> Nullable<BigInt>,
+        metadata -> Nullable<Text>,
+        member_budget_micros -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Team memberships: `role` is `owner`, `admin` or `member`; `budget_micros` overrides the
+    /// team's `member_budget_micros`.
+    team_members (team_id, user_id) {
+        team_id -> Text,
+        user_id -> Text,
+        role -> Text,
+        budget_micros -> Nullable<BigInt>,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Invitations to a team for an address without an account: registering adds the member.
+    team_invitations (id) {
+        id -> Text,
+        team_id -> Text,
+        email -> Text,
+        role -> Text,
+        created_by -> Text,
+        created_at -> Timestamp,
+        accepted_at -> Nullable<Timestamp>,
+        revoked_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::joinable!(team_members -> teams (team_id));
+diesel::joinable!(team_members -> users (user_id));
+diesel::allow_tables_to_appear_in_same_query!(teams, team_members, team_invitations);
+diesel::allow_tables_to_appear_in_same_query!(teams, users);
+diesel::allow_tables_to_appear_in_same_query!(teams, api_keys);
+diesel::allow_tables_to_appear_in_same_query!(team_members, users);
+diesel::allow_tables_to_appear_in_same_query!(team_members, api_keys);
 
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, usage_records);
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, credential_feed_nodes);

@@ -91,6 +91,8 @@ impl UsageRecordRow {
             priced: self.priced,
             latency_ms: to_u64(self.latency_ms),
             started_at: self.started_at.and_utc(),
+            team_id: None,
+            member_id: None,
         }
     }
 }
@@ -110,6 +112,8 @@ struct DailyRow {
     cost_micros: i64,
     estimated_requests: i64,
     unpriced_requests: i64,
+    team_id: Option<String>,
+    member_id: Option<String>,
 }
 
 impl DailyRow {
@@ -165,6 +169,12 @@ struct NewUsageRecord<'a> {
     priced: bool,
     latency_ms: i64,
     started_at: NaiveDateTime,
+    /// Kept in the rollups only (see [`UsageRecord::team_id`]).
+    #[diesel(skip_insertion)]
+    team_id: Option<&'a str>,
+    /// Kept in the rollups only (see [`UsageRecord::member_id`]).
+    #[diesel(skip_insertion)]
+    member_id: Option<&'a str>,
 }
 
 impl<'a> From<&'a UsageRecord> for NewUsageRecord<'a> {
@@ -185,6 +195,8 @@ impl<'a> From<&'a UsageRecord> for NewUsageRecord<'a> {
             priced: r.priced,
             latency_ms: to_i64(r.latency_ms),
             started_at: r.started_at.naive_utc(),
+            team_id: r.team_id.as_deref(),
+            member_id: r.member_id.as_deref(),
         }
     }
 }
@@ -502,6 +514,8 @@ fn rollups<'a>(
                 model: row.model.to_owned(),
                 day: format_day(day),
                 user_id: row.user_id.to_owned(),
+                team_id: row.team_id.map(str::to_owned),
+                member_id: row.member_id.map(str::to_owned),
                 ..DailyRow::default()
             })
             .add(row);

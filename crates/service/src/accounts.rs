@@ -59,7 +59,8 @@ impl AuthService {
                     }
                     Self::insert_user(conn, &stored)?;
                     Self::store_session(conn, &stored_session, &token)?;
-                    event.insert(conn)
+                    event.insert(conn)?;
+                    crate::teams::join_invited(conn, &stored, now)
                 })
             })
             .await?;

@@ -32,12 +32,33 @@ pub struct NewApiKey {
     pub expires_at: Option<String>,
     /// Models, budget, rate limits and metadata.
     pub policy: KeyPolicyRequest,
+    /// The team to scope the key to (the caller must be a member): its calls then count
+    /// against the key, the member and the team.
+    pub team_id: Option<String>,
 }
 
 /// Longest grace period of a rotation, in seconds (7 days).
 pub const MAX_ROTATION_GRACE_SECS: i64 = 604_800;
 /// Grace period of a rotation when none is asked for, in seconds (24 hours).
 pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
+
+/// Who a key belongs to (owned form of [`api_keys::KeyOwner`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// A user's own key.
+    User(String),
+    /// A team key, by team id.
+    Team(String),
+}
+
+impl Owner {
+    fn get(&self) -> api_keys::KeyOwner<'_> {
+        match self {
+            Owner::User(id) => api_keys::KeyOwner::User(id),
+            Owner::Team(id) => api_keys::KeyOwner::Team(id),
+        }
+    }
+}
 
 fn not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "api_key", id: id.chars().take(MAX_ECHOED_ID).collect() }
@@ -48,7 +69,8 @@ impl AuthService {
     ///
     /// # Errors
     /// [`ServiceError::Invalid`] on `name`, `permissions[i]` or `expires_at` (not RFC 3339,
-    /// or not in the future); [`ServiceError::Unavailable`] when the database is down.
+    /// or not in the future); [`ServiceError::NotFound`] (`resource: team`) when `team_id` is
+    /// not a team of the caller; [`ServiceError::Unavailable`] when the database is down.
     pub async fn create_api_key(
         &self,
         principal: &Authorized<op::CreateApiKey>,
@@ -67,6 +89,20 @@ impl AuthService {
         &self,
         principal: &Authorized<op::CreateApiKey>,
         request: NewApiKey,
+        recording: Option<Recording<CreatedApiKey>>,
+    ) -> Result<CreatedApiKey, ServiceError> {
+        let team = request.team_id.clone().map(|team_id| (team_id, false));
+        self.create_key(principal.principal(), request, team, recording).await
+    }
+
+    /// Creates a key by `principal` (an access token): the caller's own key, scoped to
+    /// `team` when given as `(team id, false)`, or a team key of `team` when `(team id, true)`
+    /// (the caller's right to create it is checked in the same transaction).
+    pub(crate) async fn create_key(
+        &self,
+        principal: &Principal,
+        request: NewApiKey,
+        team: Option<(String, bool)>,
         recording: Option<Recording<CreatedApiKey>>,
     ) -> Result<CreatedApiKey, ServiceError> {
         let name = UserName::parse(&request.name, "name")?;
@@ -93,6 +129,8 @@ impl AuthService {
             previous_key_hash: None,
             previous_key_expires_at: None,
             rotated_at: None,
+            team_id: team.as_ref().map(|(id, _)| id.clone()),
+            team_owned: team.as_ref().is_some_and(|(_, owned)| *owned),
         };
         let created =
             CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
@@ -102,14 +140,23 @@ impl AuthService {
             "name": row.name,
             "permissions": row.permissions.names(),
             "expires_at": row.expires_at.map(time::format_timestamp),
+            "team_id": row.team_id,
         });
-        let event =
-            Event::new("api_key_created", Some(&row.user_id), Some(actor_of(principal)), now)
-                .target(&row.id)
-                .details(details);
+        let action = if row.team_owned { "team_api_key_created" } else { "api_key_created" };
+        let event = Event::new(action, Some(&row.user_id), Some(actor_of(principal)), now)
+            .target(&row.id)
+            .details(details);
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
+                    if let Some(team_id) = &row.team_id {
+                        crate::teams::check_key_creation(
+                            conn,
+                            team_id,
+                            &row.user_id,
+                            row.team_owned,
+                        )?;
+                    }
                     api_keys::insert(conn, &row)?;
                     event.insert(conn)?;
                     if let Some(recording) = &recording {
@@ -121,7 +168,7 @@ impl AuthService {
             .await?;
         self.cache.key_created(&key_hash);
         self.metrics.count("aigw_api_keys_created_total", &[]);
-        tracing::info!(event = "api_key_created", key_id = %created.view.id, user_id = %principal.user_id(), "API key created");
+        tracing::info!(event = "api_key_created", key_id = %created.view.id, user_id = %principal.user_id(), team_id = ?created.view.team_id, "API key created");
         Ok(created)
     }
 
@@ -149,7 +196,8 @@ impl AuthService {
         principal: &Authorized<op::ChangeApiKey>,
         id: &str,
     ) -> Result<ApiKeyView, ServiceError> {
-        self.revoke_api_key_of(id, Some(principal.user_id()), actor_of(principal)).await
+        let owner = Owner::User(principal.user_id().to_owned());
+        self.revoke_api_key_of(id, Some(owner), actor_of(principal)).await
     }
 
     /// Revokes key `id` of `owner` (of anyone when `None`: an admin's revocation) and waits
@@ -157,17 +205,19 @@ impl AuthService {
     pub(crate) async fn revoke_api_key_of(
         &self,
         id: &str,
-        owner: Option<&str>,
+        owner: Option<Owner>,
         actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
-        let (key_id, owner) = (id.to_owned(), owner.map(str::to_owned));
+        let key_id = id.to_owned();
         let now = time::now();
         let event = Event::new("api_key_revoked", None, Some(actor), now).target(id);
         let (row, change) = self
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    let Some(row) = api_keys::revoke(conn, &key_id, owner.as_deref(), now)? else {
+                    let Some(row) =
+                        api_keys::revoke(conn, &key_id, owner.as_ref().map(Owner::get), now)?
+                    else {
                         return Ok(None);
                     };
                     let details =
@@ -200,21 +250,33 @@ impl AuthService {
         id: &str,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
+        let owner = Owner::User(principal.user_id().to_owned());
+        self.update_api_key_of(owner, principal.principal(), id, patch).await
+    }
+
+    /// [`AuthService::update_api_key`] of a key of `owner`, by `principal`.
+    pub(crate) async fn update_api_key_of(
+        &self,
+        owner: Owner,
+        principal: &Principal,
+        id: &str,
+        patch: ApiKeyPatch,
+    ) -> Result<ApiKeyView, ServiceError> {
         let now = time::now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
-        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let event = Event::new("api_key_updated", Some(&user_id), Some(actor_of(principal)), now)
+        let key_id = id.to_owned();
+        let event = Event::new("api_key_updated", None, Some(actor_of(principal)), now)
             .target(id)
             .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, change) = self
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    let Some(row) = api_keys::update(conn, &key_id, &user_id, &changes)? else {
+                    let Some(row) = api_keys::update(conn, &key_id, owner.get(), &changes)? else {
                         return Ok(None);
                     };
                     if !changes.is_empty() {
-                        event.insert(conn)?;
+                        event.clone().user(&row.user_id).insert(conn)?;
                     }
                     if changes.budget_period.is_some() {
                         // A new period opens a new counter from the ledger; the counter named
@@ -259,6 +321,18 @@ impl AuthService {
         id: &str,
         grace_period_secs: Option<i64>,
     ) -> Result<CreatedApiKey, ServiceError> {
+        let owner = Owner::User(principal.user_id().to_owned());
+        self.rotate_api_key_of(owner, principal.principal(), id, grace_period_secs).await
+    }
+
+    /// [`AuthService::rotate_api_key`] of a key of `owner`, by `principal`.
+    pub(crate) async fn rotate_api_key_of(
+        &self,
+        owner: Owner,
+        principal: &Principal,
+        id: &str,
+        grace_period_secs: Option<i64>,
+    ) -> Result<CreatedApiKey, ServiceError> {
         let grace = grace_period_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
         if !(0..=MAX_ROTATION_GRACE_SECS).contains(&grace) {
             return Err(FieldError::new(
@@ -270,9 +344,9 @@ impl AuthService {
         let now = time::now();
         let secret = ApiKeySecret::generate(&mut OsRng);
         let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
-        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let key_id = id.to_owned();
         let new_hash = hash.clone();
-        let event = Event::new("api_key_rotated", Some(&user_id), Some(actor_of(principal)), now)
+        let event = Event::new("api_key_rotated", None, Some(actor_of(principal)), now)
             .target(id)
             .details(serde_json::json!({"grace_period_secs": grace, "key_prefix": prefix}));
         let outcome = self
@@ -282,16 +356,23 @@ impl AuthService {
                     // The write comes first: on SQLite a read first would make the write a
                     // lock upgrade, refused at once (503) when another writer is active.
                     let grace_end = now + Duration::seconds(grace);
-                    let rotated =
-                        api_keys::rotate(conn, &key_id, &user_id, &prefix, &hash, grace_end, now)?;
-                    let Some(row) = api_keys::find_for_user(conn, &key_id, &user_id)? else {
+                    let rotated = api_keys::rotate(
+                        conn,
+                        &key_id,
+                        owner.get(),
+                        &prefix,
+                        &hash,
+                        grace_end,
+                        now,
+                    )?;
+                    let Some(row) = api_keys::find_for(conn, &key_id, owner.get())? else {
                         return Ok(None);
                     };
                     if !rotated {
                         // The key exists, so it is revoked.
                         return Ok(Some(Err(())));
                     }
-                    event.insert(conn)?;
+                    event.clone().user(&row.user_id).insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyChanged;
                     let change = credential_cache::append(conn, kind, &row.id, now)?;
                     Ok::<_, ServiceError>(Some(Ok((row, change))))
@@ -312,7 +393,7 @@ impl AuthService {
     }
 
     /// The view of `row`, with a use this node noted but has not written yet.
-    fn view_of(&self, row: &ApiKeyRow) -> ApiKeyView {
+    pub(crate) fn view_of(&self, row: &ApiKeyRow) -> ApiKeyView {
         let mut view = ApiKeyView::from(row);
         view.last_used_at = view.last_used_at.max(self.cache.pending_use(&row.id));
         view
@@ -327,7 +408,19 @@ impl AuthService {
         principal: &Authorized<op::ChangeApiKey>,
         id: &str,
     ) -> Result<(), ServiceError> {
-        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let owner = Owner::User(principal.user_id().to_owned());
+        self.delete_api_key_of(owner, principal.principal(), id).await
+    }
+
+    /// [`AuthService::delete_api_key`] of a key of `owner`, by `principal`.
+    pub(crate) async fn delete_api_key_of(
+        &self,
+        owner: Owner,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        let key_id = id.to_owned();
+        let user_id = principal.user_id().to_owned();
         let now = time::now();
         let event = Event::new("api_key_deleted", Some(&user_id), Some(actor_of(principal)), now)
             .target(id);
@@ -335,7 +428,7 @@ impl AuthService {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    if !api_keys::delete(conn, &key_id, &user_id)? {
+                    if !api_keys::delete(conn, &key_id, owner.get())? {
                         return Ok(None);
                     }
                     // The key's budget counters go with it (its rate windows expire alone).
@@ -377,20 +470,41 @@ impl AuthService {
             return Err(ServiceError::invalid_credential("the API key has expired"));
         }
         // The owner's account, from the user cache (a disable reaches every node through the
-        // feed, as `user_changed`).
-        match self.cache.user(&found.user_id).await? {
-            Some(owner) if owner.disabled => {
-                return Err(ServiceError::invalid_credential("the account is disabled"));
+        // feed, as `user_changed`). A team key belongs to its team: the account of the user
+        // who created it does not matter to it.
+        if !found.team_owned {
+            match self.cache.user(&found.user_id).await? {
+                Some(owner) if owner.disabled => {
+                    return Err(ServiceError::invalid_credential("the account is disabled"));
+                }
+                Some(_) => {}
+                None => return Err(ServiceError::invalid_credential("the API key is invalid")),
             }
-            Some(_) => {}
-            None => return Err(ServiceError::invalid_credential("the API key is invalid")),
         }
+        // The team's limits, and the owner's membership for a member's key (a removal reaches
+        // every node through the feed, as `team_changed`).
+        let team = match &found.team_id {
+            None => None,
+            Some(team_id) => {
+                let member = (!found.team_owned).then_some(found.user_id.as_str());
+                match self.cache.team_scope(team_id, member).await? {
+                    Some(scope) => Some(scope),
+                    None => {
+                        return Err(ServiceError::Forbidden {
+                            required: "team_member".to_owned(),
+                            current: "the key's owner is not a member of its team".to_owned(),
+                        })
+                    }
+                }
+            }
+        };
         self.cache.note_key_use(found, now);
         Ok(Principal::ApiKey {
             key_id: found.key_id.clone(),
             user_id: found.user_id.clone(),
             permissions: found.permissions.clone(),
             policy: found.policy.clone(),
+            team,
         })
     }
 }

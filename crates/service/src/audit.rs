@@ -40,7 +40,7 @@ pub async fn with_context<F: Future>(context: AuditContext, work: F) -> F::Outpu
 }
 
 /// Every action the trail records, by its `snake_case` name.
-pub const ACTIONS: [&str; 16] = [
+pub const ACTIONS: [&str; 27] = [
     "user_registered",
     "login_succeeded",
     "login_failed",
@@ -57,6 +57,17 @@ pub const ACTIONS: [&str; 16] = [
     "user_enabled",
     "role_changed",
     "invitation_created",
+    "team_created",
+    "team_updated",
+    "team_deleted",
+    "member_added",
+    "member_role_changed",
+    "member_budget_changed",
+    "member_removed",
+    "member_left",
+    "team_api_key_created",
+    "team_invitation_created",
+    "team_invitation_revoked",
 ];
 
 /// Records deleted per pruning statement.

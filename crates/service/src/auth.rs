@@ -6,6 +6,7 @@ use crate::config::AuthConfig;
 use crate::credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig};
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::levels::{LimitLevel, TeamScope};
 use crate::password::PasswordHasher;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
@@ -37,6 +38,8 @@ pub enum Principal {
         /// The key's models, budget and rate limits, shared with the credential
         /// cache entry.
         policy: Arc<ApiKeyPolicy>,
+        /// The team the key is scoped to, with the team's and the member's limits.
+        team: Option<Arc<TeamScope>>,
     },
 }
 
@@ -70,25 +73,48 @@ impl Principal {
         }
     }
 
-    /// Whether the caller may call `model`: always for an access token and for keys without
-    /// `allowed_models`.
+    /// The levels a call by this caller counts against: its key, and for a team-scoped key
+    /// the member and the team (none for an access token).
+    pub(crate) fn limit_levels(&self) -> Vec<LimitLevel<'_>> {
+        match self {
+            Principal::User { .. } => Vec::new(),
+            Principal::ApiKey { key_id, policy, team, .. } => {
+                LimitLevel::of_key(key_id, policy, team.as_ref()).collect()
+            }
+        }
+    }
+
+    /// The team the caller's key is scoped to.
+    pub fn team(&self) -> Option<&TeamScope> {
+        match self {
+            Principal::User { .. } => None,
+            Principal::ApiKey { team, .. } => team.as_deref(),
+        }
+    }
+
+    /// Whether the caller may call `model`: always for an access token; for a key, when its
+    /// `allowed_models` and its team's (if any) both allow it (the intersection).
     pub fn allows_model(&self, model: &str) -> bool {
-        self.key_policy().and_then(|p| p.allowed_models.as_ref()).is_none_or(|m| m.allows(model))
+        self.authorize_model(model).is_ok()
     }
 
     /// Checks [`Principal::allows_model`].
     ///
     /// # Errors
-    /// [`ServiceError::Forbidden`] with `required: model:<name>` and `current`: the key's
-    /// allowed patterns, comma-separated.
+    /// [`ServiceError::Forbidden`] with `required: model:<name>` and `current`: the allowed
+    /// patterns of the level that refused (the key's, else its team's), comma-separated.
     pub fn authorize_model(&self, model: &str) -> Result<(), ServiceError> {
-        match self.key_policy().and_then(|p| p.allowed_models.as_ref()) {
-            Some(allowed) if !allowed.allows(model) => Err(ServiceError::Forbidden {
-                required: format!("model:{}", model.chars().take(128).collect::<String>()),
-                current: allowed.joined(),
-            }),
-            _ => Ok(()),
+        let key = self.key_policy().and_then(|p| p.allowed_models.as_ref());
+        let team = self.team().and_then(|t| t.policy.allowed_models.as_ref());
+        for allowed in key.into_iter().chain(team) {
+            if !allowed.allows(model) {
+                return Err(ServiceError::Forbidden {
+                    required: format!("model:{}", model.chars().take(128).collect::<String>()),
+                    current: allowed.joined(),
+                });
+            }
         }
+        Ok(())
     }
 }
 

@@ -16,16 +16,16 @@
 //!   done, stream ended, failure or cancellation), the difference between the real cost and the
 //!   reservation is added to the counter, off the request path.
 
-use crate::auth::Principal;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::key_counters::{NodeCounters, NodeReserved};
 use crate::key_leases::{Lease, LeaseCall};
+use crate::levels::LimitLevel;
 use crate::redis_counters::{RedisAdjuster, RedisHeld};
 use crate::usage::prices::PriceTable;
 use crate::usage::tokens;
 use aigw_domain::usage::TokenUsage;
-use aigw_domain::BudgetPeriod;
+use aigw_domain::{BudgetPeriod, LimitScope};
 use aigw_persistence::budgets::{self, Reserved};
 use aigw_persistence::PersistenceError;
 use chrono::{DateTime, Utc};
@@ -69,6 +69,9 @@ pub struct Budgets {
 /// One call's reservation to make: the key, its budget and period, the worst-case cost.
 #[derive(Debug, Clone)]
 pub(crate) struct BudgetPlan {
+    /// The level whose budget this is.
+    pub(crate) scope: LimitScope,
+    /// The counter's name (the key id, or a team's or member's [`aigw_domain::CounterSubject`]).
     pub(crate) key_id: String,
     budget_period: BudgetPeriod,
     /// The period's first UTC day (`YYYY-MM-DD`), or `total`.
@@ -107,8 +110,10 @@ impl BudgetPlan {
             .map_or(86_400, |r| u64::try_from((r - self.now).num_seconds()).unwrap_or(1))
             .max(1);
         ServiceError::BudgetExceeded {
+            scope: self.scope,
             limit_micros: self.limit,
             spent_micros: spent,
+            reserved_micros: self.cost,
             reset: reset.map(|r| r.timestamp()),
             retry_after_secs,
         }
@@ -378,18 +383,15 @@ impl Budgets {
         images.saturating_mul(self.prices.image_tokens(model))
     }
 
-    /// The reservation a call of `model` by `principal` with worst-case token use `worst`
-    /// needs (`None`: the key has no budget).
+    /// The reservation a call of `model` with worst-case token use `worst` needs at `level`
+    /// (`None`: the level has no budget).
     pub(crate) fn plan(
         &self,
-        principal: &Principal,
+        level: &LimitLevel<'_>,
         model: &str,
         worst: &TokenUsage,
     ) -> Option<BudgetPlan> {
-        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
-        else {
-            return None;
-        };
+        let policy = level.policy;
         let limit = policy.max_budget_micros?;
         let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
         let now = aigw_domain::time::now();
@@ -401,7 +403,8 @@ impl Budgets {
             period.clone()
         };
         Some(BudgetPlan {
-            key_id: key_id.clone(),
+            scope: level.scope,
+            key_id: level.counter.to_owned(),
             budget_period,
             period,
             from,
@@ -410,25 +413,6 @@ impl Budgets {
             room: 0,
             now,
         })
-    }
-
-    /// Reserves the worst-case cost of `principal`'s call of `model` whose worst-case token
-    /// use is `worst` ([`worst_case_tokens`]), when the key has a budget (`None`: no budget,
-    /// nothing reserved).
-    ///
-    /// # Errors
-    /// [`ServiceError::BudgetExceeded`] when the reservation would pass the budget;
-    /// [`ServiceError::Unavailable`] when the database is down.
-    pub async fn reserve(
-        &self,
-        principal: &Principal,
-        model: &str,
-        worst: &TokenUsage,
-    ) -> Result<Option<Reservation>, ServiceError> {
-        match self.plan(principal, model, worst) {
-            Some(plan) => self.reserve_planned(plan).await.map(Some),
-            None => Ok(None),
-        }
     }
 
     /// Makes the reservation `plan` in the node's memory or the database.

@@ -45,6 +45,19 @@ pub struct AuthConfig {
     /// E-mail domains registration accepts, e.g. `["example.com"]` (case-insensitive, exact
     /// domain); empty (default): any.
     pub allowed_email_domains: Vec<String>,
+    /// Who may create teams: `anyone` (default) or `admins`.
+    pub team_creation: TeamCreation,
+}
+
+/// `auth.team_creation`: who may create a team.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TeamCreation {
+    /// Any signed-in user, who becomes its owner.
+    #[default]
+    Anyone,
+    /// Platform admins only.
+    Admins,
 }
 
 /// `auth.registration`: who may create an account through the API.
@@ -78,6 +91,7 @@ impl Default for AuthConfig {
             argon2: Argon2Config::default(),
             registration: RegistrationMode::Open,
             allowed_email_domains: Vec::new(),
+            team_creation: TeamCreation::Anyone,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! sent.
 
 use aigw_domain::FieldError;
+use aigw_domain::LimitScope;
 use aigw_persistence::PersistenceError;
 
 /// An error of a use case.
@@ -71,14 +72,22 @@ pub enum ServiceError {
         reset: i64,
         /// Whole seconds to wait, at least 1 (RFC 9110 §10.2.3 `Retry-After`).
         retry_after_secs: u64,
+        /// The level whose `rpm_limit` / `tpm_limit` refused (`details.scope`); `None` for the
+        /// service's own rate limits.
+        scope: Option<LimitScope>,
     },
-    /// 429 `budget_exceeded`: the key's budget for the period is spent.
+    /// 429 `budget_exceeded`: the budget of a level the call counts against (its key, its
+    /// member in the team, or its team) cannot take the call's worst case for the period.
     #[error("budget of {limit_micros} µUSD spent")]
     BudgetExceeded {
-        /// The key's budget per period, micro-USD.
+        /// The level whose budget refused (`details.scope`).
+        scope: LimitScope,
+        /// The level's budget per period, micro-USD.
         limit_micros: i64,
         /// Committed in the period (settled spend plus running reservations), micro-USD.
         spent_micros: i64,
+        /// What the refused call would have reserved (its worst-case cost), micro-USD.
+        reserved_micros: i64,
         /// Unix seconds of the period's end; `None` for a `total` budget.
         reset: Option<i64>,
         /// Whole seconds to wait, at least 1.

@@ -411,9 +411,9 @@ impl Gateway {
         let admission = match &self.key_limits {
             Some(limits) => {
                 if let Some(field) = &summary.unbounded_part {
-                    let limited = principal
-                        .key_policy()
-                        .is_some_and(|p| p.max_budget_micros.is_some() || p.tpm_limit.is_some());
+                    let limited = principal.limit_levels().iter().any(|level| {
+                        level.policy.max_budget_micros.is_some() || level.policy.tpm_limit.is_some()
+                    });
                     if limited {
                         return Err(FieldError::new(
                             field.clone(),
@@ -425,7 +425,7 @@ impl Gateway {
                 }
                 limits.admit(principal, &summary.model, &body, &worst, summary.images).await?
             }
-            None => crate::key_limits::Admission::default(),
+            None => crate::key_limits::Admitted::default(),
         };
         let status = admission.status;
         let meter = self.meter.as_ref();
@@ -434,7 +434,7 @@ impl Gateway {
         });
         // Without metering there is no real cost: the reservation stays charged.
         if let Some(call) = call.as_mut() {
-            call.hold(admission.reservation, admission.tokens, worst);
+            call.hold(admission, worst);
         }
         let (body, include_usage) = match call.as_mut() {
             Some(call) => call.upstream_body(body, &summary),

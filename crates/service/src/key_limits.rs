@@ -11,6 +11,7 @@ use crate::budget::{worst_case_tokens, BudgetPlan, Budgets, Reservation, Tighten
 use crate::error::ServiceError;
 use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
+use crate::levels::LimitLevel;
 use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use aigw_domain::usage::TokenUsage;
 use bytes::Bytes;
@@ -72,8 +73,20 @@ fn worth_noting(plan: Option<&BudgetPlan>) -> bool {
     plan.is_some_and(|p| p.limit / p.cost.max(1) < NOTED_BELOW_CALLS)
 }
 
-/// What an admitted call holds: where its key stands for the `x-ratelimit-*` headers (`None`:
-/// no rpm/tpm limit), and its reservations, settled when the call is recorded.
+/// What an admitted call holds at every level it counts against (its key, member and team):
+/// where it stands for the `x-ratelimit-*` headers, and each level's reservations, settled
+/// when the call is recorded.
+#[derive(Debug, Default)]
+pub struct Admitted {
+    /// The first level's window after this call (the key's, else the team's), when it has an
+    /// `rpm_limit` or a `tpm_limit`.
+    pub status: Option<RateStatus>,
+    /// Each limited level's admission, key first.
+    pub levels: Vec<Admission>,
+}
+
+/// What an admitted call holds at one level: where the level stands for the
+/// `x-ratelimit-*` headers (`None`: no rpm/tpm limit), and its reservations.
 #[derive(Debug, Default)]
 pub struct Admission {
     /// The key's window after this call, when it has an `rpm_limit` or a `tpm_limit`.
@@ -82,6 +95,20 @@ pub struct Admission {
     pub reservation: Option<Reservation>,
     /// The tokens reserved in the database or memory window (with a `tpm_limit`).
     pub tokens: Option<TokenReservation>,
+}
+
+impl Admission {
+    /// Gives back what this admission holds (a call refused by a later level): its budget
+    /// reservation and its reserved tokens. Its request stays counted in its window: a
+    /// refusal elsewhere may cost a level one request of its `rpm_limit`, never more room.
+    async fn release(self) {
+        if let Some(reservation) = self.reservation {
+            reservation.release().await;
+        }
+        if let Some(tokens) = self.tokens {
+            tokens.settle(0);
+        }
+    }
 }
 
 impl KeyLimits {
@@ -112,7 +139,46 @@ impl KeyLimits {
         self
     }
 
-    /// Admits `principal`'s call of `model` with request `body`, whose worst case is at most
+    /// Admits `principal`'s call at every level it counts against (its key, and for a
+    /// team-scoped key the member and the team: [`LimitLevel::of_key`]), in that order; a
+    /// level that refuses gives back what the levels before it reserved, so a call holds
+    /// either every level's reservation or none, and no level's counter ever passes its
+    /// limit. Each level is admitted as [`Self::admit_level`] says.
+    ///
+    /// # Errors
+    /// As [`Self::admit_level`], naming the level that refused (`scope`).
+    pub async fn admit(
+        &self,
+        principal: &Principal,
+        model: &str,
+        body: &Bytes,
+        bound: &TokenUsage,
+        images: u64,
+    ) -> Result<Admitted, ServiceError> {
+        let mut admitted = Admitted::default();
+        for level in principal.limit_levels() {
+            if !level.is_limited() {
+                continue;
+            }
+            match self.admit_level(&level, model, body, bound, images).await {
+                Ok(admission) => {
+                    if admitted.status.is_none() {
+                        admitted.status = admission.status;
+                    }
+                    admitted.levels.push(admission);
+                }
+                Err(refused) => {
+                    for admission in admitted.levels {
+                        admission.release().await;
+                    }
+                    return Err(refused);
+                }
+            }
+        }
+        Ok(admitted)
+    }
+
+    /// Admits a call at `level`: `model` with request `body`, whose worst case is at most
     /// `bound` ([`crate::chat_request::ChatRequestSummary`]'s `prompt_bound` and
     /// `completion_cap`) plus `images` images at the model's `image_tokens`.
     ///
@@ -129,31 +195,29 @@ impl KeyLimits {
     /// were admitted at an upper bound to their exact worst case (`KeyLimits::tighten`),
     /// and is admitted once more if that gave anything back: a burst of calls near the
     /// budget admits what fits, not what fits after the bounds' over-reservation.
-    pub async fn admit(
+    async fn admit_level(
         &self,
-        principal: &Principal,
+        level: &LimitLevel<'_>,
         model: &str,
         body: &Bytes,
         bound: &TokenUsage,
         images: u64,
     ) -> Result<Admission, ServiceError> {
-        match self.admit_once(principal, model, body, bound, images).await {
-            Err(ServiceError::BudgetExceeded { .. }) if self.tighten(principal).await => {
-                self.admit_once(principal, model, body, bound, images).await
+        match self.admit_once(level, model, body, bound, images).await {
+            Err(ServiceError::BudgetExceeded { .. }) if self.tighten(level.counter).await => {
+                self.admit_once(level, model, body, bound, images).await
             }
             outcome => outcome,
         }
     }
 
-    /// Lowers this node's running calls of `principal`'s key admitted at an upper bound to
-    /// their exact worst case (the tokenizer's count), giving the difference back to the
-    /// counters at once; calls of the key refused meanwhile wait for it. Whether anything was
-    /// given back, or another call's tightening ended meanwhile (room may have been made).
-    async fn tighten(&self, principal: &Principal) -> bool {
-        let Principal::ApiKey { key_id, .. } = principal else {
-            return false;
-        };
-        let lock = self.tightening.entry(key_id.clone()).or_default().clone();
+    /// Lowers this node's running calls of counter `key_id` (a key's, a member's or a team's)
+    /// admitted at an upper bound to their exact worst case (the tokenizer's count), giving
+    /// the difference back to the counter at once; calls refused by it meanwhile wait for it.
+    /// Whether anything was given back, or another call's tightening ended meanwhile (room
+    /// may have been made).
+    async fn tighten(&self, key_id: &str) -> bool {
+        let lock = self.tightening.entry(key_id.to_owned()).or_default().clone();
         let waited = lock.try_lock().is_err();
         let _turn = lock.lock().await;
         let calls = self.bounded.remove(key_id).map(|(_, calls)| calls).unwrap_or_default();
@@ -168,16 +232,14 @@ impl KeyLimits {
         given_back > 0 || waited
     }
 
-    /// Notes a call of `principal`'s key admitted at an upper bound, for `Self::tighten`.
+    /// Notes a call of counter `key_id` admitted at an upper bound, for `Self::tighten`.
     fn note_bounded(
         &self,
-        principal: &Principal,
+        key_id: &str,
         admission: &Admission,
         (body, image_prompt, completion_cap): (&Bytes, u64, u64),
     ) {
-        let (Principal::ApiKey { key_id, .. }, Some(reservation)) =
-            (principal, admission.reservation.as_ref())
-        else {
+        let Some(reservation) = admission.reservation.as_ref() else {
             return;
         };
         let Some(tightener) = reservation.tightener() else {
@@ -185,9 +247,9 @@ impl KeyLimits {
         };
         let call = BoundCall { tightener, body: body.clone(), image_prompt, completion_cap };
         // The key's list usually exists: no copy of its id per call.
-        let mut calls = match self.bounded.get_mut(key_id.as_str()) {
+        let mut calls = match self.bounded.get_mut(key_id) {
             Some(calls) => calls,
-            None => self.bounded.entry(key_id.clone()).or_default(),
+            None => self.bounded.entry(key_id.to_owned()).or_default(),
         };
         if calls.len() >= BOUND_CALLS_KEPT {
             calls.retain(|call| call.tightener.is_running());
@@ -198,15 +260,13 @@ impl KeyLimits {
     /// One admission (see [`Self::admit`]).
     async fn admit_once(
         &self,
-        principal: &Principal,
+        level: &LimitLevel<'_>,
         model: &str,
         body: &Bytes,
         bound: &TokenUsage,
         images: u64,
     ) -> Result<Admission, ServiceError> {
-        let Some(policy) = principal.key_policy() else {
-            return Ok(Admission::default());
-        };
+        let policy = level.policy;
         let priced = policy.max_budget_micros.is_some() || policy.tpm_limit.is_some();
         if !priced && policy.rpm_limit.is_none() {
             return Ok(Admission::default());
@@ -221,8 +281,8 @@ impl KeyLimits {
             TokenUsage::default()
         };
         if let Some(leases) = &self.leases {
-            let budget = self.budgets.plan(principal, model, &bound);
-            let rates = RatePlan::new(principal, &bound);
+            let budget = self.budgets.plan(level, model, &bound);
+            let rates = RatePlan::new(level, &bound);
             // A lease may be asked for in the background: the future owns its limits.
             let grant = |budget, rates, headroom| {
                 let limits = self.clone();
@@ -231,7 +291,7 @@ impl KeyLimits {
             if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
                 if worth_noting(budget.as_ref()) {
                     let noted = (body, image_prompt, bound.completion_tokens);
-                    self.note_bounded(principal, &admission, noted);
+                    self.note_bounded(level.counter, &admission, noted);
                 }
                 return Ok(admission);
             }
@@ -253,15 +313,15 @@ impl KeyLimits {
             attempts.push((TokenUsage::default(), 0));
             for (worst, headroom) in attempts {
                 let worst = if headroom > 0 { worst } else { exact() };
-                let budget = self.budgets.plan(principal, model, &worst);
-                let rates = RatePlan::new(principal, &worst);
+                let budget = self.budgets.plan(level, model, &worst);
+                let rates = RatePlan::new(level, &worst);
                 match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await {
                     Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
                         let admission =
                             Admission { status, reservation: Some(reservation), tokens: None };
                         if headroom > 0 && worth_noting(budget.as_ref()) {
                             let noted = (body, image_prompt, bound.completion_tokens);
-                            self.note_bounded(principal, &admission, noted);
+                            self.note_bounded(level.counter, &admission, noted);
                         }
                         return Ok(admission);
                     }
@@ -281,17 +341,17 @@ impl KeyLimits {
             }
         }
         if priced && self.redis.is_none() {
-            if let Some(admission) = self.admit_bounded(principal, model, &bound).await? {
-                if worth_noting(self.budgets.plan(principal, model, &bound).as_ref()) {
+            if let Some(admission) = self.admit_bounded(level, model, &bound).await? {
+                if worth_noting(self.budgets.plan(level, model, &bound).as_ref()) {
                     let noted = (body, image_prompt, bound.completion_tokens);
-                    self.note_bounded(principal, &admission, noted);
+                    self.note_bounded(level.counter, &admission, noted);
                 }
                 return Ok(admission);
             }
         }
         let worst = exact();
-        let budget = self.budgets.plan(principal, model, &worst);
-        let rates = RatePlan::new(principal, &worst);
+        let budget = self.budgets.plan(level, model, &worst);
+        let rates = RatePlan::new(level, &worst);
         let (status, tokens) = match rates {
             Some(plan) => {
                 let (status, tokens) = self.rates.admit_planned(plan).await?;
@@ -360,11 +420,11 @@ impl KeyLimits {
     /// budget's reservation back.
     async fn admit_bounded(
         &self,
-        principal: &Principal,
+        level: &LimitLevel<'_>,
         model: &str,
         bound: &TokenUsage,
     ) -> Result<Option<Admission>, ServiceError> {
-        let reservation = match self.budgets.plan(principal, model, bound) {
+        let reservation = match self.budgets.plan(level, model, bound) {
             Some(mut plan) => {
                 plan.room = plan.cost.saturating_mul(BOUND_HEADROOM);
                 match self.budgets.reserve_bounded(plan).await? {
@@ -374,7 +434,7 @@ impl KeyLimits {
             }
             None => None,
         };
-        let (status, tokens) = match RatePlan::new(principal, bound) {
+        let (status, tokens) = match RatePlan::new(level, bound) {
             Some(mut plan) => {
                 plan.room = plan.tokens.saturating_mul(BOUND_HEADROOM);
                 match self.rates.admit_bounded(plan).await {

@@ -9,12 +9,13 @@
 //! ([`crate::key_counters`]) instead, with `"redis"` in Redis ([`crate::redis_counters`]).
 //! Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
 
-use crate::auth::Principal;
 use crate::budget::settle_in_background;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::key_counters::NodeCounters;
+use crate::levels::LimitLevel;
 use aigw_domain::usage::TokenUsage;
+use aigw_domain::LimitScope;
 use aigw_persistence::key_rates;
 
 /// Length of a counting window, in seconds.
@@ -34,6 +35,9 @@ pub struct RateStatus {
 /// One call's admission to make: the key's window, its limits and the call's worst case.
 #[derive(Debug, Clone)]
 pub(crate) struct RatePlan {
+    /// The level whose limits these are.
+    pub(crate) scope: LimitScope,
+    /// The counter's name (the key id, or a team's [`aigw_domain::CounterSubject`]).
     pub(crate) key_id: String,
     /// Unix seconds of the window's (the UTC minute's) start.
     pub(crate) window_start: i64,
@@ -53,20 +57,18 @@ pub(crate) struct RatePlan {
 }
 
 impl RatePlan {
-    /// The admission `principal`'s call with worst-case token use `worst` needs (`None`: its
-    /// key has neither `rpm_limit` nor `tpm_limit`).
-    pub(crate) fn new(principal: &Principal, worst: &TokenUsage) -> Option<Self> {
-        let (Principal::ApiKey { key_id, .. }, Some(policy)) = (principal, principal.key_policy())
-        else {
-            return None;
-        };
+    /// The admission a call with worst-case token use `worst` needs at `level` (`None`: the
+    /// level has neither `rpm_limit` nor `tpm_limit`).
+    pub(crate) fn new(level: &LimitLevel<'_>, worst: &TokenUsage) -> Option<Self> {
+        let policy = level.policy;
         if policy.rpm_limit.is_none() && policy.tpm_limit.is_none() {
             return None;
         }
         let now = aigw_domain::time::now().timestamp();
         let window_start = now - now.rem_euclid(WINDOW_SECS);
         Some(Self {
-            key_id: key_id.clone(),
+            scope: level.scope,
+            key_id: level.counter.to_owned(),
             window_start,
             reset_secs: window_start + WINDOW_SECS - now,
             tokens: match policy.tpm_limit {
@@ -94,6 +96,7 @@ impl RatePlan {
             remaining: 0,
             reset: self.window_start + WINDOW_SECS,
             retry_after_secs: u64::try_from(self.reset_secs).unwrap_or(1).max(1),
+            scope: Some(self.scope),
         }
     }
 
@@ -154,25 +157,6 @@ impl KeyRates {
     pub fn with_node_counters(mut self, node: NodeCounters) -> Self {
         self.node = Some(node);
         self
-    }
-
-    /// Admits one call of `principal` whose worst-case token use is `worst`
-    /// ([`crate::budget::worst_case_tokens`]) when its key has an `rpm_limit` or a
-    /// `tpm_limit` (`None`: no limits, nothing counted).
-    ///
-    /// # Errors
-    /// [`ServiceError::RateLimited`] (`limit`: the limit that refused, `remaining` 0,
-    /// `reset`: the window's end) when the call would pass a limit;
-    /// [`ServiceError::Unavailable`] when the database is down.
-    pub async fn admit(
-        &self,
-        principal: &Principal,
-        worst: &TokenUsage,
-    ) -> Result<Option<(RateStatus, Option<TokenReservation>)>, ServiceError> {
-        match RatePlan::new(principal, worst) {
-            Some(plan) => self.admit_planned(plan).await.map(Some),
-            None => Ok(None),
-        }
     }
 
     /// Makes the admission `plan` in the node's memory or the database.

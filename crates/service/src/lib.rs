@@ -29,6 +29,7 @@ pub mod key_leases;
 pub mod key_limits;
 pub mod key_policy;
 pub mod key_rates;
+pub mod levels;
 pub mod metrics;
 pub mod password;
 pub mod rate_limit;
@@ -37,6 +38,7 @@ pub mod redis_link;
 pub mod seal;
 pub mod self_service;
 pub mod sessions;
+pub mod teams;
 pub mod tokens;
 mod upstream_pool;
 pub mod usage;
@@ -47,7 +49,7 @@ pub use api_keys::NewApiKey;
 pub use auth::{AuthService, Authorized, Principal};
 pub use config::{
     AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, RegistrationMode,
-    SigningKeyConfig,
+    SigningKeyConfig, TeamCreation,
 };
 pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};
 pub use db::Db;

@@ -80,6 +80,10 @@ pub struct ApiKeyView {
     pub policy: ApiKeyPolicy,
     /// Last rotation, UTC.
     pub rotated_at: Option<DateTime<Utc>>,
+    /// The team the key is scoped to.
+    pub team_id: Option<String>,
+    /// Whether it is a team key (owned by the team; `user_id` then is who created it).
+    pub team_owned: bool,
 }
 
 impl From<&ApiKeyRow> for ApiKeyView {
@@ -96,6 +100,8 @@ impl From<&ApiKeyRow> for ApiKeyView {
             last_used_at: row.last_used_at,
             policy: row.policy.clone(),
             rotated_at: row.rotated_at,
+            team_id: row.team_id.clone(),
+            team_owned: row.team_owned,
         }
     }
 }
@@ -188,6 +194,8 @@ mod debug_redaction {
             last_used_at: None,
             policy: Default::default(),
             rotated_at: None,
+            team_id: None,
+            team_owned: false,
         };
         assert_hidden(format!("{:?}", CreatedApiKey { view, key: SECRET.into() }));
     }

@@ -40,6 +40,7 @@ pub async fn create(
         permissions: body.permissions,
         expires_at: body.expires_at,
         policy,
+        team_id: body.team_id.take(),
     };
     idempotency::run(&state, &req, &caller, &raw, StatusCode::CREATED, render_created, |rec| {
         state.auth.create_api_key_recorded(&caller, request, rec)

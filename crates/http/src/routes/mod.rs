@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod chat;
 pub mod health;
+pub mod teams;
 pub mod usage;
 
 use crate::error::ApiError;
@@ -94,6 +95,89 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     .route(web::patch().to(api_keys::update))
                     .default_service(web::to(|req: HttpRequest| {
                         not_allowed(req, &["DELETE", "PATCH"])
+                    })),
+            )
+            .service(
+                web::resource("/teams")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::post().to(teams::create))
+                    .route(get_or_head().to(teams::list))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "POST"])
+                    })),
+            )
+            .service(
+                web::resource("/teams/{id}")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(get_or_head().to(teams::get))
+                    .route(web::patch().to(teams::update))
+                    .route(web::delete().to(teams::delete))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "PATCH", "DELETE"])
+                    })),
+            )
+            .service(
+                web::resource("/teams/{id}/members")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::post().to(teams::add_member))
+                    .route(get_or_head().to(teams::list_members))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "POST"])
+                    })),
+            )
+            .service(
+                web::resource("/teams/{id}/members/{user_id}")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::patch().to(teams::update_member))
+                    .route(web::delete().to(teams::remove_member))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["PATCH", "DELETE"])
+                    })),
+            )
+            .service(
+                one("/teams/{id}/invitations", &["GET"], get_or_head().to(teams::list_invitations))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one(
+                    "/teams/{id}/invitations/{invitation_id}",
+                    &["DELETE"],
+                    web::delete().to(teams::revoke_invitation),
+                )
+                .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                web::resource("/teams/{id}/api-keys")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::post().to(teams::create_key))
+                    .route(get_or_head().to(teams::list_keys))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "POST"])
+                    })),
+            )
+            .service(
+                one(
+                    "/teams/{id}/api-keys/{key_id}/rotate",
+                    &["POST"],
+                    web::post().to(teams::rotate_key),
+                )
+                .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one(
+                    "/teams/{id}/api-keys/{key_id}/revoke",
+                    &["POST"],
+                    web::post().to(teams::revoke_key),
+                )
+                .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                web::resource("/teams/{id}/api-keys/{key_id}")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::patch().to(teams::update_key))
+                    .route(web::delete().to(teams::delete_key))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["PATCH", "DELETE"])
                     })),
             )
             .service(

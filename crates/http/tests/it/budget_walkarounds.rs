@@ -35,7 +35,10 @@ const BUDGET: f64 = 0.80;
 
 /// A node calling `upstream`'s `up-bill` at [`USD_PER_MILLION`], with its key counters in
 /// `redis` when given (else the database), writing usage and calls in flight every 20 ms.
-fn billing<'a>(upstream: &'a str, redis: Option<&'a RedisCounters>) -> impl Fn(&mut Settings) + 'a {
+pub(crate) fn billing<'a>(
+    upstream: &'a str,
+    redis: Option<&'a RedisCounters>,
+) -> impl Fn(&mut Settings) + 'a {
     move |s: &mut Settings| {
         if let Some(redis) = redis {
             redis.apply(s);
@@ -58,13 +61,13 @@ fn billing<'a>(upstream: &'a str, redis: Option<&'a RedisCounters>) -> impl Fn(&
 }
 
 /// Two nodes on one database; the second dropped first.
-struct Cluster {
-    b: TestApp,
-    a: TestApp,
+pub(crate) struct Cluster {
+    pub(crate) b: TestApp,
+    pub(crate) a: TestApp,
     _upstream: FakeUpstream,
 }
 
-async fn cluster(backend: Backend, redis: Option<&RedisCounters>) -> Cluster {
+pub(crate) async fn cluster(backend: Backend, redis: Option<&RedisCounters>) -> Cluster {
     let upstream = FakeUpstream::start().await;
     let a = spawn_app_with(backend, billing(&upstream.base_url, redis)).await;
     let b = a.spawn_sibling(billing(&upstream.base_url, redis)).await;
@@ -183,7 +186,7 @@ async fn large_tool_definitions_stay_within_the_budget(backend: Backend) {
 
 /// A call of `max_tokens` completion tokens that the upstream answers after `delay_ms`; its
 /// prompt counts 8 tokens.
-fn slow_call(delay_ms: u64, max_tokens: u64) -> Value {
+pub(crate) fn slow_call(delay_ms: u64, max_tokens: u64) -> Value {
     json!({"model": "up-bill", "max_tokens": max_tokens,
            "metadata": {"delay_ms": delay_ms.to_string()},
            "messages": [{"role": "user", "content": "hi"}]})

@@ -41,6 +41,7 @@ mod registration;
 mod self_service;
 mod sessions;
 mod slow_clients;
+mod teams;
 mod unauthenticated;
 mod upstream_connections;
 mod upstream_errors;

@@ -102,6 +102,7 @@ fn resync(inner: &Inner, conn: &mut DbConnection) -> Result<(), PersistenceError
     inner.start_cold();
     inner.keys.clear_changes();
     inner.users.clear_changes();
+    inner.teams.clear_changes();
     inner.mark_read();
     tracing::info!(cursor = end, "credential change feed synchronised");
     Ok(())

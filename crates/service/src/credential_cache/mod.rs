@@ -36,11 +36,12 @@ pub use supervisor::BackgroundTasks;
 
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::levels::TeamScope;
 use crate::views::UserView;
 use aigw_domain::{CredentialChangeKind, PermissionSet};
 use aigw_persistence::changes::{self, ChangeRow};
 use aigw_persistence::models::{ApiKeyPolicy, ApiKeyRow};
-use aigw_persistence::{api_keys, sessions, users, DbConnection};
+use aigw_persistence::{api_keys, sessions, teams, users, DbConnection};
 use chrono::{DateTime, Utc};
 use entries::{Entries, Subject};
 use last_used::LastUsed;
@@ -64,6 +65,10 @@ pub(crate) struct CachedKey {
     pub(crate) replaced_until: Option<DateTime<Utc>>,
     /// The key's models, budget and rate limits.
     pub(crate) policy: Arc<ApiKeyPolicy>,
+    /// The team the key is scoped to.
+    pub(crate) team_id: Option<String>,
+    /// Whether it is a team key (its creator's account does not matter to it).
+    pub(crate) team_owned: bool,
     /// Unix seconds of the last use noted for `last_used_at` by this node (0: none).
     last_use_noted: AtomicI64,
 }
@@ -81,6 +86,8 @@ impl CachedKey {
         Self {
             replaced_until,
             policy: Arc::new(row.policy),
+            team_id: row.team_id,
+            team_owned: row.team_owned,
             key_id: row.id,
             user_id: row.user_id,
             permissions: row.permissions,
@@ -94,6 +101,20 @@ impl CachedKey {
 impl Subject for CachedKey {
     fn subject(&self) -> &str {
         &self.key_id
+    }
+}
+
+/// What a team-scoped key counts against beyond itself (`scope` is `None` when the team is
+/// deleted or the key's owner is no longer a member).
+#[derive(Debug)]
+pub(crate) struct CachedTeam {
+    team_id: String,
+    pub(crate) scope: Option<Arc<TeamScope>>,
+}
+
+impl Subject for CachedTeam {
+    fn subject(&self) -> &str {
+        &self.team_id
     }
 }
 
@@ -157,6 +178,8 @@ struct Inner {
     synced: AtomicBool,
     keys: Entries<String, CachedKey>,
     users: Entries<String, UserView>,
+    /// Team scopes by `team id/member user id` (`team id/` for a team key).
+    teams: Entries<String, CachedTeam>,
     revoked: RevokedSessions,
     last_used: LastUsed,
     /// `auth.refresh_reuse_grace_secs`, for sweeping sealed refresh successors.
@@ -182,6 +205,7 @@ impl CredentialCache {
     ) -> Self {
         let keys = Entries::new(config.api_key_capacity, config.entry_ttl(), config.negative_ttl());
         let users = Entries::new(config.user_capacity, config.entry_ttl(), config.negative_ttl());
+        let teams = Entries::new(config.user_capacity, config.entry_ttl(), config.negative_ttl());
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -194,6 +218,7 @@ impl CredentialCache {
                 synced: AtomicBool::new(false),
                 keys,
                 users,
+                teams,
                 revoked: RevokedSessions::new(revocation_horizon),
                 last_used: LastUsed::default(),
                 refresh_grace_secs,
@@ -274,6 +299,52 @@ impl CredentialCache {
             inner.users.insert(id.to_owned(), view.clone(), loaded_at, loaded);
         }
         Ok(view)
+    }
+
+    /// What a key scoped to team `team_id` counts against: the team's limits and, for a key of
+    /// `member` (`None`: a team key), the member's budget; `None` when the team is deleted or
+    /// `member` is not a member of it. From the cache while it is trusted (a change of the
+    /// team or its membership is a `team_changed` row of the feed).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is needed and down.
+    pub(crate) async fn team_scope(
+        &self,
+        team_id: &str,
+        member: Option<&str>,
+    ) -> Result<Option<Arc<TeamScope>>, ServiceError> {
+        let inner = &self.inner;
+        let key = format!("{team_id}/{}", member.unwrap_or_default());
+        let (floor, generation) = inner.validity();
+        if self.trusted() {
+            if let Some(entry) = inner.teams.get(&key, floor, generation) {
+                return Ok(entry.value.as_ref().and_then(|t| t.scope.clone()));
+            }
+        }
+        let trusted = self.trusted();
+        let (loaded_at, loaded) = (inner.position(), Instant::now());
+        let (team, user) = (team_id.to_owned(), member.map(str::to_owned));
+        let scope = inner
+            .db
+            .run(move |conn| {
+                let Some(row) = teams::find(conn, &team)? else {
+                    return Ok(None);
+                };
+                let membership = match &user {
+                    Some(user) => match teams::member(conn, &team, user)? {
+                        Some(m) => Some(m),
+                        None => return Ok(None),
+                    },
+                    None => None,
+                };
+                Ok(Some(Arc::new(TeamScope::new(row, membership.as_ref()))))
+            })
+            .await?;
+        let value = CachedTeam { team_id: team_id.to_owned(), scope: scope.clone() };
+        if trusted {
+            inner.teams.insert(key, Some(value), loaded_at, loaded);
+        }
+        Ok(scope)
     }
 
     /// Whether session `id` is revoked: from the revoked-session set while the feed is
@@ -373,6 +444,9 @@ impl Inner {
             }
             Some(CredentialChangeKind::UserChanged) => {
                 self.users.record_change(&change.subject_id, change.id);
+            }
+            Some(CredentialChangeKind::TeamChanged) => {
+                self.teams.record_change(&change.subject_id, change.id);
             }
             // A kind added by a newer version: trust nothing cached before it.
             _ => {

@@ -136,6 +136,7 @@ async fn maintenance_round(cache: CredentialCache, minutely: bool) {
     inner.revoked.prune(now);
     inner.keys.prune_changes();
     inner.users.prune_changes();
+    inner.teams.prune_changes();
     let feed_before = now - inner.revoked.horizon();
     let grace = i64::try_from(inner.refresh_grace_secs).unwrap_or(i64::MAX / 4);
     let sealed_before = now - chrono::Duration::seconds(grace.saturating_add(1));

@@ -229,6 +229,7 @@ impl Decision {
             reset: now_unix_secs
                 .saturating_add(i64::try_from(retry_after_secs).unwrap_or(i64::MAX)),
             retry_after_secs,
+            scope: None,
         })
     }
 }
@@ -455,7 +456,9 @@ mod tests {
             reset_after: Duration::from_secs(59),
         };
         match d.into_result(1_000) {
-            Err(ServiceError::RateLimited { limit, remaining, reset, retry_after_secs }) => {
+            Err(ServiceError::RateLimited {
+                limit, remaining, reset, retry_after_secs, ..
+            }) => {
                 assert_eq!((limit, remaining, reset, retry_after_secs), (10, 0, 1_006, 6));
             }
             other => panic!("{other:?}"),

@@ -89,6 +89,10 @@ pub struct CallFacts<'a> {
     pub streamed: bool,
     /// When it started, UTC.
     pub started_at: chrono::DateTime<chrono::Utc>,
+    /// The team it counts against, if any.
+    pub team_id: Option<&'a str>,
+    /// The member whose team budget it counts against, if any.
+    pub member_id: Option<&'a str>,
 }
 
 impl InFlight {
@@ -128,6 +132,8 @@ impl InFlight {
             prompt_tokens: to_i64(worst.prompt_tokens),
             completion_tokens: to_i64(worst.completion_tokens),
             started_at: facts.started_at,
+            team_id: facts.team_id.map(str::to_owned),
+            member_id: facts.member_id.map(str::to_owned),
         };
         self.inner.calls.insert(id, Entry { call, written: false });
         InFlightTicket { book: self.inner.clone(), id }
@@ -283,5 +289,7 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
         priced: call.priced,
         latency_ms: 0,
         started_at: call.started_at,
+        team_id: call.team_id.clone(),
+        member_id: call.member_id.clone(),
     }
 }

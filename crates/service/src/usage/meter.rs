@@ -25,6 +25,7 @@ use crate::budget::Reservation;
 use crate::chat_request::ChatRequestSummary;
 use crate::error::ServiceError;
 use crate::gateway::ChatReply;
+use crate::key_limits::Admitted;
 use crate::key_rates::TokenReservation;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
 use bytes::Bytes;
@@ -64,10 +65,13 @@ pub(crate) struct Pending {
     /// The request body as the caller sent it (for a prompt estimate).
     pub(crate) request: Bytes,
     pub(crate) observed: Observed,
-    /// The call's budget reservation, settled to the record's cost.
-    pub(crate) reservation: Option<Reservation>,
-    /// The call's `tpm_limit` reservation, settled to the record's total tokens.
-    pub(crate) tokens_reserved: Option<TokenReservation>,
+    /// The team the key is scoped to, and the member charged (see [`UsageRecord`]).
+    pub(crate) team_id: Option<String>,
+    pub(crate) member_id: Option<String>,
+    /// Per level the call counts against (key, member, team): its budget reservation,
+    /// settled to the record's cost, and its `tpm_limit` reservation, settled to the record's
+    /// total tokens.
+    pub(crate) held: Vec<(Option<Reservation>, Option<TokenReservation>)>,
     /// The call's place among the node's calls in flight; it leaves them with the record.
     pub(crate) in_flight: Option<InFlightTicket>,
 }
@@ -120,8 +124,7 @@ impl Pending {
     /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
     /// what was streamed so far, estimated.
     pub(crate) fn into_record(mut self, prices: &PriceTable) -> UsageRecord {
-        let reservation = self.reservation.take();
-        let tokens_reserved = self.tokens_reserved.take();
+        let held = std::mem::take(&mut self.held);
         // Only for an estimate: a reported `usage` needs no tokenizer.
         let encoding = || tokens::encoding_for_model(&self.model);
         let prompt_estimate = || {
@@ -159,11 +162,13 @@ impl Pending {
         };
         let price = prices.get(&self.model);
         let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
-        if let Some(reservation) = reservation {
-            reservation.settle(cost_micros, usage.total_tokens);
-        }
-        if let Some(reserved) = tokens_reserved {
-            reserved.settle(usage.total_tokens);
+        for (reservation, tokens_reserved) in held {
+            if let Some(reservation) = reservation {
+                reservation.settle(cost_micros, usage.total_tokens);
+            }
+            if let Some(reserved) = tokens_reserved {
+                reserved.settle(usage.total_tokens);
+            }
         }
         UsageRecord {
             request_id: self.request_id,
@@ -179,6 +184,8 @@ impl Pending {
             priced: price.is_some(),
             latency_ms: self.latency_ms,
             started_at: self.started_at,
+            team_id: self.team_id,
+            member_id: self.member_id,
         }
     }
 }
@@ -212,7 +219,7 @@ impl Meter {
         streamed: bool,
         request: &Bytes,
     ) -> Option<CallMeter> {
-        let Principal::ApiKey { key_id, user_id, .. } = principal else {
+        let Principal::ApiKey { key_id, user_id, team, .. } = principal else {
             return None;
         };
         Some(CallMeter {
@@ -230,8 +237,9 @@ impl Meter {
                 latency_ms: 0,
                 request: request.clone(),
                 observed: Observed::Nothing,
-                reservation: None,
-                tokens_reserved: None,
+                team_id: team.as_ref().map(|t| t.team_id.clone()),
+                member_id: team.as_ref().and_then(|t| t.member.as_ref()).map(|m| m.user_id.clone()),
+                held: Vec::new(),
                 in_flight: None,
             }),
             started: Instant::now(),
@@ -296,22 +304,19 @@ impl CallMeter {
         }
     }
 
-    /// Hands the call's budget and token reservations to the meter: they settle to the
-    /// call's real cost and tokens when the call is recorded. The call enters the node's
-    /// calls in flight with its worst case: the budget's reservation when it has one, else
-    /// `worst` tokens at the model's price.
-    pub fn hold(
-        &mut self,
-        reservation: Option<Reservation>,
-        tokens: Option<TokenReservation>,
-        worst: TokenUsage,
-    ) {
+    /// Hands the call's budget and token reservations at every level to the meter: they
+    /// settle to the call's real cost and tokens when the call is recorded. The call enters
+    /// the node's calls in flight with its worst case: the first budget reservation when it
+    /// has one, else `worst` tokens at the model's price.
+    pub fn hold(&mut self, admitted: Admitted, worst: TokenUsage) {
         let Some(pending) = self.pending.as_mut() else {
             return;
         };
+        let held: Vec<_> =
+            admitted.levels.into_iter().map(|level| (level.reservation, level.tokens)).collect();
         if let Some(book) = &self.in_flight {
             let price = self.recorder.prices().get(&pending.model);
-            let reserved = match &reservation {
+            let reserved = match held.iter().find_map(|(reservation, _)| reservation.as_ref()) {
                 Some(reservation) => reservation.reserved_micros(),
                 None => price.map_or(0, |p| p.cost_micros(&worst)),
             };
@@ -323,11 +328,12 @@ impl CallMeter {
                 provider: &pending.provider,
                 streamed: pending.streamed,
                 started_at: pending.started_at,
+                team_id: pending.team_id.as_deref(),
+                member_id: pending.member_id.as_deref(),
             };
             pending.in_flight = Some(book.enter(&facts, reserved, price.is_some(), worst));
         }
-        pending.reservation = reservation;
-        pending.tokens_reserved = tokens;
+        pending.held = held;
     }
 
     /// Records the outcome of the provider call and returns its answer; a stream comes back

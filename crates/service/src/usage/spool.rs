@@ -243,6 +243,8 @@ mod tests {
             priced: true,
             latency_ms: 4,
             started_at: aigw_domain::time::now(),
+            team_id: None,
+            member_id: None,
         }
     }
 

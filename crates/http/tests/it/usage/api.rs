@@ -161,6 +161,8 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
         priced: false,
         latency_ms: 1,
         started_at: old_day.and_hms_opt(12, 0, 0).unwrap().and_utc(),
+        team_id: None,
+        member_id: None,
     };
     let url = app.database_url.clone();
     let old_id = old.request_id.clone();

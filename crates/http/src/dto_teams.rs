@@ -1,0 +1,371 @@
+//! Bodies of `/api/v1/teams/…` (docs/teams.md).
+
+use crate::dto::BudgetPeriodName;
+use aigw_domain::time::format_timestamp;
+use aigw_domain::usage::micros_to_usd;
+use aigw_service::teams::{MemberAdded, MemberView, TeamInvitationView, TeamView};
+use aigw_service::{ApiKeyPatch, KeyPolicyRequest, Page};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+fn usd(micros: i64) -> f64 {
+    micros_to_usd(u64::try_from(micros).unwrap_or(0))
+}
+
+/// A present field (`null` included) as `Some` (see the key PATCH body).
+fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A team role.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[allow(non_camel_case_types, missing_docs)]
+pub enum TeamRoleName {
+    owner,
+    admin,
+    member,
+}
+
+/// `POST /teams` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTeamRequest {
+    /// Display name, 1 to 100 characters.
+    #[schema(example = "data", min_length = 1, max_length = 100)]
+    pub name: String,
+    /// Model names or `*` globs the team's keys may call (each key's own list applies too).
+    #[schema(min_items = 1, max_items = 100)]
+    pub allowed_models: Option<Vec<String>>,
+    /// The team's spend allowed per `budget_period`, USD (0 to 1e9).
+    #[schema(example = 2000.0, minimum = 0, maximum = 1_000_000_000)]
+    pub max_budget_usd: Option<f64>,
+    /// UTC calendar period of the team's and its members' budgets. Absent or null: `total`.
+    #[schema(value_type = Option<BudgetPeriodName>)]
+    pub budget_period: Option<String>,
+    /// Requests per minute of all the team's keys together, across nodes (1 to 1e9).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub rpm_limit: Option<i64>,
+    /// Tokens per minute of all the team's keys together, across nodes (1 to 1e9).
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub tpm_limit: Option<i64>,
+    /// String metadata: at most 16 entries, 4096 bytes in all.
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Each member's budget per period unless overridden, USD (0 to 1e9).
+    #[schema(example = 300.0, minimum = 0, maximum = 1_000_000_000)]
+    pub member_budget_usd: Option<f64>,
+}
+
+impl CreateTeamRequest {
+    /// The service's request.
+    pub fn into_new(self) -> aigw_service::teams::NewTeam {
+        aigw_service::teams::NewTeam {
+            name: self.name,
+            policy: KeyPolicyRequest {
+                allowed_models: self.allowed_models,
+                max_budget_usd: self.max_budget_usd,
+                budget_period: self.budget_period,
+                rpm_limit: self.rpm_limit,
+                tpm_limit: self.tpm_limit,
+                metadata: self.metadata,
+            },
+            member_budget_usd: self.member_budget_usd,
+        }
+    }
+}
+
+/// `PATCH /teams/{id}` body: absent fields are kept, `null` clears one (not `name`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateTeamRequest {
+    /// Display name.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
+    pub name: Option<Option<String>>,
+    /// As in create; null: every configured model.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>, nullable, min_items = 1, max_items = 100)]
+    pub allowed_models: Option<Option<Vec<String>>>,
+    /// As in create; null: no team budget.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
+    pub max_budget_usd: Option<Option<f64>>,
+    /// As in create; null: `total`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BudgetPeriodName>, nullable)]
+    pub budget_period: Option<Option<String>>,
+    /// As in create; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
+    pub rpm_limit: Option<Option<i64>>,
+    /// As in create; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
+    pub tpm_limit: Option<Option<i64>>,
+    /// As in create; null: none.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BTreeMap<String, String>>, nullable)]
+    pub metadata: Option<Option<BTreeMap<String, String>>>,
+    /// As in create; null: no default member budget.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
+    pub member_budget_usd: Option<Option<f64>>,
+}
+
+impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
+    fn from(r: UpdateTeamRequest) -> Self {
+        Self {
+            name: r.name,
+            policy: ApiKeyPatch {
+                allowed_models: r.allowed_models,
+                max_budget_usd: r.max_budget_usd,
+                budget_period: r.budget_period,
+                rpm_limit: r.rpm_limit,
+                tpm_limit: r.tpm_limit,
+                metadata: r.metadata,
+                ..ApiKeyPatch::default()
+            },
+            member_budget_usd: r.member_budget_usd,
+        }
+    }
+}
+
+/// A team.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamDto {
+    /// UUIDv7.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// The caller's role; null for a platform admin who is not a member.
+    #[schema(value_type = Option<TeamRoleName>)]
+    pub role: Option<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC.
+    pub updated_at: String,
+    /// Model globs the team's keys may call; null: every configured model.
+    pub allowed_models: Option<Vec<String>>,
+    /// The team's budget per period, USD; null: none.
+    pub max_budget_usd: Option<f64>,
+    /// The budgets' period; null: `total`.
+    #[schema(value_type = Option<BudgetPeriodName>)]
+    pub budget_period: Option<String>,
+    /// Requests per minute of all its keys; null: none.
+    pub rpm_limit: Option<i64>,
+    /// Tokens per minute of all its keys; null: none.
+    pub tpm_limit: Option<i64>,
+    /// String metadata; null: none.
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Each member's default budget per period, USD; null: none.
+    pub member_budget_usd: Option<f64>,
+    /// When the current period ends, RFC 3339 UTC; null for `total`.
+    pub budget_reset_at: Option<String>,
+}
+
+impl From<TeamView> for TeamDto {
+    fn from(t: TeamView) -> Self {
+        Self {
+            id: t.id,
+            name: t.name,
+            role: t.role.map(|r| r.as_str().to_owned()),
+            created_by: t.created_by,
+            created_at: format_timestamp(t.created_at),
+            updated_at: format_timestamp(t.updated_at),
+            allowed_models: t.policy.allowed_models.map(|m| m.as_slice().to_vec()),
+            max_budget_usd: t.policy.max_budget_micros.map(usd),
+            budget_period: t.policy.budget_period.map(|p| p.as_str().to_owned()),
+            rpm_limit: t.policy.rpm_limit,
+            tpm_limit: t.policy.tpm_limit,
+            metadata: t.policy.metadata.map(|m| m.entries().clone()),
+            member_budget_usd: t.member_budget_micros.map(usd),
+            budget_reset_at: t
+                .policy
+                .budget_period
+                .and_then(|p| p.reset_at(aigw_domain::time::now()))
+                .map(format_timestamp),
+        }
+    }
+}
+
+/// `GET /teams` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamListData {
+    /// The caller's teams, newest first.
+    pub teams: Vec<TeamDto>,
+    /// Cursor of the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+impl From<Page<TeamView>> for TeamListData {
+    fn from(p: Page<TeamView>) -> Self {
+        Self { teams: p.items.into_iter().map(Into::into).collect(), next_cursor: p.next_cursor }
+    }
+}
+
+/// `POST /teams/{id}/members` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMemberRequest {
+    /// The person's e-mail address: an account joins at once, an address without one is
+    /// invited and joins when it registers.
+    #[schema(example = "ada@example.com", format = Email)]
+    pub email: String,
+    /// Default `member`; `owner` only by an owner.
+    #[schema(value_type = Option<TeamRoleName>)]
+    pub role: Option<String>,
+}
+
+/// `PATCH /teams/{id}/members/{user_id}` body.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMemberRequest {
+    /// New role (making or unmaking an owner: owners only; the last owner stays one).
+    #[schema(value_type = Option<TeamRoleName>)]
+    pub role: Option<String>,
+    /// The member's own budget per the team's period, USD; null: the team's
+    /// `member_budget_usd`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
+    pub budget_usd: Option<Option<f64>>,
+}
+
+/// A member of a team.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberDto {
+    /// The member's user id.
+    pub user_id: String,
+    /// Their e-mail address.
+    pub email: String,
+    /// Their display name.
+    pub name: String,
+    /// Their role.
+    #[schema(value_type = TeamRoleName)]
+    pub role: String,
+    /// Their own budget per period, USD; null: the team's `member_budget_usd`.
+    pub budget_usd: Option<f64>,
+    /// When they joined, RFC 3339 UTC.
+    pub joined_at: String,
+}
+
+impl From<MemberView> for MemberDto {
+    fn from(m: MemberView) -> Self {
+        Self {
+            user_id: m.user_id,
+            email: m.email,
+            name: m.name,
+            role: m.role.as_str().to_owned(),
+            budget_usd: m.budget_micros.map(usd),
+            joined_at: format_timestamp(m.created_at),
+        }
+    }
+}
+
+/// `GET /teams/{id}/members` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberListData {
+    /// The members.
+    pub members: Vec<MemberDto>,
+    /// Cursor of the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+impl From<Page<MemberView>> for MemberListData {
+    fn from(p: Page<MemberView>) -> Self {
+        Self { members: p.items.into_iter().map(Into::into).collect(), next_cursor: p.next_cursor }
+    }
+}
+
+/// An open invitation to a team.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamInvitationDto {
+    /// UUIDv7.
+    pub id: String,
+    /// The invited address.
+    pub email: String,
+    /// The role they will have.
+    #[schema(value_type = TeamRoleName)]
+    pub role: String,
+    /// Who invited them.
+    pub created_by: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+}
+
+impl From<TeamInvitationView> for TeamInvitationDto {
+    fn from(i: TeamInvitationView) -> Self {
+        Self {
+            id: i.id,
+            email: i.email,
+            role: i.role.as_str().to_owned(),
+            created_by: i.created_by,
+            created_at: format_timestamp(i.created_at),
+        }
+    }
+}
+
+/// `GET /teams/{id}/invitations` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamInvitationListData {
+    /// Open invitations, newest first.
+    pub invitations: Vec<TeamInvitationDto>,
+    /// Cursor of the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+impl From<Page<TeamInvitationView>> for TeamInvitationListData {
+    fn from(p: Page<TeamInvitationView>) -> Self {
+        Self {
+            invitations: p.items.into_iter().map(Into::into).collect(),
+            next_cursor: p.next_cursor,
+        }
+    }
+}
+
+/// `POST /teams/{id}/members` answer: the member (`status: joined`) or the invitation
+/// (`status: invited`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberAddedData {
+    /// `joined` or `invited`.
+    #[schema(example = "joined")]
+    pub status: String,
+    /// The new member, when `joined`.
+    pub member: Option<MemberDto>,
+    /// The invitation, when `invited`.
+    pub invitation: Option<TeamInvitationDto>,
+}
+
+impl From<MemberAdded> for MemberAddedData {
+    fn from(added: MemberAdded) -> Self {
+        match added {
+            MemberAdded::Joined(m) => {
+                Self { status: "joined".to_owned(), member: Some(m.into()), invitation: None }
+            }
+            MemberAdded::Invited(i) => {
+                Self { status: "invited".to_owned(), member: None, invitation: Some(i.into()) }
+            }
+        }
+    }
+}
+
+/// `GET /teams/{id}/api-keys` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamApiKeyListData {
+    /// The team keys, newest first.
+    pub api_keys: Vec<crate::dto::ApiKeyDto>,
+    /// Cursor of the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// `DELETE /teams/{id}…` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamDeletedData {
+    /// What was deleted or removed.
+    pub id: String,
+    /// Always `true`.
+    pub deleted: bool,
+}

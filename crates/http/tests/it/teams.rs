@@ -1,0 +1,255 @@
+//! Teams, black box on both backends: two nodes sharing the database for the rules about
+//! nodes, a fake upstream (`up-bill`) that bills what it was asked for. A team budget and a
+//! member budget hold under 200 concurrent calls spread over both nodes and several keys; a
+//! refusal names its level; a removed member's key stops on both nodes at once; a team key
+//! survives its creator's removal; non-members get 404 and members 403 on management; the
+//! last owner cannot leave; models intersect; an invitation joins on registration.
+
+use crate::budget_walkarounds::{cluster, slow_call};
+use crate::common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+backend_tests!(
+    a_team_budget_holds_over_members_keys_and_nodes,
+    a_member_budget_holds_and_names_its_scope,
+    a_removed_members_key_stops_on_both_nodes,
+    a_team_key_survives_its_creators_removal,
+    who_may_see_and_manage_a_team,
+    team_models_intersect_with_the_keys,
+    an_invitation_joins_on_registration,
+);
+
+/// Asserts a chat completion answered 200.
+fn answered(reply: Reply) {
+    assert_eq!(reply.status, 200, "{}", reply.text);
+}
+
+/// Creates a team of `owner` with `body`'s fields; returns its id.
+async fn team(app: &TestApp, owner: &User, body: Value) -> String {
+    let made = app.post("/api/v1/teams", Auth::Bearer(&owner.token), &body).await.data(201);
+    assert_eq!(made["role"], "owner");
+    made["id"].as_str().unwrap().to_owned()
+}
+
+/// Adds `user` to team `id` with `role`.
+async fn add(app: &TestApp, owner: &User, id: &str, user: &User, role: &str) {
+    let body = json!({"email": user.email, "role": role});
+    let path = format!("/api/v1/teams/{id}/members");
+    let added = app.post(&path, Auth::Bearer(&owner.token), &body).await;
+    assert_eq!(added.data(201)["status"], "joined");
+}
+
+/// A key of `user` scoped to team `id` (no limits of its own): its secret.
+async fn team_scoped_key(app: &TestApp, user: &User, id: &str) -> String {
+    let body = json!({"name": "scoped", "permissions": ["ai_gateway", "read"], "team_id": id});
+    let made = app.create_key_raw(Auth::Bearer(&user.token), &body).await.data(201);
+    assert_eq!(made["team_id"], id);
+    assert_eq!(made["team_owned"], false);
+    made["key"].as_str().unwrap().to_owned()
+}
+
+/// Sends `body` `n` times at once, spread over `nodes` and `keys`; returns how many got 200
+/// and the scopes named by the 429 `budget_exceeded` answers.
+async fn fire(
+    nodes: [&TestApp; 2],
+    keys: &[String],
+    body: &Value,
+    n: usize,
+) -> (usize, Vec<String>) {
+    let calls = (0..n).map(|i| {
+        let node = nodes[i % 2];
+        let key = &keys[(i / 2) % keys.len()];
+        let request = node
+            .request(reqwest::Method::POST, "/api/v1/ai/chat/completions", Auth::Bearer(key))
+            .json(body);
+        async move { node.send(request).await }
+    });
+    let (mut ok, mut scopes) = (0, Vec::new());
+    for reply in futures_util::future::join_all(calls).await {
+        match reply.status {
+            200 => ok += 1,
+            429 => {
+                let details = reply.error(429, "budget_exceeded")["details"].clone();
+                scopes.push(details["scope"].as_str().unwrap_or_default().to_owned());
+            }
+            other => panic!("unexpected {other}: {}", reply.text),
+        }
+    }
+    (ok, scopes)
+}
+
+/// What `users` spent together, from their ledgers, once `calls` records are there.
+async fn spent_by(app: &TestApp, users: &[&User], calls: usize) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut records = Vec::new();
+        for user in users {
+            let page = app.get("/api/v1/usage/requests?limit=200", Auth::Bearer(&user.token)).await;
+            records.extend(page.data(200)["requests"].as_array().cloned().unwrap_or_default());
+        }
+        if records.len() >= calls {
+            assert_eq!(records.len(), calls, "one record per answered call");
+            return records.iter().map(|r| r["cost_usd"].as_f64().unwrap()).sum();
+        }
+        assert!(Instant::now() < deadline, "{} of {calls} records", records.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A team budget of $0.80 (twenty calls of $0.0398) holds against 200 calls at once from two
+/// members' keys on two nodes; the refusals name the team.
+async fn a_team_budget_holds_over_members_keys_and_nodes(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (owner, member) = (nodes.a.new_user("team-own").await, nodes.a.new_user("team-mem").await);
+    let id = team(&nodes.a, &owner, json!({"name": "data", "max_budget_usd": 0.80})).await;
+    add(&nodes.a, &owner, &id, &member, "member").await;
+    let keys = [
+        team_scoped_key(&nodes.a, &owner, &id).await,
+        team_scoped_key(&nodes.a, &member, &id).await,
+    ];
+    let (ok, scopes) = fire([&nodes.a, &nodes.b], &keys, &slow_call(0, 390), 200).await;
+    assert!((1..=20).contains(&ok), "{ok} calls of $0.0398 in $0.80");
+    assert!(scopes.iter().all(|s| s == "team"), "{scopes:?}");
+    let spent = spent_by(&nodes.a, &[&owner, &member], ok).await;
+    assert!(spent <= 0.80 + 1e-9, "the team spent ${spent:.4} of $0.80");
+}
+
+/// A member budget of $0.40 (ten calls) holds for that member's keys, in a team with a larger
+/// budget; the refusal names the member and says what the call would reserve.
+async fn a_member_budget_holds_and_names_its_scope(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let owner = nodes.a.new_user("mb-own").await;
+    let body = json!({"name": "ml", "max_budget_usd": 100.0, "member_budget_usd": 0.40,
+                      "budget_period": "monthly"});
+    let id = team(&nodes.a, &owner, body).await;
+    let keys = [team_scoped_key(&nodes.a, &owner, &id).await];
+    let (ok, scopes) = fire([&nodes.a, &nodes.b], &keys, &slow_call(0, 390), 100).await;
+    assert!((1..=10).contains(&ok), "{ok} calls of $0.0398 in $0.40");
+    assert!(scopes.iter().all(|s| s == "member"), "{scopes:?}");
+    let spent = spent_by(&nodes.a, &[&owner], ok).await;
+    assert!(spent <= 0.40 + 1e-9, "the member spent ${spent:.4} of $0.40");
+    let refused = nodes.a.chat(Auth::Bearer(&keys[0]), &slow_call(0, 390)).await;
+    let details = refused.error(429, "budget_exceeded")["details"].clone();
+    assert_eq!(details["scope"], "member");
+    assert!(details["reserved_usd"].as_f64().unwrap() > 0.0, "{details}");
+    assert!(details["reset"].is_i64(), "a monthly budget resets: {details}");
+}
+
+/// The key of a member removed from the team is refused on both nodes as soon as the removal
+/// answers, and works again nowhere until they are added back.
+async fn a_removed_members_key_stops_on_both_nodes(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (owner, member) = (nodes.a.new_user("rm-own").await, nodes.a.new_user("rm-mem").await);
+    let id = team(&nodes.a, &owner, json!({"name": "ops"})).await;
+    add(&nodes.a, &owner, &id, &member, "member").await;
+    let key = team_scoped_key(&nodes.a, &member, &id).await;
+    let call = chat_body("echo", "hi");
+    for node in [&nodes.a, &nodes.b] {
+        answered(node.chat(Auth::Bearer(&key), &call).await);
+    }
+    let path = format!("/api/v1/teams/{id}/members/{}", member.id);
+    nodes.a.delete(&path, Auth::Bearer(&owner.token)).await.data(200);
+    for node in [&nodes.b, &nodes.a] {
+        node.chat(Auth::Bearer(&key), &call)
+            .await
+            .forbidden("team_member", "the key's owner is not a member of its team");
+    }
+}
+
+/// A team key made by a team admin keeps working on both nodes when that admin is removed;
+/// it is listed by the team, not by its creator.
+async fn a_team_key_survives_its_creators_removal(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (owner, admin) = (nodes.a.new_user("tk-own").await, nodes.a.new_user("tk-adm").await);
+    let id = team(&nodes.a, &owner, json!({"name": "pipeline", "rpm_limit": 1000})).await;
+    add(&nodes.a, &owner, &id, &admin, "admin").await;
+    let body = json!({"name": "nightly", "permissions": ["ai_gateway"]});
+    let made = nodes
+        .a
+        .post(&format!("/api/v1/teams/{id}/api-keys"), Auth::Bearer(&admin.token), &body)
+        .await
+        .data(201);
+    assert_eq!(
+        (made["team_owned"].clone(), made["created_by"].clone()),
+        (json!(true), json!(admin.id))
+    );
+    let key = made["key"].as_str().unwrap().to_owned();
+    let mine = nodes.a.list_keys(Auth::Bearer(&admin.token)).await.data(200);
+    assert_eq!(mine["api_keys"].as_array().unwrap().len(), 0, "a team key is not its creator's");
+    let listed =
+        nodes.a.get(&format!("/api/v1/teams/{id}/api-keys"), Auth::Bearer(&owner.token)).await;
+    assert_eq!(listed.data(200)["api_keys"][0]["id"], made["id"]);
+    let path = format!("/api/v1/teams/{id}/members/{}", admin.id);
+    nodes.a.delete(&path, Auth::Bearer(&owner.token)).await.data(200);
+    for node in [&nodes.a, &nodes.b] {
+        answered(node.chat(Auth::Bearer(&key), &chat_body("echo", "still here")).await);
+    }
+}
+
+/// A non-member gets 404 on the team; a member 403 on management; nobody outside can scope a
+/// key to it; the last owner cannot leave.
+async fn who_may_see_and_manage_a_team(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let (owner, member, stranger) = (
+        app.new_user("acc-own").await,
+        app.new_user("acc-mem").await,
+        app.new_user("acc-out").await,
+    );
+    let id = team(&app, &owner, json!({"name": "core"})).await;
+    add(&app, &owner, &id, &member, "member").await;
+    let path = format!("/api/v1/teams/{id}");
+    app.get(&path, Auth::Bearer(&stranger.token)).await.not_found("team", &id);
+    assert_eq!(app.get(&path, Auth::Bearer(&member.token)).await.data(200)["role"], "member");
+    let patch = app
+        .request(reqwest::Method::PATCH, &path, Auth::Bearer(&member.token))
+        .json(&json!({"max_budget_usd": 1.0}));
+    app.send(patch).await.forbidden("team_admin", "member");
+    let scoped = json!({"name": "x", "permissions": ["ai_gateway"], "team_id": id});
+    app.create_key_raw(Auth::Bearer(&stranger.token), &scoped).await.not_found("team", &id);
+    let leave = format!("/api/v1/teams/{id}/members/{}", owner.id);
+    app.delete(&leave, Auth::Bearer(&owner.token)).await.invalid("user_id");
+    let members = app.get(&format!("{path}/members"), Auth::Bearer(&member.token)).await;
+    assert_eq!(members.data(200)["members"].as_array().unwrap().len(), 2);
+    let mine = app.get("/api/v1/teams", Auth::Bearer(&member.token)).await.data(200);
+    assert_eq!(mine["teams"][0]["id"], json!(id));
+    let theirs = app.get("/api/v1/teams", Auth::Bearer(&stranger.token)).await.data(200);
+    assert_eq!(theirs["teams"], json!([]));
+}
+
+/// A team's `allowed_models` applies to its keys on top of each key's own.
+async fn team_models_intersect_with_the_keys(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let owner = app.new_user("models-own").await;
+    let id = team(&app, &owner, json!({"name": "m", "allowed_models": ["gpt-4o*"]})).await;
+    let key = team_scoped_key(&app, &owner, &id).await;
+    app.chat(Auth::Bearer(&key), &chat_body("echo", "hi")).await.forbidden("model:echo", "gpt-4o*");
+    let path = format!("/api/v1/teams/{id}");
+    let widen = app
+        .request(reqwest::Method::PATCH, &path, Auth::Bearer(&owner.token))
+        .json(&json!({"allowed_models": ["echo", "gpt-4o*"]}));
+    app.send(widen).await.data(200);
+    answered(app.chat(Auth::Bearer(&key), &chat_body("echo", "hi")).await);
+}
+
+/// Adding an address without an account invites it; registering with it joins the team.
+async fn an_invitation_joins_on_registration(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let owner = app.new_user("inv-own").await;
+    let id = team(&app, &owner, json!({"name": "later"})).await;
+    let email = unique_email("inv-new");
+    let body = json!({"email": email, "role": "admin"});
+    let path = format!("/api/v1/teams/{id}/members");
+    let added = app.post(&path, Auth::Bearer(&owner.token), &body).await;
+    assert_eq!(added.data(201)["status"], "invited");
+    let open =
+        app.get(&format!("/api/v1/teams/{id}/invitations"), Auth::Bearer(&owner.token)).await;
+    assert_eq!(open.data(200)["invitations"][0]["email"], json!(email));
+    let registered = app.register(&email, PASSWORD, None).await;
+    let token = registered["token"].as_str().unwrap().to_owned();
+    let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&token)).await.data(200);
+    assert_eq!(team["role"], "admin");
+    let open =
+        app.get(&format!("/api/v1/teams/{id}/invitations"), Auth::Bearer(&owner.token)).await;
+    assert_eq!(open.data(200)["invitations"], json!([]));
+}

@@ -1,0 +1,127 @@
+//! Team keys: API keys that belong to a team rather than to a person. Its owners and admins
+//! create, list, change, rotate, revoke and delete them; a team key records who created it
+//! (`user_id`) and keeps working when that person leaves the team.
+
+use super::TeamAccess;
+use crate::admin::{page_of, Page, PageRequest};
+use crate::api_keys::{NewApiKey, Owner};
+use crate::auth::{AuthService, Authorized, Principal};
+use crate::error::ServiceError;
+use crate::key_policy::ApiKeyPatch;
+use crate::views::{ApiKeyView, CreatedApiKey};
+use aigw_domain::access::op;
+use aigw_persistence::api_keys;
+
+impl AuthService {
+    /// Requires `principal` to manage team `team_id` (its owners and admins, platform admins).
+    async fn manages_team(&self, principal: &Principal, team_id: &str) -> Result<(), ServiceError> {
+        let admin = self.is_platform_admin(principal).await?;
+        let (team_id, user_id) = (team_id.to_owned(), principal.user_id().to_owned());
+        self.db
+            .run(move |conn| {
+                TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage().map(|_| ())
+            })
+            .await
+    }
+
+    /// Creates a team key of team `id` (its owners and admins; an access token). Its calls
+    /// count against the key and the team; `request.team_id` is ignored.
+    ///
+    /// # Errors
+    /// As [`AuthService::create_api_key`]; [`ServiceError::NotFound`] (`team`) for a
+    /// non-member; [`ServiceError::Forbidden`] (`team_admin`) for a plain member.
+    pub async fn create_team_api_key(
+        &self,
+        principal: &Authorized<op::CreateApiKey>,
+        id: &str,
+        request: NewApiKey,
+    ) -> Result<CreatedApiKey, ServiceError> {
+        self.create_key(principal, request, Some((id.to_owned(), true)), None).await
+    }
+
+    /// The team keys of team `id`, newest first, a page at a time (its owners and admins).
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`); [`ServiceError::Forbidden`] (`team_admin`);
+    /// [`ServiceError::Invalid`] on `limit` or `cursor`.
+    pub async fn list_team_api_keys(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        id: &str,
+        page: &PageRequest,
+    ) -> Result<Page<ApiKeyView>, ServiceError> {
+        let paging = page.parse()?;
+        self.manages_team(principal, id).await?;
+        let team_id = id.to_owned();
+        let limit = paging.limit;
+        let rows = self
+            .db
+            .run(move |conn| {
+                let before = paging.before.as_deref();
+                Ok(api_keys::list_for_team(conn, &team_id, before, limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |r| &r.id, |r| self.view_of(r)))
+    }
+
+    /// Changes team key `key_id` of team `id` (`PATCH`), as [`AuthService::update_api_key`].
+    ///
+    /// # Errors
+    /// As [`AuthService::update_api_key`]; [`ServiceError::Forbidden`] (`team_admin`).
+    pub async fn update_team_api_key(
+        &self,
+        principal: &Authorized<op::UpdateApiKey>,
+        id: &str,
+        key_id: &str,
+        patch: ApiKeyPatch,
+    ) -> Result<ApiKeyView, ServiceError> {
+        self.manages_team(principal, id).await?;
+        self.update_api_key_of(Owner::Team(id.to_owned()), principal, key_id, patch).await
+    }
+
+    /// Rotates team key `key_id` of team `id`, as [`AuthService::rotate_api_key`].
+    ///
+    /// # Errors
+    /// As [`AuthService::rotate_api_key`]; [`ServiceError::Forbidden`] (`team_admin`).
+    pub async fn rotate_team_api_key(
+        &self,
+        principal: &Authorized<op::UpdateApiKey>,
+        id: &str,
+        key_id: &str,
+        grace_period_secs: Option<i64>,
+    ) -> Result<CreatedApiKey, ServiceError> {
+        self.manages_team(principal, id).await?;
+        let owner = Owner::Team(id.to_owned());
+        self.rotate_api_key_of(owner, principal, key_id, grace_period_secs).await
+    }
+
+    /// Revokes team key `key_id` of team `id` on every node.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`, `api_key`); [`ServiceError::Forbidden`]
+    /// (`team_admin`).
+    pub async fn revoke_team_api_key(
+        &self,
+        principal: &Authorized<op::ChangeApiKey>,
+        id: &str,
+        key_id: &str,
+    ) -> Result<ApiKeyView, ServiceError> {
+        self.manages_team(principal, id).await?;
+        let owner = Some(Owner::Team(id.to_owned()));
+        self.revoke_api_key_of(key_id, owner, crate::audit::actor_of(principal)).await
+    }
+
+    /// Deletes team key `key_id` of team `id`.
+    ///
+    /// # Errors
+    /// As [`AuthService::revoke_team_api_key`].
+    pub async fn delete_team_api_key(
+        &self,
+        principal: &Authorized<op::ChangeApiKey>,
+        id: &str,
+        key_id: &str,
+    ) -> Result<(), ServiceError> {
+        self.manages_team(principal, id).await?;
+        self.delete_api_key_of(Owner::Team(id.to_owned()), principal, key_id).await
+    }
+}

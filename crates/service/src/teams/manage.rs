@@ -1,0 +1,246 @@
+//! A team itself: create, list the caller's, read, change its name and policy, delete.
+
+use super::{budget_micros, team_not_found, TeamAccess, TeamView};
+use crate::admin::{page_of, Page, PageRequest};
+use crate::audit::{actor_of, Event};
+use crate::auth::{AuthService, Authorized};
+use crate::config::TeamCreation;
+use crate::credential_cache;
+use crate::error::ServiceError;
+use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
+use aigw_domain::access::op;
+use aigw_domain::{time, BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
+use aigw_persistence::teams::{self, TeamChanges, TeamRow};
+use aigw_persistence::{api_keys, budgets, transaction};
+
+/// `POST /teams`: a new team, as parsed from JSON (still unvalidated).
+#[derive(Debug, Clone, Default)]
+pub struct NewTeam {
+    /// Display name (required, 1 to 100 characters).
+    pub name: String,
+    /// Budget, period, rate limits, models and metadata, as a key's.
+    pub policy: KeyPolicyRequest,
+    /// Each member's default budget per period, USD.
+    pub member_budget_usd: Option<f64>,
+}
+
+/// `PATCH /teams/{id}`: `None` leaves a field alone, `Some(None)` (JSON `null`) clears it.
+/// `policy` uses only the policy fields of a key's patch.
+#[derive(Debug, Clone, Default)]
+pub struct TeamPatch {
+    /// New name (cannot be cleared).
+    pub name: Option<Option<String>>,
+    /// Budget, period, rate limits, models and metadata.
+    pub policy: ApiKeyPatch,
+    /// Default member budget, USD.
+    pub member_budget_usd: Option<Option<f64>>,
+}
+
+impl AuthService {
+    /// Creates a team whose first member and owner is the caller (an access token).
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] naming the first invalid field;
+    /// [`ServiceError::Forbidden`] (`required: admin`) when `auth.team_creation = "admins"`
+    /// and the caller is not one; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn create_team(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        request: NewTeam,
+    ) -> Result<TeamView, ServiceError> {
+        if self.config.team_creation == TeamCreation::Admins
+            && !self.is_platform_admin(principal).await?
+        {
+            return Err(ServiceError::Forbidden {
+                required: "admin".to_owned(),
+                current: "user".to_owned(),
+            });
+        }
+        let name = UserName::parse(&request.name, "name")?.into_string();
+        let policy = request.policy.parse()?;
+        let member_budget_micros = request
+            .member_budget_usd
+            .map(|usd| budget_micros(usd, "member_budget_usd"))
+            .transpose()?;
+        let now = time::now();
+        let user_id = principal.user_id().to_owned();
+        let row = TeamRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            name,
+            created_by: user_id.clone(),
+            created_at: now,
+            updated_at: now,
+            policy,
+            member_budget_micros,
+        };
+        let event = Event::new("team_created", Some(&user_id), Some(actor_of(principal)), now)
+            .target(&row.id)
+            .details(serde_json::json!({"name": row.name}));
+        let stored = row.clone();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    teams::insert(conn, &stored, &stored.created_by)?;
+                    event.insert(conn)
+                })
+            })
+            .await?;
+        tracing::info!(event = "team_created", team_id = %row.id, user_id = %principal.user_id(), "team created");
+        Ok(TeamView::new(row, Some(aigw_domain::TeamRole::Owner)))
+    }
+
+    /// The teams the caller is a member of, newest first, a page at a time.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `limit` or `cursor`.
+    pub async fn list_teams(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        page: &PageRequest,
+    ) -> Result<Page<TeamView>, ServiceError> {
+        let paging = page.parse()?;
+        let user_id = principal.user_id().to_owned();
+        let limit = paging.limit;
+        let rows = self
+            .db
+            .run(move |conn| {
+                Ok(teams::list_for_user(conn, &user_id, paging.before.as_deref(), limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |(t, _)| &t.id, |(t, role)| TeamView::new(t.clone(), Some(*role))))
+    }
+
+    /// Team `id`, for its members and platform admins.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`) for anyone else, or no such team.
+    pub async fn get_team(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        id: &str,
+    ) -> Result<TeamView, ServiceError> {
+        let admin = self.is_platform_admin(principal).await?;
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let (row, access) =
+            self.db.run(move |conn| TeamAccess::of(conn, &team_id, &user_id, admin)).await?;
+        Ok(TeamView::new(row, access.role))
+    }
+
+    /// Changes team `id`'s name or policy (its owners and admins). The change reaches every
+    /// node (the limits of every key of the team) before this answers.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] naming the first invalid field; [`ServiceError::NotFound`]
+    /// (`team`) for a non-member; [`ServiceError::Forbidden`] (`team_admin`) for a member.
+    pub async fn update_team(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+        patch: TeamPatch,
+    ) -> Result<TeamView, ServiceError> {
+        let name = match patch.name {
+            Some(None) => return Err(FieldError::new("name", "must not be null").into()),
+            Some(Some(name)) => Some(UserName::parse(&name, "name")?.into_string()),
+            None => None,
+        };
+        let for_key = ["name", "permissions", "expires_at"];
+        let p = &patch.policy;
+        for (field, set) in
+            for_key.iter().zip([p.name.is_some(), p.permissions.is_some(), p.expires_at.is_some()])
+        {
+            if set {
+                return Err(FieldError::new(*field, "is not a team field").into());
+            }
+        }
+        let policy =
+            patch.policy.parse(|_| Err(FieldError::new("expires_at", "is not a team field")))?;
+        let member_budget_micros = match patch.member_budget_usd {
+            Some(Some(usd)) => Some(Some(budget_micros(usd, "member_budget_usd")?)),
+            Some(None) => Some(None),
+            None => None,
+        };
+        let changes = TeamChanges { name, policy, member_budget_micros };
+        let admin = self.is_platform_admin(principal).await?;
+        let now = time::now();
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let event = Event::new("team_updated", Some(&user_id), Some(actor_of(principal)), now)
+            .target(id)
+            .details(serde_json::json!({"fields": changes.field_names()}));
+        let (row, access, change) = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !teams::lock(conn, &team_id)? {
+                        return Err(team_not_found(&team_id));
+                    }
+                    let (_, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    access.manage()?;
+                    let row = teams::update(conn, &team_id, &changes, now)?
+                        .ok_or_else(|| team_not_found(&team_id))?;
+                    if changes.policy.budget_period.is_some() {
+                        // A new period opens the team's and its members' counters anew from
+                        // the ledger (the counter of the same first day counts the same days).
+                        let period = row.policy.budget_period.unwrap_or(BudgetPeriod::Total);
+                        let keep = crate::budget::period_name(period, now);
+                        let team_counter = CounterSubject::Team(&team_id).name();
+                        budgets::forget_except(conn, &team_counter, &keep)?;
+                        budgets::forget_members_except(conn, &team_id, &keep)?;
+                    }
+                    event.insert(conn)?;
+                    let kind = CredentialChangeKind::TeamChanged;
+                    let change = credential_cache::append(conn, kind, &team_id, now)?;
+                    Ok((row, access, change))
+                })
+            })
+            .await?;
+        self.publish(vec![change]).await;
+        tracing::info!(event = "team_updated", team_id = %row.id, "team changed");
+        Ok(TeamView::new(row, access.role))
+    }
+
+    /// Deletes team `id` (its owners, platform admins): every key scoped to it (team keys and
+    /// members' keys) is revoked on every node before this answers; its usage history stays.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`) for a non-member; [`ServiceError::Forbidden`]
+    /// (`team_owner`) for another member.
+    pub async fn delete_team(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        let admin = self.is_platform_admin(principal).await?;
+        let now = time::now();
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let event =
+            Event::new("team_deleted", Some(&user_id), Some(actor_of(principal)), now).target(id);
+        let changes = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !teams::lock(conn, &team_id)? {
+                        return Err(team_not_found(&team_id));
+                    }
+                    TeamAccess::of(conn, &team_id, &user_id, admin)?.1.own()?;
+                    let revoked = api_keys::revoke_team_keys(conn, &team_id, now)?;
+                    teams::delete(conn, &team_id, now)?;
+                    event
+                        .clone()
+                        .details(serde_json::json!({"revoked_keys": revoked.len()}))
+                        .insert(conn)?;
+                    let mut changes = Vec::with_capacity(revoked.len() + 1);
+                    for key_id in &revoked {
+                        let kind = CredentialChangeKind::ApiKeyRevoked;
+                        changes.push(credential_cache::append(conn, kind, key_id, now)?);
+                    }
+                    let kind = CredentialChangeKind::TeamChanged;
+                    changes.push(credential_cache::append(conn, kind, &team_id, now)?);
+                    Ok(changes)
+                })
+            })
+            .await?;
+        self.publish(changes).await;
+        tracing::info!(event = "team_deleted", team_id = %id, "team deleted");
+        Ok(())
+    }
+}

@@ -1,0 +1,367 @@
+//! A team's members and invitations: add by e-mail (an existing account joins at once, an
+//! address without one is invited and joins on registration), change a role or a member's
+//! budget, remove, leave; list and revoke open invitations. A team always keeps an owner.
+
+use super::{budget_micros, team_not_found, MemberView, TeamAccess, TeamInvitationView};
+use crate::admin::{page_of, Page, PageRequest};
+use crate::audit::{actor_of, Event};
+use crate::auth::{AuthService, Authorized, Principal};
+use crate::credential_cache;
+use crate::error::ServiceError;
+use aigw_domain::access::op;
+use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
+use aigw_persistence::changes::ChangeRow;
+use aigw_persistence::teams::{self, TeamInvitationRow};
+use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
+use chrono::{DateTime, Utc};
+
+/// `POST /teams/{id}/members`, as parsed from JSON (still unvalidated).
+#[derive(Debug, Clone, Default)]
+pub struct NewMember {
+    /// The person's e-mail address.
+    pub email: String,
+    /// `owner`, `admin` or `member` (default).
+    pub role: Option<String>,
+}
+
+/// `PATCH /teams/{id}/members/{user_id}`: `None` leaves a field alone; `budget_usd: null`
+/// clears the member's own budget (the team's `member_budget_usd` applies again).
+#[derive(Debug, Clone, Default)]
+pub struct MemberPatch {
+    /// New role.
+    pub role: Option<String>,
+    /// The member's own budget per the team's period, USD.
+    pub budget_usd: Option<Option<f64>>,
+}
+
+/// What adding a member did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberAdded {
+    /// The account joined.
+    Joined(MemberView),
+    /// No account has the address yet: it joins when it registers.
+    Invited(TeamInvitationView),
+}
+
+/// The refusal of a change that would leave the team without an owner.
+fn last_owner(field: &str) -> ServiceError {
+    FieldError::new(field, "a team keeps at least one owner; make another member owner first")
+        .into()
+}
+
+fn member_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound { resource: "team_member", id: id.chars().take(64).collect() }
+}
+
+/// Appends the team's `team_changed` feed row (its keys' limits and memberships are read
+/// again on every node).
+fn team_changed(
+    conn: &mut DbConnection,
+    team_id: &str,
+    now: DateTime<Utc>,
+) -> Result<ChangeRow, ServiceError> {
+    credential_cache::append(conn, CredentialChangeKind::TeamChanged, team_id, now)
+}
+
+impl AuthService {
+    /// Adds the account with `email` to team `id` with `role` (default `member`), or, when no
+    /// account has that address, invites it: it joins on registration.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `email` or `role`, or on `email` when already a member or
+    /// invited; [`ServiceError::NotFound`] (`team`) for a non-member;
+    /// [`ServiceError::Forbidden`] (`team_admin`, or `team_owner` to add an owner).
+    pub async fn add_team_member(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+        request: NewMember,
+    ) -> Result<MemberAdded, ServiceError> {
+        let email = Email::parse(&request.email)?.as_str().to_owned();
+        let role = match request.role.as_deref() {
+            Some(raw) => TeamRole::parse(raw, "role")?,
+            None => TeamRole::Member,
+        };
+        let admin = self.is_platform_admin(principal).await?;
+        let now = time::now();
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let actor = actor_of(principal).to_owned();
+        let (added, change) = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !teams::lock(conn, &team_id)? {
+                        return Err(team_not_found(&team_id));
+                    }
+                    let (_, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    if role == TeamRole::Owner { access.own()? } else { access.manage()? };
+                    let details = serde_json::json!({"team_id": team_id, "role": role.as_str()});
+                    let Some(user) = users::find_by_email(conn, &email)? else {
+                        let invitation = TeamInvitationRow {
+                            id: uuid::Uuid::now_v7().to_string(),
+                            team_id: team_id.clone(),
+                            email: email.clone(),
+                            role,
+                            created_by: user_id.clone(),
+                            created_at: now,
+                            accepted_at: None,
+                            revoked_at: None,
+                        };
+                        match teams::insert_invitation(conn, &invitation) {
+                            Err(PersistenceError::Conflict) => {
+                                return Err(FieldError::new("email", "is already invited").into())
+                            }
+                            other => other?,
+                        }
+                        Event::new("team_invitation_created", None, Some(&actor), now)
+                            .target(&team_id)
+                            .details(serde_json::json!({
+                                "team_id": team_id, "role": role.as_str(), "invitation_id": invitation.id,
+                            }))
+                            .insert(conn)?;
+                        return Ok((MemberAdded::Invited(invitation), None));
+                    };
+                    match teams::insert_member(conn, &team_id, &user.id, role, now) {
+                        Err(PersistenceError::Conflict) => {
+                            return Err(FieldError::new("email", "is already a member").into())
+                        }
+                        other => other?,
+                    }
+                    Event::new("member_added", Some(&user.id), Some(&actor), now)
+                        .target(&team_id)
+                        .details(details)
+                        .insert(conn)?;
+                    let member = teams::member(conn, &team_id, &user.id)?
+                        .ok_or_else(|| member_not_found(&user.id))?;
+                    let change = team_changed(conn, &team_id, now)?;
+                    Ok((MemberAdded::Joined(member), Some(change)))
+                })
+            })
+            .await?;
+        if let Some(change) = change {
+            self.publish(vec![change]).await;
+        }
+        Ok(added)
+    }
+
+    /// The members of team `id`, a page at a time (by user id, newest account first).
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`) for a non-member; [`ServiceError::Invalid`] on
+    /// `limit` or `cursor`.
+    pub async fn list_team_members(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        id: &str,
+        page: &PageRequest,
+    ) -> Result<Page<MemberView>, ServiceError> {
+        let paging = page.parse()?;
+        let admin = self.is_platform_admin(principal).await?;
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let limit = paging.limit;
+        let rows = self
+            .db
+            .run(move |conn| {
+                TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                let before = paging.before.as_deref();
+                Ok(teams::list_members(conn, &team_id, before, limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |m| &m.user_id, Clone::clone))
+    }
+
+    /// Changes member `member_id`'s role or own budget in team `id`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `role` or `budget_usd`, or on `role` when it would leave
+    /// no owner; [`ServiceError::NotFound`] (`team`, `team_member`);
+    /// [`ServiceError::Forbidden`] (`team_admin`, or `team_owner` to make or unmake an owner).
+    pub async fn update_team_member(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+        member_id: &str,
+        patch: MemberPatch,
+    ) -> Result<MemberView, ServiceError> {
+        let role = patch.role.as_deref().map(|r| TeamRole::parse(r, "role")).transpose()?;
+        let budget = match patch.budget_usd {
+            Some(Some(usd)) => Some(Some(budget_micros(usd, "budget_usd")?)),
+            Some(None) => Some(None),
+            None => None,
+        };
+        let admin = self.is_platform_admin(principal).await?;
+        let now = time::now();
+        let (team_id, user_id, target) =
+            (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
+        let actor = actor_of(principal).to_owned();
+        let (member, change) = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !teams::lock(conn, &team_id)? {
+                        return Err(team_not_found(&team_id));
+                    }
+                    let (_, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    let access = access.manage()?;
+                    let current = teams::member(conn, &team_id, &target)?
+                        .ok_or_else(|| member_not_found(&target))?;
+                    let owner_involved =
+                        current.role == TeamRole::Owner || role == Some(TeamRole::Owner);
+                    if owner_involved && role.is_some_and(|r| r != current.role) {
+                        access.own()?;
+                        if current.role == TeamRole::Owner && teams::count_owners(conn, &team_id)? <= 1
+                        {
+                            return Err(last_owner("role"));
+                        }
+                    }
+                    teams::update_member(conn, &team_id, &target, role, budget)?;
+                    if let Some(role) = role.filter(|r| *r != current.role) {
+                        Event::new("member_role_changed", Some(&target), Some(&actor), now)
+                            .target(&team_id)
+                            .details(serde_json::json!({
+                                "team_id": team_id, "from": current.role.as_str(), "to": role.as_str(),
+                            }))
+                            .insert(conn)?;
+                    }
+                    if budget.is_some() {
+                        Event::new("member_budget_changed", Some(&target), Some(&actor), now)
+                            .target(&team_id)
+                            .details(serde_json::json!({"team_id": team_id, "budget_micros": budget.flatten()}))
+                            .insert(conn)?;
+                    }
+                    let member = teams::member(conn, &team_id, &target)?
+                        .ok_or_else(|| member_not_found(&target))?;
+                    Ok((member, team_changed(conn, &team_id, now)?))
+                })
+            })
+            .await?;
+        self.publish(vec![change]).await;
+        Ok(member)
+    }
+
+    /// Removes member `member_id` from team `id` (the caller themselves: leaving). Their keys
+    /// scoped to the team stop on every node before this answers; team keys stay.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `user_id` when it is the last owner;
+    /// [`ServiceError::NotFound`] (`team`, `team_member`); [`ServiceError::Forbidden`]
+    /// (`team_admin`, or `team_owner` to remove an owner) to remove someone else.
+    pub async fn remove_team_member(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+        member_id: &str,
+    ) -> Result<(), ServiceError> {
+        let admin = self.is_platform_admin(principal).await?;
+        self.remove_member(principal, id, member_id, admin).await
+    }
+
+    async fn remove_member(
+        &self,
+        principal: &Principal,
+        id: &str,
+        member_id: &str,
+        admin: bool,
+    ) -> Result<(), ServiceError> {
+        let now = time::now();
+        let (team_id, user_id, target) =
+            (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
+        let actor = actor_of(principal).to_owned();
+        let change = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !teams::lock(conn, &team_id)? {
+                        return Err(team_not_found(&team_id));
+                    }
+                    let (_, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    let current = teams::member(conn, &team_id, &target)?
+                        .ok_or_else(|| member_not_found(&target))?;
+                    if target != user_id {
+                        let access = access.manage()?;
+                        if current.role == TeamRole::Owner {
+                            access.own()?;
+                        }
+                    }
+                    if current.role == TeamRole::Owner && teams::count_owners(conn, &team_id)? <= 1
+                    {
+                        return Err(last_owner("user_id"));
+                    }
+                    teams::delete_member(conn, &team_id, &target)?;
+                    let action = if target == user_id { "member_left" } else { "member_removed" };
+                    Event::new(action, Some(&target), Some(&actor), now)
+                        .target(&team_id)
+                        .details(
+                            serde_json::json!({"team_id": team_id, "role": current.role.as_str()}),
+                        )
+                        .insert(conn)?;
+                    team_changed(conn, &team_id, now)
+                })
+            })
+            .await?;
+        self.publish(vec![change]).await;
+        tracing::info!(event = "member_removed", team_id = %id, user_id = %member_id, "team member removed");
+        Ok(())
+    }
+
+    /// The open invitations of team `id`, newest first, a page at a time (its owners and
+    /// admins).
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`); [`ServiceError::Forbidden`] (`team_admin`).
+    pub async fn list_team_invitations(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        id: &str,
+        page: &PageRequest,
+    ) -> Result<Page<TeamInvitationView>, ServiceError> {
+        let paging = page.parse()?;
+        let admin = self.is_platform_admin(principal).await?;
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let limit = paging.limit;
+        let rows = self
+            .db
+            .run(move |conn| {
+                TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
+                let before = paging.before.as_deref();
+                Ok(teams::list_invitations(conn, &team_id, before, limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |i| &i.id, Clone::clone))
+    }
+
+    /// Revokes open invitation `invitation_id` of team `id`.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`, `team_invitation`); [`ServiceError::Forbidden`]
+    /// (`team_admin`).
+    pub async fn revoke_team_invitation(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &str,
+        invitation_id: &str,
+    ) -> Result<(), ServiceError> {
+        let admin = self.is_platform_admin(principal).await?;
+        let now = time::now();
+        let (team_id, user_id, target) =
+            (id.to_owned(), principal.user_id().to_owned(), invitation_id.to_owned());
+        let actor = actor_of(principal).to_owned();
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
+                    if !teams::revoke_invitation(conn, &team_id, &target, now)? {
+                        return Err(ServiceError::NotFound {
+                            resource: "team_invitation",
+                            id: target.chars().take(64).collect(),
+                        });
+                    }
+                    Event::new("team_invitation_revoked", None, Some(&actor), now)
+                        .target(&team_id)
+                        .details(serde_json::json!({"team_id": team_id, "invitation_id": target}))
+                        .insert(conn)
+                })
+            })
+            .await
+    }
+}

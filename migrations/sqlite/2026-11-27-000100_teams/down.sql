@@ -1,0 +1,12 @@
+DROP INDEX calls_in_flight_team_idx;
+ALTER TABLE calls_in_flight DROP COLUMN member_id;
+ALTER TABLE calls_in_flight DROP COLUMN team_id;
+DROP INDEX usage_daily_team_idx;
+ALTER TABLE usage_daily DROP COLUMN member_id;
+ALTER TABLE usage_daily DROP COLUMN team_id;
+DROP INDEX api_keys_team_idx;
+ALTER TABLE api_keys DROP COLUMN team_owned;
+ALTER TABLE api_keys DROP COLUMN team_id;
+DROP TABLE team_invitations;
+DROP TABLE team_members;
+DROP TABLE teams;
