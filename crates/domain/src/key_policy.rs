@@ -29,6 +29,40 @@ pub const MAX_METADATA_ENTRIES: usize = 16;
 /// Most bytes of `metadata` keys and values together (UTF-8).
 pub const MAX_METADATA_BYTES: usize = 4096;
 
+/// What a budget does with a call whose worst case does not fit in what is left of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BudgetMode {
+    /// Refuse it (429 `budget_exceeded`, naming what it would reserve).
+    #[default]
+    Refuse,
+    /// Lower its `max_tokens` (and `max_completion_tokens`) to what is left, and refuse it only
+    /// when not even one completion token per choice fits; the answer then ends with
+    /// `finish_reason: "length"` where it is cut.
+    Clamp,
+}
+
+impl BudgetMode {
+    /// The API and storage name: `refuse` or `clamp`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BudgetMode::Refuse => "refuse",
+            BudgetMode::Clamp => "clamp",
+        }
+    }
+
+    /// Parses an API name.
+    ///
+    /// # Errors
+    /// [`FieldError`] on `budget_mode` for any other string.
+    pub fn parse(s: &str) -> Result<Self, FieldError> {
+        match s {
+            "refuse" => Ok(BudgetMode::Refuse),
+            "clamp" => Ok(BudgetMode::Clamp),
+            _ => Err(FieldError::new("budget_mode", "must be one of refuse, clamp")),
+        }
+    }
+}
+
 /// The UTC calendar period a budget applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BudgetPeriod {

@@ -52,7 +52,7 @@ pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
 pub use credential::{CredentialError, PresentedCredential};
 pub use digest::TokenDigest;
 pub use error::ErrorCode;
-pub use key_policy::{BudgetPeriod, KeyMetadata, ModelPatterns};
+pub use key_policy::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;
 pub use team::{CounterSubject, LimitScope, TeamRole};

@@ -196,6 +196,11 @@ pub struct CreateApiKeyRequest {
     pub tpm_limit: Option<i64>,
     /// String metadata: at most 16 entries, 4096 bytes of keys and values in all.
     pub metadata: Option<BTreeMap<String, String>>,
+    /// What the budget does with a call whose worst case does not fit in what is left:
+    /// `refuse` (429 `budget_exceeded`) or `clamp` (lower its `max_tokens` to what is left;
+    /// the answer then ends with `finish_reason: "length"`). Absent or null: `refuse`.
+    #[schema(value_type = Option<BudgetModeName>)]
+    pub budget_mode: Option<String>,
     /// A team of the caller to scope the key to: its calls then also count against the
     /// caller's budget in the team and the team's limits, and it stops working while the
     /// caller is not a member. Absent or null: a personal key.
@@ -213,8 +218,17 @@ impl CreateApiKeyRequest {
             rpm_limit: self.rpm_limit.take(),
             tpm_limit: self.tpm_limit.take(),
             metadata: self.metadata.take(),
+            budget_mode: self.budget_mode.take(),
         }
     }
+}
+
+/// What a budget does with a call whose worst case does not fit.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[allow(non_camel_case_types, missing_docs)]
+pub enum BudgetModeName {
+    refuse,
+    clamp,
 }
 
 /// A budget period.
@@ -277,6 +291,10 @@ pub struct UpdateApiKeyRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BTreeMap<String, String>>, nullable)]
     pub metadata: Option<Option<BTreeMap<String, String>>>,
+    /// As in create; null: `refuse`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BudgetModeName>, nullable)]
+    pub budget_mode: Option<Option<String>>,
 }
 
 impl From<UpdateApiKeyRequest> for ApiKeyPatch {
@@ -291,6 +309,7 @@ impl From<UpdateApiKeyRequest> for ApiKeyPatch {
             rpm_limit: r.rpm_limit,
             tpm_limit: r.tpm_limit,
             metadata: r.metadata,
+            budget_mode: r.budget_mode,
         }
     }
 }
@@ -426,6 +445,9 @@ pub struct ApiKeyDto {
     pub tpm_limit: Option<i64>,
     /// String metadata; null: none.
     pub metadata: Option<BTreeMap<String, String>>,
+    /// `refuse` or `clamp` (see create).
+    #[schema(value_type = BudgetModeName)]
+    pub budget_mode: String,
     /// What the key has spent in the current budget period (since creation for `total` or
     /// no period), USD, from the usage ledger.
     pub spend_usd: f64,
@@ -500,6 +522,7 @@ impl From<ApiKeyView> for ApiKeyDto {
             rpm_limit: k.policy.rpm_limit,
             tpm_limit: k.policy.tpm_limit,
             metadata: k.policy.metadata.map(|m| m.entries().clone()),
+            budget_mode: k.policy.budget_mode.unwrap_or_default().as_str().to_owned(),
             spend_usd: 0.0,
             budget_reset_at: k
                 .policy
@@ -776,6 +799,7 @@ mod debug_redaction {
             rpm_limit: None,
             tpm_limit: None,
             metadata: None,
+            budget_mode: "refuse".into(),
             spend_usd: 0.0,
             budget_reset_at: None,
             rotated_at: None,

@@ -3,6 +3,7 @@
 use crate::dto::BudgetPeriodName;
 use aigw_domain::time::format_timestamp;
 use aigw_domain::usage::micros_to_usd;
+use aigw_persistence::teams::MemberRow;
 use aigw_service::teams::{MemberAdded, MemberView, TeamInvitationView, TeamView};
 use aigw_service::{ApiKeyPatch, KeyPolicyRequest, Page};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -56,6 +57,10 @@ pub struct CreateTeamRequest {
     /// Each member's budget per period unless overridden, USD (0 to 1e9).
     #[schema(example = 300.0, minimum = 0, maximum = 1_000_000_000)]
     pub member_budget_usd: Option<f64>,
+    /// What the team's and its members' budgets do with a call whose worst case does not fit:
+    /// `refuse` or `clamp` (as a key's). Absent or null: `refuse`.
+    #[schema(value_type = Option<crate::dto::BudgetModeName>)]
+    pub budget_mode: Option<String>,
 }
 
 impl CreateTeamRequest {
@@ -70,6 +75,7 @@ impl CreateTeamRequest {
                 rpm_limit: self.rpm_limit,
                 tpm_limit: self.tpm_limit,
                 metadata: self.metadata,
+                budget_mode: self.budget_mode,
             },
             member_budget_usd: self.member_budget_usd,
         }
@@ -112,6 +118,10 @@ pub struct UpdateTeamRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
     pub member_budget_usd: Option<Option<f64>>,
+    /// As in create; null: `refuse`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<crate::dto::BudgetModeName>, nullable)]
+    pub budget_mode: Option<Option<String>>,
 }
 
 impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
@@ -125,6 +135,7 @@ impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
                 rpm_limit: r.rpm_limit,
                 tpm_limit: r.tpm_limit,
                 metadata: r.metadata,
+                budget_mode: r.budget_mode,
                 ..ApiKeyPatch::default()
             },
             member_budget_usd: r.member_budget_usd,
@@ -163,8 +174,15 @@ pub struct TeamDto {
     pub metadata: Option<BTreeMap<String, String>>,
     /// Each member's default budget per period, USD; null: none.
     pub member_budget_usd: Option<f64>,
+    /// `refuse` or `clamp`.
+    #[schema(value_type = crate::dto::BudgetModeName)]
+    pub budget_mode: String,
     /// When the current period ends, RFC 3339 UTC; null for `total`.
     pub budget_reset_at: Option<String>,
+    /// What the team spent in the current period (ever, for `total`), USD, from the ledger;
+    /// present on `GET /teams/{id}` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spend_usd: Option<f64>,
 }
 
 impl From<TeamView> for TeamDto {
@@ -183,11 +201,13 @@ impl From<TeamView> for TeamDto {
             tpm_limit: t.policy.tpm_limit,
             metadata: t.policy.metadata.map(|m| m.entries().clone()),
             member_budget_usd: t.member_budget_micros.map(usd),
+            budget_mode: t.policy.budget_mode.unwrap_or_default().as_str().to_owned(),
             budget_reset_at: t
                 .policy
                 .budget_period
                 .and_then(|p| p.reset_at(aigw_domain::time::now()))
                 .map(format_timestamp),
+            spend_usd: t.spend_micros.map(usd),
         }
     }
 }
@@ -250,10 +270,12 @@ pub struct MemberDto {
     pub budget_usd: Option<f64>,
     /// When they joined, RFC 3339 UTC.
     pub joined_at: String,
+    /// What their team-scoped keys cost in the team's current budget period, USD.
+    pub spend_usd: f64,
 }
 
-impl From<MemberView> for MemberDto {
-    fn from(m: MemberView) -> Self {
+impl From<MemberRow> for MemberDto {
+    fn from(m: MemberRow) -> Self {
         Self {
             user_id: m.user_id,
             email: m.email,
@@ -261,7 +283,14 @@ impl From<MemberView> for MemberDto {
             role: m.role.as_str().to_owned(),
             budget_usd: m.budget_micros.map(usd),
             joined_at: format_timestamp(m.created_at),
+            spend_usd: 0.0,
         }
+    }
+}
+
+impl From<MemberView> for MemberDto {
+    fn from(m: MemberView) -> Self {
+        Self { spend_usd: usd(m.spend_micros), ..m.member.into() }
     }
 }
 

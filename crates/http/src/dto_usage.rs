@@ -53,6 +53,12 @@ pub struct UsageRowDto {
     /// API key id (`group_by=api_key`); deleted keys keep their usage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key_id: Option<String>,
+    /// Member's user id (`group_by=member` of a team's usage; empty for its team keys).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    /// Team id (`group_by=team`, platform admins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
     /// The sums.
     #[serde(flatten)]
     pub totals: UsageTotalsDto,
@@ -65,7 +71,7 @@ pub struct UsageSummaryData {
     pub from: String,
     /// Last day, inclusive.
     pub to: String,
-    /// `day`, `model` or `api_key`.
+    /// `day`, `model`, `api_key`, `member` (a team's usage) or `team` (platform admins).
     pub group_by: String,
     /// One row per value with usage, sorted by it.
     pub rows: Vec<UsageRowDto>,
@@ -79,13 +85,23 @@ impl From<UsageSummary> for UsageSummaryData {
             .rows
             .iter()
             .map(|(value, totals)| {
-                let value = Some(value.clone());
-                let (day, model, api_key_id) = match s.group_by {
-                    GroupBy::Day => (value, None, None),
-                    GroupBy::Model => (None, value, None),
-                    GroupBy::ApiKey => (None, None, value),
+                let mut row = UsageRowDto {
+                    day: None,
+                    model: None,
+                    api_key_id: None,
+                    member_id: None,
+                    team_id: None,
+                    totals: totals.into(),
                 };
-                UsageRowDto { day, model, api_key_id, totals: totals.into() }
+                let slot = match s.group_by {
+                    GroupBy::Day => &mut row.day,
+                    GroupBy::Model => &mut row.model,
+                    GroupBy::ApiKey => &mut row.api_key_id,
+                    GroupBy::Member => &mut row.member_id,
+                    GroupBy::Team => &mut row.team_id,
+                };
+                *slot = Some(value.clone());
+                row
             })
             .collect();
         Self {

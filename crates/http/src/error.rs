@@ -267,6 +267,10 @@ impl From<ServiceError> for ApiError {
                     format!("rate limit exceeded; retry in {retry_after_secs} s"),
                     details,
                 );
+                if let Some(scope) = scope {
+                    // The access log names the limit that refused.
+                    err = err.caused_by(format!("refused by the {} rpm/tpm limit", scope.as_str()));
+                }
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err
             }
@@ -305,7 +309,8 @@ impl From<ServiceError> for ApiError {
                 } else {
                     format!("{whose} for this period is spent")
                 };
-                let mut err = Self::new(ErrorCode::BudgetExceeded, message, details);
+                let mut err = Self::new(ErrorCode::BudgetExceeded, message, details)
+                    .caused_by(format!("refused by the {} budget", scope.as_str()));
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err
             }

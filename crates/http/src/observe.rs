@@ -53,6 +53,8 @@ pub const CATALOGUE: &[MetricSpec] = &[
         "API keys revoked or deleted (how: revoke, delete)"),
     ("aigw_connections_refused_total", Kind::Counter, &["reason"],
         "Client connections refused by a per-address cap, by the setting that refused: max_connections_per_address (closed as soon as accepted), max_pending_requests_per_address (a request whose body was still arriving, answered 429 and its connection closed)"),
+    ("aigw_limit_refusals_total", Kind::Counter, &["scope", "reason"],
+        "Gateway calls refused by a limit of the key or its team, by level (scope: key, member, team) and limit (reason: budget, rate: an rpm_limit or tpm_limit)"),
     ("aigw_rate_limited_total", Kind::Counter, &["policy"],
         "Requests refused with 429 by a rate-limit policy"),
     ("aigw_rate_limit_memory_fallbacks_total", Kind::Counter, &[],

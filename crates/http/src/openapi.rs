@@ -24,7 +24,7 @@ use utoipa::{Modify, OpenApi};
         teams::create, teams::list, teams::get, teams::update, teams::delete,
         teams::list_members, teams::add_member, teams::update_member, teams::remove_member,
         teams::list_invitations, teams::revoke_invitation, teams::create_key, teams::list_keys,
-        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key
+        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -33,7 +33,7 @@ use utoipa::{Modify, OpenApi};
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
         dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto,
-        dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName,
+        dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName, dto::BudgetModeName,
         crate::dto_usage::UsageTotalsDto, crate::dto_usage::UsageRowDto,
         crate::dto_usage::UsageSummaryData, crate::dto_usage::UsageRecordDto,
         crate::dto_usage::UsageRequestsData,

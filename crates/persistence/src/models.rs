@@ -4,7 +4,7 @@
 //! this crate, so no caller re-parses a stored string.
 
 use crate::schema::{api_keys, refresh_tokens, sessions, users};
-use aigw_domain::{BudgetPeriod, KeyMetadata, ModelPatterns, PermissionSet, Role};
+use aigw_domain::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns, PermissionSet, Role};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 use std::collections::BTreeMap;
@@ -145,6 +145,9 @@ pub struct ApiKeyPolicy {
     pub tpm_limit: Option<i64>,
     /// Free-form string metadata.
     pub metadata: Option<KeyMetadata>,
+    /// What the budget does with a call whose worst case does not fit; `None` behaves as
+    /// [`BudgetMode::Refuse`].
+    pub budget_mode: Option<BudgetMode>,
 }
 
 impl ApiKeyPolicy {
@@ -152,8 +155,7 @@ impl ApiKeyPolicy {
     /// `metadata`, the period's name, `(rpm_limit, tpm_limit)`.
     pub(crate) fn from_storage(
         allowed_models: Option<&str>,
-        max_budget_micros: Option<i64>,
-        budget_period: Option<&str>,
+        (max_budget_micros, budget_period, budget_mode): (Option<i64>, Option<&str>, Option<&str>),
         (rpm_limit, tpm_limit): (Option<i64>, Option<i64>),
         metadata: Option<&str>,
     ) -> Self {
@@ -164,6 +166,9 @@ impl ApiKeyPolicy {
             rpm_limit,
             tpm_limit,
             metadata: metadata.map(metadata_from_storage),
+            // A mode this version does not know (written by a newer one) refuses: the safe
+            // reading.
+            budget_mode: budget_mode.map(|m| BudgetMode::parse(m).unwrap_or_default()),
         }
     }
 }
@@ -189,6 +194,8 @@ pub struct ApiKeyChanges {
     pub tpm_limit: Option<Option<i64>>,
     /// See [`ApiKeyPolicy::metadata`].
     pub metadata: Option<Option<KeyMetadata>>,
+    /// See [`ApiKeyPolicy::budget_mode`].
+    pub budget_mode: Option<Option<BudgetMode>>,
 }
 
 impl ApiKeyChanges {
@@ -205,6 +212,7 @@ impl ApiKeyChanges {
             ("rpm_limit", self.rpm_limit.is_some()),
             ("tpm_limit", self.tpm_limit.is_some()),
             ("metadata", self.metadata.is_some()),
+            ("budget_mode", self.budget_mode.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -378,6 +386,7 @@ pub(crate) struct ApiKeyRecord {
     rotated_at: Option<NaiveDateTime>,
     team_id: Option<String>,
     team_owned: bool,
+    budget_mode: Option<String>,
 }
 
 /// `allowed_models` as stored: a JSON array of strings.
@@ -427,6 +436,7 @@ pub(crate) struct ApiKeyChangeset {
     rpm_limit: Option<Option<i64>>,
     tpm_limit: Option<Option<i64>>,
     metadata: Option<Option<String>>,
+    budget_mode: Option<Option<String>>,
 }
 
 impl From<&ApiKeyChanges> for ApiKeyChangeset {
@@ -441,6 +451,7 @@ impl From<&ApiKeyChanges> for ApiKeyChangeset {
             rpm_limit: c.rpm_limit,
             tpm_limit: c.tpm_limit,
             metadata: c.metadata.as_ref().map(|m| m.as_ref().map(metadata_to_storage)),
+            budget_mode: c.budget_mode.map(|m| m.map(|m| m.as_str().to_owned())),
         }
     }
 }
@@ -450,8 +461,7 @@ impl From<ApiKeyRecord> for ApiKeyRow {
         Self {
             policy: ApiKeyPolicy::from_storage(
                 r.allowed_models.as_deref(),
-                r.max_budget_micros,
-                r.budget_period.as_deref(),
+                (r.max_budget_micros, r.budget_period.as_deref(), r.budget_mode.as_deref()),
                 (r.rpm_limit, r.tpm_limit),
                 r.metadata.as_deref(),
             ),
@@ -498,6 +508,7 @@ impl From<&ApiKeyRow> for ApiKeyRecord {
             rotated_at: r.rotated_at.map(from_utc),
             team_id: r.team_id.clone(),
             team_owned: r.team_owned,
+            budget_mode: r.policy.budget_mode.map(|m| m.as_str().to_owned()),
         }
     }
 }
@@ -540,6 +551,7 @@ mod tests {
                     "team".to_owned(),
                     "ml \"core\"".to_owned(),
                 )]))),
+                budget_mode: Some(BudgetMode::Clamp),
             },
             previous_key_hash: Some("old".into()),
             previous_key_expires_at: Some(now),

@@ -72,6 +72,7 @@ diesel::table! {
         rotated_at -> Nullable<Timestamp>,
         team_id -> Nullable<Text>,
         team_owned -> Bool,
+        budget_mode -> Nullable<Text>,
     }
 }
 
@@ -254,6 +255,7 @@ diesel::table! {
         tpm_limit -> Nullable<BigInt>,
         metadata -> Nullable<Text>,
         member_budget_micros -> Nullable<BigInt>,
+        budget_mode -> Nullable<Text>,
     }
 }
 

@@ -113,6 +113,7 @@ struct TeamRecord {
     tpm_limit: Option<i64>,
     metadata: Option<String>,
     member_budget_micros: Option<i64>,
+    budget_mode: Option<String>,
 }
 
 impl From<TeamRecord> for TeamRow {
@@ -120,8 +121,7 @@ impl From<TeamRecord> for TeamRow {
         Self {
             policy: ApiKeyPolicy::from_storage(
                 r.allowed_models.as_deref(),
-                r.max_budget_micros,
-                r.budget_period.as_deref(),
+                (r.max_budget_micros, r.budget_period.as_deref(), r.budget_mode.as_deref()),
                 (r.rpm_limit, r.tpm_limit),
                 r.metadata.as_deref(),
             ),
@@ -147,6 +147,7 @@ struct TeamChangeset {
     tpm_limit: Option<Option<i64>>,
     metadata: Option<Option<String>>,
     member_budget_micros: Option<Option<i64>>,
+    budget_mode: Option<Option<String>>,
 }
 
 #[derive(Debug, Queryable, Selectable, Insertable)]
@@ -225,6 +226,7 @@ pub fn insert(
         tpm_limit: p.tpm_limit,
         metadata: p.metadata.as_ref().map(metadata_to_storage),
         member_budget_micros: team.member_budget_micros,
+        budget_mode: p.budget_mode.map(|m| m.as_str().to_owned()),
     };
     diesel::insert_into(t::table).values(record).execute(conn)?;
     insert_member(conn, &team.id, owner, TeamRole::Owner, team.created_at)?;
@@ -315,6 +317,7 @@ pub fn update(
         tpm_limit: p.tpm_limit,
         metadata: p.metadata.as_ref().map(|m| m.as_ref().map(metadata_to_storage)),
         member_budget_micros: changes.member_budget_micros,
+        budget_mode: p.budget_mode.map(|m| m.map(|m| m.as_str().to_owned())),
     };
     diesel::update(t::table.filter(t::id.eq(id)).filter(t::deleted_at.is_null()))
         .set(set)

@@ -556,7 +556,8 @@ pub struct UsageTotalsRow {
 }
 
 /// The rollups of `user_id` for the days `from..=to` (optionally of one API key), summed per
-/// `group` and sorted by it. Reads `usage_daily` only, through its `(user_id, day)` index.
+/// `group` and sorted by it; team keys' calls are their team's ([`team_summary`]), not their
+/// creator's. Reads `usage_daily` only, through its `(user_id, day)` index.
 ///
 /// # Errors
 /// On database failure.
@@ -572,8 +573,11 @@ pub fn summary(
     let (from, to) = (format_day(from), format_day(to));
     macro_rules! grouped {
         ($column:expr) => {{
+            // A team key's calls belong to its team (they carry a team but no member), not
+            // to the user who created the key.
             let mut query = d::usage_daily
                 .filter(d::user_id.eq(user_id))
+                .filter(d::team_id.is_null().or(d::member_id.is_not_null()))
                 .filter(d::day.ge(&from))
                 .filter(d::day.le(&to))
                 .group_by($column)
@@ -600,6 +604,99 @@ pub fn summary(
         UsageGroup::Model => grouped!(d::model),
         UsageGroup::ApiKey => grouped!(d::api_key_id),
     })
+}
+
+/// How [`team_summary`] groups a team's rollups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TeamUsageGroup {
+    /// By UTC day (`YYYY-MM-DD`).
+    Day,
+    /// By model name.
+    Model,
+    /// By API key id.
+    ApiKey,
+    /// By member (user id; empty for the team keys' calls).
+    Member,
+    /// By team id (every team's usage: [`team_summary`] with no team).
+    Team,
+}
+
+/// The rollups of team `team_id` (of every team when `None`) for the days `from..=to`,
+/// summed per `group` and sorted by it. Reads `usage_daily` through its `(team_id, day)`
+/// index.
+///
+/// # Errors
+/// On database failure.
+pub fn team_summary(
+    conn: &mut DbConnection,
+    team_id: Option<&str>,
+    from: NaiveDate,
+    to: NaiveDate,
+    group: TeamUsageGroup,
+) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
+    use usage_daily::dsl as d;
+    let (from, to) = (format_day(from), format_day(to));
+    macro_rules! grouped {
+        ($column:expr, $shown:expr) => {{
+            let mut query = d::usage_daily
+                .filter(d::team_id.is_not_null())
+                .filter(d::day.ge(&from))
+                .filter(d::day.le(&to))
+                .group_by($column)
+                .select((
+                    $shown,
+                    sql::<BigInt>("CAST(SUM(requests) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(prompt_tokens) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(completion_tokens) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(total_tokens) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(cost_micros) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(estimated_requests) AS BIGINT)"),
+                    sql::<BigInt>("CAST(SUM(unpriced_requests) AS BIGINT)"),
+                ))
+                .order($column.asc())
+                .into_boxed();
+            if let Some(team) = team_id {
+                query = query.filter(d::team_id.eq(team));
+            }
+            let rows: Vec<NullableTotalsRow> = query.load(conn)?;
+            rows.into_iter().map(NullableTotalsRow::into_row).collect::<Vec<_>>()
+        }};
+    }
+    Ok(match group {
+        TeamUsageGroup::Day => grouped!(d::day, d::day.nullable()),
+        TeamUsageGroup::Model => grouped!(d::model, d::model.nullable()),
+        TeamUsageGroup::ApiKey => grouped!(d::api_key_id, d::api_key_id.nullable()),
+        TeamUsageGroup::Member => grouped!(d::member_id, d::member_id),
+        TeamUsageGroup::Team => grouped!(d::team_id, d::team_id),
+    })
+}
+
+/// [`UsageTotalsRow`] grouped by a column that may be NULL.
+#[derive(Debug, Queryable)]
+struct NullableTotalsRow {
+    group: Option<String>,
+    requests: i64,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    total_tokens: i64,
+    cost_micros: i64,
+    estimated_requests: i64,
+    unpriced_requests: i64,
+}
+
+impl NullableTotalsRow {
+    fn into_row(self) -> UsageTotalsRow {
+        UsageTotalsRow {
+            group: self.group.unwrap_or_default(),
+            requests: self.requests,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: self.total_tokens,
+            cost_micros: self.cost_micros,
+            estimated_requests: self.estimated_requests,
+            unpriced_requests: self.unpriced_requests,
+        }
+    }
 }
 
 /// Up to `limit` records of `user_id`, newest first (by `started_at`, then `request_id`),

@@ -408,7 +408,7 @@ impl Gateway {
         })?;
         let worst =
             aigw_domain::usage::TokenUsage::new(summary.prompt_bound, summary.completion_cap);
-        let admission = match &self.key_limits {
+        let mut admission = match &self.key_limits {
             Some(limits) => {
                 if let Some(field) = &summary.unbounded_part {
                     let limited = principal.limit_levels().iter().any(|level| {
@@ -423,9 +423,23 @@ impl Gateway {
                         .into());
                     }
                 }
-                limits.admit(principal, &summary.model, &body, &worst, summary.images).await?
+                let admitted =
+                    limits.admit(principal, &summary.model, &body, &worst, summary.images).await;
+                admitted.inspect_err(|refused| self.count_refusal(refused))?
             }
             None => crate::key_limits::Admitted::default(),
+        };
+        // A budget in `clamp` mode lowered `max_tokens`: that body goes upstream.
+        let (body, summary, worst) = match admission.clamped_body.take() {
+            Some(clamped) => {
+                let summary = validate_chat_request(&clamped)?;
+                let worst = aigw_domain::usage::TokenUsage::new(
+                    summary.prompt_bound,
+                    summary.completion_cap,
+                );
+                (clamped, summary, worst)
+            }
+            None => (body, summary, worst),
         };
         let status = admission.status;
         let meter = self.meter.as_ref();
@@ -464,6 +478,17 @@ impl Gateway {
             None => reply,
         };
         Ok((reply?, status))
+    }
+
+    /// Counts a refusal by a limit of the key or its team (`aigw_limit_refusals_total`).
+    fn count_refusal(&self, refused: &ServiceError) {
+        let (scope, reason) = match refused {
+            ServiceError::BudgetExceeded { scope, .. } => (*scope, "budget"),
+            ServiceError::RateLimited { scope: Some(scope), .. } => (*scope, "rate"),
+            _ => return,
+        };
+        self.metrics
+            .count("aigw_limit_refusals_total", &[("scope", scope.as_str()), ("reason", reason)]);
     }
 
     /// Records the time from the request's arrival to now as the gateway's overhead.

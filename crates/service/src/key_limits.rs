@@ -14,6 +14,7 @@ use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
 use crate::levels::LimitLevel;
 use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use aigw_domain::usage::TokenUsage;
+use aigw_domain::BudgetMode;
 use bytes::Bytes;
 use dashmap::DashMap;
 use std::sync::Arc;
@@ -83,6 +84,9 @@ pub struct Admitted {
     pub status: Option<RateStatus>,
     /// Each limited level's admission, key first.
     pub levels: Vec<Admission>,
+    /// The request body to send instead of the caller's, when a budget in `clamp` mode
+    /// lowered its `max_tokens` ([`crate::clamp`]).
+    pub clamped_body: Option<Bytes>,
 }
 
 /// What an admitted call holds at one level: where the level stands for the
@@ -147,7 +151,45 @@ impl KeyLimits {
     ///
     /// # Errors
     /// As [`Self::admit_level`], naming the level that refused (`scope`).
+    ///
+    /// A level whose budget is in `clamp` mode and cannot take the call's worst case has the
+    /// call admitted once more with its `max_tokens` lowered to what that budget has left
+    /// ([`crate::clamp`]); the lowered body is then [`Admitted::clamped_body`].
     pub async fn admit(
+        &self,
+        principal: &Principal,
+        model: &str,
+        body: &Bytes,
+        bound: &TokenUsage,
+        images: u64,
+    ) -> Result<Admitted, ServiceError> {
+        let refused = match self.admit_levels(principal, model, body, bound, images).await {
+            Err(refused @ ServiceError::BudgetExceeded { .. }) => refused,
+            outcome => return outcome,
+        };
+        let ServiceError::BudgetExceeded { scope, limit_micros, spent_micros, .. } = &refused
+        else {
+            return Err(refused);
+        };
+        let clamps = principal.limit_levels().iter().any(|level| {
+            level.scope == *scope && level.policy.budget_mode == Some(BudgetMode::Clamp)
+        });
+        let left = limit_micros.saturating_sub(*spent_micros);
+        let clamped = clamps
+            .then(|| crate::clamp::clamped_body(&self.budgets, model, body, bound, images, left))
+            .flatten();
+        let Some(clamped) = clamped else {
+            return Err(refused);
+        };
+        let summary = crate::chat_request::validate_chat_request(&clamped)?;
+        let bound = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
+        let mut admitted = self.admit_levels(principal, model, &clamped, &bound, images).await?;
+        admitted.clamped_body = Some(clamped);
+        Ok(admitted)
+    }
+
+    /// Every level's admission of the call, none or all (see [`Self::admit`]).
+    async fn admit_levels(
         &self,
         principal: &Principal,
         model: &str,

@@ -2,7 +2,9 @@
 //! the stored [`ApiKeyPolicy`] / [`ApiKeyChanges`]. Every error names its field.
 
 use aigw_domain::key_policy::{rate_limit, usd_to_micros};
-use aigw_domain::{BudgetPeriod, FieldError, KeyMetadata, ModelPatterns, PermissionSet, UserName};
+use aigw_domain::{
+    BudgetMode, BudgetPeriod, FieldError, KeyMetadata, ModelPatterns, PermissionSet, UserName,
+};
 use aigw_persistence::models::{ApiKeyChanges, ApiKeyPolicy};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -22,6 +24,9 @@ pub struct KeyPolicyRequest {
     pub tpm_limit: Option<i64>,
     /// String metadata.
     pub metadata: Option<BTreeMap<String, String>>,
+    /// `refuse` (default) or `clamp`: what the budget does with a call whose worst case does
+    /// not fit.
+    pub budget_mode: Option<String>,
 }
 
 impl KeyPolicyRequest {
@@ -37,6 +42,7 @@ impl KeyPolicyRequest {
             rpm_limit: self.rpm_limit.map(|l| rate_limit(l, "rpm_limit")).transpose()?,
             tpm_limit: self.tpm_limit.map(|l| rate_limit(l, "tpm_limit")).transpose()?,
             metadata: self.metadata.map(KeyMetadata::parse).transpose()?,
+            budget_mode: self.budget_mode.as_deref().map(BudgetMode::parse).transpose()?,
         })
     }
 }
@@ -63,6 +69,8 @@ pub struct ApiKeyPatch {
     pub tpm_limit: Option<Option<i64>>,
     /// See [`KeyPolicyRequest::metadata`].
     pub metadata: Option<Option<BTreeMap<String, String>>>,
+    /// See [`KeyPolicyRequest::budget_mode`].
+    pub budget_mode: Option<Option<String>>,
 }
 
 /// Applies `parse` to a present, non-null value.
@@ -106,6 +114,7 @@ impl ApiKeyPatch {
             rpm_limit: each(self.rpm_limit, |l| rate_limit(l, "rpm_limit"))?,
             tpm_limit: each(self.tpm_limit, |l| rate_limit(l, "tpm_limit"))?,
             metadata: each(self.metadata, KeyMetadata::parse)?,
+            budget_mode: each(self.budget_mode, |m| BudgetMode::parse(&m))?,
         })
     }
 }

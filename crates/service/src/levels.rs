@@ -32,7 +32,8 @@ pub struct MemberScope {
     pub user_id: String,
     /// The member's counter name (`member:<team id>:<user id>`).
     pub(crate) counter: String,
-    /// The member's limits: only `max_budget_micros` and `budget_period` are set.
+    /// The member's limits: only `max_budget_micros`, `budget_period` and `budget_mode` (the
+    /// team's) are set.
     pub policy: ApiKeyPolicy,
 }
 
@@ -45,6 +46,7 @@ impl TeamScope {
             policy: ApiKeyPolicy {
                 max_budget_micros: m.budget_micros.or(team.member_budget_micros),
                 budget_period: team.policy.budget_period,
+                budget_mode: team.policy.budget_mode,
                 ..ApiKeyPolicy::default()
             },
         });

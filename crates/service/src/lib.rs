@@ -18,6 +18,7 @@ pub mod audit;
 pub mod auth;
 pub mod budget;
 pub mod chat_request;
+mod clamp;
 pub mod config;
 pub mod credential_cache;
 pub mod db;

@@ -16,7 +16,8 @@ CREATE TABLE teams (
     rpm_limit            BIGINT,
     tpm_limit            BIGINT,
     metadata             TEXT,
-    member_budget_micros BIGINT
+    member_budget_micros BIGINT,
+    budget_mode          TEXT
 );
 
 -- Memberships: role is owner / admin / member; budget_micros overrides the team's
@@ -52,6 +53,9 @@ CREATE INDEX team_invitations_email_idx ON team_invitations (email);
 -- team; its user_id records who created it.
 ALTER TABLE api_keys ADD COLUMN team_id TEXT;
 ALTER TABLE api_keys ADD COLUMN team_owned BOOLEAN NOT NULL DEFAULT FALSE;
+-- What a key's budget does with a call whose worst case does not fit: refuse (NULL) or clamp
+-- (lower its max_tokens to what is left); teams.budget_mode likewise for the team's budget.
+ALTER TABLE api_keys ADD COLUMN budget_mode TEXT;
 CREATE INDEX api_keys_team_idx ON api_keys (team_id, id);
 
 -- The ledger's rollups and the calls in flight name the team and the member a call counted

@@ -5,6 +5,7 @@ DROP INDEX usage_daily_team_idx;
 ALTER TABLE usage_daily DROP COLUMN member_id;
 ALTER TABLE usage_daily DROP COLUMN team_id;
 DROP INDEX api_keys_team_idx;
+ALTER TABLE api_keys DROP COLUMN budget_mode;
 ALTER TABLE api_keys DROP COLUMN team_owned;
 ALTER TABLE api_keys DROP COLUMN team_id;
 DROP TABLE team_invitations;

@@ -135,6 +135,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     })),
             )
             .service(
+                one("/teams/{id}/usage", &["GET"], get_or_head().to(teams::usage))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
                 one("/teams/{id}/invitations", &["GET"], get_or_head().to(teams::list_invitations))
                     .app_data(LimitedBy(Policy::Account)),
             )

@@ -10,6 +10,7 @@ use crate::dto_teams::{
     TeamApiKeyListData, TeamDeletedData, TeamDto, TeamInvitationListData, TeamListData,
     UpdateMemberRequest, UpdateTeamRequest,
 };
+use crate::dto_usage::UsageSummaryData;
 use crate::error::ApiError;
 use crate::extract::{
     query_params, After, Authorized, JsonBody, OptionalJsonBody, PathId, PathIds,
@@ -18,6 +19,7 @@ use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::teams::{MemberPatch, NewMember};
+use aigw_service::usage::UsageQuery;
 use aigw_service::{NewApiKey, PageRequest};
 
 /// The paging parameters of a list request.
@@ -462,4 +464,39 @@ pub async fn delete_key(
     let PathIds(id, key_id) = ids.into_inner()?;
     state.auth.delete_team_api_key(&caller, &id, &key_id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: key_id, deleted: true })))
+}
+
+/// A team's usage over a range of UTC days, grouped by `day` (default), `model`, `member` or
+/// `api_key` (owners and admins). Reads the daily rollups; deleted keys keep their usage.
+#[utoipa::path(get, path = "/api/v1/teams/{id}/usage", tag = "teams",
+    params(
+        ("id" = String, Path, description = "Team id"),
+        ("from" = Option<String>, Query, format = Date, description = "First UTC day, YYYY-MM-DD (default: 29 days before `to`)"),
+        ("to" = Option<String>, Query, format = Date, description = "Last UTC day, inclusive, YYYY-MM-DD (default: today); at most 366 days after `from`"),
+        ("group_by" = Option<String>, Query, pattern = "^(day|model|member|api_key)$", description = "`day` (default), `model`, `member` or `api_key`"),
+    ),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<UsageSummaryData>),
+        (status = 400, description = "Bad date, range, group_by or id, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "An API key without `read`, or not a team owner or admin (required: team_admin)", body = ErrorEnvelope),
+        (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn usage(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Authorized(caller): Authorized<op::ReadUsage>,
+    id: After<PathId>,
+) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
+    let mut params = query_params(&req, &["from", "to", "group_by"])?;
+    let query = UsageQuery {
+        from: params.remove("from"),
+        to: params.remove("to"),
+        group_by: params.remove("group_by"),
+        api_key_id: None,
+    };
+    let summary = state.auth.team_usage(&caller, &id, query).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(UsageSummaryData::from(summary))))
 }

@@ -15,7 +15,7 @@ use aigw_service::usage::UsageQuery;
     params(
         ("from" = Option<String>, Query, format = Date, description = "First UTC day, YYYY-MM-DD (default: 29 days before `to`)"),
         ("to" = Option<String>, Query, format = Date, description = "Last UTC day, inclusive, YYYY-MM-DD (default: today); at most 366 days after `from`"),
-        ("group_by" = Option<String>, Query, pattern = "^(day|model|api_key)$", description = "`day` (default), `model` or `api_key`"),
+        ("group_by" = Option<String>, Query, pattern = "^(day|model|api_key|team)$", description = "`day` (default), `model` or `api_key`; `team` (every team's usage) for platform admins (access token of role admin)"),
         ("api_key_id" = Option<String>, Query, description = "Only this API key's usage"),
     ),
     security(("access_token" = []), ("api_key" = [])),

@@ -5,8 +5,10 @@
 //! survives its creator's removal; non-members get 404 and members 403 on management; the
 //! last owner cannot leave; models intersect; an invitation joins on registration.
 
-use crate::budget_walkarounds::{cluster, slow_call};
+use crate::budget_walkarounds::{cluster, slow_call, Cluster};
 use crate::common::*;
+use crate::key_counters_redis::RedisCounters;
+use crate::rate_limit_contract::RedisServer;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,9 @@ backend_tests!(
     who_may_see_and_manage_a_team,
     team_models_intersect_with_the_keys,
     an_invitation_joins_on_registration,
+    a_team_budget_holds_through_redis,
+    clamping_budgets_lower_max_tokens_instead_of_refusing,
+    a_team_reads_its_usage_and_spend,
 );
 
 /// Asserts a chat completion answered 200.
@@ -98,10 +103,32 @@ async fn spent_by(app: &TestApp, users: &[&User], calls: usize) -> f64 {
 }
 
 /// A team budget of $0.80 (twenty calls of $0.0398) holds against 200 calls at once from two
-/// members' keys on two nodes; the refusals name the team.
+/// members' keys on two nodes; the refusals name the team and are counted in `/metrics`.
 async fn a_team_budget_holds_over_members_keys_and_nodes(backend: Backend) {
     let nodes = cluster(backend, None).await;
-    let (owner, member) = (nodes.a.new_user("team-own").await, nodes.a.new_user("team-mem").await);
+    team_budget_holds(&nodes).await;
+    let metrics = nodes.a.get("/metrics", Auth::None).await.text;
+    let refusals = metrics
+        .lines()
+        .find(|l| l.starts_with("aigw_limit_refusals_total{") && l.contains("scope=\"team\""));
+    let refusals = refusals.unwrap_or_else(|| panic!("no team refusal counted:\n{metrics}"));
+    assert!(refusals.contains("reason=\"budget\""), "{refusals}");
+}
+
+/// The same with the counters in Redis, shared by both nodes.
+async fn a_team_budget_holds_through_redis(backend: Backend) {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let counters = RedisCounters::new(&server);
+    team_budget_holds(&cluster(backend, Some(&counters)).await).await;
+}
+
+/// Two members' team-scoped keys fire 200 calls of $0.0398 over both `nodes` at a team
+/// budget of $0.80: at most twenty pass, every refusal names the team, and the ledger's spend
+/// stays within the budget.
+async fn team_budget_holds(nodes: &Cluster) {
+    let (owner, member) = (nodes.a.new_user("tb-own").await, nodes.a.new_user("tb-mem").await);
     let id = team(&nodes.a, &owner, json!({"name": "data", "max_budget_usd": 0.80})).await;
     add(&nodes.a, &owner, &id, &member, "member").await;
     let keys = [
@@ -113,6 +140,82 @@ async fn a_team_budget_holds_over_members_keys_and_nodes(backend: Backend) {
     assert!(scopes.iter().all(|s| s == "team"), "{scopes:?}");
     let spent = spent_by(&nodes.a, &[&owner, &member], ok).await;
     assert!(spent <= 0.80 + 1e-9, "the team spent ${spent:.4} of $0.80");
+}
+
+/// A key's and a team's budget in `clamp` mode answer a call whose worst case does not fit
+/// with its `max_tokens` lowered (cut with `finish_reason: "length"`), and never pass the
+/// budget; in `refuse` mode the same call is refused, naming what it would reserve.
+async fn clamping_budgets_lower_max_tokens_instead_of_refusing(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let user = nodes.a.new_user("clamp").await;
+    // $0.10: 1 000 tokens; the call asks for 5 000 completion tokens ($0.50).
+    let big = json!({"model": "up-bill", "max_tokens": 5000,
+                     "messages": [{"role": "user", "content": "write a long story"}]});
+    let body = json!({"name": "c", "permissions": ["ai_gateway", "read"], "max_budget_usd": 0.10,
+                      "budget_mode": "clamp"});
+    let made = nodes.a.create_key_raw(Auth::Bearer(&user.token), &body).await.data(201);
+    assert_eq!(made["budget_mode"], "clamp");
+    let key = made["key"].as_str().unwrap().to_owned();
+    let first = nodes.a.chat(Auth::Bearer(&key), &big).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let answer = first.json();
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    let billed = answer["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((800..1000).contains(&billed), "lowered to what $0.10 buys: {billed}");
+    let (ok, _) = fire([&nodes.a, &nodes.b], std::slice::from_ref(&key), &big, 20).await;
+    let spent = spent_by(&nodes.a, &[&user], ok + 1).await;
+    assert!(spent <= 0.10 + 1e-9, "the key spent ${spent:.4} of $0.10");
+
+    let owner = nodes.a.new_user("clamp-team").await;
+    let id = team(&nodes.a, &owner, json!({"name": "t", "max_budget_usd": 0.10})).await;
+    let key = team_scoped_key(&nodes.a, &owner, &id).await;
+    let refused = nodes.a.chat(Auth::Bearer(&key), &big).await;
+    let error = refused.error(429, "budget_exceeded");
+    assert_eq!(error["details"]["scope"], "team");
+    assert!(error["details"]["reserved_usd"].as_f64().unwrap() > 0.10, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("max_tokens"), "{error}");
+    let path = format!("/api/v1/teams/{id}");
+    let clamp = nodes
+        .a
+        .request(reqwest::Method::PATCH, &path, Auth::Bearer(&owner.token))
+        .json(&json!({"budget_mode": "clamp"}));
+    assert_eq!(nodes.a.send(clamp).await.data(200)["budget_mode"], "clamp");
+    let (ok, _) = fire([&nodes.a, &nodes.b], &[key], &big, 20).await;
+    assert!(ok >= 1, "the first call is lowered, not refused");
+    let spent = spent_by(&nodes.a, &[&owner], ok).await;
+    assert!(spent <= 0.10 + 1e-9, "the team spent ${spent:.4} of $0.10");
+}
+
+/// A team's owner reads its usage by member and key, and the team's and members' spend.
+async fn a_team_reads_its_usage_and_spend(backend: Backend) {
+    let nodes = cluster(backend, None).await;
+    let (owner, member) = (nodes.a.new_user("tu-own").await, nodes.a.new_user("tu-mem").await);
+    let id = team(&nodes.a, &owner, json!({"name": "u", "budget_period": "monthly"})).await;
+    add(&nodes.a, &owner, &id, &member, "member").await;
+    let key = team_scoped_key(&nodes.a, &member, &id).await;
+    for _ in 0..3 {
+        answered(nodes.a.chat(Auth::Bearer(&key), &slow_call(0, 90)).await);
+    }
+    spent_by(&nodes.a, &[&member], 3).await;
+    let path = format!("/api/v1/teams/{id}/usage?group_by=member");
+    let by_member = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(by_member["rows"][0]["member_id"], json!(member.id), "{by_member}");
+    assert_eq!(by_member["totals"]["requests"], 3);
+    let cost = by_member["totals"]["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0);
+    let team = nodes.a.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await;
+    let team = team.data(200);
+    assert!((team["spend_usd"].as_f64().unwrap() - cost).abs() < 1e-9, "{team}");
+    assert!(team["budget_reset_at"].is_string());
+    let path = format!("/api/v1/teams/{id}/members");
+    let members = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200)["members"].clone();
+    let spend: f64 =
+        members.as_array().unwrap().iter().map(|m| m["spend_usd"].as_f64().unwrap()).sum();
+    assert!((spend - cost).abs() < 1e-9, "{members}");
+    let path = format!("/api/v1/teams/{id}/usage");
+    nodes.a.get(&path, Auth::Bearer(&member.token)).await.forbidden("team_admin", "member");
+    let mine = nodes.a.get("/api/v1/usage", Auth::Bearer(&member.token)).await.data(200);
+    assert_eq!(mine["totals"]["requests"], 3, "a member's own key stays in their usage");
 }
 
 /// A member budget of $0.40 (ten calls) holds for that member's keys, in a team with a larger

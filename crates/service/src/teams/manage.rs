@@ -121,9 +121,21 @@ impl AuthService {
     ) -> Result<TeamView, ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let (row, access) =
-            self.db.run(move |conn| TeamAccess::of(conn, &team_id, &user_id, admin)).await?;
-        Ok(TeamView::new(row, access.role))
+        let (row, access, spend) = self
+            .db
+            .run(move |conn| {
+                let (row, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                let spend = super::usage::team_spend(
+                    conn,
+                    &row.id,
+                    super::usage::period_start(&row.policy),
+                )?;
+                Ok((row, access, spend))
+            })
+            .await?;
+        let mut view = TeamView::new(row, access.role);
+        view.spend_micros = Some(spend);
+        Ok(view)
     }
 
     /// Changes team `id`'s name or policy (its owners and admins). The change reaches every

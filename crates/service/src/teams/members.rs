@@ -11,7 +11,7 @@ use crate::error::ServiceError;
 use aigw_domain::access::op;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
 use aigw_persistence::changes::ChangeRow;
-use aigw_persistence::teams::{self, TeamInvitationRow};
+use aigw_persistence::teams::{self, MemberRow, TeamInvitationRow};
 use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
 use chrono::{DateTime, Utc};
 
@@ -38,7 +38,7 @@ pub struct MemberPatch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberAdded {
     /// The account joined.
-    Joined(MemberView),
+    Joined(MemberRow),
     /// No account has the address yet: it joins when it registers.
     Invited(TeamInvitationView),
 }
@@ -162,12 +162,18 @@ impl AuthService {
         let rows = self
             .db
             .run(move |conn| {
-                TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                let (team, _) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
                 let before = paging.before.as_deref();
-                Ok(teams::list_members(conn, &team_id, before, limit + 1)?)
+                let members = teams::list_members(conn, &team_id, before, limit + 1)?;
+                let spend = super::usage::member_spend(
+                    conn,
+                    &team_id,
+                    super::usage::period_start(&team.policy),
+                )?;
+                Ok(super::usage::with_spend(members, &spend))
             })
             .await?;
-        Ok(page_of(rows, limit, |m| &m.user_id, Clone::clone))
+        Ok(page_of(rows, limit, |m| &m.member.user_id, Clone::clone))
     }
 
     /// Changes member `member_id`'s role or own budget in team `id`.
@@ -231,7 +237,15 @@ impl AuthService {
                     }
                     let member = teams::member(conn, &team_id, &target)?
                         .ok_or_else(|| member_not_found(&target))?;
-                    Ok((member, team_changed(conn, &team_id, now)?))
+                    let team = teams::find(conn, &team_id)?.ok_or_else(|| team_not_found(&team_id))?;
+                    let spend = super::usage::member_spend(
+                        conn,
+                        &team_id,
+                        super::usage::period_start(&team.policy),
+                    )?;
+                    let view = super::usage::with_spend(vec![member], &spend).pop();
+                    let view = view.ok_or_else(|| member_not_found(&target))?;
+                    Ok((view, team_changed(conn, &team_id, now)?))
                 })
             })
             .await?;

@@ -22,6 +22,7 @@
 mod keys;
 mod manage;
 mod members;
+mod usage;
 
 pub use manage::{NewTeam, TeamPatch};
 pub use members::{MemberAdded, MemberPatch, NewMember};
@@ -32,6 +33,7 @@ use aigw_domain::key_policy::usd_to_micros;
 use aigw_domain::{FieldError, Role, TeamRole};
 use aigw_persistence::models::{ApiKeyPolicy, UserRow};
 use aigw_persistence::teams::{self, MemberRow, TeamInvitationRow, TeamRow};
+
 use aigw_persistence::DbConnection;
 use chrono::{DateTime, Utc};
 
@@ -57,6 +59,9 @@ pub struct TeamView {
     pub member_budget_micros: Option<i64>,
     /// The caller's role (`None`: a platform admin who is not a member).
     pub role: Option<TeamRole>,
+    /// What the team spent in its current budget period (ever, for `total`), micro-USD,
+    /// from the ledger; `None` where not read (in lists).
+    pub spend_micros: Option<i64>,
 }
 
 impl TeamView {
@@ -70,12 +75,20 @@ impl TeamView {
             policy: row.policy,
             member_budget_micros: row.member_budget_micros,
             role,
+            spend_micros: None,
         }
     }
 }
 
-/// A member as listed.
-pub type MemberView = MemberRow;
+/// A member as listed, with what they spent in the team's current budget period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberView {
+    /// The membership.
+    pub member: MemberRow,
+    /// Micro-USD the member's calls with their team-scoped keys cost in the team's current
+    /// budget period (ever, for `total`).
+    pub spend_micros: i64,
+}
 
 /// An open invitation as listed.
 pub type TeamInvitationView = TeamInvitationRow;

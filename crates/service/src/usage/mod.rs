@@ -21,14 +21,14 @@ pub mod sse;
 mod supervisor;
 pub mod tokens;
 
-use crate::auth::Authorized;
+use crate::auth::{Authorized, Principal};
 use crate::config::ProviderConfig;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use aigw_domain::access::op;
 use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
-use aigw_domain::FieldError;
+use aigw_domain::{FieldError, Role};
 use aigw_persistence::usage::{self as ledger, UsageGroup, UsageTotalsRow};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -106,25 +106,34 @@ pub enum GroupBy {
     Model,
     /// `api_key`: one row per API key id.
     ApiKey,
+    /// `member`: one row per member of a team (user id; empty for its team keys' calls).
+    Member,
+    /// `team`: one row per team (platform admins).
+    Team,
 }
 
 impl GroupBy {
-    /// `day`, `model` or `api_key`.
+    /// `day`, `model`, `api_key`, `member` or `team`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Day => "day",
             Self::Model => "model",
             Self::ApiKey => "api_key",
+            Self::Member => "member",
+            Self::Team => "team",
         }
     }
 
-    fn parse(raw: Option<&str>) -> Result<Self, FieldError> {
-        match raw {
-            None | Some("day") => Ok(Self::Day),
-            Some("model") => Ok(Self::Model),
-            Some("api_key") => Ok(Self::ApiKey),
-            Some(_) => Err(FieldError::new("group_by", "must be one of day, model, api_key")),
-        }
+    /// Parses `group_by` among `allowed`.
+    ///
+    /// # Errors
+    /// [`FieldError`] on `group_by` for any other value.
+    pub(crate) fn parse_among(raw: Option<&str>, allowed: &[GroupBy]) -> Result<Self, FieldError> {
+        let wanted = raw.unwrap_or("day");
+        allowed.iter().copied().find(|g| g.as_str() == wanted).ok_or_else(|| {
+            let names: Vec<&str> = allowed.iter().map(|g| g.as_str()).collect();
+            FieldError::new("group_by", format!("must be one of {}", names.join(", ")))
+        })
     }
 }
 
@@ -152,6 +161,19 @@ pub struct UsageSummary {
     pub rows: Vec<(String, UsageTotals)>,
     /// The sum of the rows.
     pub totals: UsageTotals,
+}
+
+impl UsageSummary {
+    /// The summary of ledger `rows` grouped by `group_by` over `range`, with their sum.
+    pub(crate) fn of(range: DayRange, group_by: GroupBy, rows: &[ledger::UsageTotalsRow]) -> Self {
+        let rows: Vec<(String, UsageTotals)> =
+            rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect();
+        let mut totals = UsageTotals::default();
+        for (_, row) in &rows {
+            totals.add(row);
+        }
+        Self { range, group_by, rows, totals }
+    }
 }
 
 /// A page of `GET /usage/requests`.
@@ -257,11 +279,28 @@ impl UsageService {
     ) -> Result<UsageSummary, ServiceError> {
         let today = aigw_domain::time::now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
-        let group_by = GroupBy::parse(query.group_by.as_deref())?;
+        let platform_admin =
+            matches!(&**principal, Principal::User { role, .. } if role == Role::Admin.as_str());
+        let mut allowed = vec![GroupBy::Day, GroupBy::Model, GroupBy::ApiKey];
+        if platform_admin {
+            allowed.push(GroupBy::Team);
+        }
+        let group_by = GroupBy::parse_among(query.group_by.as_deref(), &allowed)?;
+        if group_by == GroupBy::Team {
+            // Every team's usage, for platform admins.
+            let rows = self
+                .db
+                .run(move |conn| {
+                    let group = ledger::TeamUsageGroup::Team;
+                    Ok(ledger::team_summary(conn, None, range.from, range.to, group)?)
+                })
+                .await?;
+            return Ok(UsageSummary::of(range, group_by, &rows));
+        }
         let group = match group_by {
-            GroupBy::Day => UsageGroup::Day,
             GroupBy::Model => UsageGroup::Model,
             GroupBy::ApiKey => UsageGroup::ApiKey,
+            _ => UsageGroup::Day,
         };
         let user_id = principal.user_id().to_owned();
         let key = query.api_key_id;
@@ -271,13 +310,7 @@ impl UsageService {
                 Ok(ledger::summary(conn, &user_id, range.from, range.to, key.as_deref(), group)?)
             })
             .await?;
-        let rows: Vec<(String, UsageTotals)> =
-            rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect();
-        let mut totals = UsageTotals::default();
-        for (_, row) in &rows {
-            totals.add(row);
-        }
-        Ok(UsageSummary { range, group_by, rows, totals })
+        Ok(UsageSummary::of(range, group_by, &rows))
     }
 
     /// The last [`DEFAULT_RANGE_DAYS`] days of usage of each of `user_id`'s keys (or of key

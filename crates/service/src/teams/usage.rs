@@ -1,0 +1,93 @@
+//! A team's usage and spend: the rollups of its keys' calls by day, model, member or key, and
+//! what the team and each member spent in the current budget period.
+
+use super::{MemberView, TeamAccess};
+use crate::auth::{AuthService, Authorized};
+use crate::error::ServiceError;
+use crate::usage::{GroupBy, UsageQuery, UsageSummary};
+use aigw_domain::access::op;
+use aigw_domain::usage::DayRange;
+use aigw_domain::{BudgetPeriod, CounterSubject};
+use aigw_persistence::models::ApiKeyPolicy;
+use aigw_persistence::usage::{self as ledger, TeamUsageGroup};
+use aigw_persistence::{budgets, DbConnection, PersistenceError};
+use chrono::NaiveDate;
+
+/// The first UTC day the current period of `policy`'s budget counts from (`0000-00-00`-like
+/// start of time for `total`).
+pub(super) fn period_start(policy: &ApiKeyPolicy) -> NaiveDate {
+    let now = aigw_domain::time::now();
+    let ever = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+    policy.budget_period.unwrap_or(BudgetPeriod::Total).start_day(now).unwrap_or(ever)
+}
+
+/// What team `team_id` spent since `from`, micro-USD.
+pub(super) fn team_spend(
+    conn: &mut DbConnection,
+    team_id: &str,
+    from: NaiveDate,
+) -> Result<i64, PersistenceError> {
+    let from = aigw_domain::usage::format_day(from);
+    budgets::ledger_spend_since(conn, CounterSubject::Team(team_id), &from)
+}
+
+/// What each member of team `team_id` spent since `from`, micro-USD, by user id.
+pub(super) fn member_spend(
+    conn: &mut DbConnection,
+    team_id: &str,
+    from: NaiveDate,
+) -> Result<std::collections::HashMap<String, i64>, PersistenceError> {
+    let today = aigw_domain::time::now().date_naive();
+    let rows = ledger::team_summary(conn, Some(team_id), from, today, TeamUsageGroup::Member)?;
+    Ok(rows.into_iter().map(|r| (r.group, r.cost_micros)).collect())
+}
+
+/// Attaches each member's spend (from `spend`) to `members`.
+pub(super) fn with_spend(
+    members: Vec<aigw_persistence::teams::MemberRow>,
+    spend: &std::collections::HashMap<String, i64>,
+) -> Vec<MemberView> {
+    members
+        .into_iter()
+        .map(|member| {
+            let spend_micros = spend.get(&member.user_id).copied().unwrap_or(0);
+            MemberView { member, spend_micros }
+        })
+        .collect()
+}
+
+impl AuthService {
+    /// Team `id`'s usage over a range of UTC days, grouped by `day` (default), `model`,
+    /// `member` or `api_key` (its owners and admins, platform admins). Reads the rollups.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `from`, `to`, `group_by` or `api_key_id` (not accepted
+    /// here); [`ServiceError::NotFound`] (`team`); [`ServiceError::Forbidden`] (`team_admin`).
+    pub async fn team_usage(
+        &self,
+        principal: &Authorized<op::ReadUsage>,
+        id: &str,
+        query: UsageQuery,
+    ) -> Result<UsageSummary, ServiceError> {
+        let today = aigw_domain::time::now().date_naive();
+        let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
+        let allowed = [GroupBy::Day, GroupBy::Model, GroupBy::Member, GroupBy::ApiKey];
+        let group_by = GroupBy::parse_among(query.group_by.as_deref(), &allowed)?;
+        let group = match group_by {
+            GroupBy::Model => TeamUsageGroup::Model,
+            GroupBy::Member => TeamUsageGroup::Member,
+            GroupBy::ApiKey => TeamUsageGroup::ApiKey,
+            _ => TeamUsageGroup::Day,
+        };
+        let admin = self.is_platform_admin(principal).await?;
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let rows = self
+            .db
+            .run(move |conn| {
+                TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
+                Ok(ledger::team_summary(conn, Some(&team_id), range.from, range.to, group)?)
+            })
+            .await?;
+        Ok(UsageSummary::of(range, group_by, &rows))
+    }
+}
