@@ -206,3 +206,48 @@ impl std::fmt::Debug for InvitationData {
             .finish()
     }
 }
+
+/// An open invitation to register.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OpenInvitationDto {
+    /// UUIDv7.
+    pub id: String,
+    /// The e-mail address it is for.
+    pub email: String,
+    /// The admin who created it.
+    pub created_by: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// End of validity, RFC 3339 UTC.
+    pub expires_at: Option<String>,
+}
+
+impl From<aigw_service::admin::OpenInvitation> for OpenInvitationDto {
+    fn from(i: aigw_service::admin::OpenInvitation) -> Self {
+        Self {
+            id: i.id,
+            email: i.email,
+            created_by: i.created_by,
+            created_at: format_timestamp(i.created_at),
+            expires_at: i.expires_at.map(format_timestamp),
+        }
+    }
+}
+
+/// `GET /admin/invitations` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InvitationListData {
+    /// Open invitations (unused, unrevoked, unexpired), newest first.
+    pub invitations: Vec<OpenInvitationDto>,
+    /// Cursor of the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+impl From<aigw_service::Page<aigw_service::admin::OpenInvitation>> for InvitationListData {
+    fn from(p: aigw_service::Page<aigw_service::admin::OpenInvitation>) -> Self {
+        Self {
+            invitations: p.items.into_iter().map(Into::into).collect(),
+            next_cursor: p.next_cursor,
+        }
+    }
+}

@@ -5,6 +5,8 @@
 //! aigw [--config FILE] migrate    apply database migrations and exit
 //! aigw [--config FILE] admin create-user --email E [--name N] --role R [--password-stdin]
 //! aigw [--config FILE] admin set-role --email E --role R
+//! aigw [--config FILE] admin list-invitations
+//! aigw [--config FILE] admin revoke-invitation --id ID
 //! ```
 
 use aigw_http::settings::Settings;
@@ -85,6 +87,14 @@ enum AdminCommand {
         #[arg(long, value_enum)]
         role: RoleArg,
     },
+    /// List the open invitations, to register and to join a team.
+    ListInvitations,
+    /// Revoke an open invitation (to register or to join a team).
+    RevokeInvitation {
+        /// The invitation's id.
+        #[arg(long)]
+        id: String,
+    },
 }
 
 async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()> {
@@ -99,6 +109,8 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
         AdminCommand::SetRole { email, role } => {
             operator::set_role(settings, &email, role.into()).await
         }
+        AdminCommand::ListInvitations => operator::list_invitations(settings).await,
+        AdminCommand::RevokeInvitation { id } => operator::revoke_invitation(settings, &id).await,
     }
 }
 

@@ -85,3 +85,40 @@ pub async fn set_role(settings: &Settings, email: &str, role: Role) -> anyhow::R
     println!("updated {}", describe(&user));
     Ok(())
 }
+
+/// `aigw admin list-invitations`: every open invitation, to register and to join a team, one
+/// per line, newest first (at most 1 000 of each kind).
+///
+/// # Errors
+/// The database.
+pub async fn list_invitations(settings: &Settings) -> anyhow::Result<()> {
+    let (auth, _) = crate::startup::auth_service(settings).await?;
+    for i in auth.list_open_invitations(1000).await.map_err(explain)? {
+        let kind = match &i.team_id {
+            Some(team) => format!("team={team}"),
+            None => "register".to_owned(),
+        };
+        let expires = i.expires_at.map(aigw_domain::time::format_timestamp);
+        println!(
+            "{} {} {kind} by={} created={} expires={}",
+            i.id,
+            i.email,
+            i.created_by,
+            aigw_domain::time::format_timestamp(i.created_at),
+            expires.as_deref().unwrap_or("never"),
+        );
+    }
+    Ok(())
+}
+
+/// `aigw admin revoke-invitation`: revokes open invitation `id` (to register or to join a
+/// team).
+///
+/// # Errors
+/// No such open invitation, or the database.
+pub async fn revoke_invitation(settings: &Settings, id: &str) -> anyhow::Result<()> {
+    let (auth, _) = crate::startup::auth_service(settings).await?;
+    auth.revoke_invitation(id).await.map_err(explain)?;
+    println!("revoked invitation {id}");
+    Ok(())
+}

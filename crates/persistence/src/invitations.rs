@@ -24,6 +24,8 @@ pub struct InvitationRow {
     pub expires_at: NaiveDateTime,
     /// When it was used to register, UTC.
     pub used_at: Option<NaiveDateTime>,
+    /// When an admin revoked it, UTC.
+    pub revoked_at: Option<NaiveDateTime>,
 }
 
 /// Inserts an invitation.
@@ -52,9 +54,53 @@ pub fn consume(
             .filter(invitations::token_hash.eq(token_hash))
             .filter(invitations::email.eq(email))
             .filter(invitations::used_at.is_null())
+            .filter(invitations::revoked_at.is_null())
             .filter(invitations::expires_at.gt(now)),
     )
     .set(invitations::used_at.eq(now))
+    .execute(conn)?;
+    Ok(n == 1)
+}
+
+/// Up to `limit` open invitations (unused, unrevoked, unexpired at `now`), newest first (by
+/// id), after id `before` when given.
+///
+/// # Errors
+/// On database failure.
+pub fn list_open(
+    conn: &mut DbConnection,
+    now: NaiveDateTime,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<InvitationRow>, PersistenceError> {
+    let mut query = invitations::table
+        .filter(invitations::used_at.is_null())
+        .filter(invitations::revoked_at.is_null())
+        .filter(invitations::expires_at.gt(now))
+        .select(InvitationRow::as_select())
+        .into_boxed();
+    if let Some(before) = before {
+        query = query.filter(invitations::id.lt(before.to_owned()));
+    }
+    Ok(query.order(invitations::id.desc()).limit(limit).load(conn)?)
+}
+
+/// Revokes open invitation `id` at `now`; returns whether there was one (unused, unrevoked).
+///
+/// # Errors
+/// On database failure.
+pub fn revoke(
+    conn: &mut DbConnection,
+    id: &str,
+    now: NaiveDateTime,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(
+        invitations::table
+            .filter(invitations::id.eq(id))
+            .filter(invitations::used_at.is_null())
+            .filter(invitations::revoked_at.is_null()),
+    )
+    .set(invitations::revoked_at.eq(now))
     .execute(conn)?;
     Ok(n == 1)
 }

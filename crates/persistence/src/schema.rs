@@ -213,6 +213,7 @@ diesel::table! {
         created_at -> Timestamp,
         expires_at -> Timestamp,
         used_at -> Nullable<Timestamp>,
+        revoked_at -> Nullable<Timestamp>,
     }
 }
 

@@ -484,22 +484,25 @@ pub fn insert_invitation(
     Ok(())
 }
 
-/// Up to `limit` open invitations of team `team_id`, newest first, after id `before`.
+/// Up to `limit` open invitations of team `team_id` (of every team when `None`), newest
+/// first, after id `before`.
 ///
 /// # Errors
 /// On database failure.
 pub fn list_invitations(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: Option<&str>,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<TeamInvitationRow>, PersistenceError> {
     let mut query = inv::table
-        .filter(inv::team_id.eq(team_id.to_owned()))
         .filter(inv::accepted_at.is_null())
         .filter(inv::revoked_at.is_null())
         .select(InvitationRecord::as_select())
         .into_boxed();
+    if let Some(team_id) = team_id {
+        query = query.filter(inv::team_id.eq(team_id.to_owned()));
+    }
     if let Some(before) = before {
         query = query.filter(inv::id.lt(before.to_owned()));
     }
@@ -507,26 +510,29 @@ pub fn list_invitations(
     Ok(rows.into_iter().map(TeamInvitationRow::from).collect())
 }
 
-/// Revokes open invitation `id` of team `team_id` at `now`; returns whether there was one.
+/// Revokes open invitation `id` of team `team_id` (of any team when `None`) at `now`;
+/// returns the team of the invitation revoked, if there was one.
 ///
 /// # Errors
 /// On database failure.
 pub fn revoke_invitation(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: Option<&str>,
     id: &str,
     now: DateTime<Utc>,
-) -> Result<bool, PersistenceError> {
-    let n = diesel::update(
-        inv::table
-            .filter(inv::id.eq(id))
-            .filter(inv::team_id.eq(team_id))
-            .filter(inv::accepted_at.is_null())
-            .filter(inv::revoked_at.is_null()),
-    )
-    .set(inv::revoked_at.eq(from_utc(now)))
-    .execute(conn)?;
-    Ok(n == 1)
+) -> Result<Option<String>, PersistenceError> {
+    let open = inv::table
+        .filter(inv::id.eq(id))
+        .filter(inv::accepted_at.is_null())
+        .filter(inv::revoked_at.is_null());
+    let Some(team) = open.select(inv::team_id).first::<String>(conn).optional()? else {
+        return Ok(None);
+    };
+    if team_id.is_some_and(|t| t != team) {
+        return Ok(None);
+    }
+    diesel::update(open).set(inv::revoked_at.eq(from_utc(now))).execute(conn)?;
+    Ok(Some(team))
 }
 
 /// Marks every open invitation of `email` (normalised) accepted at `now` and returns them (the

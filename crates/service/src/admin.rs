@@ -375,6 +375,7 @@ impl AuthService {
             created_at: now.naive_utc(),
             expires_at: expires_at.naive_utc(),
             used_at: None,
+            revoked_at: None,
         };
         let event = Event::new("invitation_created", None, Some(admin.actor()), now)
             .target(&row.id)
@@ -401,9 +402,162 @@ impl AuthService {
     }
 }
 
+/// An open invitation as listed: to register (`team_id` `None`) or to join a team.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenInvitation {
+    /// UUIDv7 string.
+    pub id: String,
+    /// The invited address, normalised.
+    pub email: String,
+    /// The team it joins, for a team invitation.
+    pub team_id: Option<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// When, UTC.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// End of validity of an invitation to register, UTC (team invitations do not expire).
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl AuthService {
+    /// The open invitations to register (unused, unrevoked, unexpired), newest first, a page
+    /// at a time.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `limit` or `cursor`.
+    pub async fn admin_list_invitations(
+        &self,
+        _admin: &Admin,
+        page: &PageRequest,
+    ) -> Result<Page<OpenInvitation>, ServiceError> {
+        let paging = page.parse()?;
+        let (limit, now) = (paging.limit, time::now().naive_utc());
+        let rows = self
+            .db
+            .run(move |conn| {
+                let before = paging.before.as_deref();
+                Ok(aigw_persistence::invitations::list_open(conn, now, before, limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(
+            rows,
+            limit,
+            |r| &r.id,
+            |r| OpenInvitation {
+                id: r.id.clone(),
+                email: r.email.clone(),
+                team_id: None,
+                created_by: r.created_by.clone(),
+                created_at: r.created_at.and_utc(),
+                expires_at: Some(r.expires_at.and_utc()),
+            },
+        ))
+    }
+
+    /// Revokes open invitation `id`: to register, or (`any_team`) to join any team. It can no
+    /// longer be used.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`invitation`) when no open invitation has that id.
+    pub async fn admin_revoke_invitation(
+        &self,
+        admin: &Admin,
+        id: &str,
+    ) -> Result<(), ServiceError> {
+        self.revoke_any_invitation(id, admin.actor(), false).await
+    }
+
+    /// Revokes open invitation `id` to register, or to join a team when `any_team`.
+    async fn revoke_any_invitation(
+        &self,
+        id: &str,
+        actor: &str,
+        any_team: bool,
+    ) -> Result<(), ServiceError> {
+        let now = time::now();
+        let target = id.to_owned();
+        let event = Event::new("invitation_revoked", None, Some(actor), now).target(id);
+        self.db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    let team =
+                        if aigw_persistence::invitations::revoke(conn, &target, now.naive_utc())? {
+                            None
+                        } else if any_team {
+                            match aigw_persistence::teams::revoke_invitation(
+                                conn, None, &target, now,
+                            )? {
+                                Some(team) => Some(team),
+                                None => return Err(invitation_not_found(&target)),
+                            }
+                        } else {
+                            return Err(invitation_not_found(&target));
+                        };
+                    event.clone().details(serde_json::json!({"team_id": team})).insert(conn)
+                })
+            })
+            .await
+    }
+}
+
+fn invitation_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound { resource: "invitation", id: id.chars().take(64).collect() }
+}
+
 /// What the operator commands (`aigw admin …`) do, on the configured database, with no
 /// server and no caller: how the first admin is made.
 impl AuthService {
+    /// Every open invitation, to register and to join a team (the operator's
+    /// `aigw admin list-invitations`), newest first: at most `limit` of each kind.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn list_open_invitations(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<OpenInvitation>, ServiceError> {
+        let now = time::now();
+        let (platform, teams) = self
+            .db
+            .run(move |conn| {
+                let platform =
+                    aigw_persistence::invitations::list_open(conn, now.naive_utc(), None, limit)?;
+                let teams = aigw_persistence::teams::list_invitations(conn, None, None, limit)?;
+                Ok((platform, teams))
+            })
+            .await?;
+        let mut all: Vec<OpenInvitation> = platform
+            .into_iter()
+            .map(|r| OpenInvitation {
+                id: r.id,
+                email: r.email,
+                team_id: None,
+                created_by: r.created_by,
+                created_at: r.created_at.and_utc(),
+                expires_at: Some(r.expires_at.and_utc()),
+            })
+            .chain(teams.into_iter().map(|r| OpenInvitation {
+                id: r.id,
+                email: r.email,
+                team_id: Some(r.team_id),
+                created_by: r.created_by,
+                created_at: r.created_at,
+                expires_at: None,
+            }))
+            .collect();
+        all.sort_by(|a, b| b.id.cmp(&a.id));
+        Ok(all)
+    }
+
+    /// Revokes open invitation `id`, to register or to join a team (the operator's
+    /// `aigw admin revoke-invitation`).
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`invitation`) when no open invitation has that id.
+    pub async fn revoke_invitation(&self, id: &str) -> Result<(), ServiceError> {
+        self.revoke_any_invitation(id, "operator", true).await
+    }
+
     /// Creates an account with `role` (no session).
     ///
     /// # Errors

@@ -40,7 +40,7 @@ pub async fn with_context<F: Future>(context: AuditContext, work: F) -> F::Outpu
 }
 
 /// Every action the trail records, by its `snake_case` name.
-pub const ACTIONS: [&str; 27] = [
+pub const ACTIONS: [&str; 28] = [
     "user_registered",
     "login_succeeded",
     "login_failed",
@@ -57,6 +57,7 @@ pub const ACTIONS: [&str; 27] = [
     "user_enabled",
     "role_changed",
     "invitation_created",
+    "invitation_revoked",
     "team_created",
     "team_updated",
     "team_deleted",

@@ -1,11 +1,11 @@
 //! `/api/v1/admin/…`: every user and every API key, for administrators (role
 //! `admin` with an access token, or an API key with `admin` whose owner is an admin).
 
-use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
+use crate::dto::{BodyErrors, DeletedData, Envelope, ErrorEnvelope, ServerErrors};
 use crate::dto_account::AuditListData;
 use crate::dto_admin::{
     AdminApiKeyDto, AdminApiKeyListData, AdminUserDto, CreateInvitationRequest, InvitationData,
-    UpdateUserRequest, UserListData,
+    InvitationListData, UpdateUserRequest, UserListData,
 };
 use crate::error::ApiError;
 use crate::extract::{query_params, AdminCaller, After, JsonBody, PathId};
@@ -142,7 +142,7 @@ pub async fn revoke_api_key(
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(
         ("user_id" = Option<String>, Query, description = "Only events concerning this user"),
-        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created)$", description = "Only this action, e.g. `user_disabled`"),
+        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created|invitation_revoked|team_created|team_updated|team_deleted|member_added|member_role_changed|member_budget_changed|member_removed|member_left|team_api_key_created|team_invitation_created|team_invitation_revoked)$", description = "Only this action, e.g. `user_disabled`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Events per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
@@ -186,4 +186,50 @@ pub async fn create_invitation(
     let created =
         state.auth.admin_create_invitation(&admin, &body.email, body.expires_at.as_deref()).await?;
     Ok(HttpResponse::Created().json(Envelope::ok(InvitationData::from(created))))
+}
+
+/// The open invitations to register (unused, unrevoked, unexpired), newest first,
+/// cursor-paged.
+#[utoipa::path(get, path = "/api/v1/admin/invitations", tag = "admin",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Invitations per page, 1 to 200 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<InvitationListData>),
+        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn list_invitations(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    AdminCaller(admin): AdminCaller,
+) -> Result<HttpResponse, ApiError> {
+    let mut params = query_params(&req, &["limit", "cursor"])?;
+    let page = page_request(&mut params);
+    let invitations = state.auth.admin_list_invitations(&admin, &page).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(InvitationListData::from(invitations))))
+}
+
+/// Revoke an open invitation to register: it can no longer be used.
+#[utoipa::path(delete, path = "/api/v1/admin/invitations/{id}", tag = "admin",
+    params(("id" = String, Path, description = "Invitation id")),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<DeletedData>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        (status = 404, description = "No open invitation with this id", body = ErrorEnvelope),
+        ServerErrors))]
+pub async fn revoke_invitation(
+    state: web::Data<AppState>,
+    AdminCaller(admin): AdminCaller,
+    id: After<PathId>,
+) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
+    state.auth.admin_revoke_invitation(&admin, &id).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id, deleted: true })))
 }

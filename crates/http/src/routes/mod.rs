@@ -206,8 +206,21 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                     })),
             )
             .service(
-                one("/admin/invitations", &["POST"], web::post().to(admin::create_invitation))
-                    .app_data(LimitedBy(Policy::Account)),
+                web::resource("/admin/invitations")
+                    .app_data(LimitedBy(Policy::Account))
+                    .route(web::post().to(admin::create_invitation))
+                    .route(get_or_head().to(admin::list_invitations))
+                    .default_service(web::to(|req: HttpRequest| {
+                        not_allowed(req, &["GET", "POST"])
+                    })),
+            )
+            .service(
+                one(
+                    "/admin/invitations/{id}",
+                    &["DELETE"],
+                    web::delete().to(admin::revoke_invitation),
+                )
+                .app_data(LimitedBy(Policy::Account)),
             )
             .service(
                 one("/admin/audit", &["GET"], get_or_head().to(admin::audit))

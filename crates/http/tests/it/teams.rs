@@ -23,6 +23,7 @@ backend_tests!(
     a_team_budget_holds_through_redis,
     clamping_budgets_lower_max_tokens_instead_of_refusing,
     a_team_reads_its_usage_and_spend,
+    invitations_are_listed_and_revoked_by_api_and_operator,
 );
 
 /// Asserts a chat completion answered 200.
@@ -355,4 +356,33 @@ async fn an_invitation_joins_on_registration(backend: Backend) {
     let open =
         app.get(&format!("/api/v1/teams/{id}/invitations"), Auth::Bearer(&owner.token)).await;
     assert_eq!(open.data(200)["invitations"], json!([]));
+}
+
+/// Open invitations, to register and to join a team, are listed and revoked by the admin API
+/// and by the operator's command (`aigw admin revoke-invitation`).
+async fn invitations_are_listed_and_revoked_by_api_and_operator(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let admin = app.new_user("inv-admin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &admin.email, aigw_domain::Role::Admin).await.unwrap();
+    let auth = Auth::Bearer(&admin.token);
+    let body = json!({"email": unique_email("inv-reg")});
+    let made = app.post("/api/v1/admin/invitations", auth, &body).await.data(201);
+    let id = made["id"].as_str().unwrap().to_owned();
+    let open = app.get("/api/v1/admin/invitations", auth).await.data(200);
+    assert_eq!(open["invitations"][0]["id"], json!(id));
+    app.delete(&format!("/api/v1/admin/invitations/{id}"), auth).await.data(200);
+    let open = app.get("/api/v1/admin/invitations", auth).await.data(200);
+    assert_eq!(open["invitations"], json!([]));
+    app.delete(&format!("/api/v1/admin/invitations/{id}"), auth).await.not_found("invitation", &id);
+
+    let team_id = team(&app, &admin, json!({"name": "inv"})).await;
+    let path = format!("/api/v1/teams/{team_id}/members");
+    let invited = app.post(&path, auth, &json!({"email": unique_email("inv-team")})).await;
+    let invitation = invited.data(201)["invitation"]["id"].as_str().unwrap().to_owned();
+    aigw_http::operator::revoke_invitation(&settings, &invitation).await.unwrap();
+    let open = app.get(&format!("/api/v1/teams/{team_id}/invitations"), auth).await.data(200);
+    assert_eq!(open["invitations"], json!([]));
+    assert!(aigw_http::operator::revoke_invitation(&settings, &invitation).await.is_err());
 }

@@ -338,7 +338,7 @@ impl AuthService {
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
                 let before = paging.before.as_deref();
-                Ok(teams::list_invitations(conn, &team_id, before, limit + 1)?)
+                Ok(teams::list_invitations(conn, Some(&team_id), before, limit + 1)?)
             })
             .await?;
         Ok(page_of(rows, limit, |i| &i.id, Clone::clone))
@@ -364,7 +364,7 @@ impl AuthService {
             .run(move |conn| {
                 transaction(conn, |conn| {
                     TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
-                    if !teams::revoke_invitation(conn, &team_id, &target, now)? {
+                    if teams::revoke_invitation(conn, Some(&team_id), &target, now)?.is_none() {
                         return Err(ServiceError::NotFound {
                             resource: "team_invitation",
                             id: target.chars().take(64).collect(),
