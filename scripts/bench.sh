@@ -28,6 +28,8 @@
 #   chat/hop     API-key chat via aigw req/s ÷ the same request via the nginx hop   target >= 0.50
 #   limited/hop  the same with a key that has a budget, an rpm_limit and a tpm_limit
 #                (reservations and settlements on every call)                       target >= 0.50
+#   team/chat    chat with a key scoped to a team that has a budget and an rpm_limit (every
+#                call reserved at the key and the team) ÷ the plain key's chat      target >= 0.9
 #   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
@@ -37,6 +39,9 @@
 #   RSS          VmRSS after start-up and warm-up; VmHWM over the c32 rounds        target <= 30 / 40 MiB
 #   keys 1M/1k   GET /auth/me with API keys (1000 keys, round robin) req/s with N keys
 #                stored ÷ with 1000 stored (bulk-inserted with SQL)                  target >= 0.9
+#   lists p99    at 50 req/s, with the N keys made one team's team keys and the user a member
+#                of 10 000 teams: GET /teams?limit=50 and GET /teams/{id}/api-keys?limit=50
+#                p99 (ms)                                                            target <= 50
 #
 # Needs nginx, wrk, sqlite3, curl, python3 (installed with apt-get when missing and root), and
 # for PostgreSQL a server on 127.0.0.1:5432 that user postgres may use (else it is skipped).
@@ -246,19 +251,28 @@ TOML
     -d '{"name":"bench-limited","permissions":["ai_gateway"],"max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000,"tpm_limit":1000000000}' \
     | json '["data"]["key"]')
   curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $limited" -H 'content-type: application/json' -d "$chat_body" >/dev/null
+  # A key scoped to a team with a budget and an rpm_limit: every call counts at the key and
+  # the team (limits out of reach).
+  local team_id team_key
+  team_id=$(curl -sf "$base/api/v1/teams" -H "authorization: Bearer $token" -H 'content-type: application/json' \
+    -d '{"name":"bench","max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000}' | json '["data"]["id"]')
+  team_key=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
+    -d "{\"name\":\"bench-team\",\"permissions\":[\"ai_gateway\"],\"team_id\":\"$team_id\"}" | json '["data"]["key"]')
+  curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $team_key" -H 'content-type: application/json' -d "$chat_body" >/dev/null
   wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/auth/me" >/dev/null
   sleep 1
   result[$backend,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$backend: $rounds round(s) of bare, /me, hop, chat, limited, streams (${secs}s each, c$conns)"
-  local bare_l="" me_l="" hop_l="" chat_l="" limited_l="" stream_hop_l="" stream_l=""
+  log "$backend: $rounds round(s) of bare, /me, hop, chat, limited, team, streams (${secs}s each, c$conns)"
+  local bare_l="" me_l="" hop_l="" chat_l="" limited_l="" team_l="" stream_hop_l="" stream_l=""
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
     hop_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
     chat_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
     limited_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
+    team_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $team_key" "$base/api/v1/ai/chat/completions")"
     stream_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
     stream_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
   done
@@ -267,6 +281,7 @@ TOML
   result[$backend,hop]=$(echo "$hop_l" | median)
   result[$backend,chat]=$(echo "$chat_l" | median)
   result[$backend,limited]=$(echo "$limited_l" | median)
+  result[$backend,team]=$(echo "$team_l" | median)
   result[$backend,stream_hop]=$(echo "$stream_hop_l" | median)
   result[$backend,stream]=$(echo "$stream_l" | median)
   result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
@@ -333,9 +348,31 @@ PY
   result[$backend,keys_many]=$many
   result[$backend,keys]=$(ratio "$many" "$few")
 
+  log "$backend: list pages with the $filler filler keys made team keys and 10000 teams"
+  case "$backend" in
+    sqlite) echo "UPDATE api_keys SET team_id = '$team_id', team_owned = TRUE WHERE name = 'filler';
+      WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 9999)
+      INSERT INTO teams (id, name, created_by, created_at, updated_at)
+      SELECT lower(hex(randomblob(16))), 'filler', '$user_id', '2026-11-22 00:00:00', '2026-11-22 00:00:00' FROM n;
+      INSERT INTO team_members (team_id, user_id, role, created_at)
+      SELECT id, '$user_id', 'member', created_at FROM teams WHERE name = 'filler';
+      ANALYZE;" | sql ;;
+    postgres) echo "UPDATE api_keys SET team_id = '$team_id', team_owned = TRUE WHERE name = 'filler';
+      INSERT INTO teams (id, name, created_by, created_at, updated_at)
+      SELECT md5('team' || i), 'filler', '$user_id', now(), now() FROM generate_series(1, 9999) AS i;
+      INSERT INTO team_members (team_id, user_id, role, created_at)
+      SELECT id, '$user_id', 'member', created_at FROM teams WHERE name = 'filler';
+      ANALYZE;" | sql ;;
+  esac
+  local teams_p99 team_keys_p99
+  teams_p99=$(rate_p "$base/api/v1/teams?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
+  team_keys_p99=$(rate_p "$base/api/v1/teams/$team_id/api-keys?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
+  result[$backend,lists]="$(python3 -c "print(f'{$teams_p99 / 1000:.1f} / {$team_keys_p99 / 1000:.1f}')")"
+
   result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
   result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
   result[$backend,limited_ratio]=$(ratio "${result[$backend,limited]}" "${result[$backend,hop]}")
+  result[$backend,team_ratio]=$(ratio "${result[$backend,team]}" "${result[$backend,chat]}")
   result[$backend,stream_ratio]=$(ratio "${result[$backend,stream]}" "${result[$backend,stream_hop]}")
   result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
   result[$backend,p50s]="$direct / $hop / $aigw"
@@ -372,11 +409,13 @@ echo "$header target |"; echo "$rule---|"
 echo "| GET /auth/me ÷ bare actix (req/s) |$(col me_ratio) >= 0.50 |"
 echo "| API-key chat via aigw ÷ nginx hop (req/s) |$(col chat_ratio) >= 0.50 |"
 echo "| chat with budget + rpm + tpm on the key ÷ nginx hop (req/s) |$(col limited_ratio) >= 0.50 |"
+echo "| chat with a team-scoped key (team budget + rpm) ÷ plain key chat (req/s) |$(col team_ratio) >= 0.9 |"
 echo "| streamed chat via aigw ÷ the same stream via the nginx hop (req/s) |$(col stream_ratio) – |"
 echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
 echo "| API-key auth req/s, $many_keys keys stored ÷ 1000 |$(col keys) >= 0.9 |"
+echo "| p99 ms at 50 req/s: GET /teams (10 000 teams) / GET /teams/{id}/api-keys ($many_keys keys) |$(col lists) <= 50 |"
 echo
 echo "$header"; echo "$rule"
 echo "| bare actix req/s (median) |$(col bare)"
@@ -384,6 +423,7 @@ echo "| GET /auth/me req/s |$(col me)"
 echo "| nginx hop chat req/s |$(col hop)"
 echo "| aigw chat req/s |$(col chat)"
 echo "| aigw chat req/s, key with budget + rpm + tpm |$(col limited)"
+echo "| aigw chat req/s, team-scoped key (team budget + rpm) |$(col team)"
 echo "| streamed chat req/s: nginx hop / aigw |$(col streams)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
