@@ -272,6 +272,8 @@ pub struct MemberDto {
     pub joined_at: String,
     /// What their team-scoped keys cost in the team's current budget period, USD.
     pub spend_usd: f64,
+    /// When the team's current budget period ends, RFC 3339 UTC; null for `total`.
+    pub budget_reset_at: Option<String>,
 }
 
 impl From<MemberRow> for MemberDto {
@@ -284,13 +286,18 @@ impl From<MemberRow> for MemberDto {
             budget_usd: m.budget_micros.map(usd),
             joined_at: format_timestamp(m.created_at),
             spend_usd: 0.0,
+            budget_reset_at: None,
         }
     }
 }
 
 impl From<MemberView> for MemberDto {
     fn from(m: MemberView) -> Self {
-        Self { spend_usd: usd(m.spend_micros), ..m.member.into() }
+        Self {
+            spend_usd: usd(m.spend_micros),
+            budget_reset_at: m.budget_reset_at.map(format_timestamp),
+            ..m.member.into()
+        }
     }
 }
 

@@ -217,6 +217,30 @@ async fn a_team_reads_its_usage_and_spend(backend: Backend) {
     nodes.a.get(&path, Auth::Bearer(&member.token)).await.forbidden("team_admin", "member");
     let mine = nodes.a.get("/api/v1/usage", Auth::Bearer(&member.token)).await.data(200);
     assert_eq!(mine["totals"]["requests"], 3, "a member's own key stays in their usage");
+    assert!(members[0]["budget_reset_at"].is_string(), "{members}");
+    // Every team's usage, for platform admins only.
+    let by_team = "/api/v1/usage?group_by=team";
+    nodes.a.get(by_team, Auth::Bearer(&owner.token)).await.invalid("group_by");
+    let dir = tempfile::tempdir().unwrap();
+    let settings = test_settings(dir.path().to_owned(), nodes.a.database_url.clone());
+    aigw_http::operator::set_role(&settings, &owner.email, aigw_domain::Role::Admin).await.unwrap();
+    let login = nodes.a.login(&owner.email, PASSWORD).await;
+    let admin_token = login["token"].as_str().unwrap().to_owned();
+    let all = nodes.a.get(by_team, Auth::Bearer(&admin_token)).await.data(200);
+    let row = all["rows"].as_array().unwrap().iter().find(|r| r["team_id"] == json!(id)).cloned();
+    assert_eq!(row.unwrap_or_default()["requests"], 3, "{all}");
+}
+
+/// `auth.team_creation = "admins"`: a user who is not an admin cannot create a team.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn team_creation_may_be_kept_to_admins() {
+    let app = spawn_app_with(Backend::Sqlite, |s| {
+        s.auth.team_creation = aigw_service::TeamCreation::Admins;
+    })
+    .await;
+    let user = app.new_user("no-teams").await;
+    let refused = app.post("/api/v1/teams", Auth::Bearer(&user.token), &json!({"name": "x"})).await;
+    refused.forbidden("admin", "user");
 }
 
 /// A member budget of $0.40 (ten calls) holds for that member's keys, in a team with a larger
@@ -289,6 +313,13 @@ async fn a_team_key_survives_its_creators_removal(backend: Backend) {
     for node in [&nodes.a, &nodes.b] {
         answered(node.chat(Auth::Bearer(&key), &chat_body("echo", "still here")).await);
     }
+    // Deleting the team revokes its keys on both nodes before it answers.
+    nodes.a.delete(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
+    for node in [&nodes.b, &nodes.a] {
+        node.chat(Auth::Bearer(&key), &chat_body("echo", "gone")).await.unauthorized();
+    }
+    let gone = nodes.a.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await;
+    gone.not_found("team", &id);
 }
 
 /// A non-member gets 404 on the team; a member 403 on management; nobody outside can scope a

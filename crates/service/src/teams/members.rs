@@ -170,7 +170,7 @@ impl AuthService {
                     &team_id,
                     super::usage::period_start(&team.policy),
                 )?;
-                Ok(super::usage::with_spend(members, &spend))
+                Ok(super::usage::with_spend(members, &spend, &team.policy))
             })
             .await?;
         Ok(page_of(rows, limit, |m| &m.member.user_id, Clone::clone))
@@ -243,7 +243,7 @@ impl AuthService {
                         &team_id,
                         super::usage::period_start(&team.policy),
                     )?;
-                    let view = super::usage::with_spend(vec![member], &spend).pop();
+                    let view = super::usage::with_spend(vec![member], &spend, &team.policy).pop();
                     let view = view.ok_or_else(|| member_not_found(&target))?;
                     Ok((view, team_changed(conn, &team_id, now)?))
                 })

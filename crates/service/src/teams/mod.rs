@@ -88,6 +88,8 @@ pub struct MemberView {
     /// Micro-USD the member's calls with their team-scoped keys cost in the team's current
     /// budget period (ever, for `total`).
     pub spend_micros: i64,
+    /// When the team's current budget period ends, UTC (`None` for `total`).
+    pub budget_reset_at: Option<DateTime<Utc>>,
 }
 
 /// An open invitation as listed.

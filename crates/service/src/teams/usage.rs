@@ -42,16 +42,19 @@ pub(super) fn member_spend(
     Ok(rows.into_iter().map(|r| (r.group, r.cost_micros)).collect())
 }
 
-/// Attaches each member's spend (from `spend`) to `members`.
+/// Attaches each member's spend (from `spend`) and the end of the team's period (`policy`'s)
+/// to `members`.
 pub(super) fn with_spend(
     members: Vec<aigw_persistence::teams::MemberRow>,
     spend: &std::collections::HashMap<String, i64>,
+    policy: &ApiKeyPolicy,
 ) -> Vec<MemberView> {
+    let budget_reset_at = policy.budget_period.and_then(|p| p.reset_at(aigw_domain::time::now()));
     members
         .into_iter()
         .map(|member| {
             let spend_micros = spend.get(&member.user_id).copied().unwrap_or(0);
-            MemberView { member, spend_micros }
+            MemberView { member, spend_micros, budget_reset_at }
         })
         .collect()
 }
