@@ -75,13 +75,14 @@ impl Principal {
 
     /// The levels a call by this caller counts against: its key, and for a team-scoped key
     /// the member and the team (none for an access token).
-    pub(crate) fn limit_levels(&self) -> Vec<LimitLevel<'_>> {
-        match self {
-            Principal::User { .. } => Vec::new(),
-            Principal::ApiKey { key_id, policy, team, .. } => {
-                LimitLevel::of_key(key_id, policy, team.as_ref()).collect()
-            }
-        }
+    pub(crate) fn limit_levels(&self) -> impl Iterator<Item = LimitLevel<'_>> {
+        let key = match self {
+            Principal::User { .. } => None,
+            Principal::ApiKey { key_id, policy, team, .. } => Some((key_id, policy, team)),
+        };
+        key.into_iter().flat_map(|(key_id, policy, team)| {
+            LimitLevel::of_key(key_id, policy, team.as_ref())
+        })
     }
 
     /// The team the caller's key is scoped to.

@@ -411,7 +411,7 @@ impl Gateway {
         let mut admission = match &self.key_limits {
             Some(limits) => {
                 if let Some(field) = &summary.unbounded_part {
-                    let limited = principal.limit_levels().iter().any(|level| {
+                    let limited = principal.limit_levels().any(|level| {
                         level.policy.max_budget_micros.is_some() || level.policy.tpm_limit.is_some()
                     });
                     if limited {

@@ -171,7 +171,7 @@ impl KeyLimits {
         else {
             return Err(refused);
         };
-        let clamps = principal.limit_levels().iter().any(|level| {
+        let clamps = principal.limit_levels().any(|level| {
             level.scope == *scope && level.policy.budget_mode == Some(BudgetMode::Clamp)
         });
         let left = limit_micros.saturating_sub(*spent_micros);
