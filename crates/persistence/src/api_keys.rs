@@ -123,7 +123,7 @@ pub fn list_for_team(
 }
 
 /// Revokes at `now` every unrevoked key scoped to team `team_id` (its team keys and its
-/// members' team-scoped keys) and returns their ids.
+/// members' team-scoped keys) and returns how many.
 ///
 /// # Errors
 /// On database failure.
@@ -131,13 +131,11 @@ pub fn revoke_team_keys(
     conn: &mut DbConnection,
     team_id: &str,
     now: DateTime<Utc>,
-) -> Result<Vec<String>, PersistenceError> {
+) -> Result<usize, PersistenceError> {
     let live = api_keys::table
         .filter(api_keys::team_id.eq(team_id))
         .filter(api_keys::revoked_at.is_null());
-    let ids: Vec<String> = live.select(api_keys::id).load(conn)?;
-    diesel::update(live).set(api_keys::revoked_at.eq(from_utc(now))).execute(conn)?;
-    Ok(ids)
+    Ok(diesel::update(live).set(api_keys::revoked_at.eq(from_utc(now))).execute(conn)?)
 }
 
 /// Applies `changes` to key `id` of `owner` and returns the key as it now is; `None` when

@@ -3,7 +3,7 @@
 
 use crate::audit::{actor_of, Event};
 use crate::auth::{AuthService, Authorized, Principal};
-use crate::credential_cache;
+use crate::credential_cache::{self, TeamStanding};
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
 use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
@@ -487,13 +487,18 @@ impl AuthService {
             None => None,
             Some(team_id) => {
                 let member = (!found.team_owned).then_some(found.user_id.as_str());
-                match self.cache.team_scope(team_id, member).await? {
-                    Some(scope) => Some(scope),
-                    None => {
+                match self.cache.team_standing(team_id, member).await? {
+                    TeamStanding::Active(scope) => Some(scope),
+                    TeamStanding::NotMember => {
                         return Err(ServiceError::Forbidden {
                             required: "team_member".to_owned(),
                             current: "the key's owner is not a member of its team".to_owned(),
                         })
+                    }
+                    TeamStanding::Deleted => {
+                        return Err(ServiceError::invalid_credential(
+                            "the API key has been revoked",
+                        ))
                     }
                 }
             }

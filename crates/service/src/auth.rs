@@ -80,9 +80,8 @@ impl Principal {
             Principal::User { .. } => None,
             Principal::ApiKey { key_id, policy, team, .. } => Some((key_id, policy, team)),
         };
-        key.into_iter().flat_map(|(key_id, policy, team)| {
-            LimitLevel::of_key(key_id, policy, team.as_ref())
-        })
+        key.into_iter()
+            .flat_map(|(key_id, policy, team)| LimitLevel::of_key(key_id, policy, team.as_ref()))
     }
 
     /// The team the caller's key is scoped to.

@@ -104,12 +104,22 @@ impl Subject for CachedKey {
     }
 }
 
-/// What a team-scoped key counts against beyond itself (`scope` is `None` when the team is
-/// deleted or the key's owner is no longer a member).
+/// Where a team-scoped key stands with its team.
+#[derive(Debug, Clone)]
+pub(crate) enum TeamStanding {
+    /// The team and, for a member's key, the membership exist: what the key counts against.
+    Active(Arc<TeamScope>),
+    /// The key's owner is not a member of the team (now).
+    NotMember,
+    /// The team was deleted: its keys are revoked.
+    Deleted,
+}
+
+/// A team-scoped key's standing, cached per team and member.
 #[derive(Debug)]
 pub(crate) struct CachedTeam {
     team_id: String,
-    pub(crate) scope: Option<Arc<TeamScope>>,
+    standing: TeamStanding,
 }
 
 impl Subject for CachedTeam {
@@ -301,50 +311,52 @@ impl CredentialCache {
         Ok(view)
     }
 
-    /// What a key scoped to team `team_id` counts against: the team's limits and, for a key of
-    /// `member` (`None`: a team key), the member's budget; `None` when the team is deleted or
-    /// `member` is not a member of it. From the cache while it is trusted (a change of the
-    /// team or its membership is a `team_changed` row of the feed).
+    /// Where a key scoped to team `team_id` stands: what it counts against (the team's limits
+    /// and, for a key of `member`, `None` for a team key, the member's budget), or that its
+    /// owner is not a member, or that the team is deleted. From the cache while it is trusted
+    /// (a change of the team or its membership is a `team_changed` row of the feed).
     ///
     /// # Errors
     /// [`ServiceError::Unavailable`] when the database is needed and down.
-    pub(crate) async fn team_scope(
+    pub(crate) async fn team_standing(
         &self,
         team_id: &str,
         member: Option<&str>,
-    ) -> Result<Option<Arc<TeamScope>>, ServiceError> {
+    ) -> Result<TeamStanding, ServiceError> {
         let inner = &self.inner;
         let key = format!("{team_id}/{}", member.unwrap_or_default());
         let (floor, generation) = inner.validity();
         if self.trusted() {
             if let Some(entry) = inner.teams.get(&key, floor, generation) {
-                return Ok(entry.value.as_ref().and_then(|t| t.scope.clone()));
+                if let Some(cached) = &entry.value {
+                    return Ok(cached.standing.clone());
+                }
             }
         }
         let trusted = self.trusted();
         let (loaded_at, loaded) = (inner.position(), Instant::now());
         let (team, user) = (team_id.to_owned(), member.map(str::to_owned));
-        let scope = inner
+        let standing = inner
             .db
             .run(move |conn| {
                 let Some(row) = teams::find(conn, &team)? else {
-                    return Ok(None);
+                    return Ok(TeamStanding::Deleted);
                 };
                 let membership = match &user {
                     Some(user) => match teams::member(conn, &team, user)? {
                         Some(m) => Some(m),
-                        None => return Ok(None),
+                        None => return Ok(TeamStanding::NotMember),
                     },
                     None => None,
                 };
-                Ok(Some(Arc::new(TeamScope::new(row, membership.as_ref()))))
+                Ok(TeamStanding::Active(Arc::new(TeamScope::new(row, membership.as_ref()))))
             })
             .await?;
-        let value = CachedTeam { team_id: team_id.to_owned(), scope: scope.clone() };
         if trusted {
+            let value = CachedTeam { team_id: team_id.to_owned(), standing: standing.clone() };
             inner.teams.insert(key, Some(value), loaded_at, loaded);
         }
-        Ok(scope)
+        Ok(standing)
     }
 
     /// Whether session `id` is revoked: from the revoked-session set while the feed is

@@ -238,16 +238,12 @@ impl AuthService {
                     teams::delete(conn, &team_id, now)?;
                     event
                         .clone()
-                        .details(serde_json::json!({"revoked_keys": revoked.len()}))
+                        .details(serde_json::json!({"revoked_keys": revoked}))
                         .insert(conn)?;
-                    let mut changes = Vec::with_capacity(revoked.len() + 1);
-                    for key_id in &revoked {
-                        let kind = CredentialChangeKind::ApiKeyRevoked;
-                        changes.push(credential_cache::append(conn, kind, key_id, now)?);
-                    }
+                    // One feed row for the team, however many keys it had: every node then
+                    // reads the team as deleted and refuses its keys as revoked.
                     let kind = CredentialChangeKind::TeamChanged;
-                    changes.push(credential_cache::append(conn, kind, &team_id, now)?);
-                    Ok(changes)
+                    Ok(vec![credential_cache::append(conn, kind, &team_id, now)?])
                 })
             })
             .await?;
