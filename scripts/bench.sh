@@ -365,6 +365,8 @@ PY
       ANALYZE;" | sql ;;
   esac
   local teams_p99 team_keys_p99
+  wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/teams?limit=50" >/dev/null # warm-up
+  wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/teams/$team_id/api-keys?limit=50" >/dev/null
   teams_p99=$(rate_p "$base/api/v1/teams?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
   team_keys_p99=$(rate_p "$base/api/v1/teams/$team_id/api-keys?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
   result[$backend,lists]="$(python3 -c "print(f'{$teams_p99 / 1000:.1f} / {$team_keys_p99 / 1000:.1f}')")"
