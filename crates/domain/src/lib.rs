@@ -14,6 +14,7 @@
 //!   checksum) and their SHA-256 digests, the only form in which they are stored;
 //! - [`credential`]: how an `Authorization` header is told apart into access token or API key;
 //! - [`claims`]: the claims of a JWT access token (RFC 7519, RFC 8725);
+//! - [`audit`]: the actions the audit trail records;
 //! - [`change`]: the kinds of credential change that the change feed carries to every node;
 //! - [`error`]: the stable, machine-readable error codes of the seed (§7);
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
@@ -29,6 +30,7 @@
 
 pub mod access;
 pub mod api_key;
+pub mod audit;
 pub mod change;
 pub mod claims;
 pub mod credential;
@@ -47,6 +49,7 @@ pub mod validation;
 mod base62_random;
 
 pub use api_key::{ApiKeyError, ApiKeySecret};
+pub use audit::AuditAction;
 pub use change::CredentialChangeKind;
 pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
 pub use credential::{CredentialError, PresentedCredential};

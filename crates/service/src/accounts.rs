@@ -10,6 +10,7 @@ use crate::sessions::ClientInfo;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;
+use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{invitations, transaction, users, DbConnection, PersistenceError};
@@ -40,7 +41,7 @@ impl AuthService {
         let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored = user.clone();
         let stored_session = session.clone();
-        let event = Event::new("user_registered", Some(&user.id), Some(&user.id), now)
+        let event = Event::new(AuditAction::UserRegistered, Some(&user.id), Some(&user.id), now)
             .target(&user.id)
             .details(serde_json::json!({"email": user.email, "session_id": session.id}));
         self.db
@@ -177,7 +178,7 @@ impl AuthService {
                     (Some(_), _) => "account_disabled",
                 };
                 let id = user.as_ref().map(|u| u.id.as_str());
-                let event = Event::new("login_failed", id, None, time::now())
+                let event = Event::new(AuditAction::LoginFailed, id, None, time::now())
                     .details(serde_json::json!({"email": email, "reason": reason}));
                 self.record_alone(event).await;
                 return Err(ServiceError::rejected(LOGIN_FAILED));
@@ -189,7 +190,7 @@ impl AuthService {
         let now = time::now();
         let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored_session = session.clone();
-        let event = Event::new("login_succeeded", Some(&user.id), Some(&user.id), now)
+        let event = Event::new(AuditAction::LoginSucceeded, Some(&user.id), Some(&user.id), now)
             .target(&session.id)
             .details(serde_json::json!({"email": user.email}));
         self.db

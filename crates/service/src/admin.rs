@@ -11,6 +11,7 @@ use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::views::{ApiKeyView, UserView};
 use aigw_domain::access::{authorize_as, CallerCredential, Operation};
+use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::{api_keys, sessions, transaction, users};
@@ -223,7 +224,8 @@ impl AuthService {
         }
         let wanted = id.to_owned();
         let now = time::now();
-        let template = Event::new("role_changed", Some(id), Some(admin.actor()), now).target(id);
+        let template =
+            Event::new(AuditAction::RoleChanged, Some(id), Some(admin.actor()), now).target(id);
         let (row, changes) = self
             .db
             .run(move |conn| {
@@ -252,7 +254,11 @@ impl AuthService {
                         template.clone().details(details).insert(conn)?;
                     }
                     if disabled_at.is_some() != user.disabled_at.is_some() {
-                        let action = if newly_disabled { "user_disabled" } else { "user_enabled" };
+                        let action = if newly_disabled {
+                            AuditAction::UserDisabled
+                        } else {
+                            AuditAction::UserEnabled
+                        };
                         template.clone().action(action).insert(conn)?;
                     }
                     let ended = if newly_disabled {
@@ -377,7 +383,7 @@ impl AuthService {
             used_at: None,
             revoked_at: None,
         };
-        let event = Event::new("invitation_created", None, Some(admin.actor()), now)
+        let event = Event::new(AuditAction::InvitationCreated, None, Some(admin.actor()), now)
             .target(&row.id)
             .details(serde_json::json!({
                 "email": row.email,
@@ -476,7 +482,7 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         let now = time::now();
         let target = id.to_owned();
-        let event = Event::new("invitation_revoked", None, Some(actor), now).target(id);
+        let event = Event::new(AuditAction::InvitationRevoked, None, Some(actor), now).target(id);
         self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -573,7 +579,7 @@ impl AuthService {
     ) -> Result<UserView, ServiceError> {
         let user = self.new_user_row(email, password, name, role).await?;
         let stored = user.clone();
-        let event = Event::new("user_registered", Some(&user.id), None, user.created_at)
+        let event = Event::new(AuditAction::UserRegistered, Some(&user.id), None, user.created_at)
             .target(&user.id)
             .details(
                 serde_json::json!({"email": user.email, "role": role.as_str(), "by": "operator"}),
@@ -601,7 +607,7 @@ impl AuthService {
         let email = aigw_domain::Email::parse(email)?;
         let wanted = email.as_str().to_owned();
         let now = time::now();
-        let template = Event::new("role_changed", None, None, now);
+        let template = Event::new(AuditAction::RoleChanged, None, None, now);
         let (user, change) = self
             .db
             .run(move |conn| {

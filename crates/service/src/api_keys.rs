@@ -9,6 +9,7 @@ use crate::idempotency::Recording;
 use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
+use aigw_domain::AuditAction;
 use aigw_domain::{
     time, ApiKeySecret, BudgetPeriod, CredentialChangeKind, FieldError, PermissionSet, UserName,
 };
@@ -142,7 +143,11 @@ impl AuthService {
             "expires_at": row.expires_at.map(time::format_timestamp),
             "team_id": row.team_id,
         });
-        let action = if row.team_owned { "team_api_key_created" } else { "api_key_created" };
+        let action = if row.team_owned {
+            AuditAction::TeamApiKeyCreated
+        } else {
+            AuditAction::ApiKeyCreated
+        };
         let event = Event::new(action, Some(&row.user_id), Some(actor_of(principal)), now)
             .target(&row.id)
             .details(details);
@@ -210,7 +215,7 @@ impl AuthService {
     ) -> Result<ApiKeyView, ServiceError> {
         let key_id = id.to_owned();
         let now = time::now();
-        let event = Event::new("api_key_revoked", None, Some(actor), now).target(id);
+        let event = Event::new(AuditAction::ApiKeyRevoked, None, Some(actor), now).target(id);
         let (row, change) = self
             .db
             .run(move |conn| {
@@ -265,7 +270,7 @@ impl AuthService {
         let now = time::now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
         let key_id = id.to_owned();
-        let event = Event::new("api_key_updated", None, Some(actor_of(principal)), now)
+        let event = Event::new(AuditAction::ApiKeyUpdated, None, Some(actor_of(principal)), now)
             .target(id)
             .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, change) = self
@@ -346,7 +351,7 @@ impl AuthService {
         let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
         let key_id = id.to_owned();
         let new_hash = hash.clone();
-        let event = Event::new("api_key_rotated", None, Some(actor_of(principal)), now)
+        let event = Event::new(AuditAction::ApiKeyRotated, None, Some(actor_of(principal)), now)
             .target(id)
             .details(serde_json::json!({"grace_period_secs": grace, "key_prefix": prefix}));
         let outcome = self
@@ -422,8 +427,9 @@ impl AuthService {
         let key_id = id.to_owned();
         let user_id = principal.user_id().to_owned();
         let now = time::now();
-        let event = Event::new("api_key_deleted", Some(&user_id), Some(actor_of(principal)), now)
-            .target(id);
+        let event =
+            Event::new(AuditAction::ApiKeyDeleted, Some(&user_id), Some(actor_of(principal)), now)
+                .target(id);
         let change = self
             .db
             .run(move |conn| {

@@ -13,6 +13,7 @@ use crate::auth::{AuthService, Authorized, Principal};
 use crate::db::Db;
 use crate::error::ServiceError;
 use aigw_domain::access::op;
+use aigw_domain::AuditAction;
 use aigw_domain::{time, FieldError};
 use aigw_persistence::audit::{self, AuditEventRow};
 use chrono::{DateTime, Utc};
@@ -39,38 +40,6 @@ pub async fn with_context<F: Future>(context: AuditContext, work: F) -> F::Outpu
     CONTEXT.scope(context, work).await
 }
 
-/// Every action the trail records, by its `snake_case` name.
-pub const ACTIONS: [&str; 28] = [
-    "user_registered",
-    "login_succeeded",
-    "login_failed",
-    "refresh_reuse_detected",
-    "logged_out",
-    "session_ended",
-    "password_changed",
-    "api_key_created",
-    "api_key_updated",
-    "api_key_rotated",
-    "api_key_revoked",
-    "api_key_deleted",
-    "user_disabled",
-    "user_enabled",
-    "role_changed",
-    "invitation_created",
-    "invitation_revoked",
-    "team_created",
-    "team_updated",
-    "team_deleted",
-    "member_added",
-    "member_role_changed",
-    "member_budget_changed",
-    "member_removed",
-    "member_left",
-    "team_api_key_created",
-    "team_invitation_created",
-    "team_invitation_revoked",
-];
-
 /// Records deleted per pruning statement.
 const PRUNE_BATCH: i64 = 2000;
 
@@ -82,7 +51,7 @@ pub(crate) struct Event(AuditEventRow);
 impl Event {
     /// An event `action` concerning account `user_id`, acted by `actor`, at `now`.
     pub(crate) fn new(
-        action: &'static str,
+        action: AuditAction,
         user_id: Option<&str>,
         actor: Option<&str>,
         now: DateTime<Utc>,
@@ -93,7 +62,7 @@ impl Event {
             at: now.naive_utc(),
             user_id: user_id.map(str::to_owned),
             actor: actor.map(str::to_owned),
-            action: action.to_owned(),
+            action: action.as_str().to_owned(),
             target: None,
             ip: context.ip,
             user_agent: context.user_agent,
@@ -110,9 +79,9 @@ impl Event {
 
     /// Another event like this one, under another action (its own id: a change that records
     /// two events, such as a role change and a disabling together, inserts two rows).
-    pub(crate) fn action(mut self, action: &'static str) -> Self {
+    pub(crate) fn action(mut self, action: AuditAction) -> Self {
         self.0.id = uuid::Uuid::now_v7().to_string();
-        self.0.action = action.to_owned();
+        self.0.action = action.as_str().to_owned();
         self
     }
 
@@ -190,7 +159,7 @@ impl From<&AuditEventRow> for AuditEventView {
 fn parse_action(action: Option<String>) -> Result<Option<String>, FieldError> {
     match action {
         None => Ok(None),
-        Some(a) if ACTIONS.contains(&a.as_str()) => Ok(Some(a)),
+        Some(a) if AuditAction::parse(&a).is_some() => Ok(Some(a)),
         Some(_) => Err(FieldError::new("action", "is not an audit action")),
     }
 }

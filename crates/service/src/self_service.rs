@@ -10,6 +10,7 @@ use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
+use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, UserName};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::SessionRow;
@@ -100,7 +101,8 @@ impl AuthService {
         let (user_id, _) = session_caller(principal)?;
         let wanted = id.to_owned();
         let now = time::now();
-        let event = Event::new("session_ended", Some(&user_id), Some(&user_id), now).target(id);
+        let event =
+            Event::new(AuditAction::SessionEnded, Some(&user_id), Some(&user_id), now).target(id);
         let change = self
             .db
             .run(move |conn| {
@@ -190,8 +192,8 @@ impl AuthService {
         let hash = self.passwords.hash(new_password).await?;
         let now = time::now();
         let (token, refresh) = Self::first_refresh_token(&session_id, now);
-        let event =
-            Event::new("password_changed", Some(&user_id), Some(&user_id), now).target(&user_id);
+        let event = Event::new(AuditAction::PasswordChanged, Some(&user_id), Some(&user_id), now)
+            .target(&user_id);
         let (session, changes) = self
             .db
             .run(move |conn| {

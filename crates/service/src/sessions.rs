@@ -12,6 +12,7 @@ use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
+use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, RefreshTokenSecret};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
@@ -214,7 +215,7 @@ impl AuthService {
         now: DateTime<Utc>,
     ) -> Result<Refreshed, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
-        let reuse_event = Event::new("refresh_reuse_detected", None, None, now);
+        let reuse_event = Event::new(AuditAction::RefreshReuseDetected, None, None, now);
         self.db
             .run(move |conn| {
                 // One indexed read first: an unknown token (a guess) never opens a write
@@ -353,8 +354,8 @@ impl AuthService {
             LogoutScope::Global => "global",
             LogoutScope::Others => "others",
         };
-        let event =
-            Event::new("logged_out", Some(&user_id), Some(&user_id), now).target(&session_id);
+        let event = Event::new(AuditAction::LoggedOut, Some(&user_id), Some(&user_id), now)
+            .target(&session_id);
         let changes: Vec<ChangeRow> = self
             .db
             .run(move |conn| {

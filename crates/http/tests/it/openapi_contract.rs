@@ -38,6 +38,13 @@ async fn chat_request_is_described_as_openai_does(backend: Backend) {
     // found `maxProperties: 1` where `minProperties` was meant: two fields are allowed).
     let update_user = &schemas["UpdateUserRequest"];
     assert_eq!(update_user["minProperties"], json!(1), "{update_user}");
+    // The audit filters accept exactly the actions the trail records.
+    for path in ["/api/v1/audit", "/api/v1/admin/audit"] {
+        let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+        let action = params.iter().find(|p| p["name"] == json!("action")).unwrap();
+        let pattern = action["schema"]["pattern"].as_str().unwrap_or_default();
+        assert_eq!(pattern, aigw_domain::AuditAction::pattern(), "{path}");
+    }
     assert!(update_user.get("maxProperties").is_none(), "{update_user}");
     assert_eq!(update_user["properties"]["disabled"]["type"], json!("boolean"), "{update_user}");
     let role = &update_user["properties"]["role"];

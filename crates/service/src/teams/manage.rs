@@ -9,6 +9,7 @@ use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
 use aigw_domain::access::op;
+use aigw_domain::AuditAction;
 use aigw_domain::{time, BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
 use aigw_persistence::teams::{self, TeamChanges, TeamRow};
 use aigw_persistence::{api_keys, budgets, transaction};
@@ -73,9 +74,10 @@ impl AuthService {
             policy,
             member_budget_micros,
         };
-        let event = Event::new("team_created", Some(&user_id), Some(actor_of(principal)), now)
-            .target(&row.id)
-            .details(serde_json::json!({"name": row.name}));
+        let event =
+            Event::new(AuditAction::TeamCreated, Some(&user_id), Some(actor_of(principal)), now)
+                .target(&row.id)
+                .details(serde_json::json!({"name": row.name}));
         let stored = row.clone();
         self.db
             .run(move |conn| {
@@ -175,9 +177,10 @@ impl AuthService {
         let admin = self.is_platform_admin(principal).await?;
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let event = Event::new("team_updated", Some(&user_id), Some(actor_of(principal)), now)
-            .target(id)
-            .details(serde_json::json!({"fields": changes.field_names()}));
+        let event =
+            Event::new(AuditAction::TeamUpdated, Some(&user_id), Some(actor_of(principal)), now)
+                .target(id)
+                .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, access, change) = self
             .db
             .run(move |conn| {
@@ -225,7 +228,8 @@ impl AuthService {
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let event =
-            Event::new("team_deleted", Some(&user_id), Some(actor_of(principal)), now).target(id);
+            Event::new(AuditAction::TeamDeleted, Some(&user_id), Some(actor_of(principal)), now)
+                .target(id);
         let changes = self
             .db
             .run(move |conn| {

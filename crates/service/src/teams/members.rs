@@ -9,6 +9,7 @@ use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use aigw_domain::access::op;
+use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::teams::{self, MemberRow, TeamInvitationRow};
@@ -113,7 +114,7 @@ impl AuthService {
                             }
                             other => other?,
                         }
-                        Event::new("team_invitation_created", None, Some(&actor), now)
+                        Event::new(AuditAction::TeamInvitationCreated, None, Some(&actor), now)
                             .target(&team_id)
                             .details(serde_json::json!({
                                 "team_id": team_id, "role": role.as_str(), "invitation_id": invitation.id,
@@ -127,7 +128,7 @@ impl AuthService {
                         }
                         other => other?,
                     }
-                    Event::new("member_added", Some(&user.id), Some(&actor), now)
+                    Event::new(AuditAction::MemberAdded, Some(&user.id), Some(&actor), now)
                         .target(&team_id)
                         .details(details)
                         .insert(conn)?;
@@ -222,7 +223,7 @@ impl AuthService {
                     }
                     teams::update_member(conn, &team_id, &target, role, budget)?;
                     if let Some(role) = role.filter(|r| *r != current.role) {
-                        Event::new("member_role_changed", Some(&target), Some(&actor), now)
+                        Event::new(AuditAction::MemberRoleChanged, Some(&target), Some(&actor), now)
                             .target(&team_id)
                             .details(serde_json::json!({
                                 "team_id": team_id, "from": current.role.as_str(), "to": role.as_str(),
@@ -230,7 +231,7 @@ impl AuthService {
                             .insert(conn)?;
                     }
                     if budget.is_some() {
-                        Event::new("member_budget_changed", Some(&target), Some(&actor), now)
+                        Event::new(AuditAction::MemberBudgetChanged, Some(&target), Some(&actor), now)
                             .target(&team_id)
                             .details(serde_json::json!({"team_id": team_id, "budget_micros": budget.flatten()}))
                             .insert(conn)?;
@@ -302,7 +303,11 @@ impl AuthService {
                         return Err(last_owner("user_id"));
                     }
                     teams::delete_member(conn, &team_id, &target)?;
-                    let action = if target == user_id { "member_left" } else { "member_removed" };
+                    let action = if target == user_id {
+                        AuditAction::MemberLeft
+                    } else {
+                        AuditAction::MemberRemoved
+                    };
                     Event::new(action, Some(&target), Some(&actor), now)
                         .target(&team_id)
                         .details(
@@ -370,7 +375,7 @@ impl AuthService {
                             id: target.chars().take(64).collect(),
                         });
                     }
-                    Event::new("team_invitation_revoked", None, Some(&actor), now)
+                    Event::new(AuditAction::TeamInvitationRevoked, None, Some(&actor), now)
                         .target(&team_id)
                         .details(serde_json::json!({"team_id": team_id, "invitation_id": target}))
                         .insert(conn)

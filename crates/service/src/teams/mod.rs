@@ -30,6 +30,7 @@ pub use members::{MemberAdded, MemberPatch, NewMember};
 use crate::auth::{AuthService, Principal};
 use crate::error::ServiceError;
 use aigw_domain::key_policy::usd_to_micros;
+use aigw_domain::AuditAction;
 use aigw_domain::{FieldError, Role, TeamRole};
 use aigw_persistence::models::{ApiKeyPolicy, UserRow};
 use aigw_persistence::teams::{self, MemberRow, TeamInvitationRow, TeamRow};
@@ -196,14 +197,19 @@ pub(crate) fn join_invited(
             continue;
         }
         teams::insert_member(conn, &invitation.team_id, &user.id, invitation.role, now)?;
-        crate::audit::Event::new("member_added", Some(&user.id), Some(&invitation.created_by), now)
-            .target(&invitation.team_id)
-            .details(serde_json::json!({
-                "team_id": invitation.team_id,
-                "role": invitation.role.as_str(),
-                "invitation_id": invitation.id,
-            }))
-            .insert(conn)?;
+        crate::audit::Event::new(
+            AuditAction::MemberAdded,
+            Some(&user.id),
+            Some(&invitation.created_by),
+            now,
+        )
+        .target(&invitation.team_id)
+        .details(serde_json::json!({
+            "team_id": invitation.team_id,
+            "role": invitation.role.as_str(),
+            "invitation_id": invitation.id,
+        }))
+        .insert(conn)?;
     }
     Ok(())
 }

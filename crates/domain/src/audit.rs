@@ -1,0 +1,98 @@
+//! The actions the audit trail records ([`AuditAction`]), by their stable `snake_case`
+//! names: rows written by one version are read and filtered by every other, so a name is never
+//! renamed or reused.
+
+use std::fmt;
+
+macro_rules! actions {
+    ($($variant:ident => $name:literal,)*) => {
+        /// What an audit event records.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum AuditAction {
+            $(
+                #[doc = concat!("`", $name, "`.")]
+                $variant,
+            )*
+        }
+
+        impl AuditAction {
+            /// Every action, in declaration order.
+            pub const ALL: &'static [AuditAction] = &[$(AuditAction::$variant,)*];
+
+            /// The stable storage and API name.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(AuditAction::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+actions! {
+    UserRegistered => "user_registered",
+    LoginSucceeded => "login_succeeded",
+    LoginFailed => "login_failed",
+    RefreshReuseDetected => "refresh_reuse_detected",
+    LoggedOut => "logged_out",
+    SessionEnded => "session_ended",
+    PasswordChanged => "password_changed",
+    ApiKeyCreated => "api_key_created",
+    ApiKeyUpdated => "api_key_updated",
+    ApiKeyRotated => "api_key_rotated",
+    ApiKeyRevoked => "api_key_revoked",
+    ApiKeyDeleted => "api_key_deleted",
+    UserDisabled => "user_disabled",
+    UserEnabled => "user_enabled",
+    RoleChanged => "role_changed",
+    InvitationCreated => "invitation_created",
+    InvitationRevoked => "invitation_revoked",
+    TeamCreated => "team_created",
+    TeamUpdated => "team_updated",
+    TeamDeleted => "team_deleted",
+    MemberAdded => "member_added",
+    MemberRoleChanged => "member_role_changed",
+    MemberBudgetChanged => "member_budget_changed",
+    MemberRemoved => "member_removed",
+    MemberLeft => "member_left",
+    TeamApiKeyCreated => "team_api_key_created",
+    TeamInvitationCreated => "team_invitation_created",
+    TeamInvitationRevoked => "team_invitation_revoked",
+}
+
+impl AuditAction {
+    /// The action named `name`, if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|a| a.as_str() == name)
+    }
+
+    /// The names of every action as one regular expression (`^(a|b|…)$`), as the OpenAPI
+    /// description of the audit filters states it.
+    pub fn pattern() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|a| a.as_str()).collect();
+        format!("^({})$", names.join("|"))
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_parse_back() {
+        for action in AuditAction::ALL {
+            assert_eq!(AuditAction::parse(action.as_str()), Some(*action));
+        }
+        let mut names: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), AuditAction::ALL.len());
+        assert_eq!(AuditAction::parse("root_granted"), None);
+    }
+}
