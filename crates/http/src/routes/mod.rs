@@ -291,12 +291,13 @@ pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 #[cfg(test)]
 mod tests {
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 6] = [
+    const HANDLERS: [(&str, &str); 7] = [
         ("account", include_str!("account.rs")),
         ("admin", include_str!("admin.rs")),
         ("api_keys", include_str!("api_keys.rs")),
         ("auth", include_str!("auth.rs")),
         ("chat", include_str!("chat.rs")),
+        ("teams", include_str!("teams.rs")),
         ("usage", include_str!("usage.rs")),
     ];
 
@@ -330,6 +331,6 @@ mod tests {
                 secured += usize::from(checked);
             }
         }
-        assert_eq!(secured, 24, "every authenticated endpoint of /api/v1 was found");
+        assert_eq!(secured, 44, "every authenticated endpoint of /api/v1 was found");
     }
 }
