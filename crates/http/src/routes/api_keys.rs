@@ -25,6 +25,7 @@ use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey};
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
         BodyErrors,
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
+        (status = 404, description = "`team_id` is not a team of the caller (resource: team)", body = ErrorEnvelope),
         ServerErrors))]
 pub async fn create(
     state: web::Data<AppState>,
