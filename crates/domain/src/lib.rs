@@ -19,6 +19,7 @@
 //! - [`error`]: the stable, machine-readable error codes of the seed (§7);
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
 //! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`);
+//! - [`redact`]: URLs without their passwords, for logs and messages;
 //! - [`key_policy`]: what an API key may spend and call (models, budget, rates, metadata);
 //! - [`team`]: team roles, the levels a call's limits are checked at, and their counters;
 //! - [`usage`]: the usage ledger's record, outcomes, prices in integer micro-USD and UTC day
@@ -39,6 +40,7 @@ pub mod error;
 pub mod invitation;
 pub mod key_policy;
 pub mod permission;
+pub mod redact;
 pub mod refresh_token;
 pub mod team;
 pub mod time;

@@ -9,7 +9,7 @@
 //! - Days are UTC calendar days; a range is inclusive of both ends ([`DayRange`]).
 
 use crate::validation::FieldError;
-use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
+use chrono::{DateTime, Duration, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 /// How a metered chat completion ended.
@@ -252,30 +252,10 @@ fn parse_day(raw: &str, field: &str) -> Result<NaiveDate, FieldError> {
     date.ok_or_else(|| FieldError::new(field, "must be a date YYYY-MM-DD"))
 }
 
-/// A day as stored and shown: `YYYY-MM-DD` (ISO 8601). Written digit by digit for years
-/// 0 to 9999 (a limited key's call names its budget period with it: chrono's formatter was
-/// about 700 instructions); other years as chrono writes them (`+12345-01-01`).
+/// A day as stored and shown: `YYYY-MM-DD` (ISO 8601), as chrono's `Display` of a date
+/// writes it (`%Y-%m-%d`; years outside 0 to 9999 with their sign, `+12345-06-07`).
 pub fn format_day(day: NaiveDate) -> String {
-    let year = match u32::try_from(day.year()) {
-        Ok(year) if year <= 9999 => year,
-        _ => return day.format("%Y-%m-%d").to_string(),
-    };
-    let (month, dom) = (day.month(), day.day());
-    let digit = |n: u32| char::from_digit(n % 10, 10).unwrap_or('0');
-    [
-        digit(year / 1000),
-        digit(year / 100),
-        digit(year / 10),
-        digit(year),
-        '-',
-        digit(month / 10),
-        digit(month),
-        '-',
-        digit(dom / 10),
-        digit(dom),
-    ]
-    .into_iter()
-    .collect()
+    day.to_string()
 }
 
 #[cfg(test)]

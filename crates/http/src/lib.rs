@@ -18,7 +18,6 @@ pub mod extract;
 pub mod idempotency;
 pub mod json_body;
 pub mod log_format;
-pub mod log_writer;
 pub mod observe;
 pub mod openapi;
 pub mod operator;

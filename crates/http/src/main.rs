@@ -16,10 +16,10 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc returns the 19 MiB argon2 work areas to the OS after each hash (with the
-/// [`ALLOCATOR_SETTINGS`] that [`reexec_with_allocator_settings`] makes); glibc's malloc
-/// kept them cached per thread arena (374 MB resident after a login burst with glibc, see
-/// `scripts/bench.sh` and docs/decisions.md "Performance").
+/// mimalloc returns the argon2 work areas (19 MiB each) to the OS after each hash: it is
+/// compiled to map objects above 4 MiB for themselves (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE` in
+/// `.cargo/config.toml`). glibc's malloc kept them cached per thread arena (374 MB resident
+/// after a login burst with glibc, see `scripts/bench.sh` and docs/decisions.md "Performance").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -114,52 +114,8 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     }
 }
 
-/// mimalloc settings that aigw sets for itself: (variable, value). mimalloc reads them from
-/// the environment when the process starts (before `main`).
-///
-/// - `MIMALLOC_ARENA_MAX_OBJECT_SIZE` (KiB): objects above 4 MiB, in practice only the 19 MiB
-///   work area of each argon2id hash, are mapped from the OS for themselves and unmapped when
-///   freed, at once and whatever the purge delay. Kept in an arena, that area stayed resident
-///   on the idle hashing thread (44 MiB after one login against 23 MiB before it).
-/// - `MIMALLOC_PURGE_DELAY` (ms): how long freed pages stay committed before mimalloc gives
-///   them back. At 0 each small page a request's objects had emptied was given back and
-///   faulted in again on the next one: ~2 300 `madvise` calls a second under chat load, each a
-///   TLB shoot-down on the other core, 12-15 % of the chat call's CPU (docs/performance.md).
-const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
-    [("MIMALLOC_ARENA_MAX_OBJECT_SIZE", "4096"), ("MIMALLOC_PURGE_DELAY", "10")];
-
-/// Runs this binary again with the [`ALLOCATOR_SETTINGS`] it lacks (same process id), unless
-/// every one of them is set (an operator's own values are kept) or the binary cannot be found
-/// again (then nothing happens). mimalloc has no safe call to change its options at run time,
-/// and this workspace has no `unsafe`, so they are set where mimalloc reads them: the
-/// environment of a new process image (`exec`).
-#[cfg(unix)]
-fn reexec_with_allocator_settings() {
-    use std::os::unix::process::CommandExt;
-    let missing: Vec<(&str, &str)> = ALLOCATOR_SETTINGS
-        .into_iter()
-        .filter(|(name, _)| std::env::var_os(name).is_none())
-        .collect();
-    if missing.is_empty() {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else { return };
-    let error =
-        std::process::Command::new(exe).args(std::env::args_os().skip(1)).envs(missing).exec();
-    // Only returns on failure: carry on with the allocator's defaults.
-    eprintln!(
-        "aigw: could not restart with its allocator settings ({error}); memory use stays higher"
-    );
-}
-
-fn main() -> ExitCode {
-    #[cfg(unix)]
-    reexec_with_allocator_settings();
-    run()
-}
-
 #[actix_web::main]
-async fn run() -> ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,

@@ -26,6 +26,7 @@ use actix_web::{web, HttpMessage, HttpRequest};
 use aigw_domain::time;
 use aigw_service::rate_limit::ForwardedHeader;
 use aigw_service::{Decision, LimitKey, Policy, Principal, RateLimitConfig, RateLimiter};
+use ipnet::{IpNet, Ipv4Net};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers): the quota of the policy.
@@ -51,7 +52,7 @@ pub enum RateLimitSetupError {
 /// The configured trusted proxies and the header they write.
 #[derive(Debug, Clone)]
 pub struct TrustedProxies {
-    nets: Vec<(IpAddr, u8)>,
+    nets: Vec<IpNet>,
     header: ForwardedHeader,
 }
 
@@ -63,26 +64,18 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn prefix_matches(net: IpAddr, bits: u8, ip: IpAddr) -> bool {
-    fn masked(bytes: &[u8], bits: u8) -> Vec<u8> {
-        bytes
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let start = (i * 8) as u32;
-                let keep = u32::from(bits).saturating_sub(start).min(8);
-                if keep == 0 {
-                    0
-                } else {
-                    b & (0xffu8 << (8 - keep))
-                }
-            })
-            .collect()
-    }
-    match (net, ip) {
-        (IpAddr::V4(n), IpAddr::V4(a)) => masked(&n.octets(), bits) == masked(&a.octets(), bits),
-        (IpAddr::V6(n), IpAddr::V6(a)) => masked(&n.octets(), bits) == masked(&a.octets(), bits),
-        _ => false,
+/// A block written in IPv4-mapped IPv6 (`::ffff:10.0.0.0/104`) as the IPv4 block it covers
+/// (`10.0.0.0/8`); `None` for such a block shorter than /96, which is not all mapped addresses.
+fn canonical_net(net: IpNet) -> Option<IpNet> {
+    match net {
+        IpNet::V6(v6) => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => {
+                let bits = v6.prefix_len().checked_sub(96)?;
+                Ipv4Net::new(v4, bits).ok().map(IpNet::V4)
+            }
+            None => Some(net),
+        },
+        IpNet::V4(_) => Some(net),
     }
 }
 
@@ -108,35 +101,28 @@ impl TrustedProxies {
     /// # Errors
     /// [`RateLimitSetupError::BadProxy`] naming the first bad entry.
     pub fn parse(entries: &[String], header: ForwardedHeader) -> Result<Self, RateLimitSetupError> {
-        let mut nets = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let bad = || RateLimitSetupError::BadProxy(entry.clone());
-            let (addr, bits) = match entry.trim().split_once('/') {
-                Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
-                None => (entry.trim(), None),
-            };
-            let ip = canonical(addr.parse::<IpAddr>().map_err(|_| bad())?);
-            let max = if ip.is_ipv4() { 32 } else { 128 };
-            // A CIDR written for IPv4-mapped IPv6 (`::ffff:10.0.0.0/104`) is an IPv4 block.
-            let bits = match (bits, addr.parse::<IpAddr>()) {
-                (Some(b), Ok(IpAddr::V6(_))) if ip.is_ipv4() => {
-                    b.checked_sub(96).ok_or_else(bad)?
-                }
-                (Some(b), _) => b,
-                (None, _) => max,
-            };
-            if bits > max {
-                return Err(bad());
-            }
-            nets.push((ip, bits));
-        }
+        let nets = entries
+            .iter()
+            .map(|entry| {
+                let entry = entry.trim();
+                let net = match entry.parse::<IpNet>() {
+                    Ok(net) => net,
+                    Err(_) => IpNet::from(
+                        entry
+                            .parse::<IpAddr>()
+                            .map_err(|_| RateLimitSetupError::BadProxy(entry.to_owned()))?,
+                    ),
+                };
+                canonical_net(net).ok_or_else(|| RateLimitSetupError::BadProxy(entry.to_owned()))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self { nets, header })
     }
 
     /// Whether `ip` is a trusted proxy.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
-        self.nets.iter().any(|&(net, bits)| prefix_matches(net, bits, ip))
+        self.nets.iter().any(|net| net.contains(&ip))
     }
 
     /// The hops of the configured header, leftmost (the original client) first.
@@ -424,7 +410,11 @@ mod tests {
         assert!(!p.contains(ip("192.0.2.8")));
         assert!(p.contains(ip("2001:db8:1::1")));
         assert!(!p.contains(ip("2001:db9::1")));
-        for bad in ["10.0.0.0/33", "nonsense", "::/129", "1.2.3.4/x"] {
+        let mapped = proxies(&["::ffff:10.0.0.0/104"], ForwardedHeader::XForwardedFor);
+        assert!(mapped.contains(ip("10.200.0.1")));
+        assert!(mapped.contains(ip("::ffff:10.200.0.1")));
+        assert!(!mapped.contains(ip("11.0.0.1")));
+        for bad in ["10.0.0.0/33", "nonsense", "::/129", "1.2.3.4/x", "::ffff:10.0.0.0/90"] {
             assert!(
                 TrustedProxies::parse(&[bad.to_owned()], ForwardedHeader::XForwardedFor).is_err(),
                 "{bad}"

@@ -104,7 +104,7 @@ fn load_or_generate(path: &Path) -> anyhow::Result<Vec<u8>> {
         Ok(mut file) => {
             let mut raw = [0u8; 64];
             rand::rngs::OsRng.fill_bytes(&mut raw);
-            let hex = hex::encode(raw);
+            let hex = base16ct::lower::encode_string(&raw);
             file.write_all(hex.as_bytes())
                 .with_context(|| format!("writing {}", path.display()))?;
             file.sync_all().ok();

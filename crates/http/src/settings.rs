@@ -185,7 +185,7 @@ impl Default for DatabaseSettings {
 impl std::fmt::Debug for DatabaseSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseSettings")
-            .field("url", &self.url.as_deref().map(aigw_persistence::pool::redact_password))
+            .field("url", &self.url.as_deref().map(aigw_domain::redact::redact_url))
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout_secs", &self.acquire_timeout_secs)
             .field("statement_timeout_secs", &self.statement_timeout_secs)

@@ -22,7 +22,7 @@ use tracing_subscriber::EnvFilter;
 /// spans still queued are written when it is dropped, so hold it until the process ends.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    _writer: crate::log_writer::BatchWriterGuard<Box<dyn std::io::Write + Send>>,
+    _writer: aigw_infra::log_writer::BatchWriterGuard<Box<dyn std::io::Write + Send>>,
     traces: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
 
@@ -100,7 +100,7 @@ pub enum LogOutput {
 }
 
 /// Installs the global subscriber (`RUST_LOG` overrides `log.level`), writing to `output` from a
-/// dedicated thread (`aigw-log`, [`crate::log_writer`]) every 10 ms, so a request never waits
+/// dedicated thread (`aigw-log`, [`aigw_infra::log_writer`]) every 10 ms, so a request never waits
 /// on the terminal or a pipe, nor wakes that thread. Up to 16 MiB of lines wait in memory;
 /// only a writer that far behind makes a logging thread wait (nothing is dropped). With
 /// `telemetry.otlp_endpoint`, spans are also exported over OTLP/HTTP (batched, from a thread
@@ -124,9 +124,9 @@ pub fn init(
         LogOutput::Stdout => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
         LogOutput::Stderr => (Box::new(std::io::stderr()), std::io::stderr().is_terminal()),
     };
-    let (writer, guard) = crate::log_writer::BatchWriter::start(
+    let (writer, guard) = aigw_infra::log_writer::BatchWriter::start(
         stream,
-        crate::log_writer::Limits::default(),
+        aigw_infra::log_writer::Limits::default(),
         "aigw-log",
     )?;
     let (json, text) = match settings.format {

@@ -67,7 +67,7 @@ impl IdempotentRequest {
             hasher.update((part.len() as u64).to_be_bytes());
             hasher.update(part);
         }
-        let fingerprint = hex::encode(hasher.finalize());
+        let fingerprint = base16ct::lower::encode_string(&hasher.finalize());
         Self { scope: format!("user:{user_id}"), key: key.to_owned(), fingerprint }
     }
 

@@ -55,16 +55,6 @@ impl std::fmt::Debug for RedisLink {
     }
 }
 
-/// `redis://user:secret@host:6379/0` without the password, for logs.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 impl RedisLink {
     /// A link to `config.redis_url` with `redis_timeout_ms` and `redis_retry_secs`. Nothing
     /// connects before the first call, so a node starts even while Redis is down.
@@ -72,7 +62,7 @@ impl RedisLink {
     /// # Errors
     /// [`ServiceError::Internal`] naming `rate_limit.redis_url` when it cannot be parsed.
     pub fn new(config: &RateLimitConfig) -> Result<Self, ServiceError> {
-        let url_for_logs = redacted(&config.redis_url);
+        let url_for_logs = aigw_domain::redact::redact_url(&config.redis_url);
         let client = redis::Client::open(config.redis_url.as_str()).map_err(|e| {
             ServiceError::Internal(format!("rate_limit.redis_url {url_for_logs}: {e}"))
         })?;
@@ -230,16 +220,5 @@ impl RedisLink {
         let cmd = redis::cmd("PING");
         let ping = cmd.query_async::<String>(&mut conn);
         matches!(tokio::time::timeout(self.inner.timeout, ping).await, Ok(Ok(_)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redacted;
-
-    #[test]
-    fn urls_are_logged_without_password() {
-        assert_eq!(redacted("redis://:hunter2@cache:6379/0"), "redis://***@cache:6379/0");
-        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
 }

@@ -65,12 +65,12 @@ impl Sealer {
             .ok()?;
         let mut raw = nonce.to_vec();
         raw.extend_from_slice(&sealed);
-        Some(hex::encode(raw))
+        Some(base16ct::lower::encode_string(&raw))
     }
 
     /// Decrypts a value sealed for `row_id` with any of the keys; `None` when none opens it.
     pub fn open(&self, row_id: &str, sealed: &str) -> Option<String> {
-        let bytes = hex::decode(sealed).ok().filter(|b| b.len() >= 24)?;
+        let bytes = base16ct::mixed::decode_vec(sealed).ok().filter(|b| b.len() >= 24)?;
         let (nonce, ciphertext) = bytes.split_at(24);
         let nonce = XNonce::from(<[u8; 24]>::try_from(nonce).ok()?);
         self.keys.iter().find_map(|cipher| {

@@ -49,7 +49,7 @@ impl SigningKey {
     /// [`MIN_HMAC_SECRET_BYTES`] (refused in production, a warning in development).
     pub fn hs256(secret: &[u8]) -> Result<Self, ServiceError> {
         let digest = Sha256::digest(secret);
-        let kid = hex::encode(&digest[..8]);
+        let kid = base16ct::lower::encode_string(&digest[..8]);
         Self::hs256_with_kid(format!("hs256-{kid}"), secret)
     }
 

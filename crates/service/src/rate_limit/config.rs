@@ -58,7 +58,7 @@ impl std::fmt::Debug for RateLimitConfig {
         f.debug_struct("RateLimitConfig")
             .field("enabled", &self.enabled)
             .field("backend", &self.backend)
-            .field("redis_url", &aigw_persistence::pool::redact_password(&self.redis_url))
+            .field("redis_url", &aigw_domain::redact::redact_url(&self.redis_url))
             .field("redis_key_prefix", &self.redis_key_prefix)
             .field("redis_timeout_ms", &self.redis_timeout_ms)
             .field("redis_retry_secs", &self.redis_retry_secs)

@@ -147,7 +147,7 @@ impl LimitKey {
 
     /// The digest in lower-case hex (Redis key suffix).
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        base16ct::lower::encode_string(&self.0)
     }
 
     pub(crate) fn bytes(&self) -> [u8; 16] {

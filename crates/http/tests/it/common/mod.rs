@@ -85,20 +85,6 @@ fn with_database(url: &str, db: &str) -> String {
     }
 }
 
-/// `url` with any password replaced by `***`, for messages.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    match (rest.find('@'), rest.find(':')) {
-        (Some(at), Some(colon)) if colon < at => {
-            format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// The PostgreSQL admin URL of the tests: `AIGW_TEST_DATABASE_URL` (else [`DEFAULT_PG_URL`]),
 /// with `sslmode=disable` added when it sets no `sslmode`.
 ///
@@ -126,13 +112,18 @@ fn create_pg_database() -> (String, PgDatabase) {
              server: set AIGW_TEST_DATABASE_URL to a reachable postgres:// URL (a user that \
              may CREATE DATABASE), or run scripts/test.sh, which skips them with \
              `--skip postgres` when no PostgreSQL exists.",
-            redact(&admin_url)
+            aigw_domain::redact::redact_url(&admin_url)
         ),
     };
     let name = format!("aigw_test_{}", uuid::Uuid::now_v7().simple());
-    diesel::sql_query(format!("CREATE DATABASE \"{name}\""))
-        .execute(&mut conn)
-        .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed on {}: {e}", redact(&admin_url)));
+    diesel::sql_query(format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).unwrap_or_else(
+        |e| {
+            panic!(
+                "CREATE DATABASE {name} failed on {}: {e}",
+                aigw_domain::redact::redact_url(&admin_url)
+            )
+        },
+    );
     let url = with_database(&admin_url, &name);
     (url, PgDatabase { admin_url, name })
 }

@@ -1,0 +1,11 @@
+#![warn(missing_docs)]
+//! # aigw-infra
+//!
+//! Infrastructure that aigw keeps of its own because, measured against the well-kept crate
+//! that does the same job, it showed a gain beyond the benchmark's noise (README.md has the
+//! figures and how to measure them again). Everything else of this kind uses the crate.
+//!
+//! - [`log_writer`]: log lines batched in memory and written by one thread on a clock,
+//!   instead of `tracing-appender`'s non-blocking writer, which wakes its thread per line.
+
+pub mod log_writer;
