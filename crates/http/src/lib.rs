@@ -17,7 +17,6 @@ pub mod error;
 pub mod extract;
 pub mod idempotency;
 pub mod json_body;
-pub mod log_format;
 pub mod observe;
 pub mod openapi;
 pub mod operator;

@@ -54,13 +54,19 @@ fn otlp_enabled() -> bool {
 }
 
 /// Whether each request gets a tracing span: for OTLP export, and for the text format, which
-/// shows a line's spans. JSON lines do without one (`log_format::JsonLines` writes the
+/// shows a line's spans. JSON lines do without one (`aigw_infra::log_format::JsonLines` writes the
 /// request's id from its task-local instead): building, entering and closing a span per request
 /// was about 3 % of a chat call's instructions (callgrind, docs/performance.md).
 static REQUEST_SPANS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn request_spans() -> bool {
     REQUEST_SPANS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The value of a JSON line's request span when it is written outside a tracing span: the
+/// request's task-local id, if the line is written while a request is handled.
+fn request_id_span(with: &mut dyn FnMut(&str)) {
+    let _ = REQUEST_ID.try_with(|id| with(id));
 }
 
 /// The OTLP/HTTP (protobuf) span exporter for `endpoint` (a collector's base URL such as
@@ -133,8 +139,12 @@ pub fn init(
         LogFormat::Json => (
             Some(
                 tracing_subscriber::fmt::layer()
-                    .event_format(crate::log_format::JsonLines)
-                    .fmt_fields(crate::log_format::span_fields())
+                    .event_format(aigw_infra::log_format::JsonLines::default().with_fallback_span(
+                        "request",
+                        "request_id",
+                        request_id_span,
+                    ))
+                    .fmt_fields(aigw_infra::log_format::span_fields())
                     .with_writer(writer),
             ),
             None,

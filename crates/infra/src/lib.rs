@@ -7,5 +7,8 @@
 //!
 //! - [`log_writer`]: log lines batched in memory and written by one thread on a clock,
 //!   instead of `tracing-appender`'s non-blocking writer, which wakes its thread per line.
+//! - [`log_format`]: JSON log lines written straight into the line's buffer, instead of
+//!   tracing-subscriber's JSON format, which builds a map of `serde_json::Value`s per line.
 
+pub mod log_format;
 pub mod log_writer;

@@ -5,11 +5,11 @@
 //! <the event's fields>, "span":{"name":"request","request_id":"…"}}` — RFC 3339 UTC
 //! timestamps with microseconds, the event's fields at the top level (strings, numbers,
 //! booleans; anything else as its `Debug` text), and the innermost span with its fields when
-//! the event happened inside one. A request has a span only when something needs one (OTLP
-//! export, or the text format): otherwise a line written while a request is handled gets the
-//! same `"span":{"name":"request","request_id":"…"}` from the request's task-local id
-//! (`crate::error::REQUEST_ID`), which costs nothing per request. docs/operations.md shows a
-//! line.
+//! the event happened inside one. A line written outside any span can be given the span it
+//! would have had from elsewhere ([`JsonLines::with_fallback_span`]): aigw gives a request a
+//! tracing span only when something needs one (OTLP export, or the text format), and
+//! otherwise writes `"span":{"name":"request","request_id":"…"}` from the request's
+//! task-local id, which costs nothing per request.
 //!
 //! tracing-subscriber's own JSON format gives the same fields but first collects them into a
 //! map of `serde_json::Value`s: about 23 000 instructions per access-log line, against a few
@@ -26,7 +26,35 @@ use tracing_subscriber::registry::LookupSpan;
 /// The event formatter of `log.format = "json"`; use with span fields formatted by
 /// [`JsonSpanFields`] ([`span_fields`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct JsonLines;
+pub struct JsonLines {
+    fallback: Option<FallbackSpan>,
+}
+
+/// The span a line written outside any span is given: its name, its one field's name, and
+/// where the field's value comes from ([`JsonLines::with_fallback_span`]).
+#[derive(Debug, Clone, Copy)]
+struct FallbackSpan {
+    name: &'static str,
+    field: &'static str,
+    value: SpanValue,
+}
+
+/// Calls its argument with the value of a fallback span's field when there is one (a
+/// task-local or thread-local lookup), and not at all when there is none.
+pub type SpanValue = fn(with: &mut dyn FnMut(&str));
+
+impl JsonLines {
+    /// Lines written outside any span get `"span":{"name":<name>,<field>:<value>}` whenever
+    /// `value` yields one.
+    pub fn with_fallback_span(
+        self,
+        name: &'static str,
+        field: &'static str,
+        value: SpanValue,
+    ) -> Self {
+        Self { fallback: Some(FallbackSpan { name, field, value }) }
+    }
+}
 
 /// Appends `text` as a JSON string (quoted and escaped). Text with nothing to escape (no
 /// `"`, `\` or control character: field names, ids, routes, nearly every value) is copied
@@ -133,12 +161,14 @@ where
                 line.extend_from_slice(inner.as_bytes());
             }
             line.push(b'}');
-        } else {
-            // Without request spans (JSON lines and no OTLP: `telemetry::init`), a line written
-            // while a request is handled carries the span it would have had.
-            let _ = crate::error::REQUEST_ID.try_with(|id| {
-                line.extend_from_slice(b",\"span\":{\"name\":\"request\",\"request_id\":");
-                push_json_str(&mut line, id);
+        } else if let Some(fallback) = self.fallback {
+            (fallback.value)(&mut |value| {
+                line.extend_from_slice(b",\"span\":{\"name\":");
+                push_json_str(&mut line, fallback.name);
+                line.push(b',');
+                push_json_str(&mut line, fallback.field);
+                line.push(b':');
+                push_json_str(&mut line, value);
                 line.push(b'}');
             });
         }
@@ -209,6 +239,22 @@ mod tests {
     #[derive(Clone, Default)]
     struct Captured(Arc<Mutex<Vec<u8>>>);
 
+    thread_local! {
+        static REQUEST_ID: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    }
+
+    fn request_id(with: &mut dyn FnMut(&str)) {
+        REQUEST_ID.with_borrow(|id| {
+            if let Some(id) = id {
+                with(id);
+            }
+        });
+    }
+
+    fn json_lines() -> JsonLines {
+        JsonLines::default().with_fallback_span("request", "request_id", request_id)
+    }
+
     impl io::Write for Captured {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
             self.0.lock().unwrap().extend_from_slice(buf);
@@ -225,7 +271,7 @@ mod tests {
         let sink = captured.clone();
         let sink_text = captured.clone();
         let layer = tracing_subscriber::fmt::layer()
-            .event_format(JsonLines)
+            .event_format(json_lines())
             .fmt_fields(span_fields())
             .with_writer(move || sink.clone());
         let subscriber = tracing_subscriber::registry().with(layer);
@@ -245,20 +291,24 @@ mod tests {
         // No span, but inside a request: the request's span as it would have been.
         let subscriber = tracing_subscriber::registry().with(
             tracing_subscriber::fmt::layer()
-                .event_format(JsonLines)
+                .event_format(json_lines())
                 .fmt_fields(span_fields())
                 .with_writer(move || captured.clone()),
         );
         tracing::subscriber::with_default(subscriber, || {
-            crate::error::REQUEST_ID.sync_scope("r-\"2".to_owned(), || {
-                tracing::info!(detail = ?("a", 1), "in a request {}", 7);
-            });
+            tracing::info!("outside a request");
+            REQUEST_ID.set(Some("r-\"2".to_owned()));
+            tracing::info!(detail = ?("a", 1), "in a request {}", 7);
+            REQUEST_ID.set(None);
         });
         let text = String::from_utf8(sink_text.0.lock().unwrap().clone()).unwrap();
         let mut lines: Vec<serde_json::Value> =
             text.lines().map(|l| serde_json::from_str(l).expect(l)).collect();
-        assert_eq!(lines.len(), 6, "{text}");
+        assert_eq!(lines.len(), 7, "{text}");
         let scoped = lines.pop().unwrap();
+        let outside = lines.pop().unwrap();
+        assert_eq!(outside["message"], "outside a request");
+        assert!(outside.get("span").is_none(), "{outside}");
         assert_eq!(scoped["message"], "in a request 7");
         assert_eq!(scoped["detail"], "(\"a\", 1)");
         assert_eq!(scoped["span"], serde_json::json!({"name": "request", "request_id": "r-\"2"}));
