@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The issue-7 benchmark: aigw beside a bare actix-web handler and an nginx proxy hop, in one
+# The benchmark: aigw beside a bare actix-web handler and an nginx proxy hop, in one
 # run, on this machine (loopback only; every load bounded in time).
 #
 #   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--keys N] [--backends "sqlite postgres"]

@@ -209,7 +209,7 @@ pub struct CreateApiKeyRequest {
 }
 
 impl CreateApiKeyRequest {
-    /// The issue-9 fields, for the service.
+    /// The policy fields (models, budget, rates, metadata, budget mode), for the service.
     pub fn policy(&mut self) -> KeyPolicyRequest {
         KeyPolicyRequest {
             allowed_models: self.allowed_models.take(),

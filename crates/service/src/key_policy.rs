@@ -1,4 +1,4 @@
-//! The issue-9 fields of an API key request (create and PATCH), parsed and validated into
+//! The policy fields of an API key request (create and PATCH), parsed and validated into
 //! the stored [`ApiKeyPolicy`] / [`ApiKeyChanges`]. Every error names its field.
 
 use aigw_domain::key_policy::{rate_limit, usd_to_micros};
