@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end check with the official OpenAI Python SDK (issue #2 "Done when"): the SDK, pointed
+# End-to-end check with the official OpenAI Python SDK (an OpenAI-compatible gateway must pass it): the SDK, pointed
 # at aigw with an aigw API key, gets identical plain and streaming completions (with and
 # without stream_options.include_usage) from the built-in `echo` model and from a configured
 # upstream (docs/examples/fake_upstream.py), and a 404 for an unknown model; then the usage

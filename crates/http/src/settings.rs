@@ -311,8 +311,8 @@ mod tests {
     use super::*;
     use secrecy::ExposeSecret;
 
-    /// The configuration shape of issue #2, verbatim: it must load as written.
-    const ISSUE_SAMPLE: &str = r#"
+    /// The configuration shape the README documents, verbatim: it must load as written.
+    const DOCUMENTED_SAMPLE: &str = r#"
 [server]
 listen = "127.0.0.1:8080"
 [database]
@@ -333,7 +333,7 @@ models = ["gpt-4o-mini"]
     fn the_issue_sample_loads_as_written() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("aigw.toml");
-        std::fs::write(&path, ISSUE_SAMPLE).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&path, DOCUMENTED_SAMPLE).unwrap_or_else(|e| panic!("{e}"));
         let settings =
             Settings::load_from(Some(&path), Some(&[])).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(settings.server.listen, "127.0.0.1:8080");

@@ -523,6 +523,23 @@ fn rollups<'a>(
     rollups
 }
 
+/// The select list of a usage summary: the group's value, then the rollups' sums in the
+/// order of [`UsageTotalsRow`].
+macro_rules! sums_of {
+    ($group:expr) => {
+        (
+            $group,
+            sql::<BigInt>("CAST(SUM(requests) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(prompt_tokens) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(completion_tokens) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(total_tokens) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(cost_micros) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(estimated_requests) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(unpriced_requests) AS BIGINT)"),
+        )
+    };
+}
+
 /// How [`summary`] groups the rollups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageGroup {
@@ -581,16 +598,7 @@ pub fn summary(
                 .filter(d::day.ge(&from))
                 .filter(d::day.le(&to))
                 .group_by($column)
-                .select((
-                    $column,
-                    sql::<BigInt>("CAST(SUM(requests) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(prompt_tokens) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(completion_tokens) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(total_tokens) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(cost_micros) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(estimated_requests) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(unpriced_requests) AS BIGINT)"),
-                ))
+                .select(sums_of!($column))
                 .order($column.asc())
                 .into_boxed();
             if let Some(key) = api_key_id {
@@ -643,16 +651,7 @@ pub fn team_summary(
                 .filter(d::day.ge(&from))
                 .filter(d::day.le(&to))
                 .group_by($column)
-                .select((
-                    $shown,
-                    sql::<BigInt>("CAST(SUM(requests) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(prompt_tokens) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(completion_tokens) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(total_tokens) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(cost_micros) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(estimated_requests) AS BIGINT)"),
-                    sql::<BigInt>("CAST(SUM(unpriced_requests) AS BIGINT)"),
-                ))
+                .select(sums_of!($shown))
                 .order($column.asc())
                 .into_boxed();
             if let Some(team) = team_id {

@@ -430,9 +430,8 @@ impl Gateway {
             None => crate::key_limits::Admitted::default(),
         };
         // A budget in `clamp` mode lowered `max_tokens`: that body goes upstream.
-        let (body, summary, worst) = match admission.clamped_body.take() {
-            Some(clamped) => {
-                let summary = validate_chat_request(&clamped)?;
+        let (body, summary, worst) = match admission.clamped.take() {
+            Some((clamped, summary)) => {
                 let worst = aigw_domain::usage::TokenUsage::new(
                     summary.prompt_bound,
                     summary.completion_cap,

@@ -8,6 +8,7 @@
 
 use crate::auth::Principal;
 use crate::budget::{worst_case_tokens, BudgetPlan, Budgets, Reservation, Tightener};
+use crate::chat_request::ChatRequestSummary;
 use crate::error::ServiceError;
 use crate::key_leases::{Granted, Leases};
 use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
@@ -84,9 +85,9 @@ pub struct Admitted {
     pub status: Option<RateStatus>,
     /// Each limited level's admission, key first.
     pub levels: Vec<Admission>,
-    /// The request body to send instead of the caller's, when a budget in `clamp` mode
-    /// lowered its `max_tokens` ([`crate::clamp`]).
-    pub clamped_body: Option<Bytes>,
+    /// The request body to send instead of the caller's, with its summary, when a budget in
+    /// `clamp` mode lowered its `max_tokens` ([`crate::clamp`]).
+    pub clamped: Option<(Bytes, ChatRequestSummary)>,
 }
 
 /// What an admitted call holds at one level: where the level stands for the
@@ -154,7 +155,7 @@ impl KeyLimits {
     ///
     /// A level whose budget is in `clamp` mode and cannot take the call's worst case has the
     /// call admitted once more with its `max_tokens` lowered to what that budget has left
-    /// ([`crate::clamp`]); the lowered body is then [`Admitted::clamped_body`].
+    /// ([`crate::clamp`]); the lowered body is then [`Admitted::clamped`].
     pub async fn admit(
         &self,
         principal: &Principal,
@@ -184,7 +185,7 @@ impl KeyLimits {
         let summary = crate::chat_request::validate_chat_request(&clamped)?;
         let bound = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
         let mut admitted = self.admit_levels(principal, model, &clamped, &bound, images).await?;
-        admitted.clamped_body = Some(clamped);
+        admitted.clamped = Some((clamped, summary));
         Ok(admitted)
     }
 

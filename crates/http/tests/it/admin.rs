@@ -9,7 +9,7 @@ use common::{spawn_app, test_settings, Auth, Backend, Reply, TestApp, User};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// The bound the issue sets for other nodes.
+/// How soon every other node must refuse a revoked credential.
 const WITHIN: Duration = Duration::from_secs(1);
 
 /// Makes the account with `email` an admin (or a user) the way an operator does: the

@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The bound the issue sets for other nodes.
+/// How soon every other node must refuse a revoked credential.
 const WITHIN: Duration = Duration::from_secs(1);
 
 /// A connection of the test's own to the app's database (not through the app).

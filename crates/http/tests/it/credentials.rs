@@ -1,4 +1,4 @@
-//! Issue #3 items not covered elsewhere: EdDSA signing keys and the JWK Set, rotation of
+//! Credential rules not covered elsewhere: EdDSA signing keys and the JWK Set, rotation of
 //! signing keys, production start-up rules, the common-password blocklist, re-hashing at login
 //! when argon2 parameters are raised, and logout scopes (on SQLite and PostgreSQL).
 

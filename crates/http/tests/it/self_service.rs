@@ -7,7 +7,7 @@ use common::{spawn_app, Auth, Backend, Reply, TestApp};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// The bound the issue sets for other nodes.
+/// How soon every other node must refuse a revoked credential.
 const WITHIN: Duration = Duration::from_secs(1);
 
 async fn login_as(app: &TestApp, email: &str, password: &str, agent: &str) -> Value {

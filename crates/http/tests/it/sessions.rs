@@ -72,7 +72,7 @@ fn race_refreshes(app: &TestApp, token: &str, n: usize) -> Vec<tokio::task::Join
 }
 
 async fn concurrent_refreshes_do_not_fork(backend: Backend) {
-    // Issue #3: 16 concurrent refreshes of one token produce no 5xx and exactly one successor;
+    // 16 concurrent refreshes of one token produce no 5xx and exactly one successor;
     // inside the grace window (default 10 s) every racer is handed that same successor.
     let app = spawn_app(backend).await;
     let user = app.new_user("concurrent").await;

@@ -208,7 +208,7 @@ impl AuthService {
                     if !teams::lock(conn, &team_id)? {
                         return Err(team_not_found(&team_id));
                     }
-                    let (_, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    let (team, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
                     let access = access.manage()?;
                     let current = teams::member(conn, &team_id, &target)?
                         .ok_or_else(|| member_not_found(&target))?;
@@ -238,7 +238,6 @@ impl AuthService {
                     }
                     let member = teams::member(conn, &team_id, &target)?
                         .ok_or_else(|| member_not_found(&target))?;
-                    let team = teams::find(conn, &team_id)?.ok_or_else(|| team_not_found(&team_id))?;
                     let spend = super::usage::member_spend(
                         conn,
                         &team_id,
