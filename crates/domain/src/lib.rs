@@ -39,6 +39,7 @@ pub mod digest;
 pub mod error;
 pub mod invitation;
 pub mod key_policy;
+pub mod ledger;
 pub mod permission;
 pub mod redact;
 pub mod refresh_token;

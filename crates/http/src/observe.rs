@@ -82,9 +82,17 @@ pub const CATALOGUE: &[MetricSpec] = &[
     ("aigw_change_feed_lag_seconds", Kind::Gauge, &[],
         "Seconds since this node last read the credential change feed"),
     ("aigw_usage_queue_length", Kind::Gauge, &[],
-        "Usage records accepted and not yet written to the database or spool"),
+        "Metered calls not yet written to the database or spool"),
     ("aigw_usage_spooled_records", Kind::Gauge, &[],
-        "Usage records waiting in the spool file for the database"),
+        "Metered calls waiting in the spool file for the database"),
+    ("aigw_usage_flushes_total", Kind::Counter, &[],
+        "Usage flushes written to the database (one transaction each)"),
+    ("aigw_usage_recorded_total", Kind::Counter, &[],
+        "Metered calls written to the database"),
+    ("aigw_usage_records_dropped_total", Kind::Counter, &[],
+        "Per-request usage records dropped because memory for them was full (their calls still counted)"),
+    ("aigw_usage_lost_total", Kind::Counter, &[],
+        "Metered calls that could be written neither to the database nor to the spool file"),
 ];
 
 /// Latency buckets in seconds (0.5 ms to 60 s).
@@ -171,6 +179,10 @@ impl Telemetry {
         if let Some(h) = state.usage.health() {
             m.gauge("aigw_usage_queue_length", &[], h.queued as f64);
             m.gauge("aigw_usage_spooled_records", &[], h.spooled as f64);
+            m.counter("aigw_usage_flushes_total", &[]).absolute(h.flushes);
+            m.counter("aigw_usage_recorded_total", &[]).absolute(h.recorded);
+            m.counter("aigw_usage_records_dropped_total", &[]).absolute(h.records_dropped);
+            m.counter("aigw_usage_lost_total", &[]).absolute(h.lost);
         }
         self.handle.render()
     }

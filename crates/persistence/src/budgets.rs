@@ -115,9 +115,9 @@ pub fn settle(
 /// inclusive) on, from the daily rollups, plus the reservations of its calls in flight
 /// ([`crate::in_flight::reserved_for`]), in micro-USD.
 ///
-/// The calls in flight are read first: a call's record is written before its row in
-/// `calls_in_flight` is deleted, so a call that ends meanwhile is counted twice (refusing
-/// early at worst), never missed.
+/// The calls in flight are read first: a call's usage is added to the rollups in the
+/// transaction that deletes its row in `calls_in_flight`, so a call whose flush commits
+/// between the two reads is counted twice (refusing early at worst), never missed.
 ///
 /// # Errors
 /// On database failure.

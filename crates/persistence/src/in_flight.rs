@@ -1,18 +1,21 @@
-//! Metered calls still running (`calls_in_flight`): each node writes the calls it has in
-//! flight once per usage flush interval, and deletes them once their usage record is in the
-//! ledger.
+//! Metered calls still running (`calls_in_flight`): each node writes the calls it has had in
+//! flight for longer than a usage flush interval, and the flush that counts a call deletes its
+//! row in the same transaction ([`crate::usage::apply_flush`]).
 //!
 //! - A budget counter opened while calls run (a new period after a PATCH, a Redis restart, a
 //!   counter expired) starts at the ledger's spend **plus** the reservations of the calls in
 //!   flight ([`reserved_for`]), so it never forgets what is running.
-//! - A call whose node stopped reporting (a crash, `kill -9`) before its record was written
+//! - A call whose node stopped reporting (a crash, `kill -9`) before its usage was written
 //!   is billed at its reservation by another node, or by the same one after a restart
-//!   ([`of_stopped_nodes`], then [`crate::usage::insert_batch`] and [`forget`]).
+//!   ([`of_stopped_nodes`], then [`crate::usage::bill_interrupted`], which marks the row
+//!   `billed_at` rather than deleting it: a node that was only cut off and records the call
+//!   later finds it billed and does not count it twice). Marked rows are pruned with the raw
+//!   records ([`crate::usage::prune_flushes_before`]).
 
 use crate::error::PersistenceError;
 use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
-use crate::schema::{calls_in_flight as f, credential_feed_nodes, usage_records};
+use crate::schema::{calls_in_flight as f, credential_feed_nodes};
 use aigw_domain::CounterSubject;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::dsl::{exists, not, sql};
@@ -147,16 +150,7 @@ pub fn insert(conn: &mut DbConnection, calls: &[CallInFlight]) -> Result<usize, 
     Ok(written)
 }
 
-/// Deletes node `node_id`'s calls whose usage record is in the ledger; returns how many.
-///
-/// # Errors
-/// On database failure.
-pub fn forget_recorded(conn: &mut DbConnection, node_id: &str) -> Result<usize, PersistenceError> {
-    let recorded = exists(usage_records::table.filter(usage_records::request_id.eq(f::request_id)));
-    Ok(diesel::delete(f::table.filter(f::node_id.eq(node_id)).filter(recorded)).execute(conn)?)
-}
-
-/// The request ids of node `node_id`'s calls.
+/// The request ids of node `node_id`'s calls not billed by another node.
 ///
 /// # Errors
 /// On database failure.
@@ -164,7 +158,11 @@ pub fn request_ids_of_node(
     conn: &mut DbConnection,
     node_id: &str,
 ) -> Result<Vec<String>, PersistenceError> {
-    Ok(f::table.filter(f::node_id.eq(node_id)).select(f::request_id).load(conn)?)
+    Ok(f::table
+        .filter(f::node_id.eq(node_id))
+        .filter(f::billed_at.is_null())
+        .select(f::request_id)
+        .load(conn)?)
 }
 
 /// Micro-USD reserved by the calls in flight that count against `subject` (a key, a team or
@@ -177,14 +175,15 @@ pub fn reserved_for(
     subject: CounterSubject<'_>,
 ) -> Result<i64, PersistenceError> {
     let sum = sql::<Nullable<BigInt>>("CAST(SUM(reserved_micros) AS BIGINT)");
+    let open = f::table.filter(f::billed_at.is_null());
     let reserved: Option<i64> = match subject {
         CounterSubject::Key(key_id) => {
-            f::table.filter(f::api_key_id.eq(key_id)).select(sum).first(conn)?
+            open.filter(f::api_key_id.eq(key_id)).select(sum).first(conn)?
         }
         CounterSubject::Team(team_id) => {
-            f::table.filter(f::team_id.eq(team_id)).select(sum).first(conn)?
+            open.filter(f::team_id.eq(team_id)).select(sum).first(conn)?
         }
-        CounterSubject::Member { team_id, user_id } => f::table
+        CounterSubject::Member { team_id, user_id } => open
             .filter(f::team_id.eq(team_id))
             .filter(f::member_id.eq(user_id))
             .select(sum)
@@ -211,6 +210,7 @@ pub fn of_stopped_nodes(
     );
     let rows: Vec<Row> = f::table
         .filter(f::node_id.ne(me))
+        .filter(f::billed_at.is_null())
         .filter(not(live))
         .order(f::started_at.asc())
         .limit(limit)

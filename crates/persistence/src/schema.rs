@@ -99,8 +99,8 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Daily usage rollups per (API key, model, UTC day `YYYY-MM-DD`), updated in the
-    /// transaction that inserts the records they count. Money in micro-USD.
+    /// Daily usage rollups per (API key, model, UTC day `YYYY-MM-DD`), added to by each
+    /// usage flush (the calls of a node's interval, summed). Money in micro-USD.
     usage_daily (api_key_id, model, day) {
         api_key_id -> Text,
         model -> Text,
@@ -115,6 +115,14 @@ diesel::table! {
         unpriced_requests -> BigInt,
         team_id -> Nullable<Text>,
         member_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    /// Ids of the usage flushes applied to the ledger (a replayed flush counts once).
+    usage_flushes (flush_id) {
+        flush_id -> Text,
+        applied_at -> Timestamp,
     }
 }
 
@@ -236,6 +244,7 @@ diesel::table! {
         started_at -> Timestamp,
         team_id -> Nullable<Text>,
         member_id -> Nullable<Text>,
+        billed_at -> Nullable<Timestamp>,
     }
 }
 

@@ -1,20 +1,20 @@
-//! Repository of the usage ledger: `usage_records` (one row per metered chat completion) and
-//! `usage_daily` (rollups per API key, model and UTC day).
+//! Repository of the usage ledger: `usage_daily` (rollups per API key, model and UTC day),
+//! `usage_records` (one row per metered chat completion, where per-request records are kept)
+//! and `usage_flushes` (the ids of the flushes applied).
 //!
-//! Writes are idempotent by request id: [`insert_batch`] inserts only the records whose
-//! request id is not in the ledger yet (`INSERT OR IGNORE` on SQLite; on PostgreSQL a binary
-//! `COPY`, or `ON CONFLICT (request_id) DO NOTHING` when the `COPY` meets a request id
-//! already there) and adds exactly those to the rollups, all in one transaction, so a batch
-//! replayed after a crash or an outage never counts twice.
-//! Rollup rows are updated in a fixed order (by key, model, day), so two nodes writing
-//! overlapping batches cannot deadlock.
+//! Nodes write flushes, not calls: [`apply_flush`] adds a node's sums of one interval to the
+//! rollups, and its per-request records to `usage_records`, in one transaction recording the
+//! flush's id, so a flush replayed after a crash or an outage never counts twice. Rollup rows
+//! are updated in a fixed order (by key, model, day), so two nodes writing at once cannot
+//! deadlock. [`bill_interrupted`] bills the calls cut by a stopped node.
 //!
-//! Usage queries read the rollups only ([`summary`]); the raw records are read newest first
-//! by keyset paging ([`list_records`]) and pruned by age ([`prune_before`]).
+//! Usage queries read the rollups only ([`summary`], [`team_summary`]); the raw records are
+//! read newest first by keyset paging ([`list_records`]) and pruned by age ([`prune_before`]).
 
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::{usage_daily, usage_records};
+use aigw_domain::ledger::{RollupKey, UsageFlush, UsageSums};
 use aigw_domain::usage::{format_day, TokenUsage, UsageOutcome, UsageRecord};
 use chrono::{NaiveDate, NaiveDateTime};
 use diesel::dsl::sql;
@@ -117,14 +117,18 @@ struct DailyRow {
 }
 
 impl DailyRow {
-    fn add(&mut self, r: &NewUsageRecord<'_>) {
-        self.requests += 1;
-        self.prompt_tokens = self.prompt_tokens.saturating_add(r.prompt_tokens);
-        self.completion_tokens = self.completion_tokens.saturating_add(r.completion_tokens);
-        self.total_tokens = self.total_tokens.saturating_add(r.total_tokens);
-        self.cost_micros = self.cost_micros.saturating_add(r.cost_micros);
-        self.estimated_requests += i64::from(r.estimated);
-        self.unpriced_requests += i64::from(!r.priced);
+    fn add(&mut self, sums: &UsageSums) {
+        let to_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.requests = self.requests.saturating_add(to_i64(sums.requests));
+        self.prompt_tokens = self.prompt_tokens.saturating_add(to_i64(sums.prompt_tokens));
+        self.completion_tokens =
+            self.completion_tokens.saturating_add(to_i64(sums.completion_tokens));
+        self.total_tokens = self.total_tokens.saturating_add(to_i64(sums.total_tokens));
+        self.cost_micros = self.cost_micros.saturating_add(to_i64(sums.cost_micros));
+        self.estimated_requests =
+            self.estimated_requests.saturating_add(to_i64(sums.estimated_requests));
+        self.unpriced_requests =
+            self.unpriced_requests.saturating_add(to_i64(sums.unpriced_requests));
     }
 }
 
@@ -169,12 +173,6 @@ struct NewUsageRecord<'a> {
     priced: bool,
     latency_ms: i64,
     started_at: NaiveDateTime,
-    /// Kept in the rollups only (see [`UsageRecord::team_id`]).
-    #[diesel(skip_insertion)]
-    team_id: Option<&'a str>,
-    /// Kept in the rollups only (see [`UsageRecord::member_id`]).
-    #[diesel(skip_insertion)]
-    member_id: Option<&'a str>,
 }
 
 impl<'a> From<&'a UsageRecord> for NewUsageRecord<'a> {
@@ -195,8 +193,6 @@ impl<'a> From<&'a UsageRecord> for NewUsageRecord<'a> {
             priced: r.priced,
             latency_ms: to_i64(r.latency_ms),
             started_at: r.started_at.naive_utc(),
-            team_id: r.team_id.as_deref(),
-            member_id: r.member_id.as_deref(),
         }
     }
 }
@@ -325,27 +321,20 @@ fn sqlite_timestamp_text(at: &NaiveDateTime) -> String {
 }
 
 /// The PostgreSQL insert of a whole chunk: one statement of fixed text whatever the number of
-/// rows (15 array parameters, one per column), answering the request ids it inserted.
+/// rows (15 array parameters, one per column), skipping request ids already there.
 const PG_INSERT_UNNEST: &str = "INSERT INTO usage_records (request_id, api_key_id, user_id, \
     model, provider, streamed, outcome, prompt_tokens, completion_tokens, total_tokens, \
     estimated, cost_micros, priced, latency_ms, started_at) \
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
     $6::bool[], $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::bool[], $12::int8[], \
     $13::bool[], $14::int8[], $15::timestamp[]) \
-    ON CONFLICT (request_id) DO NOTHING RETURNING request_id";
+    ON CONFLICT (request_id) DO NOTHING";
 
-/// A request id answered by [`PG_INSERT_UNNEST`].
-#[derive(Debug, QueryableByName)]
-struct InsertedId {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    request_id: String,
-}
-
-/// Inserts `chunk` on PostgreSQL in one statement; returns the request ids it inserted.
+/// Inserts `chunk` on PostgreSQL in one statement, skipping request ids already there.
 fn insert_chunk_pg<'a>(
     conn: &mut diesel::PgConnection,
     chunk: &'a [NewUsageRecord<'a>],
-) -> QueryResult<Vec<InsertedId>> {
+) -> QueryResult<usize> {
     use diesel::sql_types::{Array, BigInt, Bool, Text, Timestamp};
     let texts = |f: fn(&'a NewUsageRecord<'a>) -> &'a str| chunk.iter().map(f).collect::<Vec<_>>();
     let numbers = |f: fn(&'a NewUsageRecord<'a>) -> i64| chunk.iter().map(f).collect::<Vec<_>>();
@@ -366,161 +355,233 @@ fn insert_chunk_pg<'a>(
         .bind::<Array<Bool>, _>(flags(|r| r.priced))
         .bind::<Array<BigInt>, _>(numbers(|r| r.latency_ms))
         .bind::<Array<Timestamp>, _>(chunk.iter().map(|r| r.started_at).collect::<Vec<_>>())
-        .load(conn)
+        .execute(conn)
 }
 
-/// Inserts `records` that are not in the ledger yet and adds exactly those to the daily
-/// rollups, in one transaction. Returns how many were new (the others were already there:
-/// a replay).
-///
-/// On SQLite, one single-row `INSERT OR IGNORE` per record, prepared once per connection
-/// (diesel finds it again by its type), whose count of changed rows is 1 or 0, in a
-/// `BEGIN IMMEDIATE` transaction. On PostgreSQL, the whole batch in one binary `COPY` inside
-/// a savepoint: about half the server CPU per record of an `INSERT … ON CONFLICT` (measured
-/// 6.6 against 11 µs per record under load, docs/performance.md). When a request id is
-/// already in the ledger (a replay), or twice in the batch, the `COPY` fails with a unique
-/// violation, the savepoint is rolled back and the batch is inserted again by statements of
-/// 500 records that take each column as an array (`unnest`), skip the ids already there
-/// (`ON CONFLICT DO NOTHING`) and answer the ids they inserted (`RETURNING`). A record
-/// inserted by a concurrent writer meanwhile is skipped like any other already there, and
-/// counted by that writer only.
+/// [`apply_flush`] on a concrete connection (the multi-backend connection has no
+/// `ON CONFLICT`).
+macro_rules! apply_flush_on {
+    ($c:ident, $flush:expr) => {{
+        let flush: &UsageFlush = $flush;
+        use crate::schema::{calls_in_flight as f, usage_flushes as u};
+        let now = aigw_domain::time::now().naive_utc();
+        let fresh = diesel::insert_into(u::table)
+            .values((u::flush_id.eq(&flush.id), u::applied_at.eq(now)))
+            .on_conflict_do_nothing()
+            .execute($c)?;
+        if fresh == 0 {
+            return QueryResult::Ok(FlushApplied::default());
+        }
+        let mut billed = std::collections::HashSet::new();
+        for chunk in flush.tracked.chunks(1000) {
+            let ids: Vec<&str> = chunk.iter().map(|r| r.request_id.as_str()).collect();
+            billed.extend(
+                f::table
+                    .filter(f::request_id.eq_any(&ids))
+                    .filter(f::billed_at.is_not_null())
+                    .select(f::request_id)
+                    .load::<String>($c)?,
+            );
+            diesel::delete(f::table.filter(f::request_id.eq_any(&ids))).execute($c)?;
+        }
+        let counted: Vec<&UsageRecord> =
+            flush.tracked.iter().filter(|r| !billed.contains(&r.request_id)).collect();
+        let mut rows = daily_rows(flush.rollups.iter().map(|r| (&r.key, r.sums)));
+        for record in &counted {
+            add_daily(&mut rows, &RollupKey::of(record), UsageSums::of(record));
+        }
+        for row in rows.values() {
+            upsert_daily!($c, row);
+        }
+        let mut records: Vec<NewUsageRecord<'_>> =
+            flush.records.iter().map(NewUsageRecord::from).collect();
+        if flush.keep_records {
+            records.extend(counted.iter().map(|r| NewUsageRecord::from(*r)));
+        }
+        InsertRecords::insert($c, &records)?;
+        QueryResult::Ok(FlushApplied {
+            applied: true,
+            calls: flush.rollups.iter().map(|r| r.sums.requests).sum::<u64>()
+                + counted.len() as u64,
+            already_billed: billed.len() as u64,
+        })
+    }};
+}
+
+/// [`bill_interrupted`] on a concrete connection.
+macro_rules! bill_interrupted_on {
+    ($c:ident, $records:expr, $keep:expr) => {{
+        let records: &[UsageRecord] = $records;
+        use crate::schema::calls_in_flight as f;
+        let now = aigw_domain::time::now().naive_utc();
+        let mut claimed = std::collections::HashSet::new();
+        for chunk in records.chunks(1000) {
+            let ids: Vec<&str> = chunk.iter().map(|r| r.request_id.as_str()).collect();
+            claimed.extend(
+                diesel::update(
+                    f::table.filter(f::request_id.eq_any(&ids)).filter(f::billed_at.is_null()),
+                )
+                .set(f::billed_at.eq(now))
+                .returning(f::request_id)
+                .load::<String>($c)?,
+            );
+        }
+        let billed: Vec<&UsageRecord> =
+            records.iter().filter(|r| claimed.contains(&r.request_id)).collect();
+        let rows = daily_rows(billed.iter().map(|r| (RollupKey::of(r), UsageSums::of(r))));
+        for row in rows.values() {
+            upsert_daily!($c, row);
+        }
+        if $keep {
+            let new: Vec<NewUsageRecord<'_>> =
+                billed.iter().map(|r| NewUsageRecord::from(*r)).collect();
+            InsertRecords::insert($c, &new)?;
+        }
+        QueryResult::Ok(billed.len() as u64)
+    }};
+}
+
+/// What [`apply_flush`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushApplied {
+    /// False when the ledger had seen the flush's id already (a replay): nothing was written.
+    pub applied: bool,
+    /// Calls added to the rollups.
+    pub calls: u64,
+    /// Tracked calls found already billed as interrupted by another node: not counted again.
+    pub already_billed: u64,
+}
+
+/// Applies one flush to the ledger in one transaction (see [`aigw_domain::ledger`]): records
+/// its id (a flush seen before is skipped whole), deletes the rows among the calls in flight
+/// of its tracked calls and counts those that were not billed already, adds its sums to the
+/// daily rollups (one upsert per row, in row order, so two nodes cannot deadlock), and
+/// inserts its per-request records.
 ///
 /// # Errors
 /// On database failure; then nothing was written.
-pub fn insert_batch(
+pub fn apply_flush(
+    conn: &mut DbConnection,
+    flush: &UsageFlush,
+) -> Result<FlushApplied, PersistenceError> {
+    let applied = match conn {
+        DbConnection::Postgres(c) => c.transaction(|c| apply_flush_on!(c, flush)),
+        DbConnection::Sqlite(c) => c.immediate_transaction(|c| apply_flush_on!(c, flush)),
+    };
+    Ok(applied?)
+}
+
+/// Bills `calls` (rows of the calls in flight of stopped nodes) as `records`, in one
+/// transaction: marks each row billed unless it was billed or deleted meanwhile (by another
+/// node, or by its own node recording it), and adds exactly the calls it marked to the
+/// rollups (and their records where `keep_records`). Returns how many it billed.
+///
+/// # Errors
+/// On database failure; then nothing was written.
+pub fn bill_interrupted(
     conn: &mut DbConnection,
     records: &[UsageRecord],
-) -> Result<usize, PersistenceError> {
-    if records.is_empty() {
-        return Ok(0);
-    }
-    let rows: Vec<NewUsageRecord<'_>> = records.iter().map(NewUsageRecord::from).collect();
-    let result: QueryResult<usize> = match conn {
-        DbConnection::Postgres(c) => c.transaction(|c| {
-            // A batch is nearly always all new: one binary `COPY`, in a savepoint. A request
-            // id already in the ledger (a replay) fails it with a unique violation; then the
-            // savepoint is rolled back and the batch inserted by `unnest` statements that
-            // skip those ids and answer the ones they inserted.
-            let copied = c.transaction(|c| {
-                diesel::copy_from(usage_records::table).from_insertable(&rows).execute(c)
-            });
-            let new: Vec<&NewUsageRecord<'_>> = match copied {
-                Ok(_) => rows.iter().collect(),
-                Err(diesel::result::Error::DatabaseError(
-                    diesel::result::DatabaseErrorKind::UniqueViolation,
-                    _,
-                )) => {
-                    let mut inserted = std::collections::HashSet::new();
-                    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                        inserted
-                            .extend(insert_chunk_pg(c, chunk)?.into_iter().map(|r| r.request_id));
-                    }
-                    // A request id twice in the batch was inserted once: counted once.
-                    rows.iter().filter(|r| inserted.remove(r.request_id)).collect()
-                }
-                Err(e) => return Err(e),
-            };
-            for increment in rollups(&new).values() {
-                upsert_daily!(c, increment);
-            }
-            Ok(new.len())
-        }),
-        DbConnection::Sqlite(c) => c.immediate_transaction(|c| {
-            let mut new = Vec::with_capacity(rows.len());
-            let mut chunks = rows.chunks_exact(SQLITE_ROWS_PER_INSERT);
-            for chunk in &mut chunks {
-                // Nearly always all new: one statement of a fixed number of rows, in a
-                // savepoint. A request id already in the ledger (a replay) fails it with a
-                // unique violation; then those rows go one by one.
-                if insert_rows_sqlite(c, chunk)? {
-                    new.extend(chunk);
-                } else {
-                    insert_each_sqlite(c, chunk, &mut new)?;
-                }
-            }
-            insert_each_sqlite(c, chunks.remainder(), &mut new)?;
-            for increment in rollups(&new).values() {
-                upsert_daily!(c, increment);
-            }
-            Ok(new.len())
-        }),
+    keep_records: bool,
+) -> Result<u64, PersistenceError> {
+    let billed = match conn {
+        DbConnection::Postgres(c) => {
+            c.transaction(|c| bill_interrupted_on!(c, records, keep_records))
+        }
+        DbConnection::Sqlite(c) => {
+            c.immediate_transaction(|c| bill_interrupted_on!(c, records, keep_records))
+        }
     };
-    Ok(result?)
+    Ok(billed?)
+}
+
+/// Inserts per-request records on a concrete connection, skipping a request id already in the
+/// ledger (which only a bug could bring twice: flushes are applied once). PostgreSQL: one
+/// binary `COPY` in a savepoint, and only if that meets a request id already there, statements
+/// of 500 rows taking each column as an array with `ON CONFLICT DO NOTHING`. SQLite:
+/// `INSERT OR IGNORE` statements of 16 rows (prepared once per connection), then one row each
+/// for the rest.
+trait InsertRecords {
+    fn insert(&mut self, rows: &[NewUsageRecord<'_>]) -> QueryResult<()>;
+}
+
+impl InsertRecords for diesel::PgConnection {
+    fn insert(&mut self, rows: &[NewUsageRecord<'_>]) -> QueryResult<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let copied = self.transaction(|c| {
+            diesel::copy_from(usage_records::table).from_insertable(rows).execute(c)
+        });
+        match copied {
+            Ok(_) => Ok(()),
+            Err(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _,
+            )) => {
+                for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                    insert_chunk_pg(self, chunk)?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl InsertRecords for diesel::SqliteConnection {
+    fn insert(&mut self, rows: &[NewUsageRecord<'_>]) -> QueryResult<()> {
+        let mut chunks = rows.chunks_exact(SQLITE_ROWS_PER_INSERT);
+        for chunk in &mut chunks {
+            if let Ok(chunk) = <&[NewUsageRecord<'_>; SQLITE_ROWS_PER_INSERT]>::try_from(chunk) {
+                let values: [_; SQLITE_ROWS_PER_INSERT] =
+                    std::array::from_fn(|i| chunk[i].owned_columns());
+                diesel::insert_or_ignore_into(usage_records::table).values(values).execute(self)?;
+            }
+        }
+        for row in chunks.remainder() {
+            diesel::insert_or_ignore_into(usage_records::table)
+                .values(row.columns())
+                .execute(self)?;
+        }
+        Ok(())
+    }
 }
 
 /// Rows per multi-row ledger insert on SQLite: 16 rows of 15 columns bind 240 values. The
 /// statement's shape is fixed, so diesel prepares it once per connection and finds it again
-/// by its type; per row it saves the statement lookup and step that a one-row statement
-/// costs (docs/performance.md).
+/// by its type.
 const SQLITE_ROWS_PER_INSERT: usize = 16;
 
-/// Inserts `chunk` (exactly [`SQLITE_ROWS_PER_INSERT`] rows) in one statement, in a
-/// savepoint: `Ok(true)` when all were inserted, `Ok(false)` (nothing inserted) when one of
-/// them is already in the ledger.
-fn insert_rows_sqlite(
-    c: &mut diesel::SqliteConnection,
-    chunk: &[NewUsageRecord<'_>],
-) -> QueryResult<bool> {
-    let Ok(rows) = <&[NewUsageRecord<'_>; SQLITE_ROWS_PER_INSERT]>::try_from(chunk) else {
-        return Ok(false);
-    };
-    let values: [_; SQLITE_ROWS_PER_INSERT] = std::array::from_fn(|i| rows[i].owned_columns());
-    let inserted =
-        c.transaction(|c| diesel::insert_into(usage_records::table).values(values).execute(c));
-    match inserted {
-        Ok(_) => Ok(true),
-        Err(diesel::result::Error::DatabaseError(
-            diesel::result::DatabaseErrorKind::UniqueViolation,
-            _,
-        )) => Ok(false),
-        Err(e) => Err(e),
+/// The rollup rows of `increments`, merged per row and ordered by row (key, model, day), so
+/// concurrent writers lock rollup rows in the same order.
+fn daily_rows<K: std::borrow::Borrow<RollupKey>>(
+    increments: impl Iterator<Item = (K, UsageSums)>,
+) -> BTreeMap<(String, String, NaiveDate), DailyRow> {
+    let mut rows = BTreeMap::new();
+    for (key, sums) in increments {
+        add_daily(&mut rows, key.borrow(), sums);
     }
+    rows
 }
 
-/// Inserts `rows` one by one, skipping request ids already in the ledger, and adds those it
-/// inserted to `new`.
-fn insert_each_sqlite<'r, 'a>(
-    c: &mut diesel::SqliteConnection,
-    rows: &'r [NewUsageRecord<'a>],
-    new: &mut Vec<&'r NewUsageRecord<'a>>,
-) -> QueryResult<()> {
-    for row in rows {
-        // `INSERT OR IGNORE`: `ON CONFLICT DO NOTHING` would do the same here (the row has no
-        // NULL and the table no CHECK to ignore), but diesel finds only this form's prepared
-        // statement by its type, without building its SQL each time.
-        let changed =
-            diesel::insert_or_ignore_into(usage_records::table).values(row.columns()).execute(c)?;
-        if changed == 1 {
-            new.push(row);
-        }
-    }
-    Ok(())
-}
-
-/// The rollup increments of `rows`, in a fixed order (by key, model, day) so that
-/// concurrent writers lock rollup rows in the same order. The map is keyed by borrowed
-/// strings and the date (which orders as its `YYYY-MM-DD` text does): a row's strings are
-/// copied only into the increment it starts.
-fn rollups<'a>(
-    rows: &[&'a NewUsageRecord<'a>],
-) -> BTreeMap<(&'a str, &'a str, NaiveDate), DailyRow> {
-    let mut rollups: BTreeMap<(&'a str, &'a str, NaiveDate), DailyRow> = BTreeMap::new();
-    for row in rows {
-        let day = row.started_at.date();
-        rollups
-            .entry((row.api_key_id, row.model, day))
-            .or_insert_with(|| DailyRow {
-                api_key_id: row.api_key_id.to_owned(),
-                model: row.model.to_owned(),
-                day: format_day(day),
-                user_id: row.user_id.to_owned(),
-                team_id: row.team_id.map(str::to_owned),
-                member_id: row.member_id.map(str::to_owned),
+fn add_daily(
+    rows: &mut BTreeMap<(String, String, NaiveDate), DailyRow>,
+    key: &RollupKey,
+    sums: UsageSums,
+) {
+    let row =
+        rows.entry((key.api_key_id.clone(), key.model.clone(), key.day)).or_insert_with(|| {
+            DailyRow {
+                api_key_id: key.api_key_id.clone(),
+                model: key.model.clone(),
+                day: format_day(key.day),
+                user_id: key.user_id.clone(),
+                team_id: key.team_id.clone(),
+                member_id: key.member_id.clone(),
                 ..DailyRow::default()
-            })
-            .add(row);
-    }
-    rollups
+            }
+        });
+    row.add(&sums);
 }
 
 /// The select list of a usage summary: the group's value, then the rollups' sums in the
@@ -761,6 +822,22 @@ pub fn prune_before(
         return Ok(0);
     }
     Ok(diesel::delete(r::usage_records.filter(r::request_id.eq_any(&oldest))).execute(conn)?)
+}
+
+/// Deletes the ids of flushes applied before `cutoff` (UTC) and the rows of calls in flight
+/// billed as interrupted before it: a spool file older than that would count again. Returns
+/// how many rows were deleted.
+///
+/// # Errors
+/// On database failure.
+pub fn prune_flushes_before(
+    conn: &mut DbConnection,
+    cutoff: NaiveDateTime,
+) -> Result<usize, PersistenceError> {
+    use crate::schema::{calls_in_flight as f, usage_flushes as u};
+    let flushes = diesel::delete(u::table.filter(u::applied_at.lt(cutoff))).execute(conn)?;
+    let billed = diesel::delete(f::table.filter(f::billed_at.lt(cutoff))).execute(conn)?;
+    Ok(flushes + billed)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub async fn healthz() -> HttpResponse {
 /// reports the usage recorder (records queued, spooled, last write); a metering backlog never
 /// makes the node unready either, since no record is lost meanwhile.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, restarts, lost}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`)")))]
+    responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, flushes, restarts, lost, records_dropped}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`)")))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let feed = state.auth.credential_cache().health();
     let change_feed = json!({
@@ -61,8 +61,10 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
             "spool_bytes": h.spool_bytes,
             "last_flush_at": h.last_flush_at.map(format_timestamp),
             "recorded": h.recorded,
+            "flushes": h.flushes,
             "restarts": h.restarts,
             "lost": h.lost,
+            "records_dropped": h.records_dropped,
         });
     }
     HttpResponse::build(response.0).json(response.1)

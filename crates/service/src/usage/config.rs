@@ -10,16 +10,19 @@ pub struct UsageConfig {
     /// Meter chat completions (default true). Off: no records, and streamed requests reach
     /// the provider exactly as sent (aigw adds no `stream_options`).
     pub enabled: bool,
-    /// Most milliseconds between two writes of the recorder (default 1000): the bound on
+    /// Most milliseconds between two flushes of the recorder (default 1000): the bound on
     /// what a crash can lose.
     pub flush_interval_ms: u64,
-    /// Most records written in one transaction (default 1000).
-    pub batch_size: usize,
-    /// Records held in memory (in the channel from the request path, and again in the
-    /// recorder's queue) before they go to the spool file (default 4096: at 25 000 calls a
-    /// second, 0.16 s of a database that falls behind; a queued record costs about 1 KiB of
-    /// memory, docs/performance.md).
+    /// Per-request records held in memory between two flushes (default 65536, about 300 bytes
+    /// each): past half of it the recorder flushes early; past all of it further records of
+    /// the interval are dropped and counted (`records_dropped`), their calls still summed.
     pub queue_capacity: usize,
+    /// Whether one row per call is written to `usage_records` (`"database"`, the default,
+    /// read back by `GET /usage/requests`) or only the sums (`"none"`).
+    pub request_records: RequestRecords,
+    /// Also write every call as one structured log line, target `aigw::usage` (default
+    /// false): per-request detail for a log pipeline, without the database.
+    pub request_log: bool,
     /// Days raw usage records are kept (default 30); daily rollups are kept for ever.
     pub retention_days: u32,
     /// Seconds between two retention sweeps (default 3600).
@@ -35,13 +38,24 @@ impl Default for UsageConfig {
         Self {
             enabled: true,
             flush_interval_ms: 1000,
-            batch_size: 1000,
-            queue_capacity: 4096,
+            queue_capacity: 65_536,
+            request_records: RequestRecords::Database,
+            request_log: false,
             retention_days: 30,
             prune_interval_secs: 3600,
             interrupted_after_secs: 30,
         }
     }
+}
+
+/// `usage.request_records`: where per-request records are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestRecords {
+    /// One row per call in `usage_records`.
+    Database,
+    /// None: the daily sums only (`GET /usage/requests` answers an empty page).
+    None,
 }
 
 /// One model's price in `[[providers]] prices = { "MODEL" = { … } }`, in USD per million

@@ -1,25 +1,28 @@
 //! Calls in flight: every metered call is known to the database within one flush interval
-//! of its start, with what it reserved, until its usage record is written (docs/budgets.md
+//! of its start, with what it reserved, until its usage is written (docs/budgets.md
 //! "Calls in flight").
 //!
 //! - **On the request path**: a call enters the node's [`InFlight`] book when it is admitted
 //!   and leaves it when its record is made (a map insert and remove, sharded: no lock shared
-//!   by every worker).
+//!   by every worker). Leaving tells whether the call may have a row: such a call goes into
+//!   its flush one by one ([`aigw_domain::ledger::UsageFlush::tracked`]), and the flush
+//!   deletes its row in the transaction that counts it.
 //! - **Every `usage.flush_interval_ms`** the writer task writes the calls of the book not yet
-//!   written to `calls_in_flight`, and deletes this node's rows whose usage record is in the
-//!   ledger. A call shorter than the interval is usually never written, and a tick with
-//!   nothing new and no row of this node left touches no database.
+//!   written to `calls_in_flight`. A call shorter than the interval is usually never written,
+//!   and a tick with nothing new touches no database. The writer takes turns with the
+//!   recorder's flushes (the recorder's ledger lock): a flush never runs while a row of a
+//!   call it counts is being written.
 //! - **What it is for**: a budget counter opened while calls run (a PATCH of the period, a
 //!   Redis restart, an expired counter) starts at the ledger's spend plus these rows'
 //!   reservations (`aigw_persistence::budgets::committed_since`), so it never forgets a
-//!   running call; and a call cut by a crash is billed: every
-//!   [`RECOVERY_EVERY`], each node bills the rows of nodes that stopped reporting to the
-//!   change feed (`usage.interrupted_after_secs`) at their reservation, as records with
-//!   outcome `interrupted`, then deletes them. The ledger is unique by request id: a record
-//!   written meanwhile by its own node wins, and two nodes recovering at once (or one retrying
-//!   after a failure between the two writes) bill a call once.
-//! - **At shutdown** (after the recorder has written or spooled every record) the node deletes
-//!   its rows: their records are durable in the ledger or the spool file.
+//!   running call; and a call cut by a crash is billed: every [`RECOVERY_EVERY`], each node
+//!   bills the rows of nodes that stopped reporting to the change feed
+//!   (`usage.interrupted_after_secs`) at their reservation, with outcome `interrupted`, and
+//!   marks them billed in the same transaction. A node that was only cut off and records such
+//!   a call later finds its row marked and does not count it again; two nodes recovering at
+//!   once bill a call once (the mark is taken by one of them).
+//! - **At shutdown** (after the recorder has written or spooled everything) the node deletes
+//!   its rows of calls that ended: their usage is durable in the ledger or the spool file.
 
 use crate::db::Db;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
@@ -30,17 +33,40 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
+/// Settings of the writer task ([`InFlight::spawn_writer`]).
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Time between two writes of the book (`usage.flush_interval_ms`).
+    pub interval: Duration,
+    /// Silence on the change feed after which a node counts as stopped
+    /// (`usage.interrupted_after_secs`).
+    pub stopped_after: Duration,
+    /// Whether the per-request records of billed calls are kept (`usage.request_records`).
+    pub keep_records: bool,
+    /// The lock the ledger's writes take (the recorder's).
+    pub ledger_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
 /// How often a node looks for calls of stopped nodes to bill.
 pub const RECOVERY_EVERY: Duration = Duration::from_secs(2);
 
 /// Most calls of stopped nodes billed in one transaction.
 const RECOVERY_BATCH: i64 = 500;
 
-/// One call of the book and whether its row was written.
+/// Whether a call of the book has a row in `calls_in_flight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Row {
+    /// None.
+    Unwritten,
+    /// Being written, or written: the call may have one.
+    Written,
+}
+
+/// One call of the book and whether it has a row.
 #[derive(Debug)]
 struct Entry {
     call: CallInFlight,
-    written: bool,
+    row: Row,
 }
 
 /// The calls in flight of this node (cheap to clone; clones share the book).
@@ -54,9 +80,6 @@ struct Book {
     node_id: String,
     calls: DashMap<u64, Entry>,
     next: AtomicU64,
-    /// Rows this node wrote and has not deleted yet: while 0 and nothing is new, a tick
-    /// touches no database (no write lock taken on SQLite by an idle node).
-    outstanding: AtomicU64,
 }
 
 /// A call's place in the book: it leaves the book when this is dropped (its record made).
@@ -64,6 +87,14 @@ struct Book {
 pub struct InFlightTicket {
     book: Arc<Book>,
     id: u64,
+}
+
+impl InFlightTicket {
+    /// The call leaves the book (its record is made); true when it may have a row in
+    /// `calls_in_flight`.
+    pub(crate) fn leave(self) -> bool {
+        self.book.calls.remove(&self.id).is_some_and(|(_, entry)| entry.row == Row::Written)
+    }
 }
 
 impl Drop for InFlightTicket {
@@ -98,14 +129,7 @@ pub struct CallFacts<'a> {
 impl InFlight {
     /// An empty book of node `node_id` (its id in the change feed).
     pub fn new(node_id: String) -> Self {
-        Self {
-            inner: Arc::new(Book {
-                node_id,
-                calls: DashMap::new(),
-                next: AtomicU64::new(0),
-                outstanding: AtomicU64::new(0),
-            }),
-        }
+        Self { inner: Arc::new(Book { node_id, calls: DashMap::new(), next: AtomicU64::new(0) }) }
     }
 
     /// Enters a call reserving `reserved_micros` (its worst case: what it is billed if a
@@ -135,15 +159,17 @@ impl InFlight {
             team_id: facts.team_id.map(str::to_owned),
             member_id: facts.member_id.map(str::to_owned),
         };
-        self.inner.calls.insert(id, Entry { call, written: false });
+        self.inner.calls.insert(id, Entry { call, row: Row::Unwritten });
         InFlightTicket { book: self.inner.clone(), id }
     }
 
-    /// The calls not written yet, with their ids in the book.
-    fn unwritten(&self) -> (Vec<u64>, Vec<CallInFlight>) {
+    /// The calls without a row yet, marked as written before their row is (a call that leaves
+    /// the book meanwhile knows it may have one), with their ids in the book.
+    fn take_unwritten(&self) -> (Vec<u64>, Vec<CallInFlight>) {
         let mut ids = Vec::new();
         let mut calls = Vec::new();
-        for entry in self.inner.calls.iter().filter(|e| !e.written) {
+        for mut entry in self.inner.calls.iter_mut().filter(|e| e.row == Row::Unwritten) {
+            entry.row = Row::Written;
             ids.push(*entry.key());
             let mut call = entry.call.clone();
             call.node_id.clone_from(&self.inner.node_id);
@@ -152,71 +178,62 @@ impl InFlight {
         (ids, calls)
     }
 
-    /// Marks the calls `ids` written (those still in the book).
-    fn mark_written(&self, ids: &[u64]) {
+    /// Marks the calls `ids` unwritten again (those still in the book): their write failed.
+    fn unmark(&self, ids: &[u64]) {
         for id in ids {
             if let Some(mut entry) = self.inner.calls.get_mut(id) {
-                entry.written = true;
+                entry.row = Row::Unwritten;
             }
         }
     }
 
     /// Starts the writer task (see the module docs): every `interval` it writes the book's new
-    /// calls and deletes this node's recorded ones; every [`RECOVERY_EVERY`] it bills the
-    /// calls of nodes silent for `stopped_after`. Must run on a tokio runtime.
-    pub fn spawn_writer(
-        &self,
-        db: Db,
-        interval: Duration,
-        stopped_after: Duration,
-    ) -> JoinHandle<()> {
+    /// calls, taking turns with the ledger's writes through `ledger_lock`; every
+    /// [`RECOVERY_EVERY`] it bills the calls of nodes silent for `stopped_after`, keeping their
+    /// per-request records when `keep_records`. Must run on a tokio runtime.
+    pub fn spawn_writer(&self, db: Db, writer: WriterOptions) -> JoinHandle<()> {
         let book = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
+            let mut tick = tokio::time::interval(writer.interval.max(Duration::from_millis(10)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut recovered_at = Instant::now() - RECOVERY_EVERY;
             loop {
                 tick.tick().await;
-                book.write(&db).await;
+                book.write(&db, &writer.ledger_lock).await;
                 if recovered_at.elapsed() >= RECOVERY_EVERY {
                     recovered_at = Instant::now();
-                    book.bill_stopped_nodes(&db, stopped_after).await;
+                    book.bill_stopped_nodes(&db, &writer).await;
                 }
             }
         })
     }
 
-    /// Writes the book's new calls and deletes this node's rows whose record is in the
-    /// ledger. A failure is logged and retried at the next tick.
-    async fn write(&self, db: &Db) {
-        let (ids, calls) = self.unwritten();
-        let outstanding = self.inner.outstanding.load(Ordering::Acquire);
-        if calls.is_empty() && outstanding == 0 {
+    /// Writes the book's calls that have no row yet. A failure is logged and retried at the
+    /// next tick.
+    async fn write(&self, db: &Db, ledger_lock: &tokio::sync::Mutex<()>) {
+        let _turn = ledger_lock.lock().await;
+        let (ids, calls) = self.take_unwritten();
+        if calls.is_empty() {
             return;
         }
-        let node = self.inner.node_id.clone();
-        let written = db
-            .run(move |conn| {
-                let written = in_flight::insert(conn, &calls)?;
-                Ok((written, in_flight::forget_recorded(conn, &node)?))
-            })
-            .await;
-        match written {
-            Ok((written, forgotten)) => {
-                self.mark_written(&ids);
-                let left = (outstanding + written as u64).saturating_sub(forgotten as u64);
-                self.inner.outstanding.store(left, Ordering::Release);
-            }
-            Err(e) => tracing::debug!(error = %e, "writing the calls in flight failed; retrying"),
+        let written = db.run(move |conn| Ok(in_flight::insert(conn, &calls)?)).await;
+        if let Err(e) = written {
+            // A call that left the book meanwhile believes it may have a row: its flush finds
+            // none and counts it, which is right.
+            self.unmark(&ids);
+            tracing::debug!(error = %e, "writing the calls in flight failed; retrying");
         }
     }
 
     /// Bills the calls of nodes that stopped reporting for `stopped_after` (see the module
     /// docs); returns how many were billed.
-    async fn bill_stopped_nodes(&self, db: &Db, stopped_after: Duration) -> usize {
+    async fn bill_stopped_nodes(&self, db: &Db, writer: &WriterOptions) -> u64 {
         let me = self.inner.node_id.clone();
         let live_since = aigw_domain::time::now()
-            - chrono::Duration::from_std(stopped_after).unwrap_or(chrono::Duration::seconds(30));
+            - chrono::Duration::from_std(writer.stopped_after)
+                .unwrap_or(chrono::Duration::seconds(30));
+        let keep_records = writer.keep_records;
+        let _turn = writer.ledger_lock.lock().await;
         let billed = db
             .run(move |conn| {
                 let calls = in_flight::of_stopped_nodes(conn, &me, live_since, RECOVERY_BATCH)?;
@@ -224,24 +241,20 @@ impl InFlight {
                     return Ok((0, 0));
                 }
                 let records: Vec<UsageRecord> = calls.iter().map(interrupted_record).collect();
-                let ids: Vec<String> = calls.into_iter().map(|c| c.request_id).collect();
-                // The records first, in their own transaction; then the rows. A reader in
-                // between counts a call twice (refusing early at worst), and a failure in
-                // between bills nothing twice: the ledger is unique by request id.
-                let inserted = aigw_persistence::usage::insert_batch(conn, &records)?;
-                in_flight::forget(conn, &ids)?;
-                Ok((ids.len(), inserted))
+                let billed =
+                    aigw_persistence::usage::bill_interrupted(conn, &records, keep_records)?;
+                Ok((calls.len(), billed))
             })
             .await;
         match billed {
             Ok((0, _)) => 0,
-            Ok((calls, inserted)) => {
+            Ok((calls, billed)) => {
                 tracing::warn!(
                     calls,
-                    billed = inserted,
+                    billed,
                     "calls cut by a stopped node billed at their reservation (outcome interrupted)"
                 );
-                calls
+                billed
             }
             Err(e) => {
                 tracing::debug!(error = %e, "billing the calls of stopped nodes failed; retrying");

@@ -10,10 +10,10 @@
 //! - a call whose future is dropped before the provider answered (the caller went away while
 //!   waiting) from the meter's own `Drop`.
 //!
-//! Nothing here blocks or fails the request: the request path only moves a [`Pending`] (the
-//! shared request and answer bytes, no copies) into the recorder's channel. Parsing the
-//! answer's `usage`, estimating tokens and pricing happen in the recorder task
-//! ([`Pending::into_record`]).
+//! Nothing here blocks or fails the request: the record is finished on the thread that ends
+//! the call (reading the answer's `usage` and pricing it: microseconds) and added to that
+//! thread's sums ([`super::aggregate`]); an estimate with a tokenizer, which a long prompt
+//! makes slow, runs on the blocking pool ([`Pending::finish`]).
 
 use super::in_flight::{CallFacts, InFlight, InFlightTicket};
 use super::prices::PriceTable;
@@ -117,14 +117,34 @@ pub(crate) fn parse_usage(value: &Value) -> Option<TokenUsage> {
 }
 
 impl Pending {
+    /// Whether finishing the record needs a tokenizer estimate (the provider reported no
+    /// usage): work that takes time with a long prompt.
+    pub(crate) fn needs_estimate(&self) -> bool {
+        match &self.observed {
+            Observed::Json(body) => {
+                self.outcome != UsageOutcome::UpstreamError
+                    && serde_json::from_slice::<UsageOnly<'_>>(body)
+                        .ok()
+                        .and_then(|a| a.usage())
+                        .is_none()
+            }
+            Observed::Stream { usage, .. } => usage.is_none(),
+            Observed::Nothing => self.outcome != UsageOutcome::UpstreamError,
+        }
+    }
+
     /// The final record: the provider's `usage` when it reported one, else an estimate with
-    /// the model's tokenizer (marked `estimated`), priced from `prices`.
+    /// the model's tokenizer (marked `estimated`), priced from `prices`; the call's budget and
+    /// token reservations are settled to it, and the call leaves the node's calls in flight.
+    /// Also says whether the call may have a row among the calls in flight (see
+    /// [`aigw_domain::ledger::UsageFlush::tracked`]).
     ///
     /// A failure before any answer (`upstream_error`) counts no tokens: nothing was generated.
     /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
     /// what was streamed so far, estimated.
-    pub(crate) fn into_record(mut self, prices: &PriceTable) -> UsageRecord {
+    pub(crate) fn finish(mut self, prices: &PriceTable) -> (UsageRecord, bool) {
         let held = std::mem::take(&mut self.held);
+        let tracked = self.in_flight.take().is_some_and(InFlightTicket::leave);
         // Only for an estimate: a reported `usage` needs no tokenizer.
         let encoding = || tokens::encoding_for_model(&self.model);
         let prompt_estimate = || {
@@ -170,7 +190,7 @@ impl Pending {
                 reserved.settle(usage.total_tokens);
             }
         }
-        UsageRecord {
+        let record = UsageRecord {
             request_id: self.request_id,
             api_key_id: self.api_key_id,
             user_id: self.user_id,
@@ -186,7 +206,8 @@ impl Pending {
             started_at: self.started_at,
             team_id: self.team_id,
             member_id: self.member_id,
-        }
+        };
+        (record, tracked)
     }
 }
 

@@ -2,7 +2,8 @@
 //! off the request path, and read back by its owner.
 //!
 //! - [`meter`]: the seam in the gateway; a [`meter::CallMeter`] per call, [`sse`] for streams.
-//! - [`recorder`]: the supervised task that writes records in batches, with the [`spool`]
+//! - [`aggregate`]: the calls metered since the last flush, summed per thread.
+//! - [`recorder`]: the supervised task that writes one flush per interval, with the [`spool`]
 //!   file for when the database is away.
 //! - [`tokens`]: tokenizer estimates when a provider reports no `usage`.
 //! - [`prices`]: per-model prices, in integer micro-USD.
@@ -10,6 +11,7 @@
 //! - [`UsageService`]: the queries behind `GET /api/v1/usage`, `GET /api/v1/usage/requests`
 //!   and the `usage_30d` of key objects.
 
+pub mod aggregate;
 pub mod config;
 pub mod in_flight;
 pub mod meter;
@@ -26,13 +28,14 @@ use crate::config::ProviderConfig;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
+use aggregate::KeepRecords;
 use aigw_domain::access::op;
 use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
 use aigw_domain::{FieldError, Role};
 use aigw_persistence::usage::{self as ledger, UsageGroup, UsageTotalsRow};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use config::UsageConfig;
+use config::{RequestRecords, UsageConfig};
 use prices::PriceTable;
 use recorder::{Recorder, RecorderHealth, RecorderOptions};
 use std::collections::HashMap;
@@ -46,54 +49,20 @@ pub const DEFAULT_PAGE_LIMIT: i64 = 50;
 /// Largest page size of `GET /usage/requests`.
 pub const MAX_PAGE_LIMIT: i64 = 200;
 
-/// Sums of usage over a set of records (a row of a usage answer, or its totals).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UsageTotals {
-    /// Requests.
-    pub requests: u64,
-    /// Prompt tokens.
-    pub prompt_tokens: u64,
-    /// Completion tokens.
-    pub completion_tokens: u64,
-    /// Total tokens.
-    pub total_tokens: u64,
-    /// Cost in micro-USD.
-    pub cost_micros: u64,
-    /// Requests whose tokens were estimated.
-    pub estimated_requests: u64,
-    /// Requests of models without a price (their cost counts as 0).
-    pub unpriced_requests: u64,
-}
+/// Sums of usage over a set of calls (a row of a usage answer, or its totals).
+pub use aigw_domain::ledger::UsageSums as UsageTotals;
 
-impl UsageTotals {
-    /// Whether every request counted had a price.
-    pub fn priced(&self) -> bool {
-        self.unpriced_requests == 0
-    }
-
-    fn add(&mut self, other: &UsageTotals) {
-        self.requests += other.requests;
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.total_tokens += other.total_tokens;
-        self.cost_micros += other.cost_micros;
-        self.estimated_requests += other.estimated_requests;
-        self.unpriced_requests += other.unpriced_requests;
-    }
-}
-
-impl From<&UsageTotalsRow> for UsageTotals {
-    fn from(r: &UsageTotalsRow) -> Self {
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        Self {
-            requests: n(r.requests),
-            prompt_tokens: n(r.prompt_tokens),
-            completion_tokens: n(r.completion_tokens),
-            total_tokens: n(r.total_tokens),
-            cost_micros: n(r.cost_micros),
-            estimated_requests: n(r.estimated_requests),
-            unpriced_requests: n(r.unpriced_requests),
-        }
+/// The sums of a summary row read from the rollups.
+fn totals_of(r: &UsageTotalsRow) -> UsageTotals {
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    UsageTotals {
+        requests: n(r.requests),
+        prompt_tokens: n(r.prompt_tokens),
+        completion_tokens: n(r.completion_tokens),
+        total_tokens: n(r.total_tokens),
+        cost_micros: n(r.cost_micros),
+        estimated_requests: n(r.estimated_requests),
+        unpriced_requests: n(r.unpriced_requests),
     }
 }
 
@@ -167,7 +136,7 @@ impl UsageSummary {
     /// The summary of ledger `rows` grouped by `group_by` over `range`, with their sum.
     pub(crate) fn of(range: DayRange, group_by: GroupBy, rows: &[ledger::UsageTotalsRow]) -> Self {
         let rows: Vec<(String, UsageTotals)> =
-            rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect();
+            rows.iter().map(|r| (r.group.clone(), totals_of(r))).collect();
         let mut totals = UsageTotals::default();
         for (_, row) in &rows {
             totals.add(row);
@@ -213,17 +182,29 @@ impl UsageService {
         let prices = PriceTable::from_providers(providers)?;
         let flush_interval = Duration::from_millis(config.flush_interval_ms.max(10));
         let (recorder, in_flight) = if config.enabled {
+            let keep_records = match config.request_records {
+                RequestRecords::Database => KeepRecords::Database,
+                RequestRecords::None => KeepRecords::None,
+            };
             let options = RecorderOptions {
                 flush_interval,
-                batch_size: config.batch_size.max(1),
                 queue_capacity: config.queue_capacity.max(1),
+                keep_records,
+                request_log: config.request_log,
                 spool_dir: data_dir.to_path_buf(),
                 metrics,
             };
             let recorder = Arc::new(Recorder::start(db.clone(), prices, options)?);
             let book = in_flight::InFlight::new(node_id.to_owned());
-            let stopped_after = Duration::from_secs(config.interrupted_after_secs.max(1));
-            let writer = book.spawn_writer(db.clone(), flush_interval, stopped_after);
+            let writer = book.spawn_writer(
+                db.clone(),
+                in_flight::WriterOptions {
+                    interval: flush_interval,
+                    stopped_after: Duration::from_secs(config.interrupted_after_secs.max(1)),
+                    keep_records: keep_records == KeepRecords::Database,
+                    ledger_lock: recorder.ledger_lock(),
+                },
+            );
             (Some(recorder), Some((book, Arc::new(writer))))
         } else {
             (None, None)
@@ -338,7 +319,7 @@ impl UsageService {
                 )?)
             })
             .await?;
-        Ok(rows.iter().map(|r| (r.group.clone(), UsageTotals::from(r))).collect())
+        Ok(rows.iter().map(|r| (r.group.clone(), totals_of(r))).collect())
     }
 
     /// What each of `keys` has spent in its current budget period, in micro-USD, by key id

@@ -1,66 +1,77 @@
-//! The recorder: a supervised background task that turns metered calls into usage records
-//! and writes them to the database in batches, off the request path.
+//! The recorder: a supervised background task that writes what the node metered to the
+//! usage ledger, one flush per interval, off the request path.
 //!
 //! ```text
-//! request path --try_send--> channel (queue_capacity) --> recorder task --batch--> database
-//!      |  full or closed                                     |  database failing, queue full
-//!      +--------------> spool file (fsync) <-----------------+ -- replayed on recovery/start
+//! request path --add--> per-thread sums (+ records) --take, every interval--> one flush
+//!                                                          |  database failing or slow
+//!                       database <--apply, once by id-- flush --> spool file (fsync)
+//!                                  <--------- replayed on recovery and at start ------+
 //! ```
 //!
-//! - The request path never waits: it moves a [`Pending`] into a bounded channel. Only when
-//!   the channel is full (or closed after shutdown) does it finalize the record itself and
-//!   append it to the spool.
-//! - The task finalizes each record (usage, estimate, cost) into an in-memory queue, and
-//!   writes the queue every `flush_interval_ms` (sooner once `batch_size` records wait),
-//!   `batch_size` records per transaction, idempotent by request id.
-//! - A failed write sends its batch to the spool. While the database fails, the queue goes
-//!   to the spool at every tick (records never wait in memory longer than one interval), and
-//!   the replay of the spool is what probes the database; once it succeeds, direct writes
-//!   resume and the spool drains in the background. At start the spool is replayed too.
-//! - So a crash (`kill -9`, power cut) loses at most what was accepted since the last tick,
-//!   plus a batch whose database write was in flight (normally milliseconds; at most the
-//!   pool's acquire timeout while the database hangs). docs/usage.md states this bound.
-//! - [`Recorder::shutdown`] (after SIGTERM, once the HTTP server has stopped) drains the
-//!   channel, writes what it can within [`SHUTDOWN_DEADLINE`], and spools the rest.
-//! - The task runs under a supervisor that restarts it if it panics; its state (queue,
-//!   replay position, channel) lives outside the task and survives the restart.
+//! - The request path finishes its call's record (usage, estimate, cost) on its own thread
+//!   and adds it to that thread's shard of the [`Aggregate`]: no channel, no lock shared by
+//!   every worker, no wait for the database. Only an estimate (a provider that reported no
+//!   usage) runs on the blocking pool instead, since tokenizing a long prompt takes time.
+//! - Every `flush_interval_ms` (sooner when per-request records pile up) the task takes the
+//!   aggregate as one [`UsageFlush`] and applies it in one transaction
+//!   ([`aigw_persistence::usage::apply_flush`]): statements per second grow with the keys and
+//!   models active, not with the call rate.
+//! - A failed write sends its flush to the spool. While the database fails, or while a write
+//!   takes longer than an interval, each interval's flush goes to the spool (nothing waits in
+//!   memory longer than an interval), and the replay of the spool is what probes the
+//!   database; once it succeeds, direct writes resume and the spool drains in the
+//!   background. At start the spool is replayed too.
+//! - So a crash (`kill -9`, power cut) loses at most what was metered since the last flush,
+//!   plus a flush whose database write was in flight (normally milliseconds). docs/usage.md
+//!   states this bound.
+//! - [`Recorder::shutdown`] (after SIGTERM, once the HTTP server has stopped) writes what is
+//!   left within [`SHUTDOWN_DEADLINE`] and spools the rest.
+//! - Writes of the ledger and of the calls in flight take turns (`ledger_lock`): a flush
+//!   deletes the rows of the calls it counts, so no such row may be half-written meanwhile.
+//! - The task runs under a supervisor that restarts it if it panics; its state (the running
+//!   write, the replay position) lives outside the task and survives the restart.
 
-use super::meter::{Meter, Pending};
+use super::aggregate::{Added, Aggregate, KeepRecords};
+use super::meter::Pending;
 use super::prices::PriceTable;
 use super::spool::Spool;
 use super::supervisor::supervise;
 use crate::db::Db;
 use crate::error::ServiceError;
+use aigw_domain::ledger::UsageFlush;
 use aigw_domain::usage::UsageRecord;
+use aigw_persistence::usage::FlushApplied;
 use chrono::{DateTime, Utc};
 use metrics::Counter;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
-
-/// After taking in what waits in the channel, the task lets new records gather this long
-/// before it looks again: one wake-up per 10 ms instead of one per call (waking another thread
-/// for every call cost about a third of the chat rate, docs/performance.md). Settlements of
-/// budgets and token limits happen when a record is taken in, so they lag the answer by at
-/// most this much more.
-pub const ACCEPT_LINGER: Duration = Duration::from_millis(10);
 
 /// How long [`Recorder::shutdown`] keeps trying the database before it spools the rest.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 
+/// Flushes of the spool applied per replay step.
+const REPLAY_BATCH: usize = 16;
+
+/// Log target of the per-request usage lines (`usage.request_log`).
+pub const USAGE_LOG_TARGET: &str = "aigw::usage";
+
 /// Settings of a [`Recorder`].
 #[derive(Debug, Clone)]
 pub struct RecorderOptions {
-    /// Most time between two writes.
+    /// Most time between two flushes.
     pub flush_interval: Duration,
-    /// Most records per transaction.
-    pub batch_size: usize,
-    /// Capacity of the channel, and most records queued in memory before spooling.
+    /// Per-request records held in memory between two flushes (beyond: dropped and counted;
+    /// the sums stay exact).
     pub queue_capacity: usize,
+    /// Whether per-request records are written to the database.
+    pub keep_records: KeepRecords,
+    /// Whether each call is also written as one log line (target [`USAGE_LOG_TARGET`]).
+    pub request_log: bool,
     /// Folder of the spool file.
     pub spool_dir: PathBuf,
     /// Where tokens and cost by model are counted (`aigw_tokens_total`,
@@ -68,12 +79,12 @@ pub struct RecorderOptions {
     pub metrics: crate::metrics::Metrics,
 }
 
-/// A snapshot of the recorder's health, for `/readyz`.
+/// A snapshot of the recorder's health, for `/readyz` and `/metrics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecorderHealth {
-    /// Records accepted and not yet written or spooled (channel plus queue).
-    pub queued: usize,
-    /// Records waiting in the spool file.
+    /// Calls metered and not yet written or spooled (those of the running write included).
+    pub queued: u64,
+    /// Calls waiting in the spool file.
     pub spooled: u64,
     /// Bytes of the spool file.
     pub spool_bytes: u64,
@@ -81,12 +92,17 @@ pub struct RecorderHealth {
     pub last_flush_at: Option<DateTime<Utc>>,
     /// Whether the last write to the database succeeded (true before the first).
     pub database_ok: bool,
-    /// Records written to the ledger since start (replays of records already there excluded).
+    /// Calls written to the ledger since start (replays of flushes already there excluded).
     pub recorded: u64,
+    /// Flushes written to the ledger since start.
+    pub flushes: u64,
     /// Times the task was restarted after a panic.
     pub restarts: u64,
-    /// Records that could be neither written nor spooled (the spool failed too).
+    /// Calls that could be neither written nor spooled (the spool failed too).
     pub lost: u64,
+    /// Per-request records dropped because memory for them was full (their calls still
+    /// count in the sums).
+    pub records_dropped: u64,
 }
 
 /// What the request path, the task and the health probe share.
@@ -94,20 +110,28 @@ pub struct RecorderHealth {
 struct Shared {
     prices: PriceTable,
     spool: Spool,
-    queued: AtomicUsize,
+    aggregate: Aggregate,
+    request_log: bool,
+    /// Wakes the task before its interval ends (records piling up).
+    wake: Notify,
+    in_write: AtomicU64,
     database_ok: AtomicBool,
     last_flush_at: Mutex<Option<DateTime<Utc>>>,
     recorded: AtomicU64,
+    flushes: AtomicU64,
     restarts: Arc<AtomicU64>,
     lost: AtomicU64,
+    records_dropped: AtomicU64,
+    /// Held by every write of the ledger and of the calls in flight (see the module docs).
+    ledger_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Shared {
-    /// Appends `records` to the spool; counts them as lost if even that fails.
-    fn spool(&self, records: &[UsageRecord]) {
-        if let Err(e) = self.spool.append(records) {
-            self.lost.fetch_add(records.len() as u64, Ordering::Relaxed);
-            tracing::error!(error = %e, records = records.len(), "usage records could not be spooled; they are lost");
+    /// Appends `flush` to the spool; counts its calls as lost if even that fails.
+    fn spool(&self, flush: &UsageFlush) {
+        if let Err(e) = self.spool.append(flush) {
+            self.lost.fetch_add(flush.calls(), Ordering::Relaxed);
+            tracing::error!(error = %e, calls = flush.calls(), "usage could not be spooled; it is lost");
         }
     }
 
@@ -119,15 +143,49 @@ impl Shared {
 
     fn failed(&self, e: &ServiceError) {
         if self.database_ok.swap(false, Ordering::Relaxed) {
-            tracing::warn!(error = %e, "writing usage records failed; spooling them until the database answers");
+            tracing::warn!(error = %e, "writing usage failed; spooling it until the database answers");
         }
     }
+
+    /// Counts a finished call (on the thread that finished it).
+    fn accept(&self, record: UsageRecord, tracked: bool) {
+        if self.request_log {
+            log_record(&record);
+        }
+        if self.aggregate.add(record, tracked) == Added::FlushSoon {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// One call as one structured log line (target [`USAGE_LOG_TARGET`], message `usage`).
+fn log_record(r: &UsageRecord) {
+    tracing::info!(
+        target: USAGE_LOG_TARGET,
+        request_id = %r.request_id,
+        api_key_id = %r.api_key_id,
+        user_id = %r.user_id,
+        team_id = r.team_id.as_deref(),
+        member_id = r.member_id.as_deref(),
+        model = %r.model,
+        provider = %r.provider,
+        streamed = r.streamed,
+        outcome = r.outcome.as_str(),
+        prompt_tokens = r.tokens.prompt_tokens,
+        completion_tokens = r.tokens.completion_tokens,
+        total_tokens = r.tokens.total_tokens,
+        estimated = r.estimated,
+        cost_micros = r.cost_micros,
+        priced = r.priced,
+        latency_ms = r.latency_ms,
+        started_at = %r.started_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        "usage"
+    );
 }
 
 /// The request path's end of the recorder: cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct RecorderHandle {
-    tx: mpsc::Sender<Pending>,
     shared: Arc<Shared>,
 }
 
@@ -137,16 +195,31 @@ impl RecorderHandle {
         &self.shared.prices
     }
 
-    /// Hands a metered call to the recorder without waiting. When the channel is full or
-    /// closed, the record is finalized here and spooled (blocking file I/O; the last resort).
+    /// The lock writes of the calls in flight take (see the module docs).
+    pub(crate) fn ledger_lock(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.shared.ledger_lock.clone()
+    }
+
+    /// Counts a metered call without waiting: its record is finished here (on the blocking
+    /// pool when it needs a tokenizer estimate) and added to this thread's sums.
     pub(crate) fn submit(&self, pending: Pending) {
-        match self.tx.try_send(pending) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(p) | mpsc::error::TrySendError::Closed(p)) => {
-                let record = p.into_record(&self.shared.prices);
-                self.shared.spool(std::slice::from_ref(&record));
+        if pending.needs_estimate() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let shared = self.shared.clone();
+                runtime.spawn_blocking(move || {
+                    let (record, tracked) = pending.finish(&shared.prices);
+                    shared.accept(record, tracked);
+                });
+                return;
             }
         }
+        let (record, tracked) = pending.finish(&self.shared.prices);
+        self.shared.accept(record, tracked);
+    }
+
+    /// Counts a finished call (for an embedder or a benchmark feeding records directly).
+    pub(crate) fn submit_record(&self, record: UsageRecord) {
+        self.shared.accept(record, false);
     }
 }
 
@@ -159,29 +232,27 @@ pub struct Recorder {
 }
 
 /// The task's state; outlives a panicking run so that a restart loses nothing.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct State {
-    rx: mpsc::Receiver<Pending>,
-    queue: VecDeque<UsageRecord>,
     job: Option<Job>,
     /// The spool file being replayed and the offset of its next batch.
     replay: Option<(PathBuf, u64)>,
     /// `aigw_tokens_total` (prompt, completion) and `aigw_cost_usd_micros_total` by provider
     /// and model, registered once (configured models only: a bounded set).
-    counters: HashMap<String, HashMap<String, [Counter; 3]>>,
+    counters: HashMap<(String, String), [Counter; 3]>,
 }
 
 #[derive(Debug)]
 struct Job {
     started: Instant,
-    /// The records of a write job, kept to spool them if it cannot finish at shutdown.
-    batch: Option<Arc<Vec<UsageRecord>>>,
+    /// The flush being written, kept to spool it if it cannot finish at shutdown.
+    flush: Option<Arc<UsageFlush>>,
     handle: JoinHandle<JobResult>,
 }
 
 #[derive(Debug)]
 enum JobResult {
-    Written(Arc<Vec<UsageRecord>>, Result<usize, ServiceError>),
+    Written(Arc<UsageFlush>, Result<FlushApplied, ServiceError>),
     Replayed(PathBuf, u64, Result<ReplayProgress, ServiceError>),
 }
 
@@ -189,8 +260,8 @@ enum JobResult {
 struct ReplayProgress {
     next_offset: u64,
     at_end: bool,
-    records: usize,
-    inserted: usize,
+    calls: u64,
+    recorded: u64,
 }
 
 /// The task's fixed context.
@@ -219,27 +290,25 @@ impl Recorder {
             ))
         })?;
         if spool.records() > 0 {
-            tracing::info!(records = spool.records(), "usage spool found; replaying it");
+            tracing::info!(calls = spool.records(), "usage spool found; replaying it");
         }
-        let capacity = options.queue_capacity.max(1);
-        let (tx, rx) = mpsc::channel(capacity);
         let shared = Arc::new(Shared {
             prices,
             spool,
-            queued: AtomicUsize::new(0),
+            aggregate: Aggregate::new(options.keep_records, options.queue_capacity.max(1)),
+            request_log: options.request_log,
+            wake: Notify::new(),
+            in_write: AtomicU64::new(0),
             database_ok: AtomicBool::new(true),
             last_flush_at: Mutex::new(None),
             recorded: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
             restarts: Arc::new(AtomicU64::new(0)),
             lost: AtomicU64::new(0),
+            records_dropped: AtomicU64::new(0),
+            ledger_lock: Arc::new(tokio::sync::Mutex::new(())),
         });
-        let state = Arc::new(tokio::sync::Mutex::new(State {
-            rx,
-            queue: VecDeque::new(),
-            counters: HashMap::new(),
-            job: None,
-            replay: None,
-        }));
+        let state = Arc::new(tokio::sync::Mutex::new(State::default()));
         let (stop, stopped) = watch::channel(false);
         let context = Arc::new(Context { db, shared: shared.clone(), options });
         let supervisor = supervise("usage recorder", shared.restarts.clone(), move || {
@@ -250,23 +319,39 @@ impl Recorder {
             }
         });
         Ok(Self {
-            handle: RecorderHandle { tx, shared },
+            handle: RecorderHandle { shared },
             stop,
             supervisor: Mutex::new(Some(supervisor)),
         })
     }
 
+    /// The lock writes of the calls in flight take turns with flushes through.
+    pub(crate) fn ledger_lock(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.handle.ledger_lock()
+    }
+
     /// A meter feeding this recorder (for the gateway).
-    pub fn meter(&self) -> Meter {
-        Meter::new(self.handle.clone())
+    pub fn meter(&self) -> super::meter::Meter {
+        super::meter::Meter::new(self.handle.clone())
+    }
+
+    /// Counts one finished call as the gateway's meter does, without a gateway: for embedders
+    /// that meter calls of their own, and for the metering benchmark. The record's budgets
+    /// are not settled (it holds none).
+    pub fn record(&self, record: UsageRecord) {
+        self.handle.submit_record(record);
+    }
+
+    /// Writes what has been metered so far now, rather than at the next interval.
+    pub fn flush_soon(&self) {
+        self.handle.shared.wake.notify_one();
     }
 
     /// The current health.
     pub fn health(&self) -> RecorderHealth {
         let shared = &self.handle.shared;
-        let in_channel = self.handle.tx.max_capacity() - self.handle.tx.capacity();
         RecorderHealth {
-            queued: shared.queued.load(Ordering::Relaxed) + in_channel,
+            queued: shared.aggregate.pending() + shared.in_write.load(Ordering::Relaxed),
             spooled: shared.spool.records(),
             spool_bytes: shared.spool.bytes(),
             last_flush_at: *shared
@@ -275,14 +360,16 @@ impl Recorder {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
             database_ok: shared.database_ok.load(Ordering::Relaxed),
             recorded: shared.recorded.load(Ordering::Relaxed),
+            flushes: shared.flushes.load(Ordering::Relaxed),
             restarts: shared.restarts.load(Ordering::Relaxed),
             lost: shared.lost.load(Ordering::Relaxed),
+            records_dropped: shared.records_dropped.load(Ordering::Relaxed),
         }
     }
 
-    /// Stops the task after writing every accepted record to the database (within
-    /// [`SHUTDOWN_DEADLINE`]) or else to the spool. Records submitted afterwards go straight
-    /// to the spool. Idempotent.
+    /// Stops the task after writing everything metered to the database (within
+    /// [`SHUTDOWN_DEADLINE`]) or else to the spool. Calls counted afterwards wait in memory
+    /// and are lost at exit. Idempotent.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
         let supervisor =
@@ -298,8 +385,6 @@ impl Context {
         let interval = self.options.flush_interval.max(Duration::from_millis(10));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // While set, the channel is not looked at before then (see [`ACCEPT_LINGER`]).
-        let mut lingering: Option<tokio::time::Instant> = None;
         loop {
             if *stopped.borrow() {
                 self.drain_and_stop(state).await;
@@ -326,121 +411,117 @@ impl Context {
                         Ok(result) => self.on_job(state, result),
                         Err(e) => tracing::error!(error = %e, "a usage write task failed"),
                     }
-                    // After a failure, the next attempt waits for the tick.
-                    self.start_job(state, false);
                 }
-                _ = tokio::time::sleep_until(lingering.unwrap_or_else(tokio::time::Instant::now)),
-                    if lingering.is_some() => lingering = None,
-                pending = state.rx.recv(), if lingering.is_none() => match pending {
-                    Some(pending) => {
-                        self.accept(state, pending);
-                        while state.queue.len() < self.options.batch_size {
-                            let Ok(pending) = state.rx.try_recv() else { break };
-                            self.accept(state, pending);
-                        }
-                        self.start_job(state, false);
-                        lingering = Some(tokio::time::Instant::now() + ACCEPT_LINGER);
+                () = self.shared.wake.notified() => {
+                    if state.job.is_none() && self.shared.database_ok.load(Ordering::Relaxed) {
+                        self.start_write(state);
                     }
-                    // Every handle is gone: nothing more can come.
-                    None => {
-                        self.drain_and_stop(state).await;
-                        return;
-                    }
-                },
+                }
                 _ = tick.tick() => self.on_tick(state, interval),
             }
         }
     }
 
-    /// Finalizes a metered call into the queue; spools the queue when it is full.
-    fn accept(&self, state: &mut State, pending: Pending) {
-        let record = pending.into_record(&self.shared.prices);
-        let cached = state.counters.get(&record.provider).and_then(|m| m.get(&record.model));
-        let counters = match cached {
-            Some(counters) => counters,
-            None => {
-                if state.counters.values().map(HashMap::len).sum::<usize>() >= 1024 {
+    /// Takes what was metered since the last take as one flush (with a fresh id), counting it
+    /// in the per-model metrics.
+    fn take(&self, state: &mut State) -> UsageFlush {
+        let taken = self.shared.aggregate.take();
+        let mut flush = taken.flush;
+        if taken.dropped > 0 {
+            self.shared.records_dropped.fetch_add(taken.dropped, Ordering::Relaxed);
+            tracing::warn!(
+                dropped = taken.dropped,
+                "per-request usage records dropped: memory for them was full (their calls are counted)"
+            );
+        }
+        if flush.is_empty() {
+            return flush;
+        }
+        flush.id = uuid::Uuid::now_v7().to_string();
+        let metrics = &self.options.metrics;
+        let mut count = |provider: &str, model: &str, prompt: u64, completion: u64, cost: u64| {
+            if !state.counters.contains_key(&(provider.to_owned(), model.to_owned())) {
+                if state.counters.len() >= 1024 {
                     state.counters.clear();
                 }
-                let metrics = &self.options.metrics;
-                let labels =
-                    [("provider", record.provider.as_str()), ("model", record.model.as_str())];
-                let [provider, model] = labels;
-                let tokens =
-                    |kind| metrics.counter("aigw_tokens_total", &[provider, model, ("kind", kind)]);
+                let labels = [("provider", provider), ("model", model)];
+                let [p, m] = labels;
+                let tokens = |kind| metrics.counter("aigw_tokens_total", &[p, m, ("kind", kind)]);
                 let registered = [
                     tokens("prompt"),
                     tokens("completion"),
                     metrics.counter("aigw_cost_usd_micros_total", &labels),
                 ];
-                state
-                    .counters
-                    .entry(record.provider.clone())
-                    .or_default()
-                    .entry(record.model.clone())
-                    .or_insert(registered)
+                state.counters.insert((provider.to_owned(), model.to_owned()), registered);
+            }
+            if let Some([p, c, usd]) = state.counters.get(&(provider.to_owned(), model.to_owned()))
+            {
+                p.increment(prompt);
+                c.increment(completion);
+                usd.increment(cost);
             }
         };
-        let [prompt, completion, cost] = counters;
-        prompt.increment(record.tokens.prompt_tokens);
-        completion.increment(record.tokens.completion_tokens);
-        cost.increment(record.cost_micros);
-        state.queue.push_back(record);
-        if state.queue.len() >= self.options.queue_capacity.max(1) {
-            self.spool_queue(state);
+        for r in &flush.rollups {
+            let s = &r.sums;
+            count(
+                &r.key.provider,
+                &r.key.model,
+                s.prompt_tokens,
+                s.completion_tokens,
+                s.cost_micros,
+            );
         }
-        self.shared.queued.store(state.queue.len(), Ordering::Relaxed);
-    }
-
-    fn spool_queue(&self, state: &mut State) {
-        if state.queue.is_empty() {
-            return;
+        for r in &flush.tracked {
+            let t = &r.tokens;
+            count(&r.provider, &r.model, t.prompt_tokens, t.completion_tokens, r.cost_micros);
         }
-        let records: Vec<UsageRecord> = state.queue.drain(..).collect();
-        self.shared.spool(&records);
-        self.shared.queued.store(0, Ordering::Relaxed);
+        flush
     }
 
     fn on_tick(&self, state: &mut State, interval: Duration) {
         match &state.job {
             Some(job) if job.started.elapsed() >= interval => {
-                // The database is slow: records must not wait in memory beyond an interval.
-                self.spool_queue(state);
+                // The database is slow: nothing waits in memory beyond an interval.
+                let flush = self.take(state);
+                self.shared.spool(&flush);
             }
             Some(_) => {}
             None if !self.shared.database_ok.load(Ordering::Relaxed) => {
-                self.spool_queue(state);
-                self.start_job(state, true);
+                let flush = self.take(state);
+                self.shared.spool(&flush);
+                self.start_replay(state);
             }
-            None => self.start_job(state, true),
+            None => {
+                if !self.start_write(state) {
+                    self.start_replay(state);
+                }
+            }
         }
     }
 
-    /// Starts the next write (the queue first, then the spool's replay) unless one runs.
-    /// Between ticks only a full batch is written, so a light load is not split into one
-    /// transaction per record.
-    fn start_job(&self, state: &mut State, tick: bool) {
+    /// Starts writing what was metered since the last take; false when there was nothing.
+    fn start_write(&self, state: &mut State) -> bool {
+        let flush = self.take(state);
+        if flush.is_empty() {
+            return false;
+        }
+        let flush = Arc::new(flush);
+        self.shared.in_write.store(flush.calls(), Ordering::Relaxed);
+        let (db, written, lock) = (self.db.clone(), flush.clone(), self.shared.ledger_lock.clone());
+        let handle = tokio::spawn(async move {
+            let _turn = lock.lock_owned().await;
+            let applied = written.clone();
+            let result =
+                db.run(move |conn| Ok(aigw_persistence::usage::apply_flush(conn, &applied)?)).await;
+            JobResult::Written(written, result)
+        });
+        state.job = Some(Job { started: Instant::now(), flush: Some(flush), handle });
+        true
+    }
+
+    /// Starts replaying the next batch of the spool, if it holds anything.
+    fn start_replay(&self, state: &mut State) {
         if state.job.is_some() {
-            return;
-        }
-        let healthy = self.shared.database_ok.load(Ordering::Relaxed);
-        if !healthy && !tick {
-            return;
-        }
-        let batch_size = self.options.batch_size.max(1);
-        if healthy && (state.queue.len() >= batch_size || (tick && !state.queue.is_empty())) {
-            let n = state.queue.len().min(batch_size);
-            let batch: Arc<Vec<UsageRecord>> = Arc::new(state.queue.drain(..n).collect());
-            self.shared.queued.store(state.queue.len(), Ordering::Relaxed);
-            let (db, records) = (self.db.clone(), batch.clone());
-            let handle = tokio::spawn(async move {
-                let written = records.clone();
-                let result = db
-                    .run(move |conn| Ok(aigw_persistence::usage::insert_batch(conn, &written)?))
-                    .await;
-                JobResult::Written(records, result)
-            });
-            state.job = Some(Job { started: Instant::now(), batch: Some(batch), handle });
             return;
         }
         if state.replay.is_none() && self.shared.spool.records() > 0 {
@@ -451,31 +532,33 @@ impl Context {
             }
         }
         if let Some((path, offset)) = state.replay.clone() {
-            let db = self.db.clone();
+            let (db, lock) = (self.db.clone(), self.shared.ledger_lock.clone());
             let handle = tokio::spawn(async move {
-                let result = replay_batch(&db, path.clone(), offset, batch_size).await;
+                let _turn = lock.lock_owned().await;
+                let result = replay_batch(&db, path.clone(), offset).await;
                 JobResult::Replayed(path, offset, result)
             });
-            state.job = Some(Job { started: Instant::now(), batch: None, handle });
+            state.job = Some(Job { started: Instant::now(), flush: None, handle });
         }
     }
 
     fn on_job(&self, state: &mut State, result: JobResult) {
+        self.shared.in_write.store(0, Ordering::Relaxed);
         match result {
-            JobResult::Written(_, Ok(inserted)) => {
-                self.shared.recorded.fetch_add(inserted as u64, Ordering::Relaxed);
+            JobResult::Written(flush, Ok(applied)) => {
+                self.note_applied(&applied, &flush);
                 self.shared.flushed();
             }
-            JobResult::Written(records, Err(e)) => {
+            JobResult::Written(flush, Err(e)) => {
                 self.shared.failed(&e);
-                self.shared.spool(&records);
+                self.shared.spool(&flush);
             }
             JobResult::Replayed(path, offset, Ok(progress)) => {
-                self.shared.recorded.fetch_add(progress.inserted as u64, Ordering::Relaxed);
+                self.shared.recorded.fetch_add(progress.recorded, Ordering::Relaxed);
                 self.shared.flushed();
                 self.shared
                     .spool
-                    .replayed(progress.records as u64, progress.next_offset.saturating_sub(offset));
+                    .replayed(progress.calls, progress.next_offset.saturating_sub(offset));
                 if progress.at_end {
                     if let Err(e) = self.shared.spool.finish_replay(&path) {
                         tracing::error!(error = %e, "cannot remove the replayed usage spool");
@@ -491,71 +574,83 @@ impl Context {
         }
     }
 
-    /// After the stop signal: takes every record still in the channel, lets a running write
-    /// finish, writes the queue within [`SHUTDOWN_DEADLINE`], and spools what is left.
-    async fn drain_and_stop(&self, state: &mut State) {
-        state.rx.close();
-        while let Some(pending) = state.rx.recv().await {
-            state.queue.push_back(pending.into_record(&self.shared.prices));
+    fn note_applied(&self, applied: &FlushApplied, flush: &UsageFlush) {
+        self.shared.recorded.fetch_add(applied.calls, Ordering::Relaxed);
+        if applied.applied {
+            self.shared.flushes.fetch_add(1, Ordering::Relaxed);
         }
+        if applied.already_billed > 0 {
+            tracing::info!(
+                calls = applied.already_billed,
+                flush = %flush.id,
+                "calls already billed as interrupted by another node were not counted again"
+            );
+        }
+    }
+
+    /// After the stop signal: lets a running write finish, writes what is left within
+    /// [`SHUTDOWN_DEADLINE`], and spools what it cannot write.
+    async fn drain_and_stop(&self, state: &mut State) {
         let deadline = Instant::now() + SHUTDOWN_DEADLINE;
         if let Some(job) = state.job.take() {
             let remaining = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout(remaining, job.handle).await {
                 Ok(Ok(result)) => self.on_job(state, result),
                 Ok(Err(e)) => tracing::error!(error = %e, "a usage write task failed"),
-                // Unknown whether it committed: spool it (replays are idempotent).
-                Err(_) => self.shared.spool(job.batch.as_deref().map_or(&[], Vec::as_slice)),
+                // Unknown whether it committed: spool it (a flush is applied once).
+                Err(_) => {
+                    if let Some(flush) = job.flush {
+                        self.shared.spool(&flush);
+                    }
+                }
             }
         }
-        while !state.queue.is_empty() {
-            let n = state.queue.len().min(self.options.batch_size.max(1));
-            let batch: Vec<UsageRecord> = state.queue.drain(..n).collect();
+        let flush = Arc::new(self.take(state));
+        if !flush.is_empty() {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let written = batch.clone();
+            let written = flush.clone();
             let write =
-                self.db.run(move |conn| Ok(aigw_persistence::usage::insert_batch(conn, &written)?));
+                self.db.run(move |conn| Ok(aigw_persistence::usage::apply_flush(conn, &written)?));
+            let turn = self.shared.ledger_lock.clone();
+            let write = async move {
+                let _turn = turn.lock().await;
+                write.await
+            };
             match tokio::time::timeout(remaining, write).await {
-                Ok(Ok(inserted)) => {
-                    self.shared.recorded.fetch_add(inserted as u64, Ordering::Relaxed);
+                Ok(Ok(applied)) => {
+                    self.note_applied(&applied, &flush);
                     self.shared.flushed();
                 }
                 Ok(Err(e)) => {
                     self.shared.failed(&e);
-                    self.shared.spool(&batch);
-                    self.spool_queue(state);
+                    self.shared.spool(&flush);
                 }
-                Err(_) => {
-                    self.shared.spool(&batch);
-                    self.spool_queue(state);
-                }
+                Err(_) => self.shared.spool(&flush),
             }
         }
-        self.shared.queued.store(0, Ordering::Relaxed);
         tracing::info!(spooled = self.shared.spool.records(), "usage recorder stopped");
     }
 }
 
-/// Replays one batch of a spool file from `offset`.
-async fn replay_batch(
-    db: &Db,
-    path: PathBuf,
-    offset: u64,
-    batch_size: usize,
-) -> Result<ReplayProgress, ServiceError> {
-    let batch = tokio::task::spawn_blocking(move || Spool::read_batch(&path, offset, batch_size))
+/// Applies the next flushes of a spool file from `offset`.
+async fn replay_batch(db: &Db, path: PathBuf, offset: u64) -> Result<ReplayProgress, ServiceError> {
+    let batch = tokio::task::spawn_blocking(move || Spool::read_batch(&path, offset, REPLAY_BATCH))
         .await
         .map_err(|e| ServiceError::Internal(format!("spool reader failed: {e}")))?
         .map_err(|e| ServiceError::Internal(format!("reading the usage spool: {e}")))?;
     if batch.skipped > 0 {
         tracing::warn!(lines = batch.skipped, "skipped usage spool lines that were cut short");
     }
-    let records = batch.records.len() + batch.skipped;
-    let inserted = if batch.records.is_empty() {
-        0
-    } else {
-        let written = batch.records;
-        db.run(move |conn| Ok(aigw_persistence::usage::insert_batch(conn, &written)?)).await?
-    };
-    Ok(ReplayProgress { next_offset: batch.next_offset, at_end: batch.at_end, records, inserted })
+    let calls: u64 = batch.flushes.iter().map(UsageFlush::calls).sum();
+    let flushes = batch.flushes;
+    let recorded = db
+        .run(move |conn| {
+            let mut recorded = 0;
+            for flush in &flushes {
+                recorded += aigw_persistence::usage::apply_flush(conn, flush)?.calls;
+            }
+            Ok(recorded)
+        })
+        .await?;
+    Ok(ReplayProgress { next_offset: batch.next_offset, at_end: batch.at_end, calls, recorded })
 }

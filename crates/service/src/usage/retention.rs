@@ -1,5 +1,6 @@
 //! Retention of raw usage records: a supervised task deletes records older than
-//! `usage.retention_days`, in bounded batches so it never holds a long write lock. Daily
+//! `usage.retention_days`, in bounded batches so it never holds a long write lock, then the
+//! ids of flushes applied and the calls in flight billed before then. Daily
 //! rollups are kept for ever (they are small and are what usage queries read).
 
 use super::supervisor::supervise;
@@ -58,6 +59,8 @@ pub(crate) async fn sweep(db: &Db, retention_days: u32) -> Result<usize, crate::
             .await?;
         total += deleted;
         if i64::try_from(deleted).unwrap_or(0) < PRUNE_BATCH {
+            db.run(move |conn| Ok(aigw_persistence::usage::prune_flushes_before(conn, cutoff)?))
+                .await?;
             return Ok(total);
         }
         tokio::time::sleep(PAUSE_BETWEEN_BATCHES).await;

@@ -1,21 +1,23 @@
-//! The spool: an append-only file of usage records that could not be written to the
-//! database yet (`<data_dir>/usage-spool.jsonl`, one JSON record per line).
+//! The spool: an append-only file of usage flushes that could not be written to the
+//! database yet (`<data_dir>/usage-spool.jsonl`, one JSON [`UsageFlush`] per line).
 //!
 //! - [`Spool::append`] writes whole lines and calls `fsync` (`sync_data`) before it returns,
-//!   so an appended record survives a crash or a power cut.
+//!   so an appended flush survives a crash or a power cut.
 //! - Replay first renames the file to `usage-spool.replaying.jsonl` (appends then start a new
-//!   file), reads it in batches from an offset, and deletes it once every record is in the
-//!   database. Inserts are idempotent by request id, so replaying a file twice (a crash during
+//!   file), reads it in batches from an offset, and deletes it once every flush is in the
+//!   database. Flushes are applied once by id, so replaying a file twice (a crash during
 //!   replay) counts nothing twice.
 //! - A line cut short by a crash mid-write is skipped; at open, a file that does not end with
-//!   a newline gets one, so the fragment never merges with the next record.
+//!   a newline gets one, so the fragment never merges with the next flush.
+//! - A line holding a single usage record (the format of earlier versions) is read as a
+//!   flush of that one call, with an id derived from its request id.
 //!
-//! Blocking file I/O: called from the recorder task and, as a last resort, from a request's
-//! drop when the recorder's channel is full or closed.
+//! Blocking file I/O: called from the recorder task only, never from a request.
 
+use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
 use aigw_domain::usage::UsageRecord;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -38,8 +40,8 @@ pub struct Spool {
 /// One batch read back from a spool file.
 #[derive(Debug, Default)]
 pub struct SpoolBatch {
-    /// The records read.
-    pub records: Vec<UsageRecord>,
+    /// The flushes read.
+    pub flushes: Vec<UsageFlush>,
     /// Where the next batch starts.
     pub next_offset: u64,
     /// Whether the file has no more records after this batch.
@@ -49,7 +51,7 @@ pub struct SpoolBatch {
 }
 
 impl Spool {
-    /// Opens the spool of `dir` (created if missing), counting the records already spooled
+    /// Opens the spool of `dir` (created if missing), counting the calls already spooled
     /// and closing a line cut short by a crash.
     ///
     /// # Errors
@@ -78,8 +80,7 @@ impl Spool {
         Ok(spool)
     }
 
-    /// Records waiting in the spool files (approximate: a cut-short line counts until
-    /// replayed).
+    /// Calls waiting in the spool files.
     pub fn records(&self) -> u64 {
         self.records.load(Ordering::Relaxed)
     }
@@ -93,19 +94,16 @@ impl Spool {
         self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Appends `records` as whole lines and syncs the file to disk.
+    /// Appends `flush` as one whole line and syncs the file to disk.
     ///
     /// # Errors
     /// When the file cannot be opened, written or synced.
-    pub fn append(&self, records: &[UsageRecord]) -> io::Result<()> {
-        if records.is_empty() {
+    pub fn append(&self, flush: &UsageFlush) -> io::Result<()> {
+        if flush.is_empty() {
             return Ok(());
         }
-        let mut buffer = Vec::with_capacity(records.len() * 320);
-        for record in records {
-            serde_json::to_writer(&mut buffer, record).map_err(io::Error::other)?;
-            buffer.push(b'\n');
-        }
+        let mut buffer = serde_json::to_vec(flush).map_err(io::Error::other)?;
+        buffer.push(b'\n');
         let mut guard = self.lock();
         if guard.is_none() {
             let file = OpenOptions::new().create(true).append(true).open(&self.path)?;
@@ -117,7 +115,7 @@ impl Spool {
         };
         file.write_all(&buffer)?;
         file.sync_data()?;
-        self.records.fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.records.fetch_add(flush.calls(), Ordering::Relaxed);
         self.bytes.fetch_add(buffer.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -142,7 +140,7 @@ impl Spool {
         Ok(Some(self.replay_path.clone()))
     }
 
-    /// Reads up to `max` records of `path` from byte `offset`.
+    /// Reads up to `max` flushes of `path` from byte `offset`.
     ///
     /// # Errors
     /// When the file cannot be read.
@@ -152,7 +150,7 @@ impl Spool {
         let mut reader = BufReader::new(file);
         let mut batch = SpoolBatch { next_offset: offset, ..SpoolBatch::default() };
         let mut line = Vec::new();
-        while batch.records.len() < max {
+        while batch.flushes.len() < max {
             line.clear();
             let n = reader.read_until(b'\n', &mut line)?;
             if n == 0 {
@@ -160,10 +158,10 @@ impl Spool {
                 break;
             }
             batch.next_offset += n as u64;
-            match serde_json::from_slice::<UsageRecord>(&line) {
-                Ok(record) => batch.records.push(record),
-                Err(_) if line.iter().all(u8::is_ascii_whitespace) => {}
-                Err(_) => batch.skipped += 1,
+            match parse_line(&line) {
+                Some(flush) => batch.flushes.push(flush),
+                None if line.iter().all(u8::is_ascii_whitespace) => {}
+                None => batch.skipped += 1,
             }
         }
         if !batch.at_end {
@@ -172,7 +170,7 @@ impl Spool {
         Ok(batch)
     }
 
-    /// Notes that `records` records (and `bytes` bytes) of a replayed file are in the
+    /// Notes that `records` calls (and `bytes` bytes) of a replayed file are in the
     /// database.
     pub fn replayed(&self, records: u64, bytes: u64) {
         let sub = |counter: &AtomicU64, n: u64| {
@@ -194,22 +192,40 @@ impl Spool {
     }
 }
 
-/// Counts the lines and bytes of `file` and tells whether it ends with a newline.
+/// A spool line as a flush: a [`UsageFlush`], or a single record written by an earlier
+/// version (a flush of that call, its id derived from the request id so that replaying it
+/// twice counts it once). `None` for anything else (a line cut short).
+fn parse_line(line: &[u8]) -> Option<UsageFlush> {
+    if let Ok(flush) = serde_json::from_slice::<UsageFlush>(line) {
+        return Some(flush);
+    }
+    let record = serde_json::from_slice::<UsageRecord>(line).ok()?;
+    Some(UsageFlush {
+        id: format!("record-{}", record.request_id),
+        rollups: vec![UsageRollup { key: RollupKey::of(&record), sums: UsageSums::of(&record) }],
+        records: vec![record],
+        tracked: Vec::new(),
+        keep_records: true,
+    })
+}
+
+/// Counts the calls and bytes of `file` and tells whether it ends with a newline.
 fn scan(file: &mut File) -> io::Result<(u64, u64, bool)> {
     file.seek(SeekFrom::Start(0))?;
-    let mut buffer = [0u8; 64 * 1024];
-    let (mut lines, mut len, mut last) = (0u64, 0u64, b'\n');
+    let mut reader = BufReader::new(file);
+    let (mut calls, mut len, mut last) = (0u64, 0u64, b'\n');
+    let mut line = Vec::new();
     loop {
-        let n = file.read(&mut buffer)?;
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
         if n == 0 {
             break;
         }
-        lines += buffer[..n].iter().filter(|b| **b == b'\n').count() as u64;
         len += n as u64;
-        last = buffer[n - 1];
+        last = line[n - 1];
+        calls += parse_line(&line).map_or(0, |f| f.calls());
     }
-    let ends_with_newline = last == b'\n';
-    Ok((lines + u64::from(!ends_with_newline), len, ends_with_newline))
+    Ok((calls, len, last == b'\n'))
 }
 
 /// Syncs the folder holding `path`, so a created or renamed file survives a crash. Best
@@ -248,47 +264,68 @@ mod tests {
         }
     }
 
+    fn flush(id: &str, calls: &[&str]) -> UsageFlush {
+        let records: Vec<UsageRecord> = calls.iter().map(|c| record(c)).collect();
+        let mut sums = UsageSums::default();
+        records.iter().for_each(|r| sums.add_record(r));
+        UsageFlush {
+            id: id.to_owned(),
+            rollups: vec![UsageRollup { key: RollupKey::of(&records[0]), sums }],
+            records,
+            tracked: Vec::new(),
+            keep_records: true,
+        }
+    }
+
+    fn ids(batch: &SpoolBatch) -> Vec<&str> {
+        batch.flushes.iter().map(|f| f.id.as_str()).collect()
+    }
+
     #[test]
     fn appends_replays_and_skips_a_torn_line() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path()).unwrap();
-        spool.append(&[record("a"), record("b")]).unwrap();
-        assert_eq!(spool.records(), 2);
+        spool.append(&flush("a", &["a1", "a2"])).unwrap();
+        spool.append(&flush("b", &["b1"])).unwrap();
+        assert_eq!(spool.records(), 3, "calls, not lines");
         drop(spool);
-        // A crash mid-write leaves half a line.
+        // A crash mid-write leaves half a line; an earlier version left a record line.
         let mut f = OpenOptions::new().append(true).open(dir.path().join(SPOOL_FILE)).unwrap();
-        f.write_all(b"{\"request_id\":\"c\",\"api_k").unwrap();
+        serde_json::to_writer(&mut f, &record("old")).unwrap();
+        f.write_all(b"\n{\"id\":\"c\",\"rollu").unwrap();
         drop(f);
         let spool = Spool::open(dir.path()).unwrap();
-        spool.append(&[record("d")]).unwrap();
+        assert_eq!(spool.records(), 4);
+        spool.append(&flush("d", &["d1"])).unwrap();
         let path = spool.take_for_replay().unwrap().unwrap();
-        spool.append(&[record("e")]).unwrap();
+        spool.append(&flush("e", &["e1"])).unwrap();
         let first = Spool::read_batch(&path, 0, 2).unwrap();
-        assert_eq!(
-            first.records.iter().map(|r| r.request_id.as_str()).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
+        assert_eq!(ids(&first), ["a", "b"]);
+        assert_eq!(first.flushes[0], flush("a", &["a1", "a2"]).with_times_of(&first.flushes[0]));
         assert!(!first.at_end);
         let rest = Spool::read_batch(&path, first.next_offset, 10).unwrap();
-        assert_eq!(rest.records.len(), 1);
-        assert_eq!(rest.records[0].request_id, "d");
+        assert_eq!(ids(&rest), ["record-old", "d"]);
+        assert_eq!(rest.flushes[0].calls(), 1);
         assert_eq!(rest.skipped, 1);
         assert!(rest.at_end);
-        assert_eq!(rest.records[0], record("d").clone_with_time(rest.records[0].started_at));
         spool.finish_replay(&path).unwrap();
-        // The record appended during the replay is in the new file.
+        // The flush appended during the replay is in the new file.
         let next = spool.take_for_replay().unwrap().unwrap();
         let batch = Spool::read_batch(&next, 0, 10).unwrap();
-        assert_eq!(batch.records.len(), 1);
-        assert_eq!(batch.records[0].request_id, "e");
+        assert_eq!(ids(&batch), ["e"]);
     }
 
-    trait WithTime {
-        fn clone_with_time(self, t: chrono::DateTime<chrono::Utc>) -> Self;
+    trait WithTimes {
+        fn with_times_of(self, other: &Self) -> Self;
     }
-    impl WithTime for UsageRecord {
-        fn clone_with_time(mut self, t: chrono::DateTime<chrono::Utc>) -> Self {
-            self.started_at = t;
+    impl WithTimes for UsageFlush {
+        fn with_times_of(mut self, other: &Self) -> Self {
+            for (mine, theirs) in self.records.iter_mut().zip(&other.records) {
+                mine.started_at = theirs.started_at;
+            }
+            for (mine, theirs) in self.rollups.iter_mut().zip(&other.rollups) {
+                mine.key.day = theirs.key.day;
+            }
             self
         }
     }

@@ -170,23 +170,40 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
         let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
         let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
         let mut conn = pool.get().unwrap();
-        assert_eq!(
-            aigw_persistence::usage::insert_batch(&mut conn, std::slice::from_ref(&old)).unwrap(),
-            1
-        );
-        // A replay counts nothing twice: of a batch holding it again (twice) and new records,
-        // only the new ones are inserted (and added to the rollups). 34 records: on SQLite a
-        // first statement of 16 rows that meets the old one and falls back to one row at a
-        // time, a second of 16 new rows, and two rows alone.
+        use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
+        let flush = |records: &[UsageRecord], keep: Vec<UsageRecord>| {
+            let mut sums = UsageSums::default();
+            records.iter().for_each(|r| sums.add_record(r));
+            UsageFlush {
+                id: uuid::Uuid::now_v7().to_string(),
+                rollups: vec![UsageRollup { key: RollupKey::of(&records[0]), sums }],
+                records: keep,
+                tracked: Vec::new(),
+                keep_records: true,
+            }
+        };
+        let apply = |conn: &mut aigw_persistence::DbConnection, f: &UsageFlush| {
+            aigw_persistence::usage::apply_flush(conn, f).unwrap()
+        };
+        let first = flush(std::slice::from_ref(&old), vec![old.clone()]);
+        assert_eq!(apply(&mut conn, &first).calls, 1);
+        // A flush applied again (a replay of the spool) counts nothing twice.
+        assert!(!apply(&mut conn, &first).applied);
+        // Records already in the ledger are skipped by the record insert (on SQLite the first
+        // statement of 16 rows meets the old one twice; on PostgreSQL the COPY fails and the
+        // array insert skips them), and the rollups count the flush's sums.
         let new_record = || {
             let mut other = old.clone();
             other.request_id = uuid::Uuid::now_v7().to_string();
             other.tokens = TokenUsage::new(1, 1);
             other
         };
-        let mut replay = vec![old.clone(), new_record(), old.clone()];
-        replay.extend(std::iter::repeat_with(new_record).take(31));
-        assert_eq!(aigw_persistence::usage::insert_batch(&mut conn, &replay).unwrap(), 32);
+        let new: Vec<UsageRecord> = std::iter::repeat_with(new_record).take(32).collect();
+        let mut records = vec![old.clone(), new[0].clone(), old.clone()];
+        records.extend(new[1..].iter().cloned());
+        let second = flush(&new, records);
+        assert_eq!(apply(&mut conn, &second).calls, 32);
+        assert_eq!(apply(&mut conn, &second).calls, 0, "replayed");
     })
     .await
     .unwrap();

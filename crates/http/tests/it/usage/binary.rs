@@ -276,3 +276,82 @@ prices = {{ "up-slow" = {{ input_per_million = 1000.0, output_per_million = 2000
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// Calls counted in the rollups, read from the database file itself.
+fn summed_calls(dir: &Path) -> u64 {
+    use diesel::{Connection, QueryDsl, RunQueryDsl};
+    let mut conn =
+        diesel::SqliteConnection::establish(&dir.join("data/aigw.db").to_string_lossy()).unwrap();
+    let sum: Option<i64> = aigw_persistence::schema::usage_daily::table
+        .select(diesel::dsl::sql::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>(
+            "CAST(SUM(requests) AS BIGINT)",
+        ))
+        .first(&mut conn)
+        .unwrap();
+    u64::try_from(sum.unwrap_or(0)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_loses_at_most_the_calls_of_the_last_flush_interval() {
+    const INTERVAL_MS: u64 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = start_with(dir.path(), port, INTERVAL_MS, r#"request_records = "none""#);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_healthy(&client, &base).await;
+    let (_token, key) = register_with_key(&client, &base, "usage-kill@example.com").await;
+    // Eight clients call in a loop, noting when each answer came; the process is killed while
+    // they run.
+    let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, base, key) = (client.clone(), base.clone(), key.clone());
+            let (answered, stop) = (answered.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let sent = client
+                        .post(format!("{base}/api/v1/ai/chat/completions"))
+                        .header("authorization", &key)
+                        .json(&json!({"model": "echo", "messages": [{"role": "user", "content": "hi"}]}))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(r) if r.status() == 200 => answered.lock().unwrap().push(Instant::now()),
+                        _ => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    child.kill().unwrap();
+    let killed_at = Instant::now();
+    child.wait().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in clients {
+        let _ = c.await;
+    }
+    let answered = answered.lock().unwrap().clone();
+    let total = answered.len() as u64;
+    assert!(total > 100, "the load ran: {total} calls");
+    // The documented bound: the calls of the last interval, and a flush whose write was in
+    // flight (milliseconds here): two intervals before the kill.
+    let window = Duration::from_millis(2 * INTERVAL_MS);
+    let recent = answered.iter().filter(|t| killed_at.duration_since(**t) <= window).count() as u64;
+
+    let mut child = start_with(dir.path(), port, INTERVAL_MS, r#"request_records = "none""#);
+    wait_until_healthy(&client, &base).await;
+    let counted = summed_calls(dir.path());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A call answered as the process died may be counted without its answer reaching the
+    // client: at most one per client.
+    assert!(counted <= total + 8, "never more than made: {counted} counted, {total} answered");
+    let lost = total.saturating_sub(counted);
+    assert!(
+        lost <= recent,
+        "lost {lost} calls, more than the {recent} answered in the last {window:?}"
+    );
+}
