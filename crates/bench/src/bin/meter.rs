@@ -6,7 +6,8 @@
 //!
 //! Generator threads (default: one per core) feed finished calls (records of `--keys` keys ×
 //! `--models` models, round robin) to a [`Recorder`] as the gateway's meter does, for `--secs`
-//! seconds; then the recorder is shut down, which writes everything still in memory. The
+//! seconds, pausing while more than `--backlog` calls wait in memory (so the rate is what the
+//! pipeline makes durable, not what it could buffer); then the recorder is shut down, which writes everything still in memory. The
 //! rate reported is calls ÷ the time from the first call until the last is durable (in the
 //! database or the spool file), and the ledger is checked: the sum of `requests` in the
 //! rollups equals the calls fed, and with records on, so does the number of records. Prints
@@ -25,6 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The allocator aigw itself runs with.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// `sqlite://PATH` or `postgres://…` (a fresh database: the ledger is checked).
@@ -42,6 +47,11 @@ struct Args {
     keys: usize,
     #[arg(long, default_value_t = 5)]
     models: usize,
+    /// Most calls waiting in memory (not yet durable) before a generator pauses: the
+    /// generators feed as fast as the pipeline makes calls durable, never faster than it can
+    /// hold them (with records on, memory past `usage.queue_capacity` would drop records).
+    #[arg(long, default_value_t = 32_768)]
+    backlog: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -80,18 +90,25 @@ fn main() -> anyhow::Result<()> {
         let generators: Vec<_> = (0..threads)
             .map(|t| {
                 let (recorder, stop, fed) = (recorder.clone(), stop.clone(), fed.clone());
-                let (keys, models) = (args.keys.max(1), args.models.max(1));
+                let (keys, models, backlog) = (args.keys.max(1), args.models.max(1), args.backlog);
                 std::thread::spawn(move || {
                     let key_ids: Vec<String> =
                         (0..keys).map(|k| format!("bench-key-{k}")).collect();
                     let model_names: Vec<String> =
                         (0..models).map(|m| format!("model-{m}")).collect();
+                    // Request ids: unique, made from one UUID per thread and a counter.
+                    let base = uuid::Uuid::now_v7().simple().to_string();
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
+                        if keep == KeepRecords::Database && recorder.health().queued > backlog {
+                            std::thread::sleep(Duration::from_micros(200));
+                            continue;
+                        }
+                        let started_at = aigw_domain::time::now();
                         for _ in 0..256 {
                             let i = (n as usize).wrapping_mul(31).wrapping_add(t);
                             recorder.record(UsageRecord {
-                                request_id: uuid::Uuid::now_v7().to_string(),
+                                request_id: format!("{base}-{n:x}"),
                                 api_key_id: key_ids[i % keys].clone(),
                                 user_id: "bench-user".to_owned(),
                                 model: model_names[i % models].clone(),
@@ -103,7 +120,7 @@ fn main() -> anyhow::Result<()> {
                                 cost_micros: 7,
                                 priced: true,
                                 latency_ms: 3,
-                                started_at: aigw_domain::time::now(),
+                                started_at,
                                 team_id: None,
                                 member_id: None,
                             });

@@ -8,10 +8,11 @@
 //! [`UsageFlush`].
 //!
 //! Memory: the sums grow with the distinct keys and models active in an interval, not with the
-//! call rate. Per-request records are bounded: past half of a shard's share of
-//! `usage.queue_capacity` the recorder is woken to flush early; at the whole share, further
-//! records of that interval are dropped and counted (`records_dropped`), while their calls
-//! still count in the sums, which stay exact. Calls that may have a row among the calls in
+//! call rate. Per-request records are bounded: once a shard holds [`EARLY_FLUSH_RECORDS`] the
+//! recorder is woken to flush early (records are written in batches of about that size rather
+//! than held for a whole interval); at a shard's share of `usage.queue_capacity` (the
+//! database is behind), further records are dropped and counted (`records_dropped`), while
+//! their calls still count in the sums, which stay exact. Calls that may have a row among the calls in
 //! flight ([`UsageFlush::tracked`]) are always kept one by one: there are at most as many as
 //! calls running.
 
@@ -20,6 +21,10 @@ use aigw_domain::usage::UsageRecord;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use thread_local::ThreadLocal;
+
+/// Per-request records a shard gathers before it wakes the recorder to flush early: about
+/// 300 KiB, and a batch large enough for the bulk insert to cost little per row.
+pub const EARLY_FLUSH_RECORDS: usize = 1024;
 
 /// Whether per-request records are kept (`usage.request_records`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +38,7 @@ pub enum KeepRecords {
 /// One thread's calls since the last flush.
 #[derive(Debug, Default)]
 struct Shard {
-    sums: HashMap<RollupKey, UsageSums>,
+    sums: HashMap<RollupKey, UsageSums, foldhash::fast::RandomState>,
     records: Vec<UsageRecord>,
     tracked: Vec<UsageRecord>,
     dropped: u64,
@@ -46,7 +51,7 @@ struct Shard {
 pub(crate) enum Added {
     /// Nothing.
     Kept,
-    /// The shard's records passed half their share: flush early.
+    /// The shard's records reached [`EARLY_FLUSH_RECORDS`]: flush early.
     FlushSoon,
 }
 
@@ -113,7 +118,7 @@ impl Aggregate {
                     return Added::FlushSoon;
                 }
                 shard.records.push(record);
-                if held + 1 == self.records_per_shard / 2 {
+                if held + 1 == EARLY_FLUSH_RECORDS.min(self.records_per_shard) {
                     Added::FlushSoon
                 } else {
                     Added::Kept
@@ -127,10 +132,18 @@ impl Aggregate {
         self.shards.iter().map(|shard| lock(shard).calls).sum()
     }
 
+    /// Whether some shard holds [`EARLY_FLUSH_RECORDS`] records or more (checked after a
+    /// write, which new records may have outrun).
+    pub(crate) fn wants_flush(&self) -> bool {
+        let early = EARLY_FLUSH_RECORDS.min(self.records_per_shard);
+        self.shards.iter().any(|shard| lock(shard).records.len() >= early)
+    }
+
     /// Empties every shard into one flush: sums merged per row and ordered by row, records,
     /// tracked calls.
     pub(crate) fn take(&self) -> Taken {
-        let mut sums: HashMap<RollupKey, UsageSums> = HashMap::new();
+        let mut sums: HashMap<RollupKey, UsageSums, foldhash::fast::RandomState> =
+            HashMap::default();
         let mut taken = Taken::default();
         for shard in self.shards.iter() {
             let (shard_sums, mut records, mut tracked, dropped) = {
@@ -232,7 +245,13 @@ mod tests {
         let share = aggregate.records_per_shard;
         let asks: Vec<Added> =
             (0..share + 10).map(|_| aggregate.add(record("k", "m", 1), false)).collect();
-        assert_eq!(asks[share / 2 - 1], Added::FlushSoon, "half full asks for a flush");
+        assert_eq!(
+            asks[EARLY_FLUSH_RECORDS - 1],
+            Added::FlushSoon,
+            "a batch's worth asks for a flush"
+        );
+        assert_eq!(asks[EARLY_FLUSH_RECORDS], Added::Kept);
+        assert!(aggregate.wants_flush());
         assert_eq!(asks[share + 5], Added::FlushSoon);
         let taken = aggregate.take();
         assert_eq!(taken.flush.records.len(), share);

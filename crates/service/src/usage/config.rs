@@ -13,9 +13,10 @@ pub struct UsageConfig {
     /// Most milliseconds between two flushes of the recorder (default 1000): the bound on
     /// what a crash can lose.
     pub flush_interval_ms: u64,
-    /// Per-request records held in memory between two flushes (default 65536, about 300 bytes
-    /// each): past half of it the recorder flushes early; past all of it further records of
-    /// the interval are dropped and counted (`records_dropped`), their calls still summed.
+    /// Most per-request records held in memory while the database is behind (default 65536,
+    /// about 300 bytes each; they are written in batches of about 1024 per worker thread):
+    /// beyond, further records are dropped and counted (`records_dropped`), their calls still
+    /// summed.
     pub queue_capacity: usize,
     /// Whether one row per call is written to `usage_records` (`"database"`, the default,
     /// read back by `GET /usage/requests`) or only the sums (`"none"`).

@@ -411,6 +411,12 @@ impl Context {
                         Ok(result) => self.on_job(state, result),
                         Err(e) => tracing::error!(error = %e, "a usage write task failed"),
                     }
+                    // Records may have piled up during the write.
+                    if self.shared.database_ok.load(Ordering::Relaxed)
+                        && self.shared.aggregate.wants_flush()
+                    {
+                        self.start_write(state);
+                    }
                 }
                 () = self.shared.wake.notified() => {
                     if state.job.is_none() && self.shared.database_ok.load(Ordering::Relaxed) {
