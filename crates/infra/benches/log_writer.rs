@@ -5,11 +5,12 @@
 //!   the writer thread has gone to sleep between lines, as on a server that is not saturated,
 //!   so a writer that is woken per line pays for the wake-up here.
 //! - `burst`: lines back to back (the writer thread never sleeps).
-//! - `threads/N`: N threads (1, 2, 4, and 8 and 16 where there are that many cores) writing lines back to back at once; the time is per line of each
-//!   thread (N lines in all), so a writer whose threads do not contend keeps it flat as N
-//!   grows, up to the number of cores. Against it: `OneLock`, this writer's previous design
-//!   (one buffer under one mutex shared by every logging thread, kept in this file only to be
-//!   measured), and `NonBlocking`.
+//! - `threads/N`: N threads (1, 2, 4, and 8 and 16 where there are that many cores)
+//!   writing lines back to back at once; the time is per line of each thread (N lines in
+//!   all), so a writer whose threads do not contend keeps it flat as N grows, up to the number
+//!   of cores. Against it: `OneLock`, this writer's previous design (one buffer under one
+//!   mutex shared by every logging thread, kept in this file only to be measured), and
+//!   `NonBlocking`.
 //!
 //! `cargo bench -p aigw-infra --bench log_writer`
 

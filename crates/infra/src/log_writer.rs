@@ -93,8 +93,9 @@ fn shard_count() -> usize {
 
 struct Shared<W> {
     shards: Box<[CachePadded<Mutex<Vec<u8>>>]>,
-    /// Bytes in one shard that wake the writer early, and past which its thread writes itself.
+    /// Bytes in one shard that wake the writer before its interval ends.
     early_write: usize,
+    /// Bytes in one shard past which a thread that logs to it writes it to the output itself.
     capacity: usize,
     /// The writer sleeps until a line comes (no timer). Written by the writer when it goes to
     /// sleep and by the first line after: read-mostly, on its own cache line.
@@ -244,9 +245,8 @@ fn run<W: Write>(shared: &Shared<W>) {
     loop {
         // Woken early by a shard at its early-write share, or by the guard's drop.
         std::thread::park_timeout(limits.interval);
-        // Read before gathering: a line appended after this reading may still be in a shard
-        // once it is gathered, but then its thread has seen the close and writes its shard
-        // itself.
+        // Read before gathering: a thread that appends to a shard after it has been gathered
+        // sees the close (through that shard's lock) and writes the shard itself.
         let closing = shared.closed.load(Ordering::Acquire);
         if shared.write_gathered(&mut spares) {
             idle = 0;
