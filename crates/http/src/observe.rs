@@ -107,7 +107,13 @@ pub struct Telemetry {
     /// Where events are counted.
     pub metrics: Metrics,
     handle: PrometheusHandle,
+    /// Tells this server's recorder from others' in the process (the access log keeps its
+    /// metric handles per thread, by server).
+    id: u64,
 }
+
+/// The next [`Telemetry`]'s id.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl std::fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -142,7 +148,13 @@ impl Telemetry {
             }
         }
         let handle = recorder.handle();
-        Ok(Self { metrics: Metrics::new(Arc::new(recorder)), handle })
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Self { metrics: Metrics::new(Arc::new(recorder)), handle, id })
+    }
+
+    /// This server's id, unique in the process (never 0).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Drains histogram samples into their buckets every [`UPKEEP_EVERY`], for as long as the

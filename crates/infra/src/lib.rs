@@ -5,8 +5,9 @@
 //! that does the same job, it showed a gain beyond the benchmark's noise (README.md has the
 //! figures and how to measure them again). Everything else of this kind uses the crate.
 //!
-//! - [`log_writer`]: log lines batched in memory and written by one thread on a clock,
-//!   instead of `tracing-appender`'s non-blocking writer, which wakes its thread per line.
+//! - [`log_writer`]: log lines batched in memory, in a buffer per logging thread (no lock
+//!   shared between them), and written by one thread on a clock, instead of
+//!   `tracing-appender`'s non-blocking writer, which wakes its thread per line.
 //! - [`log_format`]: JSON log lines written straight into the line's buffer, instead of
 //!   tracing-subscriber's JSON format, which builds a map of `serde_json::Value`s per line.
 
