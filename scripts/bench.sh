@@ -4,7 +4,7 @@
 #
 #   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--threads N] [--keys N]
 #                    [--backends "sqlite postgres"] [--key-counters database|node|redis]
-#                    [--aigw PATH] [--cores N]
+#                    [--aigw PATH] [--bin DIR] [--cores N]
 #
 #   --secs N      seconds per measurement (default 5; --quick: 2)
 #   --rounds N    interleaved throughput rounds per backend (default 3; --quick: 1)
@@ -18,6 +18,7 @@
 #   --aigw PATH   the aigw binary to measure (relative to the repository's root; default
 #                 target/release/aigw, built first), e.g. the profile-guided build of
 #                 scripts/pgo.sh
+#   --bin DIR     take aigw, bare, rate and keys from DIR instead of building them
 #   --cores N     pin the servers under test (aigw, bare, the nginx hop) to the first N CPUs
 #                 this process may run on (taskset), with N workers each (aigw's
 #                 server.workers, bare's second argument, nginx's worker_processes); the mock
@@ -64,7 +65,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database aigw="" cores="" wrk_threads=1
+secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database aigw="" cores="" wrk_threads=1 bin_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) secs=2 rounds=1 many_keys=100000 ;;
@@ -76,6 +77,7 @@ while [ $# -gt 0 ]; do
     --backends) backends=$2; shift ;;
     --key-counters) key_counters=$2; shift ;;
     --aigw) aigw=$2; shift ;;
+    --bin) bin_dir=$2; shift ;;
     --cores) cores=$2; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -113,9 +115,13 @@ if [ -n "$cores" ]; then
   log "server under test on CPUs $srv_cpus ($cores workers); mock upstream and wrk on CPUs $load_cpus"
 fi
 
-log "building release binaries (aigw, bare, rate, keys)"
-cargo build --release --quiet -p aigw-http -p aigw-bench --bins
-bin=$PWD/target/release
+if [ -n "$bin_dir" ]; then
+  bin=$(cd "$bin_dir" && pwd)
+else
+  log "building release binaries (aigw, bare, rate, keys)"
+  cargo build --release --quiet -p aigw-http -p aigw-bench --bins
+  bin=$PWD/target/release
+fi
 case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
 [ -x "$aigw" ] || { log "--aigw: $aigw is not an executable"; exit 2; }
 
@@ -143,7 +149,7 @@ run_backend() {
   case "$backend" in
     sqlite)
       url="sqlite://$dir/aigw.db"
-      sql() { sqlite3 "$dir/aigw.db"; } ;;
+      sql() { sqlite3 -cmd '.timeout 10000' "$dir/aigw.db"; } ;;
     postgres)
       pg_db="aigw_bench_$$"
       psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $pg_db" >/dev/null
@@ -206,6 +212,7 @@ run_backend() {
   result[$backend,stream]=$(echo "$stream_l" | median)
   result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
   access_lines_check "$backend"
+  aigw_stop "$backend-unmetered"; aigw_stop "$backend-nolog" # done: only the main one is measured below
 
   log "$backend: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
   local direct hop via
@@ -309,7 +316,7 @@ PY
   result[$backend,keyrps]="$few / $many"
   result[$backend,streams]="${result[$backend,stream_hop]} / ${result[$backend,stream]}"
 
-  aigw_stop "$backend"; aigw_stop "$backend-unmetered"; aigw_stop "$backend-nolog"
+  aigw_stop "$backend"
   if [ "$backend" = postgres ]; then
     psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null
     pg_db=""

@@ -258,7 +258,7 @@ aigw_stop() { # NAME
   wait "${aigw_pid[$1]}" 2>/dev/null || true
 }
 # access_lines NAME: the access-log lines aigw NAME wrote so far.
-access_lines() { grep -c '"aigw::access"' "$work/aigw-$1/server.log" || true; }
+access_lines() { grep -c '"message":"access"' "$work/aigw-$1/server.log" || true; }
 # access_lines_check NAME: says so when NAME wrote no access line or NAME-nolog wrote some.
 access_lines_check() {
   local on off
