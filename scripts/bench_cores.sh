@@ -20,8 +20,9 @@
 #   --bin DIR     take aigw and bare from DIR (e.g. another checkout's target/release)
 #   --aigw PATH   the aigw binary to measure
 #
-# For each N: the CPUs this process may run on (its affinity, at most the cgroup's CPU quota)
-# are split into the first N, for the servers under test, and the rest, for the load. On the
+# For each N: the CPUs this process may run on (its affinity, hyperthread siblings next to each
+# other; as many as the cgroup's CPU quota allows) are split into the first N, for the servers
+# under test, and the rest, for the load. On the
 # first N, each with N workers: `bare` (actix-web answering a fixed JSON body; N as its
 # second argument), the nginx hop (worker_processes N) and three aigw instances on one SQLite
 # database in a fresh temporary folder (server.workers = N): as in production (metering on,
@@ -106,7 +107,7 @@ budget=${#cpus[@]}
 quota=$(cpu_quota)
 if [ -n "$quota" ] && [ "$quota" -lt "$budget" ]; then budget=$quota; fi
 siblings=$(cat /sys/devices/system/cpu/cpu"${cpus[0]}"/topology/thread_siblings_list 2>/dev/null || echo "?")
-log "CPUs: ${#cpus[@]} allowed (${cpus[0]}..${cpus[-1]}), cgroup quota ${quota:-none}, so $budget usable; CPU ${cpus[0]}'s hyperthread siblings: $siblings; load now: $(cut -d' ' -f1-3 /proc/loadavg)"
+log "CPUs: ${#cpus[@]} allowed (in the order used: ${cpus[*]}), cgroup quota ${quota:-none}, so $budget usable; CPU ${cpus[0]}'s hyperthread siblings: $siblings; load now: $(cut -d' ' -f1-3 /proc/loadavg)"
 plan=()
 for n in $cores_list; do
   if [ "$((budget - n))" -lt "$min_spare" ]; then
@@ -130,6 +131,8 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 declare -A result
 mock_workers=3

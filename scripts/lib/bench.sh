@@ -163,7 +163,11 @@ events+='data: [DONE]\n\n'
 srv_cpus=${srv_cpus:-} srv_workers=${srv_workers:-} mock_workers=${mock_workers:-}
 nginx_conf() { # name, worker_processes, CPUs, server block
   mkdir -p "$work/$1"
+  # As root, nginx's workers would switch to nobody:nogroup, which a bare machine may lack.
+  local user=""
+  [ "$(id -u)" != 0 ] || user="user root root;"
   cat >"$work/$1/nginx.conf" <<NGINX
+$user
 worker_processes $2;
 pid $work/$1/nginx.pid;
 error_log $work/$1/error.log warn;
@@ -282,12 +286,17 @@ aigw_key() { # BASE, the API-key request body: prints the new key
 }
 
 # --- CPUs ---------------------------------------------------------------------------------------
-# cpu_list: the CPUs this process may run on, one per line (its affinity, e.g. "0-7,16-23").
+# cpu_list: the CPUs this process may run on (its affinity, e.g. "0-7,16-23"), one per line,
+# hyperthread siblings next to each other (by their first sibling), so that the first N CPUs,
+# N even, are whole cores, shared with nothing taken from the rest.
 cpu_list() {
-  local part
+  local part c first
   for part in $(awk '/^Cpus_allowed_list:/ { gsub(",", " ", $2); print $2 }' /proc/self/status); do
     case "$part" in *-*) seq "${part%-*}" "${part#*-}" ;; *) echo "$part" ;; esac
-  done
+  done | while read -r c; do
+    first=$(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")
+    echo "${first%%[,-]*} $c"
+  done | sort -n -k1,1 -k2,2 | cut -d' ' -f2
 }
 # cpu_quota: whole CPUs allowed by the cgroup's cpu.max (cgroup v2), or nothing when unlimited.
 cpu_quota() {
