@@ -2,12 +2,14 @@
 # The benchmark: aigw beside a bare actix-web handler and an nginx proxy hop, in one
 # run, on this machine (loopback only; every load bounded in time).
 #
-#   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--keys N] [--backends "sqlite postgres"]
-#                    [--key-counters database|node|redis] [--aigw PATH]
+#   scripts/bench.sh [--quick] [--secs N] [--rounds N] [--conns N] [--threads N] [--keys N]
+#                    [--backends "sqlite postgres"] [--key-counters database|node|redis]
+#                    [--aigw PATH] [--bin DIR] [--cores N]
 #
 #   --secs N      seconds per measurement (default 5; --quick: 2)
 #   --rounds N    interleaved throughput rounds per backend (default 3; --quick: 1)
 #   --conns N     wrk connections (default 32)
+#   --threads N   wrk threads (default 1)
 #   --keys N      stored API keys for the "many keys" measurement (default 1000000; --quick: 100000)
 #   --backends    which aigw backends to run (default "sqlite postgres")
 #   --key-counters  aigw's `gateway.key_counters` (default database; node: budgets and
@@ -16,13 +18,22 @@
 #   --aigw PATH   the aigw binary to measure (relative to the repository's root; default
 #                 target/release/aigw, built first), e.g. the profile-guided build of
 #                 scripts/pgo.sh
+#   --bin DIR     take aigw, bare, rate and keys from DIR instead of building them
+#   --cores N     pin the servers under test (aigw, bare, the nginx hop) to the first N CPUs
+#                 this process may run on (taskset), with N workers each (aigw's
+#                 server.workers, bare's second argument, nginx's worker_processes); the mock
+#                 upstream (3 workers), wrk and rate run on the other CPUs. Default: no pinning,
+#                 one worker per CPU. scripts/bench_cores.sh runs a subset for several N.
 #
 # It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
 # OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
 # proxy hop in front of it; then, per backend, aigw (release build; SQLite in a temporary
 # folder, or a throwaway PostgreSQL database created on 127.0.0.1:5432 and dropped after) with
-# a provider whose base_url is the mock upstream. It measures, rounds interleaved
-# (bare, /me, hop, chat), with `wrk -t1 -cCONNS`, and reports medians:
+# a provider whose base_url is the mock upstream, and beside it two more aigw instances on the
+# same database that differ in one setting each: `usage.enabled = false` (unmetered) and
+# `log.level = "info,aigw::access=off"` (no access log; the run counts the access lines each
+# wrote to check it). It measures, rounds interleaved (bare, /me, /me without the log, hop,
+# chat, unmetered chat, ...), with `wrk -tTHREADS -cCONNS`, and reports medians:
 #
 #   me/bare      GET /auth/me (access token) req/s ÷ bare handler req/s             target >= 0.50
 #   chat/hop     API-key chat via aigw req/s ÷ the same request via the nginx hop   target >= 0.50
@@ -30,41 +41,52 @@
 #                (reservations and settlements on every call)                       target >= 0.50
 #   team/chat    chat with a key scoped to a team that has a budget and an rpm_limit (every
 #                call reserved at the key and the team) ÷ the plain key's chat      target >= 0.9
+#   metered/unmetered  API-key chat req/s with usage.enabled = true (the default) ÷ the same
+#                with usage.enabled = false                                          target >= 0.9
+#                and its p99 (wrk's, at cCONNS): metered ÷ unmetered                 target <= 1.5
+#   log/nolog    GET /auth/me req/s with the access log on (the default) ÷ off       target >= 0.9
 #   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
 #                (hop p50 - direct p50), direct = the mock upstream itself          target <= 2
 #   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
 #                argon2id 19 MiB t=2) ÷ the same p99 without it                      target <= 3
-#   RSS          VmRSS after start-up and warm-up; VmHWM over the c32 rounds        target <= 30 / 40 MiB
+#   RSS          VmRSS after start-up and warm-up; VmHWM over the cCONNS rounds      target <= 30 / 40 MiB
 #   keys 1M/1k   GET /auth/me with API keys (1000 keys, round robin) req/s with N keys
 #                stored ÷ with 1000 stored (bulk-inserted with SQL)                  target >= 0.9
 #   lists p99    at 50 req/s, with the N keys made one team's team keys and the user a member
 #                of 10 000 teams: GET /teams?limit=50 and GET /teams/{id}/api-keys?limit=50
 #                p99 (ms)                                                            target <= 50
 #
-# Needs nginx, wrk, sqlite3, curl, python3 (installed with apt-get when missing and root), and
-# for PostgreSQL a server on 127.0.0.1:5432 that user postgres may use (else it is skipped).
+# Needs nginx, wrk, sqlite3, python3 (installed with apt-get when missing and root; wrk and
+# nginx are taken from .bench-tools/ when scripts/bench_bundle.sh made it), and for PostgreSQL
+# a server on 127.0.0.1:5432 that user postgres may use (else it is skipped). The pieces it is
+# made of are in scripts/lib/bench.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database aigw=""
+secs=5 rounds=3 conns=32 many_keys=1000000 backends="sqlite postgres" key_counters=database aigw="" cores="" wrk_threads=1 bin_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) secs=2 rounds=1 many_keys=100000 ;;
     --secs) secs=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --conns) conns=$2; shift ;;
+    --threads) wrk_threads=$2; shift ;;
     --keys) many_keys=$2; shift ;;
     --backends) backends=$2; shift ;;
     --key-counters) key_counters=$2; shift ;;
     --aigw) aigw=$2; shift ;;
+    --bin) bin_dir=$2; shift ;;
+    --cores) cores=$2; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
 done
 
-log() { printf '\033[1m[bench]\033[0m %s\n' "$*" >&2; }
+bench_name=bench
+# shellcheck source=lib/bench.sh
+. scripts/lib/bench.sh
 
 case "$key_counters" in
   database|node) ;;
@@ -76,201 +98,101 @@ case "$key_counters" in
   *) echo "--key-counters: database, node or redis, not $key_counters" >&2; exit 2 ;;
 esac
 
-need() { # command, Debian package
-  command -v "$1" >/dev/null 2>&1 && return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    log "installing $2"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null ||
-      { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }
-  fi
-  command -v "$1" >/dev/null 2>&1 || { log "$1 not found: apt-get install $2"; exit 1; }
-}
 need wrk wrk
 need nginx nginx-light
 need sqlite3 sqlite3
-need curl curl
 need python3 python3
-PATH="$PATH:/usr/sbin"
 
-log "building release binaries (aigw, bare, rate, keys)"
-cargo build --release --quiet -p aigw-http -p aigw-bench --bins
-bin=$PWD/target/release
+if [ -n "$cores" ]; then
+  need taskset util-linux
+  mapfile -t cpus < <(cpu_list)
+  if [ "$cores" -lt 1 ] || [ "$cores" -ge "${#cpus[@]}" ]; then
+    log "--cores $cores: this process may run on ${#cpus[@]} CPUs, some must be left for the load"; exit 2
+  fi
+  srv_cpus=$(IFS=,; echo "${cpus[*]:0:cores}")
+  load_cpus=$(IFS=,; echo "${cpus[*]:cores}")
+  srv_workers=$cores mock_workers=3
+  log "server under test on CPUs $srv_cpus ($cores workers); mock upstream and wrk on CPUs $load_cpus"
+fi
+
+if [ -n "$bin_dir" ]; then
+  bin=$(cd "$bin_dir" && pwd)
+else
+  log "building release binaries (aigw, bare, rate, keys)"
+  cargo build --release --quiet -p aigw-http -p aigw-bench --bins
+  bin=$PWD/target/release
+fi
 case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
 [ -x "$aigw" ] || { log "--aigw: $aigw is not an executable"; exit 2; }
 
 work=$(mktemp -d)
 chmod 755 "$work"
-pids=()
 pg_db=""
 cleanup() {
   local status=$?
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  bench_stop_all
   if [ -n "$pg_db" ]; then psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null 2>&1 || true; fi
   rm -rf "$work"
   exit "$status"
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; log "$1 did not answer"; exit 1; }
-json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
-rss_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-ratio() { python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'{a / b:.2f}' if b else 'n/a')" "$1" "$2"; }
-
-# wrk: prints requests/s; a run with answers other than 2xx/3xx fails the benchmark (their
-# rate would be measured instead). Args: connections, seconds, wrk args...
-wrk_rps() {
-  local c=$1 s=$2 out; shift 2
-  out=$(wrk -t1 -c"$c" -d"${s}s" "$@")
-  if grep -q 'Non-2xx' <<<"$out"; then log "wrk $*: $(grep 'Non-2xx' <<<"$out")"; exit 1; fi
-  awk '/^Requests\/sec/ { print $2 }' <<<"$out"
-}
-# rate: prints "p50_us p99_us" (and fails loudly on errors).
-rate_p() {
-  local out
-  out=$("$bin/rate" "$@" --secs "$secs")
-  case "$out" in *" errors=0 "*) ;; *) log "rate: $out" ;; esac
-  echo "$out" | sed -E 's/.*p50_us=([0-9]+).*p99_us=([0-9]+).*/\1 \2/'
-}
-
-chat_body='{"model":"mock-model","messages":[{"role":"user","content":"Say hello to the benchmark in one short sentence."}]}'
-completion='{"id":"chatcmpl-bench","object":"chat.completion","created":1763683200,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, benchmark."},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}'
-stream_body='{"model":"mock-stream","stream":true,"messages":[{"role":"user","content":"Say hello to the benchmark in one short sentence."}]}'
-# The streamed answer: OpenAI's chunks as one body (nginx turns each \n into a newline).
-chunk='data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1763683200,"model":"mock-stream","choices":'
-events="$chunk[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello,\"},\"finish_reason\":null}]}\n\n"
-events+="$chunk[{\"index\":0,\"delta\":{\"content\":\" benchmark.\"},\"finish_reason\":null}]}\n\n"
-events+="$chunk[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
-events+="$chunk[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4,\"total_tokens\":16}}\n\n"
-events+='data: [DONE]\n\n'
-
 # --- references: bare actix, nginx mock upstream, nginx hop ------------------------------------
-bare_port=$(free_port) mock_port=$(free_port) hop_port=$(free_port)
-"$bin/bare" "127.0.0.1:$bare_port" >"$work/bare.log" 2>&1 &
-pids+=($!)
-nginx_conf() { # name, server block
-  mkdir -p "$work/$1"
-  cat >"$work/$1/nginx.conf" <<NGINX
-worker_processes auto;
-pid $work/$1/nginx.pid;
-error_log $work/$1/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/$1;
-  proxy_temp_path $work/$1;
-  fastcgi_temp_path $work/$1;
-  uwsgi_temp_path $work/$1;
-  scgi_temp_path $work/$1;
-  keepalive_requests 1000000;
-  $2
-}
-NGINX
-  nginx -c "$work/$1/nginx.conf" -g 'daemon off;' &
-  pids+=($!)
-}
-nginx_conf mock "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } }"
-nginx_conf hop "upstream mock { server 127.0.0.1:$mock_port; keepalive 64; } server { listen 127.0.0.1:$hop_port; location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
-wait_http "http://127.0.0.1:$bare_port/"
-wait_http "http://127.0.0.1:$mock_port/"
-wait_http "http://127.0.0.1:$hop_port/"
-
-# A wrk script that POSTs a JSON body. Args: file, body.
-post_script() {
-  printf 'wrk.method = "POST"\nwrk.headers["content-type"] = "application/json"\nwrk.body = %s\n' "'$2'" >"$1"
-}
-post_lua="$work/post.lua" stream_lua="$work/stream.lua"
-post_script "$post_lua" "$chat_body"
-post_script "$stream_lua" "$stream_body"
+start_refs
 
 declare -A result
 
 # --- one backend --------------------------------------------------------------------------------
 run_backend() {
-  local backend=$1 url port dir pid base token key limited user_id sql
-  dir="$work/aigw-$backend"
+  local backend=$1 url pid base unmetered nolog token key limited user_id sql dir="$work/aigw-$1"
   mkdir -p "$dir"
-  port=$(free_port)
   case "$backend" in
     sqlite)
       url="sqlite://$dir/aigw.db"
-      sql() { sqlite3 "$dir/aigw.db"; } ;;
+      sql() { sqlite3 -cmd '.timeout 10000' "$dir/aigw.db"; } ;;
     postgres)
       pg_db="aigw_bench_$$"
       psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $pg_db" >/dev/null
       url="postgres://postgres@127.0.0.1:5432/$pg_db"
       sql() { psql -q -h 127.0.0.1 -U postgres -d "$pg_db" >/dev/null; } ;;
   esac
-  cat >"$dir/aigw.toml" <<TOML
-[server]
-listen = "127.0.0.1:$port"
-data_dir = "$dir"
-[database]
-url = "$url"
-[auth]
-jwt_secret = "bench-secret-bench-secret-bench-secret-0123"
-[log]
-# As in production: one JSON access-log line per request, metrics recorded.
-level = "info"
-format = "json"
-[rate_limit]
-enabled = false
-# Used only with --key-counters redis: keys of this run's own.
-redis_key_prefix = "aigw-bench:$$:$backend:"
-[gateway]
-key_counters = "$key_counters"
-[[providers]]
-name = "mock"
-base_url = "http://127.0.0.1:$mock_port/v1"
-models = ["mock-model"]
-prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 } }
-[[providers]]
-name = "mock-stream"
-base_url = "http://127.0.0.1:$mock_port/stream/v1"
-models = ["mock-stream"]
-prices = { "mock-stream" = { input_per_million = 0.15, output_per_million = 0.60 } }
-TOML
-  "$aigw" --config "$dir/aigw.toml" >"$dir/server.log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  base="http://127.0.0.1:$port"
-  wait_http "$base/healthz"
-  local reg
-  reg=$(curl -sf "$base/api/v1/auth/register" -H 'content-type: application/json' \
-    -d '{"email":"bench@example.com","password":"a long bench passphrase"}')
-  token=$(echo "$reg" | json '["data"]["token"]')
-  user_id=$(echo "$reg" | json '["data"]["user"]["id"]')
-  key=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
-    -d '{"name":"bench","permissions":["ai_gateway","read"]}' | json '["data"]["key"]')
-  curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $key" -H 'content-type: application/json' -d "$chat_body" >/dev/null
+  # Three instances on one database: the one measured throughout (metering on, access log
+  # on, as in production), then the same with usage.enabled = false, and with the access log
+  # off; idle while another is measured.
+  aigw_start "$backend" "$url" true info
+  aigw_start "$backend-unmetered" "$url" false info
+  aigw_start "$backend-nolog" "$url" true "info,aigw::access=off"
+  pid=${aigw_pid[$backend]} base=${aigw_base[$backend]}
+  unmetered=${aigw_base[$backend-unmetered]} nolog=${aigw_base[$backend-nolog]}
+  aigw_account "$base"
   # A key whose every call reserves and settles a budget, a request and a token count (limits
   # far above what the run can reach, so that nothing is refused).
-  limited=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
-    -d '{"name":"bench-limited","permissions":["ai_gateway"],"max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000,"tpm_limit":1000000000}' \
-    | json '["data"]["key"]')
-  curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $limited" -H 'content-type: application/json' -d "$chat_body" >/dev/null
+  limited=$(aigw_key "$base" '{"name":"bench-limited","permissions":["ai_gateway"],"max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000,"tpm_limit":1000000000}')
+  http POST "$base/api/v1/ai/chat/completions" "$chat_body" "authorization: $limited" >/dev/null
   # A key scoped to a team with a budget and an rpm_limit: every call counts at the key and
   # the team (limits out of reach).
   local team_id team_key
-  team_id=$(curl -sf "$base/api/v1/teams" -H "authorization: Bearer $token" -H 'content-type: application/json' \
-    -d '{"name":"bench","max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000}' | json '["data"]["id"]')
-  team_key=$(curl -sf "$base/api/v1/auth/api-keys" -H "authorization: Bearer $token" -H 'content-type: application/json' \
-    -d "{\"name\":\"bench-team\",\"permissions\":[\"ai_gateway\"],\"team_id\":\"$team_id\"}" | json '["data"]["key"]')
-  curl -sf "$base/api/v1/ai/chat/completions" -H "authorization: $team_key" -H 'content-type: application/json' -d "$chat_body" >/dev/null
-  wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/auth/me" >/dev/null
+  team_id=$(http POST "$base/api/v1/teams" '{"name":"bench","max_budget_usd":1000000,"budget_period":"monthly","rpm_limit":1000000000}' \
+    "authorization: Bearer $token" | json_str id)
+  team_key=$(aigw_key "$base" "{\"name\":\"bench-team\",\"permissions\":[\"ai_gateway\"],\"team_id\":\"$team_id\"}")
+  http POST "$base/api/v1/ai/chat/completions" "$chat_body" "authorization: $team_key" >/dev/null
+  http POST "$unmetered/api/v1/ai/chat/completions" "$chat_body" "authorization: $key" >/dev/null
+  for b in "$base" "$nolog"; do wrk_rps 4 1 -H "authorization: Bearer $token" "$b/api/v1/auth/me" >/dev/null; done
   sleep 1
   result[$backend,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$backend: $rounds round(s) of bare, /me, hop, chat, limited, team, streams (${secs}s each, c$conns)"
-  local bare_l="" me_l="" hop_l="" chat_l="" limited_l="" team_l="" stream_hop_l="" stream_l=""
+  log "$backend: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams (${secs}s each, c$conns)"
+  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" r
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
+    me_nolog_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$nolog/api/v1/auth/me")"
     hop_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
-    chat_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
+    r=$(wrk_run "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")
+    chat_l+=" ${r% *}" chat_p99_l+=" ${r#* }"
+    r=$(wrk_run "$conns" "$secs" -s "$post_lua" -H "authorization: $key" "$unmetered/api/v1/ai/chat/completions")
+    unmetered_l+=" ${r% *}" unmetered_p99_l+=" ${r#* }"
     limited_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
     team_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $team_key" "$base/api/v1/ai/chat/completions")"
     stream_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
@@ -278,29 +200,35 @@ TOML
   done
   result[$backend,bare]=$(echo "$bare_l" | median)
   result[$backend,me]=$(echo "$me_l" | median)
+  result[$backend,me_nolog]=$(echo "$me_nolog_l" | median)
   result[$backend,hop]=$(echo "$hop_l" | median)
   result[$backend,chat]=$(echo "$chat_l" | median)
+  result[$backend,chat_p99]=$(echo "$chat_p99_l" | median)
+  result[$backend,unmetered]=$(echo "$unmetered_l" | median)
+  result[$backend,unmetered_p99]=$(echo "$unmetered_p99_l" | median)
   result[$backend,limited]=$(echo "$limited_l" | median)
   result[$backend,team]=$(echo "$team_l" | median)
   result[$backend,stream_hop]=$(echo "$stream_hop_l" | median)
   result[$backend,stream]=$(echo "$stream_l" | median)
   result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
+  access_lines_check "$backend"
+  aigw_stop "$backend-unmetered"; aigw_stop "$backend-nolog" # done: only the main one is measured below
 
   log "$backend: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
-  local direct hop aigw
+  local direct hop via
   direct=$(rate_p "http://127.0.0.1:$mock_port/v1/chat/completions" --method POST --body "$chat_body" | cut -d' ' -f1)
   hop=$(rate_p "http://127.0.0.1:$hop_port/v1/chat/completions" --method POST --body "$chat_body" | cut -d' ' -f1)
-  aigw=$(rate_p "$base/api/v1/ai/chat/completions" --method POST --body "$chat_body" --header "authorization: $key" | cut -d' ' -f1)
+  via=$(rate_p "$base/api/v1/ai/chat/completions" --method POST --body "$chat_body" --header "authorization: $key" | cut -d' ' -f1)
   result[$backend,p50_direct]=$direct
   result[$backend,p50_hop]=$hop
-  result[$backend,p50_aigw]=$aigw
-  result[$backend,added]=$(ratio $((aigw - direct)) $((hop - direct)))
+  result[$backend,p50_aigw]=$via
+  result[$backend,added]=$(ratio $((via - direct)) $((hop - direct)))
 
   log "$backend: /me p99 at 500 req/s, idle and during a login storm"
   local idle storm login_lua="$dir/login.lua"
   idle=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
   post_script "$login_lua" '{"email":"bench@example.com","password":"a long bench passphrase"}'
-  wrk -t1 -c8 -d"$((secs + 3))s" -s "$login_lua" "$base/api/v1/auth/login" >"$dir/storm.txt" &
+  pin "$load_cpus" wrk -t1 -c8 -d"$((secs + 3))s" -s "$login_lua" "$base/api/v1/auth/login" >"$dir/storm.txt" &
   local storm_pid=$!
   sleep 1
   storm=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
@@ -369,21 +297,26 @@ PY
   wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/teams/$team_id/api-keys?limit=50" >/dev/null
   teams_p99=$(rate_p "$base/api/v1/teams?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
   team_keys_p99=$(rate_p "$base/api/v1/teams/$team_id/api-keys?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
-  result[$backend,lists]="$(python3 -c "print(f'{$teams_p99 / 1000:.1f} / {$team_keys_p99 / 1000:.1f}')")"
+  result[$backend,lists]=$(awk -v a="$teams_p99" -v b="$team_keys_p99" 'BEGIN { printf "%.1f / %.1f\n", a / 1000, b / 1000 }')
 
   result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
   result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
   result[$backend,limited_ratio]=$(ratio "${result[$backend,limited]}" "${result[$backend,hop]}")
   result[$backend,team_ratio]=$(ratio "${result[$backend,team]}" "${result[$backend,chat]}")
   result[$backend,stream_ratio]=$(ratio "${result[$backend,stream]}" "${result[$backend,stream_hop]}")
+  result[$backend,metered_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,unmetered]}")
+  result[$backend,metered_p99_ratio]=$(ratio "${result[$backend,chat_p99]}" "${result[$backend,unmetered_p99]}")
+  result[$backend,log_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,me_nolog]}")
+  result[$backend,unmetered_rps]="${result[$backend,chat]} / ${result[$backend,unmetered]}"
+  result[$backend,unmetered_p99s]="${result[$backend,chat_p99]} / ${result[$backend,unmetered_p99]}"
+  result[$backend,nolog_rps]="${result[$backend,me]} / ${result[$backend,me_nolog]}"
   result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
-  result[$backend,p50s]="$direct / $hop / $aigw"
+  result[$backend,p50s]="$direct / $hop / $via"
   result[$backend,p99s]="$idle / $storm (${result[$backend,logins]})"
   result[$backend,keyrps]="$few / $many"
   result[$backend,streams]="${result[$backend,stream_hop]} / ${result[$backend,stream]}"
 
-  kill -TERM "$pid"
-  wait "$pid" 2>/dev/null || true
+  aigw_stop "$backend"
   if [ "$backend" = postgres ]; then
     psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null
     pg_db=""
@@ -405,7 +338,7 @@ col() { local out=""; for b in "${ran[@]}"; do out+=" ${result[$b,$1]} |"; done;
 header="| measurement |"; rule="|---|"
 for b in "${ran[@]}"; do header+=" $b |"; rule+="---|"; done
 echo
-echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns keys=$many_keys key_counters=$key_counters aigw=${aigw#"$PWD"/}"
+echo "aigw benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), secs=$secs rounds=$rounds conns=$conns threads=$wrk_threads keys=$many_keys key_counters=$key_counters aigw=${aigw#"$PWD"/}${cores:+ cores=$cores (server on CPUs $srv_cpus, load on $load_cpus)}"
 echo
 echo "$header target |"; echo "$rule---|"
 echo "| GET /auth/me ÷ bare actix (req/s) |$(col me_ratio) >= 0.50 |"
@@ -413,6 +346,9 @@ echo "| API-key chat via aigw ÷ nginx hop (req/s) |$(col chat_ratio) >= 0.50 |"
 echo "| chat with budget + rpm + tpm on the key ÷ nginx hop (req/s) |$(col limited_ratio) >= 0.50 |"
 echo "| chat with a team-scoped key (team budget + rpm) ÷ plain key chat (req/s) |$(col team_ratio) >= 0.9 |"
 echo "| streamed chat via aigw ÷ the same stream via the nginx hop (req/s) |$(col stream_ratio) – |"
+echo "| chat metered ÷ unmetered (req/s) |$(col metered_ratio) >= 0.9 |"
+echo "| chat p99 metered ÷ unmetered (wrk c$conns) |$(col metered_p99_ratio) <= 1.5 |"
+echo "| GET /auth/me access log on ÷ off (req/s) |$(col log_ratio) >= 0.9 |"
 echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
@@ -427,6 +363,9 @@ echo "| aigw chat req/s |$(col chat)"
 echo "| aigw chat req/s, key with budget + rpm + tpm |$(col limited)"
 echo "| aigw chat req/s, team-scoped key (team budget + rpm) |$(col team)"
 echo "| streamed chat req/s: nginx hop / aigw |$(col streams)"
+echo "| aigw chat req/s: metered / unmetered |$(col unmetered_rps)"
+echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p99s)"
+echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"

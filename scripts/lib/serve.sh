@@ -1,4 +1,4 @@
-# Sourced by scripts/bench.sh and scripts/fuzz_api.sh: starts the release binary (or $AIGW_BIN
+# Sourced by scripts/bench_usage.sh and scripts/fuzz_api.sh: starts the release binary (or $AIGW_BIN
 # when set, e.g. the debug binary the tests just built) on a free loopback port with a fresh SQLite database in a temporary folder (rate limits off), waits
 # until it answers, registers a user and creates an API key. Sets: work, pid, base, token, key.
 # The caller's EXIT trap must call `serve_stop`.

@@ -1,8 +1,9 @@
 //! The reference of `scripts/bench.sh`: actix-web answering `GET /` with a small JSON body,
-//! on the same number of workers as aigw (the number of CPUs), nothing else.
+//! on the same number of workers as aigw (the number of CPUs it may run on, or WORKERS),
+//! nothing else.
 //!
 //! ```text
-//! bare 127.0.0.1:PORT
+//! bare 127.0.0.1:PORT [WORKERS]
 //! ```
 
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -15,6 +16,13 @@ async fn me() -> HttpResponse {
 
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
-    let listen = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:8090".to_owned());
-    HttpServer::new(|| App::new().route("/", web::get().to(me))).bind(listen)?.run().await
+    let mut args = std::env::args().skip(1);
+    let listen = args.next().unwrap_or_else(|| "127.0.0.1:8090".to_owned());
+    let mut server = HttpServer::new(|| App::new().route("/", web::get().to(me)));
+    if let Some(workers) = args.next() {
+        let workers: usize =
+            workers.parse().map_err(|_| std::io::Error::other("WORKERS: a number"))?;
+        server = server.workers(workers);
+    }
+    server.bind(listen)?.run().await
 }
