@@ -51,6 +51,8 @@
 #                (hop p50 - direct p50), direct = the mock upstream itself          target <= 2
 #   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
 #                argon2id 19 MiB t=2) ÷ the same p99 without it                      target <= 3
+#   metering     (scripts/bench_meter.sh, after the table) calls/s the usage pipeline makes
+#                durable with no HTTP, records off / on          target >= 2,000,000 / 300,000
 #   RSS          VmRSS after start-up and warm-up; VmHWM over the cCONNS rounds      target <= 30 / 40 MiB
 #   keys 1M/1k   GET /auth/me with API keys (1000 keys, round robin) req/s with N keys
 #                stored ÷ with 1000 stored (bulk-inserted with SQL)                  target >= 0.9
@@ -369,3 +371,11 @@ echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"
+
+# The metering capacity row (no HTTP): scripts/bench_meter.sh, same backends.
+if [ -x "$bin/meter" ]; then
+  echo
+  scripts/bench_meter.sh --secs "$secs" --backends "${ran[*]}" --meter "$bin/meter"
+else
+  log "no $bin/meter: the metering capacity row is skipped"
+fi
