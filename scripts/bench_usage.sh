@@ -19,6 +19,8 @@ for tool in curl python3 sqlite3; do
 done
 
 pg_server=${AIGW_BENCH_PG:-postgres://postgres@127.0.0.1:5432}
+# The per-request records are what GET /usage/requests pages through.
+export AIGW__USAGE__REQUEST_RECORDS=database
 pg_db=""
 if [ "$backend" = postgres ]; then
   command -v psql >/dev/null || { echo "psql not found" >&2; exit 1; }

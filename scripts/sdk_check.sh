@@ -30,6 +30,8 @@ listen = "127.0.0.1:$port"
 data_dir = "$work/data"
 [rate_limit]
 enabled = false
+[usage]
+request_records = "database"
 [[providers]]
 name = "fake"
 kind = "openai"

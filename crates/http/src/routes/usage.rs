@@ -41,7 +41,8 @@ pub async fn summary(
 }
 
 /// The caller's usage records, newest first, cursor-paged (access token, or API key with
-/// `read`).
+/// `read`). Per-request records are kept only with `usage.request_records = "database"`;
+/// otherwise every page is empty (the sums are in `GET /usage`).
 #[utoipa::path(get, path = "/api/v1/usage/requests", tag = "usage",
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Records per page, 1 to 200 (default 50)"),
@@ -49,7 +50,7 @@ pub async fn summary(
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
-        (status = 200, body = Envelope<UsageRequestsData>),
+        (status = 200, description = "A page of records, newest first; always empty unless the server keeps per-request records (`usage.request_records = \"database\"`)", body = Envelope<UsageRequestsData>),
         (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]

@@ -18,8 +18,8 @@ pub struct UsageConfig {
     /// beyond, further records are dropped and counted (`records_dropped`), their calls still
     /// summed.
     pub queue_capacity: usize,
-    /// Whether one row per call is written to `usage_records` (`"database"`, the default,
-    /// read back by `GET /usage/requests`) or only the sums (`"none"`).
+    /// Whether only the sums are written (`"none"`, the default) or also one row per call in
+    /// `usage_records` (`"database"`, read back by `GET /usage/requests`).
     pub request_records: RequestRecords,
     /// Also write every call as one structured log line, target `aigw::usage` (default
     /// false): per-request detail for a log pipeline, without the database.
@@ -40,7 +40,7 @@ impl Default for UsageConfig {
             enabled: true,
             flush_interval_ms: 1000,
             queue_capacity: 65_536,
-            request_records: RequestRecords::Database,
+            request_records: RequestRecords::None,
             request_log: false,
             retention_days: 30,
             prune_interval_secs: 3600,

@@ -172,6 +172,9 @@ pub fn test_settings(data_dir: PathBuf, database_url: String) -> Settings {
     // Every test app is its own client at 127.0.0.1, so rate limits are off unless a test
     // turns them on (tests/rate_limit_contract.rs).
     settings.rate_limit.enabled = false;
+    // Most tests read calls back one by one from `GET /usage/requests`: per-request records
+    // on (the sums-only default is tested in tests/usage/ledger.rs).
+    settings.usage.request_records = aigw_service::usage::config::RequestRecords::Database;
     settings
 }
 

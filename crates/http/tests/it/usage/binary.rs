@@ -34,9 +34,16 @@ iterations = 1
 enabled = false
 [usage]
 flush_interval_ms = {flush_interval_ms}
+{records}
 {extra}
 "#,
-            dir = dir.display()
+            dir = dir.display(),
+            // Per-request records on, unless `extra` says otherwise.
+            records = if extra.contains("request_records") {
+                ""
+            } else {
+                r#"request_records = "database""#
+            },
         ),
     )
     .unwrap();
