@@ -96,7 +96,10 @@ async fn ten_thousand_concurrent_calls_on_two_postgres_nodes_are_summed_exactly(
     );
 }
 
-backend_tests!(with_records_off_the_sums_stay_exact_and_no_request_is_listed);
+backend_tests!(
+    with_records_off_the_sums_stay_exact_and_no_request_is_listed,
+    a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node,
+);
 
 async fn with_records_off_the_sums_stay_exact_and_no_request_is_listed(backend: Backend) {
     {
@@ -118,4 +121,111 @@ async fn with_records_off_the_sums_stay_exact_and_no_request_is_listed(backend: 
         assert_eq!(ready["usage"]["recorded"], json!(300), "{ready}");
         assert!(ready["usage"]["flushes"].as_u64().unwrap() >= 1, "{ready}");
     }
+}
+
+
+/// A node cut off long enough for another to bill its running call as interrupted, that then
+/// records the call itself (it was alive all along), does not count it twice: the other node
+/// marked the call's row billed, and the flush that carries the call finds the mark. A call
+/// whose row was never written (or already deleted) counts normally, and a flush applied
+/// twice counts once.
+async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backend: Backend) {
+    use aigw_domain::ledger::UsageFlush;
+    use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+    use aigw_persistence::in_flight::CallInFlight;
+    let app = spawn_app(backend).await;
+    let url = app.database_url.clone();
+    tokio::task::spawn_blocking(move || {
+        let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
+        let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
+        let mut conn = pool.get().unwrap();
+        let now = aigw_domain::time::now();
+        let call = |id: &str| CallInFlight {
+            request_id: id.to_owned(),
+            node_id: "node-cut-off".into(),
+            api_key_id: "key-1".into(),
+            user_id: "user-1".into(),
+            model: "m".into(),
+            provider: "p".into(),
+            streamed: true,
+            reserved_micros: 500,
+            priced: true,
+            prompt_tokens: 10,
+            completion_tokens: 100,
+            started_at: now,
+            team_id: None,
+            member_id: None,
+        };
+        let record = |id: &str, outcome: UsageOutcome, cost: u64| UsageRecord {
+            request_id: id.to_owned(),
+            api_key_id: "key-1".into(),
+            user_id: "user-1".into(),
+            model: "m".into(),
+            provider: "p".into(),
+            streamed: true,
+            outcome,
+            tokens: TokenUsage::new(10, 20),
+            estimated: false,
+            cost_micros: cost,
+            priced: true,
+            latency_ms: 5,
+            started_at: now,
+            team_id: None,
+            member_id: None,
+        };
+        let (billed, kept, unwritten) = (
+            uuid::Uuid::now_v7().to_string(),
+            uuid::Uuid::now_v7().to_string(),
+            uuid::Uuid::now_v7().to_string(),
+        );
+        aigw_persistence::in_flight::insert(&mut conn, &[call(&billed), call(&kept)]).unwrap();
+        // Another node bills the first call at its reservation (twice: the second finds the
+        // mark and bills nothing).
+        let interrupted = [record(&billed, UsageOutcome::Interrupted, 500)];
+        assert_eq!(
+            aigw_persistence::usage::bill_interrupted(&mut conn, &interrupted, true).unwrap(),
+            1
+        );
+        assert_eq!(
+            aigw_persistence::usage::bill_interrupted(&mut conn, &interrupted, true).unwrap(),
+            0
+        );
+        // The cut-off node then records all three calls itself.
+        let flush = UsageFlush {
+            id: uuid::Uuid::now_v7().to_string(),
+            rollups: Vec::new(),
+            records: Vec::new(),
+            tracked: vec![
+                record(&billed, UsageOutcome::Ok, 7),
+                record(&kept, UsageOutcome::Ok, 7),
+                record(&unwritten, UsageOutcome::Ok, 7),
+            ],
+            keep_records: true,
+        };
+        let applied = aigw_persistence::usage::apply_flush(&mut conn, &flush).unwrap();
+        assert_eq!((applied.calls, applied.already_billed), (2, 1));
+        assert!(!aigw_persistence::usage::apply_flush(&mut conn, &flush).unwrap().applied);
+        // Three calls in the ledger: one billed at its reservation, two at their cost.
+        let spent = aigw_persistence::budgets::ledger_spend_since(
+            &mut conn,
+            aigw_domain::CounterSubject::Key("key-1"),
+            "2000-01-01",
+        )
+        .unwrap();
+        assert_eq!(spent, 500 + 7 + 7);
+        let mut outcome = |id: &str| {
+            aigw_persistence::usage::find_record(&mut conn, id).unwrap().unwrap().outcome
+        };
+        assert_eq!(outcome(&billed), "interrupted");
+        assert_eq!(outcome(&kept), "ok");
+        // No row is left but the mark (pruned with the records), and it reserves nothing.
+        let reserved = aigw_persistence::in_flight::reserved_for(
+            &mut conn,
+            aigw_domain::CounterSubject::Key("key-1"),
+        )
+        .unwrap();
+        assert_eq!(reserved, 0);
+    })
+    .await
+    .unwrap();
 }
