@@ -77,8 +77,9 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// The usage ledger: one row per metered chat completion, unique by request id. No
-    /// foreign keys: records outlive the deletion of their key.
+    /// Per-request usage records (where `usage.request_records = "database"`): one row per
+    /// metered chat completion, unique by request id. No foreign keys: records outlive the
+    /// deletion of their key.
     usage_records (request_id) {
         request_id -> Text,
         api_key_id -> Text,

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 /// Rows per PostgreSQL `INSERT` statement (its 15 parameters are arrays of this many values).
 const ROWS_PER_STATEMENT: usize = 500;
 
-/// A row of `usage_records`, as read (records are written by [`insert_batch`]).
+/// A row of `usage_records`, as read (records are written by [`apply_flush`]).
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable)]
 #[diesel(table_name = usage_records)]
 pub struct UsageRecordRow {

@@ -123,7 +123,6 @@ async fn with_records_off_the_sums_stay_exact_and_no_request_is_listed(backend: 
     }
 }
 
-
 /// A node cut off long enough for another to bill its running call as interrupted, that then
 /// records the call itself (it was alive all along), does not count it twice: the other node
 /// marked the call's row billed, and the flush that carries the call finds the mark. A call
