@@ -47,10 +47,11 @@ struct Args {
     keys: usize,
     #[arg(long, default_value_t = 5)]
     models: usize,
-    /// Most calls waiting in memory (not yet durable) before a generator pauses: the
-    /// generators feed as fast as the pipeline makes calls durable, never faster than it can
-    /// hold them (with records on, memory past `usage.queue_capacity` would drop records).
-    #[arg(long, default_value_t = 32_768)]
+    /// Most calls waiting in memory for the next write (the running one aside) before a
+    /// generator pauses: the generators feed as fast as the pipeline makes calls durable,
+    /// never faster than it can hold them (with records on, a shard past its share of
+    /// `usage.queue_capacity` would drop records).
+    #[arg(long, default_value_t = 16_384)]
     backlog: u64,
 }
 
@@ -100,7 +101,10 @@ fn main() -> anyhow::Result<()> {
                     let base = uuid::Uuid::now_v7().simple().to_string();
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        if keep == KeepRecords::Database && recorder.health().queued > backlog {
+                        if keep == KeepRecords::Database && {
+                            let h = recorder.health();
+                            h.queued - h.writing > backlog
+                        } {
                             std::thread::sleep(Duration::from_micros(200));
                             continue;
                         }

@@ -84,6 +84,8 @@ pub struct RecorderOptions {
 pub struct RecorderHealth {
     /// Calls metered and not yet written or spooled (those of the running write included).
     pub queued: u64,
+    /// Of those, the calls of the write running now.
+    pub writing: u64,
     /// Calls waiting in the spool file.
     pub spooled: u64,
     /// Bytes of the spool file.
@@ -352,6 +354,7 @@ impl Recorder {
         let shared = &self.handle.shared;
         RecorderHealth {
             queued: shared.aggregate.pending() + shared.in_write.load(Ordering::Relaxed),
+            writing: shared.in_write.load(Ordering::Relaxed),
             spooled: shared.spool.records(),
             spool_bytes: shared.spool.bytes(),
             last_flush_at: *shared
