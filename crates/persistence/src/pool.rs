@@ -235,6 +235,12 @@ impl std::fmt::Debug for Pool {
 pub type PooledConnection = r2d2::PooledConnection<ConnectionManager>;
 
 impl Pool {
+    /// Whether several connections can write at the same time (PostgreSQL), rather than one
+    /// at a time (SQLite's single writer).
+    pub fn concurrent_writes(&self) -> bool {
+        matches!(self.url, DatabaseUrl::Postgres(_))
+    }
+
     /// Builds a pool for `url`. For SQLite the file's folder is created if missing. No
     /// connection is opened yet (the pool connects lazily), so a database that is down at start
     /// does not stop the process; [`Pool::get`] reports it.

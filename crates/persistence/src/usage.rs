@@ -366,7 +366,7 @@ fn insert_chunk_pg<'a>(
 /// [`apply_flush`] on a concrete connection (the multi-backend connection has no
 /// `ON CONFLICT`).
 macro_rules! apply_flush_on {
-    ($c:ident, $flush:expr) => {{
+    ($c:ident, $flush:expr, $with_records:expr) => {{
         let flush: &UsageFlush = $flush;
         use crate::schema::{calls_in_flight as f, usage_flushes as u};
         let now = aigw_domain::time::now().naive_utc();
@@ -399,8 +399,11 @@ macro_rules! apply_flush_on {
         for chunk in rows.chunks(ROLLUP_ROWS_PER_UPSERT) {
             upsert_daily!($c, chunk);
         }
-        let mut records: Vec<NewUsageRecord<'_>> =
-            flush.records.iter().map(NewUsageRecord::from).collect();
+        let mut records: Vec<NewUsageRecord<'_>> = if $with_records {
+            flush.records.iter().map(NewUsageRecord::from).collect()
+        } else {
+            Vec::new()
+        };
         if flush.keep_records {
             records.extend(counted.iter().map(|r| NewUsageRecord::from(*r)));
         }
@@ -471,11 +474,52 @@ pub fn apply_flush(
     conn: &mut DbConnection,
     flush: &UsageFlush,
 ) -> Result<FlushApplied, PersistenceError> {
+    apply_flush_with(conn, flush, true)
+}
+
+/// [`apply_flush`] without inserting `flush.records`, which the caller has inserted already
+/// ([`insert_records`], several connections at once); the records of tracked calls are still
+/// inserted here. A crash between the two leaves records whose flush is not applied: the
+/// flush's replay inserts them again, and the insert skips them.
+///
+/// # Errors
+/// On database failure; then nothing was written.
+pub fn apply_flush_records_written(
+    conn: &mut DbConnection,
+    flush: &UsageFlush,
+) -> Result<FlushApplied, PersistenceError> {
+    apply_flush_with(conn, flush, false)
+}
+
+fn apply_flush_with(
+    conn: &mut DbConnection,
+    flush: &UsageFlush,
+    with_records: bool,
+) -> Result<FlushApplied, PersistenceError> {
     let applied = match conn {
-        DbConnection::Postgres(c) => c.transaction(|c| apply_flush_on!(c, flush)),
-        DbConnection::Sqlite(c) => c.immediate_transaction(|c| apply_flush_on!(c, flush)),
+        DbConnection::Postgres(c) => c.transaction(|c| apply_flush_on!(c, flush, with_records)),
+        DbConnection::Sqlite(c) => {
+            c.immediate_transaction(|c| apply_flush_on!(c, flush, with_records))
+        }
     };
     Ok(applied?)
+}
+
+/// Inserts per-request `records` in a transaction of their own, skipping request ids already
+/// in the ledger (see `InsertRecords`). Their calls are counted by their flush, not here.
+///
+/// # Errors
+/// On database failure; then nothing was written.
+pub fn insert_records(
+    conn: &mut DbConnection,
+    records: &[UsageRecord],
+) -> Result<(), PersistenceError> {
+    let rows: Vec<NewUsageRecord<'_>> = records.iter().map(NewUsageRecord::from).collect();
+    match conn {
+        DbConnection::Postgres(c) => c.transaction(|c| InsertRecords::insert(c, &rows))?,
+        DbConnection::Sqlite(c) => c.immediate_transaction(|c| InsertRecords::insert(c, &rows))?,
+    }
+    Ok(())
 }
 
 /// Bills `calls` (rows of the calls in flight of stopped nodes) as `records`, in one

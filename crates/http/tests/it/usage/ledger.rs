@@ -99,6 +99,7 @@ async fn ten_thousand_concurrent_calls_on_two_postgres_nodes_are_summed_exactly(
 backend_tests!(
     with_records_off_the_sums_stay_exact_and_no_request_is_listed,
     a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node,
+    records_written_apart_from_their_flush_count_once_when_it_is_replayed,
 );
 
 async fn with_records_off_the_sums_stay_exact_and_no_request_is_listed(backend: Backend) {
@@ -224,6 +225,71 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
         )
         .unwrap();
         assert_eq!(reserved, 0);
+    })
+    .await
+    .unwrap();
+}
+
+/// The path of large flushes on PostgreSQL: records inserted in slices by several connections,
+/// then the sums. A crash between the two replays the flush: the records' second insert skips
+/// them, the sums count once, and so does a third application.
+async fn records_written_apart_from_their_flush_count_once_when_it_is_replayed(backend: Backend) {
+    use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
+    use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+    let app = spawn_app(backend).await;
+    let url = app.database_url.clone();
+    tokio::task::spawn_blocking(move || {
+        use diesel::{QueryDsl, RunQueryDsl};
+        let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
+        let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
+        let mut conn = pool.get().unwrap();
+        let records: Vec<UsageRecord> = (0..100)
+            .map(|_| UsageRecord {
+                request_id: uuid::Uuid::now_v7().to_string(),
+                api_key_id: "key-2".into(),
+                user_id: "user-2".into(),
+                model: "m".into(),
+                provider: "p".into(),
+                streamed: false,
+                outcome: UsageOutcome::Ok,
+                tokens: TokenUsage::new(1, 2),
+                estimated: false,
+                cost_micros: 3,
+                priced: true,
+                latency_ms: 1,
+                started_at: aigw_domain::time::now(),
+                team_id: None,
+                member_id: None,
+            })
+            .collect();
+        let mut sums = UsageSums::default();
+        records.iter().for_each(|r| sums.add_record(r));
+        let flush = UsageFlush {
+            id: uuid::Uuid::now_v7().to_string(),
+            rollups: vec![UsageRollup { key: RollupKey::of(&records[0]), sums }],
+            records: records.clone(),
+            tracked: Vec::new(),
+            keep_records: true,
+        };
+        // Written in two slices, then "crashed" before the sums.
+        aigw_persistence::usage::insert_records(&mut conn, &records[..60]).unwrap();
+        aigw_persistence::usage::insert_records(&mut conn, &records[40..]).unwrap();
+        // The replay: all records again (skipped), the sums once.
+        aigw_persistence::usage::insert_records(&mut conn, &records).unwrap();
+        let applied =
+            aigw_persistence::usage::apply_flush_records_written(&mut conn, &flush).unwrap();
+        assert_eq!(applied.calls, 100);
+        assert!(!aigw_persistence::usage::apply_flush(&mut conn, &flush).unwrap().applied);
+        let rows: i64 =
+            aigw_persistence::schema::usage_records::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(rows, 100);
+        let spent = aigw_persistence::budgets::ledger_spend_since(
+            &mut conn,
+            aigw_domain::CounterSubject::Key("key-2"),
+            "2000-01-01",
+        )
+        .unwrap();
+        assert_eq!(spent, 300);
     })
     .await
     .unwrap();
