@@ -57,22 +57,8 @@ impl std::fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DatabaseUrl::Sqlite(p) => write!(f, "sqlite:{}", p.display()),
-            DatabaseUrl::Postgres(url) => write!(f, "{}", redact_password(url)),
+            DatabaseUrl::Postgres(url) => write!(f, "{}", aigw_domain::redact::redact_url(url)),
         }
-    }
-}
-
-/// `url` with any password between `://user:` and `@` replaced by `***`.
-pub fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
     }
 }
 
@@ -97,7 +83,7 @@ impl DatabaseUrl {
         }
         Err(PersistenceError::BadUrl(format!(
             "{} (expected sqlite://PATH or postgres://…)",
-            redact_password(url)
+            aigw_domain::redact::redact_url(url)
         )))
     }
 }
@@ -370,13 +356,21 @@ mod tests {
     /// No `Debug` of a type holding a database URL prints its password.
     #[test]
     fn database_url_pool_and_manager_hide_the_password() {
-        let raw = "postgres://aigw:TOPSECRET@db.internal:5432/aigw";
-        let url = DatabaseUrl::parse(raw).unwrap_or_else(|e| panic!("{e}"));
-        let manager = ConnectionManager { url: url.clone(), options: PoolOptions::default() };
-        let pool = Pool::new(&url, &PoolOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-        for shown in [format!("{url:?}"), format!("{manager:?}"), format!("{pool:?}")] {
-            assert!(!shown.contains("TOPSECRET"), "{shown}");
+        // The second password holds an `@` its writer did not percent-encode: no part of it
+        // may show either.
+        for (raw, secret) in [
+            ("postgres://aigw:TOPSECRET@db.internal:5432/aigw", "TOPSECRET"),
+            ("postgres://aigw:TOP@SECRET@db.internal:5432/aigw", "SECRET"),
+        ] {
+            let url = DatabaseUrl::parse(raw).unwrap_or_else(|e| panic!("{e}"));
+            let manager = ConnectionManager { url: url.clone(), options: PoolOptions::default() };
+            let pool = Pool::new(&url, &PoolOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+            for shown in [format!("{url:?}"), format!("{manager:?}"), format!("{pool:?}")] {
+                assert!(!shown.contains(secret), "{shown}");
+            }
         }
+        let url = DatabaseUrl::parse("postgres://aigw:TOPSECRET@db.internal:5432/aigw")
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(format!("{url:?}").contains("db.internal"));
     }
 
