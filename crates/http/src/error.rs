@@ -181,7 +181,7 @@ impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
         match e {
             ServiceError::Invalid(field) => field.into(),
-            ServiceError::Unauthorized { hint, token_presented } => {
+            ServiceError::Unauthorized { hint, token_presented, .. } => {
                 let mut err = Self::new(
                     ErrorCode::Unauthorized,
                     "missing or invalid credential",

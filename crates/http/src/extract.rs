@@ -413,9 +413,9 @@ fn authenticate(
         // An address that failed too often is refused before any lookup (auth_failure).
         state.limits.refuse_if_failing(&req).await?;
         let result = state.auth.authenticate(authorization.as_deref()).await;
-        if let Err(ServiceError::Unauthorized { hint, token_presented }) = &result {
+        if let Err(ServiceError::Unauthorized { token_presented, refusal, .. }) = &result {
             let (credential, outcome) =
-                refusal_labels(authorization.as_deref(), hint, *token_presented);
+                refusal_labels(authorization.as_deref(), *refusal, *token_presented);
             state.telemetry.metrics.count(
                 "aigw_authentications_total",
                 &[("credential", credential), ("outcome", outcome)],
@@ -440,7 +440,7 @@ fn authenticate(
 /// `aigw_authentications_total` in docs/operations.md).
 fn refusal_labels(
     authorization: Option<&str>,
-    hint: &str,
+    refusal: aigw_service::error::Refusal,
     token_presented: bool,
 ) -> (&'static str, &'static str) {
     if !token_presented {
@@ -451,12 +451,5 @@ fn refusal_labels(
         Ok(aigw_domain::PresentedCredential::ApiKey(_)) => "api_key",
         Err(_) => "malformed",
     };
-    let outcome = if hint.contains("expired") {
-        "expired"
-    } else if hint.contains("revoked") || hint.contains("ended") || hint.contains("no longer") {
-        "revoked"
-    } else {
-        "invalid"
-    };
-    (credential, outcome)
+    (credential, refusal.as_str())
 }

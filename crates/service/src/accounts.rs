@@ -247,6 +247,6 @@ impl AuthService {
         self.cache
             .user(principal.user_id())
             .await?
-            .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))
+            .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))
     }
 }

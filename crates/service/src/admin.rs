@@ -149,7 +149,7 @@ impl AuthService {
             .cache
             .user(principal.user_id())
             .await?
-            .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))?
+            .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?
             .role;
         let caller = match principal {
             Principal::User { .. } => CallerCredential::AccessToken,

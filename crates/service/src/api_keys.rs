@@ -465,7 +465,7 @@ impl AuthService {
         };
         let now = time::now();
         if found.revoked {
-            return Err(ServiceError::invalid_credential("the API key has been revoked"));
+            return Err(ServiceError::revoked_credential("the API key has been revoked"));
         }
         if found.replaced_until.is_some_and(|end| end <= now) {
             return Err(ServiceError::invalid_credential(
@@ -473,7 +473,7 @@ impl AuthService {
             ));
         }
         if found.expires_at.is_some_and(|e| e <= now) {
-            return Err(ServiceError::invalid_credential("the API key has expired"));
+            return Err(ServiceError::expired_credential("the API key has expired"));
         }
         // The owner's account, from the user cache (a disable reaches every node through the
         // feed, as `user_changed`). A team key belongs to its team: the account of the user
@@ -502,7 +502,7 @@ impl AuthService {
                         })
                     }
                     TeamStanding::Deleted => {
-                        return Err(ServiceError::invalid_credential(
+                        return Err(ServiceError::revoked_credential(
                             "the API key has been revoked",
                         ))
                     }

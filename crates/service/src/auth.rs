@@ -261,7 +261,11 @@ impl AuthService {
         authorization: Option<&str>,
     ) -> Result<Principal, ServiceError> {
         let credential = PresentedCredential::from_authorization(authorization).map_err(|e| {
-            ServiceError::Unauthorized { hint: e.hint(), token_presented: e.token_presented() }
+            ServiceError::Unauthorized {
+                hint: e.hint(),
+                token_presented: e.token_presented(),
+                refusal: crate::error::Refusal::Invalid,
+            }
         })?;
         match credential {
             PresentedCredential::AccessToken(token) => {

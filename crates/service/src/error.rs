@@ -25,6 +25,9 @@ pub enum ServiceError {
         hint: &'static str,
         /// Whether the request carried a credential at all.
         token_presented: bool,
+        /// Why a presented credential was refused (the `outcome` of
+        /// `aigw_authentications_total`).
+        refusal: Refusal,
     },
     /// 403 `forbidden`: `required` names what was needed, `current` what the caller has.
     #[error("forbidden: requires {required}, caller has {current}")]
@@ -141,16 +144,50 @@ pub struct UpstreamRejection {
     pub retry_after_secs: Option<u64>,
 }
 
+/// Why a presented credential was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not a credential aigw issued, or not usable as presented (malformed, unknown, rotated
+    /// away, its account disabled).
+    Invalid,
+    /// Past its expiry.
+    Expired,
+    /// Revoked, its session ended, or its account deleted or its team deleted.
+    Revoked,
+}
+
+impl Refusal {
+    /// `invalid`, `expired` or `revoked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Expired => "expired",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
 impl ServiceError {
-    /// A 401 for a request that presented a credential which failed.
+    /// A 401 for a request that presented a credential which is not valid.
     pub fn invalid_credential(hint: &'static str) -> Self {
-        Self::Unauthorized { hint, token_presented: true }
+        Self::Unauthorized { hint, token_presented: true, refusal: Refusal::Invalid }
+    }
+
+    /// A 401 for a presented credential past its expiry.
+    pub fn expired_credential(hint: &'static str) -> Self {
+        Self::Unauthorized { hint, token_presented: true, refusal: Refusal::Expired }
+    }
+
+    /// A 401 for a presented credential that was revoked, whose session ended, or whose
+    /// account (or team) is gone.
+    pub fn revoked_credential(hint: &'static str) -> Self {
+        Self::Unauthorized { hint, token_presented: true, refusal: Refusal::Revoked }
     }
 
     /// A 401 for failed login or refresh, whose credentials travel in the body: no bearer
     /// token was presented, so `WWW-Authenticate` carries no `invalid_token` (RFC 6750 §3).
     pub fn rejected(hint: &'static str) -> Self {
-        Self::Unauthorized { hint, token_presented: false }
+        Self::Unauthorized { hint, token_presented: false, refusal: Refusal::Invalid }
     }
 }
 

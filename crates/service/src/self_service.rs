@@ -155,7 +155,7 @@ impl AuthService {
                 })
             })
             .await?
-            .ok_or_else(|| ServiceError::invalid_credential("the account no longer exists"))?;
+            .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
         self.publish(vec![change]).await;
         Ok(UserView::from(&user))
     }
@@ -199,14 +199,14 @@ impl AuthService {
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !users::lock(conn, &user_id)? {
-                        return Err(ServiceError::invalid_credential(
+                        return Err(ServiceError::revoked_credential(
                             "the account no longer exists",
                         ));
                     }
                     let session = sessions::find_session(conn, &session_id)?
                         .filter(|s| s.revoked_at.is_none() && s.expires_at > now)
                         .ok_or_else(|| {
-                            ServiceError::invalid_credential("the session has ended; log in again")
+                            ServiceError::revoked_credential("the session has ended; log in again")
                         })?;
                     users::update_password_hash(conn, &user_id, &hash, now)?;
                     let ended = sessions::revoke_user_sessions(

@@ -313,7 +313,7 @@ impl AuthService {
     /// while its change feed is fresh, else from the database (see [`crate::credential_cache`]).
     pub(crate) async fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
         if self.cache.session_revoked(session_id).await? {
-            Err(ServiceError::invalid_credential("the session has ended; log in again"))
+            Err(ServiceError::revoked_credential("the session has ended; log in again"))
         } else {
             Ok(())
         }

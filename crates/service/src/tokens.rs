@@ -276,7 +276,7 @@ impl TokenIssuer {
         let now = i64::try_from(jsonwebtoken::get_current_timestamp()).unwrap_or(i64::MAX);
         let leeway = i64::try_from(self.leeway_secs).unwrap_or(i64::MAX);
         if claims.exp < now.saturating_sub(leeway) {
-            return Err(ServiceError::invalid_credential("the access token has expired"));
+            return Err(ServiceError::expired_credential("the access token has expired"));
         }
         if claims.nbf > now.saturating_add(leeway)
             || claims.iss != self.issuer

@@ -12,7 +12,47 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-backend_tests!(scripted_run_counts_every_event, series_stay_bounded_whatever_the_callers);
+backend_tests!(
+    scripted_run_counts_every_event,
+    series_stay_bounded_whatever_the_callers,
+    refusals_are_counted_by_why,
+);
+
+/// A revoked key, a logged-out session's access token and a deleted account's token are
+/// counted as `revoked`, a garbled token as `invalid`: the outcome comes from why the service
+/// refused, not from the wording of its hint.
+async fn refusals_are_counted_by_why(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("refusals").await;
+    let created = app.create_key(&user.token, &["read"], None).await;
+    let (key, id) = (created["key"].as_str().unwrap(), created["id"].as_str().unwrap());
+    assert_eq!(app.revoke_key(Auth::Bearer(&user.token), id).await.status, 200);
+    assert_eq!(app.me(Auth::Raw(key)).await.status, 401);
+    assert_eq!(app.logout(&user.token, None).await.status, 200);
+    assert_eq!(app.me(Auth::Bearer(&user.token)).await.status, 401);
+    assert_eq!(app.me(Auth::Bearer("eyJ.not.a-token")).await.status, 401);
+    let series = scrape(&app).await;
+    expect_all(
+        &series,
+        &[
+            (
+                "aigw_authentications_total",
+                &[("credential", "api_key"), ("outcome", "revoked")],
+                1.0,
+            ),
+            (
+                "aigw_authentications_total",
+                &[("credential", "access_token"), ("outcome", "revoked")],
+                1.0,
+            ),
+            (
+                "aigw_authentications_total",
+                &[("credential", "access_token"), ("outcome", "invalid")],
+                1.0,
+            ),
+        ],
+    );
+}
 
 /// The series of an exposition: `name{k="v",…}` (labels sorted) -> value.
 pub(crate) type Series = BTreeMap<String, f64>;
