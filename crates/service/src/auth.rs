@@ -11,7 +11,7 @@ use crate::password::PasswordHasher;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
 use aigw_domain::access::{authorize, CallerCredential, Operation, RouteOperation};
-use aigw_domain::{PasswordPolicy, PermissionSet, PresentedCredential};
+use aigw_domain::{PasswordPolicy, PermissionSet, PresentedCredential, Role};
 use aigw_persistence::models::ApiKeyPolicy;
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ pub enum Principal {
         /// The session the access token belongs to (`sid`).
         session_id: String,
         /// The role claim.
-        role: String,
+        role: Role,
     },
     /// An API key.
     ApiKey {
@@ -271,11 +271,12 @@ impl AuthService {
             PresentedCredential::AccessToken(token) => {
                 let claims = self.tokens.verify(&token)?;
                 self.ensure_session_live(&claims.sid).await?;
-                Ok(Principal::User {
-                    user_id: claims.sub,
-                    session_id: claims.sid,
-                    role: claims.role,
-                })
+                // aigw signs only roles it knows: another is a token it did not issue.
+                let role = claims
+                    .role
+                    .parse()
+                    .map_err(|()| ServiceError::invalid_credential("the access token is invalid"))?;
+                Ok(Principal::User { user_id: claims.sub, session_id: claims.sid, role })
             }
             PresentedCredential::ApiKey(key) => self.authenticate_api_key(key).await,
         }
