@@ -272,10 +272,9 @@ impl AuthService {
                 let claims = self.tokens.verify(&token)?;
                 self.ensure_session_live(&claims.sid).await?;
                 // aigw signs only roles it knows: another is a token it did not issue.
-                let role = claims
-                    .role
-                    .parse()
-                    .map_err(|()| ServiceError::invalid_credential("the access token is invalid"))?;
+                let role = claims.role.parse().map_err(|()| {
+                    ServiceError::invalid_credential("the access token is invalid")
+                })?;
                 Ok(Principal::User { user_id: claims.sub, session_id: claims.sid, role })
             }
             PresentedCredential::ApiKey(key) => self.authenticate_api_key(key).await,

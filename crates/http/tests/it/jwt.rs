@@ -120,6 +120,12 @@ async fn subject_session_and_expiry_are_required(backend: Backend) {
         claims.as_object_mut().unwrap().remove(claim);
         cases.push((format!("{claim} missing"), bearer(&sign_jwt(&p.header, &claims))));
     }
+    // A role aigw never signs is a token it did not issue.
+    for role in ["superuser", "Admin", ""] {
+        let mut claims = p.claims.clone();
+        claims["role"] = json!(role);
+        cases.push((format!("role {role:?}"), bearer(&sign_jwt(&p.header, &claims))));
+    }
     expect_all_unauthorized(&app, &cases).await;
 }
 

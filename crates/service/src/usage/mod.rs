@@ -260,8 +260,7 @@ impl UsageService {
     ) -> Result<UsageSummary, ServiceError> {
         let today = aigw_domain::time::now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
-        let platform_admin =
-            matches!(&**principal, Principal::User { role: Role::Admin, .. });
+        let platform_admin = matches!(&**principal, Principal::User { role: Role::Admin, .. });
         let mut allowed = vec![GroupBy::Day, GroupBy::Model, GroupBy::ApiKey];
         if platform_admin {
             allowed.push(GroupBy::Team);
