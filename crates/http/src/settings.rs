@@ -311,7 +311,8 @@ mod tests {
     use super::*;
     use secrecy::ExposeSecret;
 
-    /// The configuration shape the README documents, verbatim: it must load as written.
+    /// A typical configuration (server, database, auth, a provider) as the documentation writes
+    /// it: it must load as written.
     const DOCUMENTED_SAMPLE: &str = r#"
 [server]
 listen = "127.0.0.1:8080"

@@ -297,7 +297,7 @@ async fn production_refuses_to_start_without_an_explicit_secret() {
 
 #[tokio::test]
 async fn development_accepts_the_sample_configuration_secret() {
-    // The README's sample value is 27 bytes: development warns, production refuses.
+    // The documented sample value is 27 bytes: development warns, production refuses.
     let dir = tempfile::tempdir().unwrap();
     let mut settings = start_up_settings(dir.path());
     settings.auth.jwt_secret = Some("at least 32 bytes of secret".to_owned().into());
