@@ -12,7 +12,7 @@
 //! | [`Operation::ManageAccount`] (PATCH me, POST password, DELETE sessions/{id}) | yes | never (`required: access_token`) |
 //! | [`Operation::Administer`] (every `/admin/…` endpoint) | role `admin` | permission `admin` and its owner's role `admin` |
 //!
-//! `admin` includes every other permission (but never lets a key create a key: seed §5 rule 1).
+//! `admin` includes every other permission (but never lets a key create a key: the contract).
 //! The permission alone never makes a key administrative: any user may create a key with
 //! `admin`, so the owner's role is checked too (else every user could make themselves an admin).
 //!
@@ -108,7 +108,7 @@ pub enum CallerCredential<'a> {
     ApiKey(&'a PermissionSet),
 }
 
-/// A refusal: 403 `forbidden` with `details.required` and `details.current` (seed §7).
+/// A refusal: 403 `forbidden` with `details.required` and `details.current`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("requires {required}, caller has {current}")]
 pub struct Denied {

@@ -18,7 +18,7 @@ use crate::digest::TokenDigest;
 use rand_core::{CryptoRng, RngCore};
 use std::fmt;
 
-/// The fixed service prefix every API key starts with (seed §2: "a fixed service prefix
+/// The fixed service prefix every API key starts with ("a fixed service prefix
 /// followed by an underscore").
 pub const API_KEY_PREFIX: &str = "aigw_";
 /// Length of the random part, in base62 characters.

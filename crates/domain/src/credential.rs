@@ -1,4 +1,4 @@
-//! Telling an `Authorization` header apart into an access token or an API key (seed §5).
+//! Telling an `Authorization` header apart into an access token or an API key.
 //!
 //! | header value | credential |
 //! |---|---|

@@ -1,6 +1,6 @@
-//! Machine-readable error codes (seed §7), with the HTTP status each one keeps.
+//! Machine-readable error codes, with the HTTP status each one keeps.
 //!
-//! The first six codes are the seed's and keep their statuses and `details` fields exactly:
+//! The first six codes are the contract's and keep their statuses and `details` fields exactly:
 //!
 //! | status | code | `details` |
 //! |---|---|---|
@@ -11,7 +11,7 @@
 //! | 429 | `rate_limit_exceeded` | `limit`, `remaining`, `reset` |
 //! | 500 | `internal_error` | `request_id`, `timestamp` |
 //!
-//! The others exist only where HTTP itself needs a status the seed does not list; `docs/errors.md` is the one table of all of them.
+//! The others exist only where HTTP itself needs a status the contract does not list; `docs/errors.md` is the one table of all of them.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -8,7 +8,7 @@
 //! What lives here:
 //!
 //! - [`user`]: validated e-mail addresses, display names, passwords and roles;
-//! - [`permission`]: the five API key permissions of the seed (§2) and the rule that `admin`
+//! - [`permission`]: the five API key permissions of the contract and the rule that `admin`
 //!   includes every other one;
 //! - [`api_key`] and [`refresh_token`]: the opaque credential formats (prefix, random body,
 //!   checksum) and their SHA-256 digests, the only form in which they are stored;
@@ -16,7 +16,7 @@
 //! - [`claims`]: the claims of a JWT access token (RFC 7519, RFC 8725);
 //! - [`audit`]: the actions the audit trail records;
 //! - [`change`]: the kinds of credential change that the change feed carries to every node;
-//! - [`error`]: the stable, machine-readable error codes of the seed (§7);
+//! - [`error`]: the stable, machine-readable error codes of the contract;
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
 //! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`);
 //! - [`redact`]: URLs without their passwords, for logs and messages;

@@ -1,11 +1,11 @@
-//! API key permissions (seed §2) and sets of them.
+//! API key permissions and sets of them.
 
 use crate::validation::FieldError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// One permission an API key can carry. The five values are the seed's (§2); `admin`
+/// One permission an API key can carry. The five values are the contract's; `admin`
 /// includes every other one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -23,7 +23,7 @@ pub enum Permission {
 }
 
 impl Permission {
-    /// Every permission, in the seed's order.
+    /// Every permission, in the contract's order.
     pub const ALL: [Permission; 5] = [
         Permission::AiGateway,
         Permission::Proxy,
@@ -63,7 +63,7 @@ impl FromStr for Permission {
     }
 }
 
-/// A non-empty, duplicate-free set of permissions, kept in the seed's order.
+/// A non-empty, duplicate-free set of permissions, kept in the contract's order.
 ///
 /// Stored as the comma-separated wire names (`"ai_gateway,read"`), see [`PermissionSet::to_storage`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -101,7 +101,7 @@ impl PermissionSet {
         Self::from_iter(stored.split(',').filter_map(|s| s.trim().parse().ok()))
     }
 
-    /// The stored form: wire names joined by commas, in the seed's order.
+    /// The stored form: wire names joined by commas, in the contract's order.
     pub fn to_storage(&self) -> String {
         self.0.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(",")
     }
@@ -111,12 +111,12 @@ impl PermissionSet {
         self.0.contains(&needed) || self.0.contains(&Permission::Admin)
     }
 
-    /// The permissions, in the seed's order.
+    /// The permissions, in the contract's order.
     pub fn iter(&self) -> impl Iterator<Item = Permission> + '_ {
         self.0.iter().copied()
     }
 
-    /// The wire names, in the seed's order (as rendered in `permissions` of a key object).
+    /// The wire names, in the contract's order (as rendered in `permissions` of a key object).
     pub fn names(&self) -> Vec<String> {
         self.0.iter().map(|p| p.as_str().to_owned()).collect()
     }

@@ -1,4 +1,4 @@
-//! Users: e-mail addresses, display names, passwords and roles (seed §2 "User").
+//! Users: e-mail addresses, display names, passwords and roles.
 
 use crate::validation::FieldError;
 use serde::{Deserialize, Serialize};
@@ -217,7 +217,7 @@ impl PasswordPolicy {
     }
 }
 
-/// A user's role (seed §2: the value `user` occurs). New accounts are `user`.
+/// A user's role (the value `user` occurs). New accounts are `user`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {

@@ -1,4 +1,4 @@
-//! The `field` / `issue` pair carried by every `invalid_request` error (seed §7).
+//! The `field` / `issue` pair carried by every `invalid_request` error.
 
 use std::fmt;
 

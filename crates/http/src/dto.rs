@@ -25,7 +25,7 @@ impl<T: ToSchema> Envelope<T> {
     }
 }
 
-/// The error envelope (seed §7).
+/// The error envelope.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorEnvelope {
     /// Always `false`.
@@ -147,7 +147,7 @@ pub struct LogoutRequest {
     pub refresh_token: Option<String>,
 }
 
-/// A permission name (seed §2), for the OpenAPI description of `permissions`.
+/// A permission name, for the OpenAPI description of `permissions`.
 #[derive(Debug, ToSchema)]
 #[schema(as = Permission)]
 #[allow(non_camel_case_types, dead_code)]
@@ -323,7 +323,7 @@ pub struct RotateApiKeyRequest {
     pub grace_period_secs: Option<i64>,
 }
 
-/// A user (seed §2).
+/// A user.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UserDto {
     /// UUIDv7.
@@ -350,7 +350,7 @@ impl From<UserView> for UserDto {
     }
 }
 
-/// A token set (seed §2): login, refresh, and (with the user's fields on top) register.
+/// A token set: login, refresh, and (with the user's fields on top) register.
 #[derive(Serialize, ToSchema)]
 pub struct TokenSetDto {
     /// The user.

@@ -1,4 +1,4 @@
-//! The error envelope (seed §7) and how every failure becomes one.
+//! The error envelope and how every failure becomes one.
 //!
 //! Policy: handlers return `Result<_, ApiError>`; [`ApiError`] is built from a
 //! [`ServiceError`] (use cases) or by the extractors (bad JSON, wrong `Content-Type`, oversize

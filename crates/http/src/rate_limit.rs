@@ -5,7 +5,7 @@
 //!   IP (`register`, `refresh`), per client IP and e-mail (`login`, before the password is
 //!   verified), per credential (`account`, `ai`, after authentication). A refusal is a
 //!   429 `rate_limit_exceeded` with `details.limit`, `details.remaining` (0) and `details.reset`
-//!   (Unix seconds) and `Retry-After` in whole seconds (seed §7, RFC 9110 §10.2.3).
+//!   (Unix seconds) and `Retry-After` in whole seconds (RFC 9110 §10.2.3).
 //! - The decision is kept in the request's extensions; the [`headers`] middleware turns it into
 //!   the `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers
 //!   (`"login";q=10;w=60` and `"login";r=9;t=6`) on every answer of a counted request, 2xx

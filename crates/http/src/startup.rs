@@ -92,7 +92,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     Ok(pool)
 }
 
-/// CORS for browser clients (seed §5 names single-page apps): only the configured origins.
+/// CORS for browser clients: only the configured origins.
 /// With none configured (the default) the middleware is not installed at all.
 fn cors(origins: &[String]) -> actix_cors::Cors {
     use actix_web::http::{header, Method};

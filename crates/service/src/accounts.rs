@@ -1,4 +1,4 @@
-//! Registration, login and the current user (seed §4: register, login, me).
+//! Registration, login and the current user (register, login, me).
 
 use crate::audit::Event;
 use crate::auth::{AuthService, Authorized};

@@ -1,5 +1,5 @@
-//! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (seed §4,
-//! §5 rules 1-2; docs/budgets.md).
+//! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (creating
+//! one needs an access token; PATCH and rotation: docs/budgets.md).
 
 use crate::audit::{actor_of, Event};
 use crate::auth::{AuthService, Authorized, Principal};

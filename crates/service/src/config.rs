@@ -19,9 +19,9 @@ pub struct AuthConfig {
     pub signing_keys: Vec<SigningKeyConfig>,
     /// The `kid` of the key that signs new access tokens.
     pub active_kid: Option<String>,
-    /// Access-token lifetime in seconds (seed §8: default 3600).
+    /// Access-token lifetime in seconds (default 3600).
     pub access_token_ttl_secs: u64,
-    /// Session (refresh-token) lifetime in seconds, absolute from login (seed §8: 30 days).
+    /// Session (refresh-token) lifetime in seconds, absolute from login (30 days).
     pub refresh_token_ttl_secs: u64,
     /// `iss` claim written and required (default `"aigw"`).
     pub issuer: String,

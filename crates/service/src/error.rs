@@ -63,7 +63,7 @@ pub enum ServiceError {
         /// Provider name from configuration.
         provider: String,
     },
-    /// 429 `rate_limit_exceeded` (seed §7): `details` carry `limit`, `remaining` and `reset`;
+    /// 429 `rate_limit_exceeded`: `details` carry `limit`, `remaining` and `reset`;
     /// the answer carries `Retry-After: retry_after_secs`.
     #[error("rate limit of {limit} exceeded; retry after {retry_after_secs} s")]
     RateLimited {

@@ -1,4 +1,4 @@
-//! Sessions and refresh-token rotation (seed §5 rule 3; RFC 9700 §4.14.2).
+//! Sessions and refresh-token rotation (RFC 9700 §4.14.2).
 //!
 //! Each login starts a session whose refresh tokens form one chain. A refresh retires the
 //! presented token and issues its successor in one transaction whose first statement is a

@@ -4,7 +4,7 @@ use aigw_domain::{PermissionSet, Role};
 use aigw_persistence::models::{ApiKeyPolicy, ApiKeyRow, UserRow};
 use chrono::{DateTime, Utc};
 
-/// A user as shown to its owner (seed §2 "User").
+/// A user as shown to its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserView {
     /// UUIDv7 string.
@@ -37,7 +37,7 @@ impl From<&UserRow> for UserView {
     }
 }
 
-/// A token set (seed §2 "Token set"): returned by register, login and refresh. `Debug` never
+/// A token set: returned by register, login and refresh. `Debug` never
 /// prints the tokens.
 #[derive(Clone)]
 pub struct TokenSet {

@@ -1,4 +1,4 @@
--- The change feed (issue 7): every write that other nodes must see appends a row here in the
+-- The change feed: every write that other nodes must see appends a row here in the
 -- same transaction. Nodes tail it by id; appends are serialised by a transaction-level advisory
 -- lock so that ids become visible in order (see crates/persistence/src/changes.rs).
 CREATE TABLE credential_changes (

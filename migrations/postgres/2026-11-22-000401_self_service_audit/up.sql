@@ -1,4 +1,4 @@
--- Issue 11: what a user sees of their sessions (GET /auth/sessions): the client that started
+-- What a user sees of their sessions (GET /auth/sessions): the client that started
 -- it (User-Agent, cut to 256 characters; the address through the trusted-proxy rules) and its
 -- last refresh.
 ALTER TABLE sessions ADD COLUMN user_agent TEXT;

@@ -1,4 +1,4 @@
--- Issue 9: per-key models, budget, rate limits and metadata, and rotation with a grace period.
+-- Per-key models, budget, rate limits and metadata, and rotation with a grace period.
 -- allowed_models and metadata are JSON text (an array of strings; an object of strings);
 -- max_budget_micros is micro-USD; budget_period is daily / weekly / monthly / total (NULL: total).
 ALTER TABLE api_keys ADD COLUMN allowed_models TEXT;

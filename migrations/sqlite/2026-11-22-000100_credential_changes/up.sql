@@ -1,4 +1,4 @@
--- The change feed (issue 7): every write that other nodes must see appends a row here in the
+-- The change feed: every write that other nodes must see appends a row here in the
 -- same transaction. Nodes tail it by id; SQLite serialises writers, so ids commit in order.
 -- AUTOINCREMENT: an id is never reused, even after the newest rows are pruned.
 CREATE TABLE credential_changes (

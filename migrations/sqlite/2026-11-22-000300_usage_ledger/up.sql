@@ -1,4 +1,4 @@
--- The usage ledger (issue 8). One row per metered chat completion, idempotent by request id,
+-- The usage ledger. One row per metered chat completion, idempotent by request id,
 -- and daily rollups per (API key, model, UTC day) kept up to date in the same transaction.
 -- api_key_id and user_id are plain text without foreign keys: the ledger is history and
 -- outlives the deletion of a key. Money is integer micro-USD.

@@ -1,3 +1,3 @@
--- Issue 11: an administrator can disable an account (NULL: enabled). A disabled user cannot log
+-- An administrator can disable an account (NULL: enabled). A disabled user cannot log
 -- in, has no live session, and their API keys are refused.
 ALTER TABLE users ADD COLUMN disabled_at TIMESTAMP;

@@ -1,4 +1,4 @@
-//! `/api/v1/auth/api-keys` (seed §4, §5 rules 1-2; PATCH and rotate: docs/budgets.md).
+//! `/api/v1/auth/api-keys` (PATCH and rotate: docs/budgets.md).
 
 use crate::dto::{
     ApiKeyDto, ApiKeyListData, BodyErrors, CreateApiKeyRequest, CreatedApiKeyDto, DeletedData,

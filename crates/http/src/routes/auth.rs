@@ -1,4 +1,4 @@
-//! `/api/v1/auth/{register, login, me, refresh, logout}` (seed §4).
+//! `/api/v1/auth/{register, login, me, refresh, logout}`.
 
 use crate::dto::{
     BodyErrors, Envelope, ErrorEnvelope, LoginRequest, LogoutData, LogoutRequest, LogoutScopeDto,

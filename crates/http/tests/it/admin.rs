@@ -76,7 +76,7 @@ async fn only_admins_administer(backend: Backend) {
     app.get(&user_path("01a1fb7f-0100-733f-9984-2509643042fa"), Auth::Raw(&admin_key))
         .await
         .not_found("user", "01a1fb7f-0100-733f-9984-2509643042fa");
-    // The user's own view keeps the seed's shape and shows the new role.
+    // The user's own view keeps the contract's shape and shows the new role.
     let me = app.me(Auth::Bearer(&admin.token)).await.data(200);
     assert_eq!(me["user"]["role"], json!("admin"));
     assert!(me["user"].get("disabled").is_none(), "{me}");

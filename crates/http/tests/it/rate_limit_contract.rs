@@ -1,4 +1,4 @@
-//! Rate limits (seed §7-8): the 429 contract field by field, the
+//! Rate limits: the 429 contract field by field, the
 //! `RateLimit-Policy` / `RateLimit` header fields, the key of each policy (limits never leak
 //! between users, keys or addresses), the switch, and Redis shared by two nodes, including
 //! Redis dying mid-test.

@@ -1,4 +1,4 @@
-//! Rate limiting (seed §7-8: 429 `rate_limit_exceeded` with `limit`, `remaining`, `reset`).
+//! Rate limiting (429 `rate_limit_exceeded` with `limit`, `remaining`, `reset`).
 //!
 //! A [`RateLimiter`] holds one GCRA limiter per [`Policy`]; [`RateLimiter::check`] counts one
 //! request against a [`LimitKey`] and answers a [`Decision`]. Counters live in the process
