@@ -380,14 +380,15 @@ macro_rules! apply_flush_on {
         let mut billed = std::collections::HashSet::new();
         for chunk in flush.tracked.chunks(1000) {
             let ids: Vec<&str> = chunk.iter().map(|r| r.request_id.as_str()).collect();
-            billed.extend(
-                f::table
-                    .filter(f::request_id.eq_any(&ids))
-                    .filter(f::billed_at.is_not_null())
-                    .select(f::request_id)
-                    .load::<String>($c)?,
-            );
-            diesel::delete(f::table.filter(f::request_id.eq_any(&ids))).execute($c)?;
+            // One statement deletes the rows and says which were billed: a recovering node
+            // that marks a row meanwhile either commits first (this delete then sees its
+            // mark) or finds the row gone. Reading the marks before the delete would miss a
+            // mark made in between, and count the call twice.
+            let deleted: Vec<(String, Option<NaiveDateTime>)> =
+                diesel::delete(f::table.filter(f::request_id.eq_any(&ids)))
+                    .returning((f::request_id, f::billed_at))
+                    .load($c)?;
+            billed.extend(deleted.into_iter().filter(|(_, at)| at.is_some()).map(|(id, _)| id));
         }
         let counted: Vec<&UsageRecord> =
             flush.tracked.iter().filter(|r| !billed.contains(&r.request_id)).collect();

@@ -140,9 +140,24 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
         let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
         let mut conn = pool.get().unwrap();
         let now = aigw_domain::time::now();
+        // The rows are the app's own node's: its background recovery never bills them, so the
+        // only other node here is the test's own calls below.
+        let node: String = {
+            use aigw_persistence::schema::credential_feed_nodes as n;
+            use diesel::{OptionalExtension, QueryDsl, RunQueryDsl};
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let found = n::table.select(n::node_id).first(&mut conn).optional().unwrap();
+                if let Some(node) = found {
+                    break node;
+                }
+                assert!(std::time::Instant::now() < deadline, "the app's node never reported");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
         let call = |id: &str| CallInFlight {
             request_id: id.to_owned(),
-            node_id: "node-cut-off".into(),
+            node_id: node.clone(),
             api_key_id: "key-1".into(),
             user_id: "user-1".into(),
             model: "m".into(),
