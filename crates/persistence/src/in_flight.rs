@@ -219,14 +219,18 @@ pub fn of_stopped_nodes(
     Ok(rows.into_iter().map(CallInFlight::from).collect())
 }
 
-/// Deletes the calls with these request ids.
+/// Deletes the calls with these request ids that no other node has billed (a billed row is
+/// the mark that keeps the call from counting twice, pruned with the raw records).
 ///
 /// # Errors
 /// On database failure.
 pub fn forget(conn: &mut DbConnection, request_ids: &[String]) -> Result<usize, PersistenceError> {
     let mut forgotten = 0;
     for chunk in request_ids.chunks(1000) {
-        forgotten += diesel::delete(f::table.filter(f::request_id.eq_any(chunk))).execute(conn)?;
+        forgotten += diesel::delete(
+            f::table.filter(f::request_id.eq_any(chunk)).filter(f::billed_at.is_null()),
+        )
+        .execute(conn)?;
     }
     Ok(forgotten)
 }
