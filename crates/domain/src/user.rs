@@ -15,7 +15,7 @@ pub const KEY_NAME_MAX_CHARS: usize = 100;
 /// (ASVS 4.0.3 V2.1.2). Never lowered by configuration.
 pub const PASSWORD_HARD_MAX_CHARS: usize = 256;
 
-/// An e-mail address in its comparison form: trimmed, NFKC-normalised (Unicode UAX #15:
+/// An e-mail address in its comparison form: trimmed, NFKC-normalised (Unicode UAX 15:
 /// full-width `ａ` is `a`, the ligature `ﬁ` is `fi`), lower-cased, NFKC again (lower-casing
 /// can leave a compatibility form) and trimmed again. Two addresses are one login exactly
 /// when their normalised forms are equal. Nothing is validated: a login looks up whatever it
@@ -28,7 +28,7 @@ pub fn normalize_email(raw: &str) -> String {
     normalized.trim().to_owned()
 }
 
-/// The UTS #39 skeleton (Unicode Technical Standard #39 §4, `unicode-security`) of a
+/// The UTS 39 skeleton (Unicode Technical Standard 39 §4, `unicode-security`) of a
 /// normalised address ([`normalize_email`]): every character replaced by the prototype it is
 /// confusable with (Cyrillic `а` by Latin `a`, `1` by `l`, `m` by `rn`) between two NFD
 /// passes, default-ignorable characters dropped. Two addresses with equal skeletons look
@@ -53,7 +53,7 @@ impl Email {
     /// [`FieldError`] on `email` when it is empty, longer than [`EMAIL_MAX_CHARS`] (as sent,
     /// surrounding whitespace included: the OpenAPI `maxLength`; and once normalised), not an
     /// address of the form `local@domain.tld` (no display text, no IP literal), or when its
-    /// local part or its domain mixes letters of scripts that UTS #39 does not accept together
+    /// local part or its domain mixes letters of scripts that UTS 39 does not accept together
     /// (`аnn` with a Cyrillic `а` among Latin letters; digits and punctuation go with any
     /// script, and Han with Hiragana and Katakana is one script).
     pub fn parse(raw: &str) -> Result<Self, FieldError> {
@@ -95,7 +95,7 @@ impl Email {
         self.0.split('@').next().unwrap_or(&self.0)
     }
 
-    /// The address's UTS #39 skeleton ([`email_skeleton`]): equal for look-alike addresses.
+    /// The address's UTS 39 skeleton ([`email_skeleton`]): equal for look-alike addresses.
     pub fn skeleton(&self) -> String {
         email_skeleton(&self.0)
     }
@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(skeleton("\u{0430}\u{0441}\u{0435}@example.com"), ace);
         assert_eq!(email_skeleton("ann@example.com"), email_skeleton("\u{0430}nn@example.com"));
         assert_ne!(skeleton("bob@example.com"), ace);
-        // UTS #39 also counts `rn` and `m`, `l` and `1` as confusable.
+        // UTS 39 also counts `rn` and `m`, `l` and `1` as confusable.
         assert_eq!(email_skeleton("modern@example.com"), email_skeleton("modem@example.com"));
         assert_eq!(email_skeleton("bill1@example.com"), email_skeleton("billl@example.com"));
     }

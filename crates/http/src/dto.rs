@@ -92,7 +92,7 @@ pub struct RegisterRequest {
     /// E-mail address, the login name: trimmed, NFKC-normalised and lower-cased (`ａnn@` is
     /// `ann@`). Refused (400) when its local part or domain mixes scripts (a Cyrillic `а`
     /// among Latin letters), and answered as already registered when it looks like a
-    /// registered address (same UTS #39 skeleton).
+    /// registered address (same UTS 39 skeleton).
     #[schema(example = "ann@example.com", format = Email, max_length = 254)]
     pub email: String,
     /// 8 to 256 Unicode code points (configurable minimum); not a common password.

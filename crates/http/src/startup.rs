@@ -85,7 +85,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     for user_id in &backfill.colliding {
         tracing::warn!(
             user_id = %user_id,
-            "this account's e-mail address looks like an earlier account's (same UTS #39 \
+            "this account's e-mail address looks like an earlier account's (same UTS 39 \
              skeleton): it keeps working, without a skeleton"
         );
     }

@@ -20,7 +20,7 @@
 //! | `Unknown` | everything diesel 2.3 does not name | unavailable (see below) |
 //!
 //! diesel 2.3 exposes neither the SQLSTATE nor the SQLite result code of the errors it does not
-//! name (diesel-rs/diesel#5232 adds it). Those are, for aigw's fixed and tested statements,
+//! name (an open change to diesel adds it). Those are, for aigw's fixed and tested statements,
 //! the environment's faults: `SQLITE_FULL`, `SQLITE_BUSY` after `busy_timeout`,
 //! `SQLITE_READONLY`, `SQLITE_IOERR`, `SQLITE_NOMEM`; PostgreSQL 57014 (statement timeout,
 //! cancel), 55P03 (lock timeout), 40P01 (deadlock), class 53 (disk full, out of memory,

@@ -33,7 +33,7 @@ fn role_from_storage(stored: &str) -> Role {
 pub struct UserRow {
     /// UUIDv7 string.
     pub id: String,
-    /// Normalised e-mail address (`aigw_domain::normalize_email`), unique; its UTS #39
+    /// Normalised e-mail address (`aigw_domain::normalize_email`), unique; its UTS 39
     /// skeleton is stored beside it (unique too) when the row is inserted.
     pub email: String,
     /// Display name.

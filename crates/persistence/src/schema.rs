@@ -5,7 +5,7 @@
 
 diesel::table! {
     /// Accounts. `email` is unique and stored normalised (NFKC, lower case);
-    /// `email_skeleton`, its UTS #39 skeleton, is unique too (NULL only for an older row whose
+    /// `email_skeleton`, its UTS 39 skeleton, is unique too (NULL only for an older row whose
     /// skeleton an earlier row has).
     users (id) {
         id -> Text,

@@ -118,7 +118,7 @@ pub struct SigningKeyConfig {
     /// HS256: the secret, at least 32 bytes.
     #[serde(default)]
     pub secret: Option<SecretString>,
-    /// EdDSA: path of a PKCS#8 PEM Ed25519 private key.
+    /// EdDSA: path of a PKCS 8 PEM Ed25519 private key.
     #[serde(default)]
     pub private_key_file: Option<std::path::PathBuf>,
 }

@@ -71,7 +71,7 @@ impl SigningKey {
         })
     }
 
-    /// An EdDSA (Ed25519) key from a PKCS#8 PEM private key (`openssl genpkey -algorithm
+    /// An EdDSA (Ed25519) key from a PKCS 8 PEM private key (`openssl genpkey -algorithm
     /// ed25519`). Its public half is published in the JWK Set.
     ///
     /// # Errors
@@ -84,7 +84,7 @@ impl SigningKey {
             OctetKeyPairParameters, OctetKeyPairType,
         };
         let bad = |e: String| {
-            ServiceError::Internal(format!("key {kid}: not an Ed25519 PKCS#8 PEM private key: {e}"))
+            ServiceError::Internal(format!("key {kid}: not an Ed25519 PKCS 8 PEM private key: {e}"))
         };
         let pem = std::str::from_utf8(private_pem).map_err(|e| bad(e.to_string()))?;
         let signing =

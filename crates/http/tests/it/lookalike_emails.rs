@@ -1,5 +1,5 @@
 //! One account per person: e-mail addresses are normalised (NFKC, lower case) and compared by
-//! their UTS #39 skeleton, so a look-alike of a registered address (a Cyrillic `а`, a
+//! their UTS 39 skeleton, so a look-alike of a registered address (a Cyrillic `а`, a
 //! full-width `ａ`) cannot register beside it, logging in with one never enters the other
 //! account, and invitations bind the normalised address.
 
@@ -53,7 +53,7 @@ async fn look_alikes_get_the_duplicate_answer(backend: Backend) {
     let duplicate = register_error(&app, "ace@example.com").await;
     let look_alike = format!("{}@example.com", cyrillic_ace());
     assert_eq!(register_error(&app, &look_alike).await, duplicate);
-    // And the other way round, and for UTS #39's `rn` / `m`.
+    // And the other way round, and for UTS 39's `rn` / `m`.
     let cyrillic_first = format!("{}@example.org", cyrillic_ace());
     app.register(&cyrillic_first, PASSWORD, None).await;
     assert_eq!(register_error(&app, "ace@example.org").await["details"], duplicate["details"]);
