@@ -117,68 +117,44 @@ pub(crate) fn parse_usage(value: &Value) -> Option<TokenUsage> {
 }
 
 impl Pending {
-    /// Whether finishing the record needs a tokenizer estimate (the provider reported no
-    /// usage): work that takes time with a long prompt.
-    pub(crate) fn needs_estimate(&self) -> bool {
+    /// The call's tokens when they need no estimate: the provider's `usage`, or none at all for
+    /// a failure before any answer (`upstream_error`: nothing was generated). `None` when
+    /// finishing the record takes a tokenizer estimate, which a long prompt makes slow. Only
+    /// `usage` is read from a JSON answer (serde skips the rest without building a tree).
+    pub(crate) fn known_usage(&self) -> Option<TokenUsage> {
+        let failed = self.outcome == UsageOutcome::UpstreamError;
         match &self.observed {
             Observed::Json(body) => {
-                self.outcome != UsageOutcome::UpstreamError
-                    && serde_json::from_slice::<UsageOnly<'_>>(body)
-                        .ok()
-                        .and_then(|a| a.usage())
-                        .is_none()
-            }
-            Observed::Stream { usage, .. } => usage.is_none(),
-            Observed::Nothing => self.outcome != UsageOutcome::UpstreamError,
-        }
-    }
-
-    /// The final record: the provider's `usage` when it reported one, else an estimate with
-    /// the model's tokenizer (marked `estimated`), priced from `prices`; the call's budget and
-    /// token reservations are settled to it, and the call leaves the node's calls in flight.
-    /// Also says whether the call may have a row among the calls in flight (see
-    /// [`aigw_domain::ledger::UsageFlush::tracked`]).
-    ///
-    /// A failure before any answer (`upstream_error`) counts no tokens: nothing was generated.
-    /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
-    /// what was streamed so far, estimated.
-    pub(crate) fn finish(mut self, prices: &PriceTable) -> (UsageRecord, bool) {
-        let held = std::mem::take(&mut self.held);
-        let tracked = self.in_flight.take().is_some_and(InFlightTicket::leave);
-        // Only for an estimate: a reported `usage` needs no tokenizer.
-        let encoding = || tokens::encoding_for_model(&self.model);
-        let prompt_estimate = || {
-            serde_json::from_slice::<Value>(&self.request)
-                .map(|body| tokens::count_prompt(encoding(), &body))
-                .unwrap_or(0)
-        };
-        let (usage, estimated) = match &self.observed {
-            Observed::Json(body) => {
-                // Only `usage` is read (serde skips the rest without building a tree); the
-                // whole answer is parsed only for an estimate.
                 let reported =
                     serde_json::from_slice::<UsageOnly<'_>>(body).ok().and_then(|a| a.usage());
                 match reported {
-                    Some(usage) => (usage.into_usage(), false),
-                    None if self.outcome == UsageOutcome::UpstreamError => {
-                        (TokenUsage::default(), false)
-                    }
-                    None => {
-                        let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-                        let completion = tokens::count_completion_json(encoding(), &answer);
-                        (TokenUsage::new(prompt_estimate(), completion), true)
-                    }
+                    Some(usage) => Some(usage.into_usage()),
+                    None => failed.then(TokenUsage::default),
                 }
             }
-            Observed::Stream { usage: Some(usage), .. } => (*usage, false),
-            Observed::Stream { usage: None, completion } => (
-                TokenUsage::new(prompt_estimate(), tokens::count_text(encoding(), completion)),
-                true,
-            ),
-            Observed::Nothing if self.outcome == UsageOutcome::UpstreamError => {
-                (TokenUsage::default(), false)
-            }
-            Observed::Nothing => (TokenUsage::new(prompt_estimate(), 0), true),
+            Observed::Stream { usage, .. } => *usage,
+            Observed::Nothing => failed.then(TokenUsage::default),
+        }
+    }
+
+    /// The final record: `known` tokens ([`Pending::known_usage`]) when given, else an
+    /// estimate with the model's tokenizer (marked `estimated`), priced from `prices`; the
+    /// call's budget and token reservations are settled to it, and the call leaves the node's
+    /// calls in flight. Also says whether the call may have a row among the calls in flight
+    /// (see [`aigw_domain::ledger::UsageFlush::tracked`]).
+    ///
+    /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
+    /// what was streamed so far, estimated.
+    pub(crate) fn finish(
+        mut self,
+        prices: &PriceTable,
+        known: Option<TokenUsage>,
+    ) -> (UsageRecord, bool) {
+        let held = std::mem::take(&mut self.held);
+        let tracked = self.in_flight.take().is_some_and(InFlightTicket::leave);
+        let (usage, estimated) = match known {
+            Some(usage) => (usage, false),
+            None => (self.estimate(), true),
         };
         let price = prices.get(&self.model);
         let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
@@ -208,6 +184,26 @@ impl Pending {
             member_id: self.member_id,
         };
         (record, tracked)
+    }
+}
+
+impl Pending {
+    /// The call's tokens counted with the model's tokenizer: the prompt, plus what came of
+    /// the answer (a JSON answer's message, or the text streamed so far).
+    fn estimate(&self) -> TokenUsage {
+        let encoding = tokens::encoding_for_model(&self.model);
+        let prompt = serde_json::from_slice::<Value>(&self.request)
+            .map(|body| tokens::count_prompt(encoding, &body))
+            .unwrap_or(0);
+        let completion = match &self.observed {
+            Observed::Json(body) => {
+                let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+                tokens::count_completion_json(encoding, &answer)
+            }
+            Observed::Stream { completion, .. } => tokens::count_text(encoding, completion),
+            Observed::Nothing => 0,
+        };
+        TokenUsage::new(prompt, completion)
     }
 }
 

@@ -205,17 +205,18 @@ impl RecorderHandle {
     /// Counts a metered call without waiting: its record is finished here (on the blocking
     /// pool when it needs a tokenizer estimate) and added to this thread's sums.
     pub(crate) fn submit(&self, pending: Pending) {
-        if pending.needs_estimate() {
+        let known = pending.known_usage();
+        if known.is_none() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let shared = self.shared.clone();
                 runtime.spawn_blocking(move || {
-                    let (record, tracked) = pending.finish(&shared.prices);
+                    let (record, tracked) = pending.finish(&shared.prices, None);
                     shared.accept(record, tracked);
                 });
                 return;
             }
         }
-        let (record, tracked) = pending.finish(&self.shared.prices);
+        let (record, tracked) = pending.finish(&self.shared.prices, known);
         self.shared.accept(record, tracked);
     }
 
@@ -344,11 +345,6 @@ impl Recorder {
         self.handle.submit_record(record);
     }
 
-    /// Writes what has been metered so far now, rather than at the next interval.
-    pub fn flush_soon(&self) {
-        self.handle.shared.wake.notify_one();
-    }
-
     /// The current health.
     pub fn health(&self) -> RecorderHealth {
         let shared = &self.handle.shared;
@@ -449,26 +445,26 @@ impl Context {
         flush.id = uuid::Uuid::now_v7().to_string();
         let metrics = &self.options.metrics;
         let mut count = |provider: &str, model: &str, prompt: u64, completion: u64, cost: u64| {
-            if !state.counters.contains_key(&(provider.to_owned(), model.to_owned())) {
-                if state.counters.len() >= 1024 {
-                    state.counters.clear();
-                }
-                let labels = [("provider", provider), ("model", model)];
-                let [p, m] = labels;
-                let tokens = |kind| metrics.counter("aigw_tokens_total", &[p, m, ("kind", kind)]);
-                let registered = [
-                    tokens("prompt"),
-                    tokens("completion"),
-                    metrics.counter("aigw_cost_usd_micros_total", &labels),
-                ];
-                state.counters.insert((provider.to_owned(), model.to_owned()), registered);
+            if state.counters.len() >= 1024 {
+                state.counters.clear();
             }
-            if let Some([p, c, usd]) = state.counters.get(&(provider.to_owned(), model.to_owned()))
-            {
-                p.increment(prompt);
-                c.increment(completion);
-                usd.increment(cost);
-            }
+            let [p, c, usd] = state
+                .counters
+                .entry((provider.to_owned(), model.to_owned()))
+                .or_insert_with(|| {
+                    let labels = [("provider", provider), ("model", model)];
+                    let [p, m] = labels;
+                    let tokens =
+                        |kind| metrics.counter("aigw_tokens_total", &[p, m, ("kind", kind)]);
+                    [
+                        tokens("prompt"),
+                        tokens("completion"),
+                        metrics.counter("aigw_cost_usd_micros_total", &labels),
+                    ]
+                });
+            p.increment(prompt);
+            c.increment(completion);
+            usd.increment(cost);
         };
         for r in &flush.rollups {
             let s = &r.sums;
