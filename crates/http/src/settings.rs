@@ -38,6 +38,10 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// `[audit]`: the audit trail.
     pub audit: AuditSettings,
+    /// The clock the use cases read: the system clock; not a setting (a test sets an
+    /// adjustable one to move time forward).
+    #[serde(skip)]
+    pub clock: aigw_service::Clock,
 }
 
 /// `[telemetry]`.

@@ -183,7 +183,8 @@ pub async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, D
         tokens,
         settings.auth.clone(),
         settings.credential_cache.clone(),
-    )?;
+    )?
+    .with_clock(settings.clock.clone());
     Ok((auth, db))
 }
 

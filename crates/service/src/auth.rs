@@ -165,6 +165,8 @@ pub struct AuthService {
     pub(crate) sealer: Sealer,
     pub(crate) cache: CredentialCache,
     pub(crate) metrics: crate::metrics::Metrics,
+    /// The time the account use cases read (see [`crate::Clock`]).
+    pub(crate) clock: crate::Clock,
 }
 
 impl AuthService {
@@ -210,6 +212,7 @@ impl AuthService {
             sealer,
             cache,
             metrics: crate::metrics::Metrics::default(),
+            clock: crate::Clock::system(),
         })
     }
 
@@ -217,6 +220,12 @@ impl AuthService {
     /// (`aigw_refresh_total{outcome}`, docs/operations.md).
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Reads the time from `clock` (tests move an adjustable one instead of sleeping).
+    pub fn with_clock(mut self, clock: crate::Clock) -> Self {
+        self.clock = clock;
         self
     }
 

@@ -19,6 +19,7 @@ pub mod auth;
 pub mod budget;
 pub mod chat_request;
 mod clamp;
+pub mod clock;
 pub mod config;
 pub mod credential_cache;
 pub mod db;
@@ -48,6 +49,7 @@ pub mod views;
 pub use admin::{Page, PageRequest, UserUpdate};
 pub use api_keys::NewApiKey;
 pub use auth::{AuthService, Authorized, Principal};
+pub use clock::Clock;
 pub use config::{
     AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, RegistrationMode,
     SigningKeyConfig, TeamCreation,
