@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: finds (or starts) PostgreSQL and Redis, then runs every test.
+# The README's test command: finds (or starts) PostgreSQL and Redis, installs aiosmtpd (the
+# e-mail tests' SMTP server), then runs every test.
 #
 #   scripts/test.sh [extra cargo test args]
 #
@@ -95,6 +96,25 @@ elif ci; then
   exit 1
 else
   log "!!! redis-server not found: the Redis rate-limit tests will SKIP (apt-get install redis-server) !!!"
+fi
+
+# aiosmtpd (PyPI): the account e-mail tests start it as their SMTP server, one per test.
+if [ -z "${AIGW_TEST_SMTP_PYTHON:-}" ] && command -v python3 >/dev/null 2>&1; then
+  if ! .venv-smtp/bin/python -c 'import aiosmtpd' >/dev/null 2>&1; then
+    rm -rf .venv-smtp
+    python3 -m venv .venv-smtp >/dev/null 2>&1 && .venv-smtp/bin/pip install -q aiosmtpd >/dev/null 2>&1 || true
+  fi
+  if .venv-smtp/bin/python -c 'import aiosmtpd' >/dev/null 2>&1; then
+    export AIGW_TEST_SMTP_PYTHON="$PWD/.venv-smtp/bin/python"
+  fi
+fi
+if [ -n "${AIGW_TEST_SMTP_PYTHON:-}" ]; then
+  log "SMTP: tests will start aiosmtpd ($AIGW_TEST_SMTP_PYTHON) on free ports"
+elif ci; then
+  log "FAIL: CI=true but aiosmtpd could not be installed (python3 -m venv, pip install aiosmtpd)"
+  exit 1
+else
+  log "!!! aiosmtpd not installed (no python3, or PyPI out of reach): the e-mail tests will SKIP !!!"
 fi
 
 log "running: cargo test $* -- ${skip_args[*]:-}"

@@ -58,6 +58,11 @@ actions! {
     TeamApiKeyCreated => "team_api_key_created",
     TeamInvitationCreated => "team_invitation_created",
     TeamInvitationRevoked => "team_invitation_revoked",
+    EmailVerified => "email_verified",
+    EmailChangeRequested => "email_change_requested",
+    EmailChanged => "email_changed",
+    PasswordResetRequested => "password_reset_requested",
+    PasswordReset => "password_reset",
 }
 
 impl AuditAction {

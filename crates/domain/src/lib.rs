@@ -12,6 +12,8 @@
 //!   includes every other one;
 //! - [`api_key`] and [`refresh_token`]: the opaque credential formats (prefix, random body,
 //!   checksum) and their SHA-256 digests, the only form in which they are stored;
+//! - [`account_token`]: the single-use tokens of e-mail verification, e-mail change and
+//!   password reset links;
 //! - [`credential`]: how an `Authorization` header is told apart into access token or API key;
 //! - [`claims`]: the claims of a JWT access token (RFC 7519, RFC 8725);
 //! - [`audit`]: the actions the audit trail records;
@@ -30,6 +32,7 @@
 //! randomness comes from (the service uses the operating system's RNG).
 
 pub mod access;
+pub mod account_token;
 pub mod api_key;
 pub mod audit;
 pub mod change;

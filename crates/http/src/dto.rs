@@ -336,6 +336,8 @@ pub struct UserDto {
     pub role: String,
     /// RFC 3339 UTC.
     pub created_at: String,
+    /// When the account proved it receives mail at `email` (RFC 3339 UTC); `null`: not yet.
+    pub email_verified_at: Option<String>,
 }
 
 impl From<UserView> for UserDto {
@@ -346,6 +348,7 @@ impl From<UserView> for UserDto {
             name: u.name,
             role: u.role.as_str().to_owned(),
             created_at: format_timestamp(u.created_at),
+            email_verified_at: u.email_verified_at.map(format_timestamp),
         }
     }
 }
@@ -757,6 +760,7 @@ mod debug_redaction {
                 name: "a".into(),
                 role: "user".into(),
                 created_at: "2026-01-01T00:00:00Z".into(),
+                email_verified_at: None,
             },
             token: SECRET.into(),
             refresh_token: SECRET.into(),

@@ -24,6 +24,8 @@ pub struct AdminUserDto {
     pub created_at: String,
     /// Last change of the account, RFC 3339 UTC.
     pub updated_at: String,
+    /// When the account proved it receives mail at `email` (RFC 3339 UTC); `null`: not yet.
+    pub email_verified_at: Option<String>,
 }
 
 impl From<UserView> for AdminUserDto {
@@ -36,6 +38,7 @@ impl From<UserView> for AdminUserDto {
             disabled: u.disabled,
             created_at: format_timestamp(u.created_at),
             updated_at: format_timestamp(u.updated_at),
+            email_verified_at: u.email_verified_at.map(format_timestamp),
         }
     }
 }

@@ -202,6 +202,15 @@ impl From<ServiceError> for ApiError {
                 format!("this operation requires {required}"),
                 json!({"required": required, "current": current}),
             ),
+            ServiceError::EmailUnverified => Self::new(
+                ErrorCode::Forbidden,
+                "this operation requires a verified e-mail address",
+                json!({
+                    "required": "verified_email",
+                    "current": "unverified_email",
+                    "hint": "open the link sent to your address, or ask for a new one with POST /api/v1/auth/email/verification",
+                }),
+            ),
             ServiceError::NotFound { resource, id } => Self::new(
                 ErrorCode::NotFound,
                 format!("{resource} not found"),

@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{account, admin, api_keys, auth, chat, health, teams, usage};
+use crate::routes::{account, account_email, admin, api_keys, auth, chat, health, teams, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -25,7 +25,9 @@ use utoipa::{Modify, OpenApi};
         teams::create, teams::list, teams::get, teams::update, teams::delete,
         teams::list_members, teams::add_member, teams::update_member, teams::remove_member,
         teams::list_invitations, teams::revoke_invitation, teams::create_key, teams::list_keys,
-        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage
+        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
+        account_email::request_verification, account_email::verify, account_email::change,
+        account_email::request_reset, account_email::confirm_reset
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -53,11 +55,17 @@ use utoipa::{Modify, OpenApi};
         crate::dto_teams::UpdateMemberRequest, crate::dto_teams::MemberDto,
         crate::dto_teams::MemberListData, crate::dto_teams::TeamInvitationDto,
         crate::dto_teams::TeamInvitationListData, crate::dto_teams::MemberAddedData,
-        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData
+        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData,
+        crate::dto_account_email::VerifyEmailRequest, crate::dto_account_email::ChangeEmailRequest,
+        crate::dto_account_email::EmailSentData, crate::dto_account_email::PasswordResetRequest,
+        crate::dto_account_email::PasswordResetAcceptedData,
+        crate::dto_account_email::PasswordResetConfirmRequest,
+        crate::dto_account_email::PasswordResetDoneData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(
         (name = "auth", description = "Register, log in, refresh, log out"),
+        (name = "accounts", description = "E-mail verification, e-mail change, password reset"),
         (name = "api-keys", description = "Long-lived API keys"),
         (name = "ai", description = "OpenAI-compatible gateway"),
         (name = "usage", description = "The caller's metered usage of the gateway"),

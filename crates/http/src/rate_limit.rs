@@ -297,6 +297,31 @@ impl RequestLimits {
         self.enforce(req, policy, || LimitKey::principal(caller)).await
     }
 
+    /// Counts `req` against `policy` per user, whatever credential or session they use
+    /// (`email_send`).
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` when over the limit.
+    pub async fn by_user(
+        &self,
+        req: &HttpRequest,
+        policy: Policy,
+        user_id: &str,
+    ) -> Result<(), ApiError> {
+        self.enforce(req, policy, || LimitKey::user(user_id)).await
+    }
+
+    /// Counts a password reset request per client IP (`password_reset`) and per normalised
+    /// e-mail address (`password_reset_email`), whether or not an account has the address.
+    ///
+    /// # Errors
+    /// 429 `rate_limit_exceeded` when over either limit.
+    pub async fn password_reset(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
+        let ip = self.client_ip(req);
+        self.enforce(req, Policy::PasswordReset, || LimitKey::client_ip(ip)).await?;
+        self.enforce(req, Policy::PasswordResetEmail, || LimitKey::email(email)).await
+    }
+
     /// Counts `req` against `policy` under the key `key` builds (a digest: only built when
     /// the policy is on).
     async fn enforce(

@@ -38,6 +38,8 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// `[audit]`: the audit trail.
     pub audit: AuditSettings,
+    /// `[email]`: how account messages are sent (see `aigw_service::email`).
+    pub email: aigw_service::email::EmailConfig,
     /// The clock the use cases read: the system clock; not a setting (a test sets an
     /// adjustable one to move time forward).
     #[serde(skip)]
@@ -138,6 +140,10 @@ pub struct ServerSettings {
     /// `127.0.0.1:9090`), so metrics need not be public; then `server.listen` does not serve
     /// them. Default: none (`/metrics` is served on `server.listen`).
     pub metrics_listen: Option<String>,
+    /// The URL users reach aigw at, e.g. `https://gw.example.com`: links in account e-mail
+    /// start with it. Default: `http://` + `server.listen` (production refuses to start
+    /// without it while `auth.email_verification` is not `off`).
+    pub public_url: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -158,6 +164,7 @@ impl Default for ServerSettings {
             max_connections_per_address: 256,
             max_pending_requests_per_address: 32,
             metrics_listen: None,
+            public_url: None,
         }
     }
 }
@@ -287,11 +294,33 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Checks what the types alone do not: every `openai` provider has an http(s) `base_url`.
+    /// Checks what the types alone do not: every `openai` provider has an http(s) `base_url`;
+    /// `server.public_url` is an http(s) URL, and set in production when accounts verify
+    /// their address.
     ///
     /// # Errors
     /// A message naming the provider and the fix.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(url) = &self.server.public_url {
+            let parsed = url::Url::parse(url).ok().filter(|u| {
+                matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.query().is_none()
+            });
+            if parsed.is_none() {
+                anyhow::bail!(
+                    "server.public_url {url:?} is not an http(s) URL without a query (e.g. \
+                     public_url = \"https://gw.example.com\")"
+                );
+            }
+        }
+        if self.server.environment == Environment::Production
+            && self.server.public_url.is_none()
+            && self.auth.email_verification != aigw_service::config::EmailVerification::Off
+        {
+            anyhow::bail!(
+                "server.public_url is required in production while auth.email_verification is \
+                 on: the links in account e-mail start with it"
+            );
+        }
         for (i, p) in self.providers.iter().enumerate() {
             let base_url = p.base_url.as_deref().unwrap_or("");
             if p.kind == aigw_service::ProviderKind::Openai
@@ -477,7 +506,8 @@ prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60
         let mut missing = Vec::new();
         for word in unquoted.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
             let Some(name) = word.strip_suffix(':') else { continue };
-            if name.is_empty() || name.contains(':') {
+            // `clock` is no setting: tests set it in code.
+            if name.is_empty() || name.contains(':') || name == "clock" {
                 continue;
             }
             let forms = [

@@ -188,6 +188,30 @@ pub async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, D
     Ok((auth, db))
 }
 
+/// The account mail setup of `settings`: the mailer's sender tasks (`[email]`) and the URL
+/// links point to (`server.public_url`).
+fn account_mail(
+    settings: &Settings,
+    metrics: aigw_service::Metrics,
+) -> anyhow::Result<aigw_service::account_email::AccountMail> {
+    use aigw_service::email::{EmailTransportKind, Mailer};
+    let mailer = Mailer::start(&settings.email, metrics).map_err(anyhow::Error::msg)?;
+    if settings.server.environment == crate::settings::Environment::Production
+        && settings.email.transport == EmailTransportKind::Log
+    {
+        tracing::warn!(
+            "email.transport = \"log\": account messages (password reset links included) are \
+             written to the log, not sent; configure [email] with an SMTP server (docs/accounts.md)"
+        );
+    }
+    let public_url = settings
+        .server
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", settings.server.listen));
+    Ok(aigw_service::account_email::AccountMail::new(mailer, &public_url))
+}
+
 impl Application {
     /// Resolves secrets, connects and migrates the database, builds the services and binds
     /// `server.listen`.
@@ -213,6 +237,7 @@ impl Application {
         let telemetry = crate::observe::Telemetry::new()?;
         let metrics = telemetry.metrics.clone();
         let auth = auth.with_metrics(metrics.clone());
+        let auth = auth.with_account_mail(account_mail(&settings, metrics.clone())?);
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
         let background = auth.start_background();

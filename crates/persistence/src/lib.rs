@@ -17,6 +17,7 @@
 //! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
 //! knows nothing of HTTP.
 
+pub mod account_tokens;
 pub mod api_keys;
 pub mod audit;
 pub mod budgets;

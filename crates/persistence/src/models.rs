@@ -48,6 +48,8 @@ pub struct UserRow {
     pub updated_at: DateTime<Utc>,
     /// When an administrator disabled the account, UTC; `None`: enabled.
     pub disabled_at: Option<DateTime<Utc>>,
+    /// When the account proved it receives mail at `email`, UTC; `None`: never.
+    pub email_verified_at: Option<DateTime<Utc>>,
 }
 
 /// A login session: each login starts one; its refresh tokens form one rotation family.
@@ -238,6 +240,7 @@ pub(crate) struct UserRecord {
     updated_at: NaiveDateTime,
     disabled_at: Option<NaiveDateTime>,
     email_skeleton: Option<String>,
+    email_verified_at: Option<NaiveDateTime>,
 }
 
 impl From<UserRecord> for UserRow {
@@ -251,6 +254,7 @@ impl From<UserRecord> for UserRow {
             created_at: to_utc(r.created_at),
             updated_at: to_utc(r.updated_at),
             disabled_at: r.disabled_at.map(to_utc),
+            email_verified_at: r.email_verified_at.map(to_utc),
         }
     }
 }
@@ -269,6 +273,7 @@ impl From<&UserRow> for UserRecord {
             // Derived here, at the one place a user row is written whole, so it always
             // matches the address.
             email_skeleton: Some(aigw_domain::email_skeleton(&r.email)),
+            email_verified_at: r.email_verified_at.map(from_utc),
         }
     }
 }
@@ -568,6 +573,7 @@ mod tests {
             created_at: now,
             updated_at: now,
             disabled_at: Some(now),
+            email_verified_at: Some(now),
         };
         assert_eq!(UserRow::from(UserRecord::from(&user)), user);
         assert_eq!(role_from_storage("superuser"), Role::User);

@@ -17,6 +17,7 @@ diesel::table! {
         updated_at -> Timestamp,
         disabled_at -> Nullable<Timestamp>,
         email_skeleton -> Nullable<Text>,
+        email_verified_at -> Nullable<Timestamp>,
     }
 }
 
@@ -306,3 +307,21 @@ diesel::allow_tables_to_appear_in_same_query!(team_members, api_keys);
 
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, usage_records);
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, credential_feed_nodes);
+
+diesel::table! {
+    /// Single-use tokens sent to an account's address (verification, e-mail change, password
+    /// reset); stored as their digest.
+    account_tokens (id) {
+        id -> Text,
+        user_id -> Text,
+        purpose -> Text,
+        digest -> Text,
+        email -> Text,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
+        used_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::joinable!(account_tokens -> users (user_id));
+diesel::allow_tables_to_appear_in_same_query!(account_tokens, users);

@@ -215,3 +215,60 @@ pub fn backfill_email_skeletons(
     }
     Ok(report)
 }
+
+/// Marks user `id`'s current address as verified at `at` (UTC), unless it already is.
+///
+/// # Errors
+/// On database failure.
+pub fn mark_email_verified(
+    conn: &mut DbConnection,
+    id: &str,
+    at: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(users::table.find(id).filter(users::email_verified_at.is_null()))
+        .set((users::email_verified_at.eq(from_utc(at)), users::updated_at.eq(from_utc(at))))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Moves user `id` to the normalised address `email` (and its skeleton), verified at `at`
+/// (UTC).
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] when another account has the address or a look-alike of it;
+/// others on database failure.
+pub fn change_email(
+    conn: &mut DbConnection,
+    id: &str,
+    email: &str,
+    at: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(users::table.find(id))
+        .set((
+            users::email.eq(email),
+            users::email_skeleton.eq(aigw_domain::email_skeleton(email)),
+            users::email_verified_at.eq(from_utc(at)),
+            users::updated_at.eq(from_utc(at)),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Whether an account other than `id` has the normalised address `email` or a look-alike of
+/// it (the same UTS 39 skeleton).
+///
+/// # Errors
+/// On database failure.
+pub fn email_taken(
+    conn: &mut DbConnection,
+    email: &str,
+    except_id: &str,
+) -> Result<bool, PersistenceError> {
+    let skeleton = aigw_domain::email_skeleton(email);
+    let n: i64 = users::table
+        .filter(users::id.ne(except_id))
+        .filter(users::email.eq(email).or(users::email_skeleton.eq(skeleton)))
+        .count()
+        .get_result(conn)?;
+    Ok(n > 0)
+}

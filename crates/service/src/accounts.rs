@@ -66,6 +66,7 @@ impl AuthService {
             })
             .await?;
         tracing::info!(user_id = %user.id, "user registered");
+        self.verify_after_registration(&user);
         self.token_set(&user, &session, &refresh, now)
     }
 
@@ -123,6 +124,7 @@ impl AuthService {
             created_at: now,
             updated_at: now,
             disabled_at: None,
+            email_verified_at: None,
         })
     }
 

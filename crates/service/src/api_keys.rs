@@ -71,7 +71,9 @@ impl AuthService {
     /// # Errors
     /// [`ServiceError::Invalid`] on `name`, `permissions[i]` or `expires_at` (not RFC 3339,
     /// or not in the future); [`ServiceError::NotFound`] (`resource: team`) when `team_id` is
-    /// not a team of the caller; [`ServiceError::Unavailable`] when the database is down.
+    /// not a team of the caller; [`ServiceError::EmailUnverified`] when
+    /// `auth.email_verification = "required"` and the caller's address is not verified;
+    /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn create_api_key(
         &self,
         principal: &Authorized<op::CreateApiKey>,
@@ -106,6 +108,7 @@ impl AuthService {
         team: Option<(String, bool)>,
         recording: Option<Recording<CreatedApiKey>>,
     ) -> Result<CreatedApiKey, ServiceError> {
+        self.ensure_email_verified(principal).await?;
         let name = UserName::parse(&request.name, "name")?;
         let permissions = PermissionSet::parse_request(&request.permissions)?;
         let now = time::now();

@@ -40,6 +40,12 @@ pub async fn with_context<F: Future>(context: AuditContext, work: F) -> F::Outpu
     CONTEXT.scope(context, work).await
 }
 
+/// The audit context of the running task (empty outside [`with_context`]), to hand to work
+/// it spawns.
+pub(crate) fn current_context() -> AuditContext {
+    CONTEXT.try_with(Clone::clone).unwrap_or_default()
+}
+
 /// Records deleted per pruning statement.
 const PRUNE_BATCH: i64 = 2000;
 

@@ -167,6 +167,8 @@ pub struct AuthService {
     pub(crate) metrics: crate::metrics::Metrics,
     /// The time the account use cases read (see [`crate::Clock`]).
     pub(crate) clock: crate::Clock,
+    /// Where account messages go (see [`crate::account_email`]).
+    pub(crate) mail: Option<crate::account_email::AccountMail>,
 }
 
 impl AuthService {
@@ -213,6 +215,7 @@ impl AuthService {
             cache,
             metrics: crate::metrics::Metrics::default(),
             clock: crate::Clock::system(),
+            mail: None,
         })
     }
 

@@ -9,10 +9,19 @@ use std::sync::Arc;
 /// A source of the current time (UTC, whole microseconds, as [`aigw_domain::time::now`]).
 ///
 /// Clones share one offset: moving one moves all of them.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Clock {
     /// Microseconds added to the system time; `None` for the plain system clock.
     offset_micros: Option<Arc<AtomicI64>>,
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.offset_micros {
+            None => f.write_str("Clock(system)"),
+            Some(offset) => write!(f, "Clock(system + {} µs)", offset.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl Clock {
@@ -39,15 +48,13 @@ impl Clock {
         }
     }
 
-    /// Moves an adjustable clock forward by `by` (backward when negative).
-    ///
-    /// # Panics
-    /// On the system clock: only a test moves time, and it must have asked for a clock it
-    /// can move.
-    pub fn advance(&self, by: chrono::Duration) {
-        let offset = self.offset_micros.as_ref().expect("only an adjustable clock can be moved");
+    /// Moves an adjustable clock forward by `by` (backward when negative); returns whether
+    /// it moved (the system clock never does).
+    pub fn advance(&self, by: chrono::Duration) -> bool {
+        let Some(offset) = &self.offset_micros else { return false };
         let micros = by.num_microseconds().unwrap_or(i64::MAX);
         offset.fetch_add(micros, Ordering::Relaxed);
+        true
     }
 }
 
@@ -60,7 +67,7 @@ mod tests {
         let clock = Clock::adjustable();
         let copy = clock.clone();
         let before = copy.now();
-        clock.advance(chrono::Duration::minutes(31));
+        assert!(clock.advance(chrono::Duration::minutes(31)));
         let moved = copy.now() - before;
         assert!(moved >= chrono::Duration::minutes(31), "{moved}");
         assert!(moved < chrono::Duration::minutes(32), "{moved}");
@@ -69,6 +76,7 @@ mod tests {
     #[test]
     fn the_system_clock_follows_the_system_time() {
         let clock = Clock::system();
+        assert!(!clock.advance(chrono::Duration::minutes(1)));
         let (a, b) = (aigw_domain::time::now(), clock.now());
         assert!((b - a).num_seconds().abs() < 2);
     }

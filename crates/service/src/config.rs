@@ -47,6 +47,24 @@ pub struct AuthConfig {
     pub allowed_email_domains: Vec<String>,
     /// Who may create teams: `anyone` (default) or `admins`.
     pub team_creation: TeamCreation,
+    /// Whether accounts prove their e-mail address: `off` (default), `optional` or
+    /// `required` (see [`EmailVerification`]).
+    pub email_verification: EmailVerification,
+}
+
+/// `auth.email_verification`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmailVerification {
+    /// No link is sent at registration (a user may still ask for one).
+    #[default]
+    Off,
+    /// Registration sends a verification link; nothing depends on it.
+    Optional,
+    /// Registration sends a link, and until it is opened the account can log in and read but
+    /// not create API keys, and its keys cannot call the gateway (403 `forbidden`,
+    /// `required: verified_email`).
+    Required,
 }
 
 /// `auth.team_creation`: who may create a team.
@@ -92,6 +110,7 @@ impl Default for AuthConfig {
             registration: RegistrationMode::Open,
             allowed_email_domains: Vec::new(),
             team_creation: TeamCreation::Anyone,
+            email_verification: EmailVerification::Off,
         }
     }
 }

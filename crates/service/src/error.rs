@@ -37,6 +37,10 @@ pub enum ServiceError {
         /// The caller's credential kind or permissions.
         current: String,
     },
+    /// 403 `forbidden` (`required: verified_email`): `auth.email_verification = "required"`
+    /// and the account has not verified its address yet.
+    #[error("forbidden: the e-mail address is not verified")]
+    EmailUnverified,
     /// 404 `not_found`.
     #[error("{resource} {id} not found")]
     NotFound {

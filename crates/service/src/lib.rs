@@ -11,6 +11,7 @@
 //! [`password::PasswordHasher`] (its own small thread pool). Errors are [`ServiceError`]s,
 //! one variant per kind of answer.
 
+pub mod account_email;
 pub mod accounts;
 pub mod admin;
 pub mod api_keys;
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod config;
 pub mod credential_cache;
 pub mod db;
+pub mod email;
 pub mod error;
 pub mod gateway;
 pub mod idempotency;

@@ -21,6 +21,8 @@ pub struct UserView {
     pub updated_at: DateTime<Utc>,
     /// Whether an administrator has disabled the account.
     pub disabled: bool,
+    /// When the account proved it receives mail at `email`, UTC; `None`: never.
+    pub email_verified_at: Option<DateTime<Utc>>,
 }
 
 impl From<&UserRow> for UserView {
@@ -33,6 +35,7 @@ impl From<&UserRow> for UserView {
             created_at: row.created_at,
             updated_at: row.updated_at,
             disabled: row.disabled_at.is_some(),
+            email_verified_at: row.email_verified_at,
         }
     }
 }
@@ -162,6 +165,7 @@ mod debug_redaction {
             created_at: Utc::now(),
             updated_at: Utc::now(),
             disabled: false,
+            email_verified_at: None,
         }
     }
 

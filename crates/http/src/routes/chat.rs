@@ -88,6 +88,7 @@ pub async fn completions(
     Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    state.auth.ensure_email_verified(&caller).await?;
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
     let request_id = crate::error::current_request_id();

@@ -1,6 +1,8 @@
 //! Handlers, one module per endpoint group, and the route table.
 
 pub mod account;
+pub mod account_email;
+pub mod account_pages;
 pub mod admin;
 pub mod api_keys;
 pub mod auth;
@@ -50,6 +52,38 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
             .service(
                 one("/auth/login", &["POST"], web::post().to(auth::login))
                     .app_data(LimitedBy(Policy::Login)),
+            )
+            .service(
+                one(
+                    "/auth/email/verification",
+                    &["POST"],
+                    web::post().to(account_email::request_verification),
+                )
+                .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/email/verify", &["POST"], web::post().to(account_email::verify))
+                    .app_data(LimitedBy(Policy::AuthFailure)),
+            )
+            .service(
+                one("/auth/email/change", &["POST"], web::post().to(account_email::change))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one(
+                    "/auth/password-reset",
+                    &["POST"],
+                    web::post().to(account_email::request_reset),
+                )
+                .app_data(LimitedBy(Policy::PasswordReset)),
+            )
+            .service(
+                one(
+                    "/auth/password-reset/confirm",
+                    &["POST"],
+                    web::post().to(account_email::confirm_reset),
+                )
+                .app_data(LimitedBy(Policy::AuthFailure)),
             )
             .service(
                 one("/auth/sessions", &["GET"], get_or_head().to(account::list_sessions))
@@ -249,6 +283,19 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                 one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))
                     .wrap(actix_web::middleware::Compress::default()),
             ),
+    )
+    // The pages the links in account e-mail open (HTML forms, see `account_pages`).
+    .service(
+        web::resource("/account/verify-email")
+            .route(get_or_head().to(account_pages::verify_email_form))
+            .route(web::post().to(account_pages::verify_email_submit))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
+    )
+    .service(
+        web::resource("/account/reset-password")
+            .route(get_or_head().to(account_pages::reset_password_form))
+            .route(web::post().to(account_pages::reset_password_submit))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
     )
     .service(one("/.well-known/jwks.json", &["GET"], get_or_head().to(auth::jwks)))
     .service(one("/healthz", &["GET"], get_or_head().to(health::healthz)))

@@ -10,6 +10,7 @@
 #[macro_use]
 mod common;
 
+mod account_email;
 mod admin;
 mod api_keys;
 mod audit;

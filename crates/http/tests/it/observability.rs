@@ -116,7 +116,7 @@ pub(crate) async fn scrape(app: &TestApp) -> Series {
 }
 
 /// The value of a series (0 when absent: a counter not yet incremented).
-fn value(series: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(series: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
     series.get(&key(name, labels)).copied().unwrap_or(0.0)
 }
 

@@ -158,6 +158,14 @@ pub struct Policies {
     /// `POST /auth/login` per client IP across e-mail addresses (default 30 per 60 s), so one
     /// address rotating e-mails cannot buy unlimited password hashing.
     pub login_ip: PolicyConfig,
+    /// `POST /auth/password-reset` per client IP (default 10 per 3600 s).
+    pub password_reset: PolicyConfig,
+    /// `POST /auth/password-reset` per normalised e-mail address, whether or not an account
+    /// has it (default 3 per 3600 s), so nobody can flood one mailbox.
+    pub password_reset_email: PolicyConfig,
+    /// Messages a user asks for: a new verification link, an e-mail change (default 5 per
+    /// 3600 s per user).
+    pub email_send: PolicyConfig,
 }
 
 /// The built-in quota of `policy` (see the field documentation of [`Policies`]).
@@ -171,6 +179,9 @@ pub fn default_quota(policy: super::Policy) -> (u32, u64) {
         Policy::Ai => (600, 60),
         Policy::AuthFailure => (30, 60),
         Policy::LoginIp => (30, 60),
+        Policy::PasswordReset => (10, 3600),
+        Policy::PasswordResetEmail => (3, 3600),
+        Policy::EmailSend => (5, 3600),
     }
 }
 
@@ -186,6 +197,9 @@ impl Policies {
             Policy::Ai => self.ai,
             Policy::AuthFailure => self.auth_failure,
             Policy::LoginIp => self.login_ip,
+            Policy::PasswordReset => self.password_reset,
+            Policy::PasswordResetEmail => self.password_reset_email,
+            Policy::EmailSend => self.email_send,
         };
         let (limit, window_secs) = default_quota(policy);
         PolicyQuota {

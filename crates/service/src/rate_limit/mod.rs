@@ -48,10 +48,16 @@ pub enum Policy {
     /// Login attempts per client IP across all e-mail addresses (bounds the hashing one
     /// address can buy by rotating e-mails).
     LoginIp,
+    /// Password reset requests, per client IP.
+    PasswordReset,
+    /// Password reset requests, per normalised e-mail address.
+    PasswordResetEmail,
+    /// Verification and e-mail change messages a user asks for, per user.
+    EmailSend,
 }
 
 /// How many policies there are.
-pub const POLICY_COUNT: usize = 7;
+pub const POLICY_COUNT: usize = 10;
 
 impl Policy {
     /// Every policy.
@@ -63,6 +69,9 @@ impl Policy {
         Policy::Ai,
         Policy::AuthFailure,
         Policy::LoginIp,
+        Policy::PasswordReset,
+        Policy::PasswordResetEmail,
+        Policy::EmailSend,
     ];
 
     /// The policy's name, as in the configuration and the `RateLimit` header fields.
@@ -75,6 +84,9 @@ impl Policy {
             Policy::Ai => "ai",
             Policy::AuthFailure => "auth_failure",
             Policy::LoginIp => "login_ip",
+            Policy::PasswordReset => "password_reset",
+            Policy::PasswordResetEmail => "password_reset_email",
+            Policy::EmailSend => "email_send",
         }
     }
 
@@ -87,6 +99,9 @@ impl Policy {
             Policy::Ai => 4,
             Policy::AuthFailure => 5,
             Policy::LoginIp => 6,
+            Policy::PasswordReset => 7,
+            Policy::PasswordResetEmail => 8,
+            Policy::EmailSend => 9,
         }
     }
 }
@@ -132,6 +147,17 @@ impl LimitKey {
     pub fn login(ip: IpAddr, email: &str) -> Self {
         let email = aigw_domain::normalize_email(email);
         Self::digest(&[b"login", &Self::ip_bytes(ip), email.as_bytes()])
+    }
+
+    /// Key of a normalised e-mail address (`password_reset_email`), normalised as login does.
+    pub fn email(email: &str) -> Self {
+        let email = aigw_domain::normalize_email(email);
+        Self::digest(&[b"email", email.as_bytes()])
+    }
+
+    /// Key of a user, whatever credential they present (`email_send`).
+    pub fn user(user_id: &str) -> Self {
+        Self::digest(&[b"user", user_id.as_bytes()])
     }
 
     /// Key of an authenticated caller: the user's session for an access token (so one

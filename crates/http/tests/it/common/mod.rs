@@ -5,6 +5,7 @@
 
 pub mod keep_alive;
 pub mod proxy;
+pub mod smtp;
 pub mod upstream;
 
 use aigw_http::settings::Settings;

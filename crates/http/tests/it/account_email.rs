@@ -1,0 +1,405 @@
+//! E-mail verification, e-mail change and password reset, against a real SMTP server
+//! (aiosmtpd): each test reads the message the server received and follows its token.
+
+use crate::common;
+use crate::credential_cache::eventually;
+
+use common::smtp::SmtpServer;
+use common::{spawn_app_with, unique_email, Auth, Backend, Reply, TestApp, PASSWORD};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const VERIFY_SUBJECT: &str = "Confirm your e-mail address";
+const CHANGE_SUBJECT: &str = "Confirm your new e-mail address";
+const CHANGED_SUBJECT: &str = "Your e-mail address was changed";
+const RESET_SUBJECT: &str = "Reset your password";
+const RESET_DONE_SUBJECT: &str = "Your password was reset";
+
+/// An app whose account e-mail goes to `smtp`, with `auth.email_verification = mode`.
+async fn app_with_mail(
+    backend: Backend,
+    smtp: &SmtpServer,
+    mode: &str,
+    clock: Option<&aigw_service::Clock>,
+) -> TestApp {
+    let mode: aigw_service::config::EmailVerification =
+        serde_json::from_value(json!(mode)).unwrap();
+    spawn_app_with(backend, |s| {
+        smtp.configure(s);
+        s.auth.email_verification = mode;
+        if let Some(clock) = clock {
+            s.clock = clock.clone();
+        }
+    })
+    .await
+}
+
+async fn verify(app: &TestApp, token: &str) -> Reply {
+    app.post("/api/v1/auth/email/verify", Auth::None, &json!({"token": token})).await
+}
+
+async fn ask_reset(app: &TestApp, email: &str) -> Reply {
+    app.post("/api/v1/auth/password-reset", Auth::None, &json!({"email": email})).await
+}
+
+async fn confirm_reset(app: &TestApp, token: &str, password: &str) -> Reply {
+    let body = json!({"token": token, "password": password});
+    app.post("/api/v1/auth/password-reset/confirm", Auth::None, &body).await
+}
+
+async fn own_actions(app: &TestApp, token: &str) -> Vec<String> {
+    let own = app.get("/api/v1/audit?limit=200", Auth::Bearer(token)).await.data(200);
+    own["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn registration_sends_a_link_that_verifies_the_address(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "optional", None).await;
+    let user = app.new_user("verify").await;
+    let me = app.me(Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(me["user"]["email_verified_at"], Value::Null, "{me}");
+
+    let mail = smtp.wait_for(&user.email, VERIFY_SUBJECT, 1).await;
+    let token = mail.token("aigwe_");
+    assert_eq!(mail.link(), format!("https://gw.example.test/account/verify-email?token={token}"));
+    assert!(mail.html.contains(&token), "the HTML part carries the token too");
+
+    let verified = verify(&app, &token).await.data(200);
+    assert_eq!(verified["user"]["email"], json!(user.email));
+    common::assert_timestamp(&verified["user"]["email_verified_at"]);
+    let me = app.me(Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(me["user"]["email_verified_at"], verified["user"]["email_verified_at"]);
+    // Single use; and a token of the right shape that was never issued is refused alike.
+    verify(&app, &token).await.invalid("token");
+    verify(&app, &format!("aigwe_{}", "A".repeat(44))).await.invalid("token");
+    verify(&app, "not a token").await.invalid("token");
+    // A verified address needs no new link.
+    let again = app.post_empty("/api/v1/auth/email/verification", Auth::Bearer(&user.token)).await;
+    again.invalid("email");
+    assert!(own_actions(&app, &user.token).await.contains(&"email_verified".to_owned()));
+}
+
+async fn a_new_link_withdraws_the_older_one(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "off", None).await;
+    let user = app.new_user("resend").await;
+    // Verification off: registration sends nothing; a user may still ask.
+    let sent = app.post_empty("/api/v1/auth/email/verification", Auth::Bearer(&user.token)).await;
+    let sent = sent.data(202);
+    assert_eq!(sent["email"], json!(user.email));
+    common::assert_timestamp(&sent["expires_at"]);
+    let first = smtp.wait_for(&user.email, VERIFY_SUBJECT, 1).await.token("aigwe_");
+    app.post_empty("/api/v1/auth/email/verification", Auth::Bearer(&user.token)).await.data(202);
+    let second = smtp.wait_for(&user.email, VERIFY_SUBJECT, 2).await.token("aigwe_");
+    assert_ne!(first, second);
+    verify(&app, &first).await.invalid("token");
+    verify(&app, &second).await.data(200);
+    assert_eq!(smtp.count_to(&user.email), 2, "nothing was sent at registration");
+}
+
+async fn required_verification_holds_back_keys_and_the_gateway(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "optional", None).await;
+    let user = app.new_user("required").await;
+    let key = app.key(&user.token, &["ai_gateway"]).await;
+    // A second node on the same database requires verified addresses.
+    let strict = app
+        .spawn_sibling(|s| {
+            smtp.configure(s);
+            s.auth.email_verification = aigw_service::config::EmailVerification::Required;
+        })
+        .await;
+    let chat = strict.chat(Auth::Bearer(&key), &common::chat_body("echo", "hi")).await;
+    let refused = chat.forbidden("verified_email", "unverified_email");
+    assert!(refused["details"]["hint"].as_str().unwrap().contains("/auth/email/verification"));
+    let create = strict
+        .create_key_raw(Auth::Bearer(&user.token), &json!({"name": "k", "permissions": ["read"]}))
+        .await;
+    create.forbidden("verified_email", "unverified_email");
+    // Logging in and reading still work.
+    strict.login(&user.email, &user.password).await;
+    strict.me(Auth::Bearer(&user.token)).await.data(200);
+    strict.list_keys(Auth::Bearer(&user.token)).await.data(200);
+
+    let token = smtp.wait_for(&user.email, VERIFY_SUBJECT, 1).await.token("aigwe_");
+    verify(&app, &token).await.data(200);
+    // The other node learns it through the change feed.
+    let body = common::chat_body("echo", "hi");
+    eventually(
+        Duration::from_secs(2),
+        "chat after verification",
+        || strict.chat(Auth::Bearer(&key), &body),
+        |r| r.status == 200,
+    )
+    .await;
+    strict
+        .create_key_raw(Auth::Bearer(&user.token), &json!({"name": "k", "permissions": ["read"]}))
+        .await
+        .data(201);
+    drop(strict);
+}
+
+async fn password_reset_replaces_the_password_and_ends_every_session(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "off", None).await;
+    let user = app.new_user("reset").await;
+    let second = app.login(&user.email, &user.password).await;
+
+    ask_reset(&app, &user.email).await.data(202);
+    let mail = smtp.wait_for(&user.email, RESET_SUBJECT, 1).await;
+    let token = mail.token("aigwp_");
+    assert_eq!(
+        mail.link(),
+        format!("https://gw.example.test/account/reset-password?token={token}")
+    );
+
+    // The password policy applies, and a refused password does not use the token up.
+    confirm_reset(&app, &token, "short").await.invalid("password");
+    let new_password = "a new and long enough passphrase";
+    let done = confirm_reset(&app, &token, new_password).await.data(200);
+    assert_eq!(done["ended_sessions"], json!(2), "{done}");
+    confirm_reset(&app, &token, "another long passphrase").await.invalid("token");
+
+    app.login_raw(&user.email, &user.password).await.unauthorized();
+    let fresh = app.login(&user.email, new_password).await;
+    app.refresh_raw(&user.refresh_token).await.unauthorized();
+    app.refresh_raw(second["refresh_token"].as_str().unwrap()).await.unauthorized();
+    app.me(Auth::Bearer(&user.token)).await.unauthorized();
+    // The account is told, and the address counts as verified (the link reached it).
+    let notice = smtp.wait_for(&user.email, RESET_DONE_SUBJECT, 1).await;
+    assert!(notice.text.contains("every session of the account was ended"), "{}", notice.text);
+    let token = fresh["token"].as_str().unwrap();
+    let me = app.me(Auth::Bearer(token)).await.data(200);
+    common::assert_timestamp(&me["user"]["email_verified_at"]);
+    let actions = own_actions(&app, token).await;
+    for action in ["password_reset_requested", "password_reset"] {
+        assert!(actions.contains(&action.to_owned()), "{action}: {actions:?}");
+    }
+}
+
+async fn a_reset_link_expires_after_thirty_minutes(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let clock = aigw_service::Clock::adjustable();
+    let app = app_with_mail(backend, &smtp, "off", Some(&clock)).await;
+    let user = app.new_user("expiry").await;
+
+    ask_reset(&app, &user.email).await.data(202);
+    let token = smtp.wait_for(&user.email, RESET_SUBJECT, 1).await.token("aigwp_");
+    clock.advance(chrono::Duration::minutes(29));
+    confirm_reset(&app, &token, "still in time, long enough").await.data(200);
+
+    ask_reset(&app, &user.email).await.data(202);
+    let token = smtp.wait_for(&user.email, RESET_SUBJECT, 2).await.token("aigwp_");
+    clock.advance(chrono::Duration::minutes(30) + chrono::Duration::seconds(1));
+    confirm_reset(&app, &token, "too late, though long enough").await.invalid("token");
+    app.login(&user.email, "still in time, long enough").await;
+}
+
+async fn a_reset_request_answers_alike_for_known_and_unknown_addresses(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "off", None).await;
+    let user = app.new_user("known").await;
+    let unknown = unique_email("unknown");
+    ask_reset(&app, "not an address").await.invalid("email");
+
+    const TRIES: u32 = 50;
+    let (mut known_time, mut unknown_time) = (Duration::ZERO, Duration::ZERO);
+    // Interleaved, so both see the same load (including the background work of the known
+    // address's requests).
+    for _ in 0..TRIES {
+        for (email, total) in [(&user.email, &mut known_time), (&unknown, &mut unknown_time)] {
+            let started = Instant::now();
+            let reply = ask_reset(&app, email).await;
+            *total += started.elapsed();
+            assert_eq!(reply.json(), json!({"success": true, "data": {"accepted": true}}));
+            assert_eq!(reply.status, 202);
+        }
+    }
+    let (known_mean, unknown_mean) = (known_time / TRIES, unknown_time / TRIES);
+    let gap = known_mean.abs_diff(unknown_mean);
+    assert!(
+        gap < Duration::from_millis(5),
+        "mean answer time: known {known_mean:?}, unknown {unknown_mean:?}"
+    );
+    smtp.wait_for(&user.email, RESET_SUBJECT, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(smtp.count_to(&unknown), 0, "nothing goes to an address without an account");
+}
+
+async fn an_email_change_moves_the_account_and_tells_the_old_address(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "off", None).await;
+    let user = app.new_user("mover").await;
+    let other = app.new_user("taken").await;
+    let new_email = unique_email("moved");
+    let change = |email: String, password: &str| {
+        let body = json!({"email": email, "password": password});
+        let token = user.token.clone();
+        let app = &app;
+        async move { app.post("/api/v1/auth/email/change", Auth::Bearer(&token), &body).await }
+    };
+    change(new_email.clone(), "wrong password, long enough").await.unauthorized();
+    change(user.email.clone(), PASSWORD).await.invalid("email");
+    change(other.email.clone(), PASSWORD).await.invalid("email");
+    change("nope".into(), PASSWORD).await.invalid("email");
+    let key = app.key(&user.token, &["read"]).await;
+    let by_key = app
+        .post(
+            "/api/v1/auth/email/change",
+            Auth::Bearer(&key),
+            &json!({"email": new_email, "password": PASSWORD}),
+        )
+        .await;
+    by_key.forbidden("access_token", "api_key");
+
+    let pending = change(new_email.clone(), PASSWORD).await.data(202);
+    assert_eq!(pending["email"], json!(new_email));
+    let mail = smtp.wait_for(&new_email, CHANGE_SUBJECT, 1).await;
+    assert!(mail.text.contains(&user.email), "names the old address: {}", mail.text);
+    // Nothing changes until the link is opened.
+    app.login(&user.email, PASSWORD).await;
+    let moved = verify(&app, &mail.token("aigwe_")).await.data(200);
+    assert_eq!(moved["user"]["email"], json!(new_email));
+    common::assert_timestamp(&moved["user"]["email_verified_at"]);
+
+    let notice = smtp.wait_for(&user.email, CHANGED_SUBJECT, 1).await;
+    assert!(notice.text.contains(&new_email), "{}", notice.text);
+    app.login_raw(&user.email, PASSWORD).await.unauthorized();
+    let session = app.login(&new_email, PASSWORD).await;
+    let actions = own_actions(&app, session["token"].as_str().unwrap()).await;
+    for action in ["email_change_requested", "email_changed"] {
+        assert!(actions.contains(&action.to_owned()), "{action}: {actions:?}");
+    }
+}
+
+/// The page behind a link: `GET` of the link's path and query on `app`.
+async fn open_link(app: &TestApp, link: &str) -> Reply {
+    let path = link.strip_prefix("https://gw.example.test").unwrap();
+    app.get(path, Auth::None).await
+}
+
+async fn submit(app: &TestApp, path: &str, form: &[(&str, &str)]) -> Reply {
+    app.send(app.request(reqwest::Method::POST, path, Auth::None).form(form)).await
+}
+
+fn assert_page_headers(page: &Reply) {
+    assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+    let csp = page.header("content-security-policy").unwrap();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(!csp.contains("unsafe"), "{csp}");
+    assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+}
+
+async fn the_links_open_forms_that_finish_the_job(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "optional", None).await;
+    let user = app.new_user("pages").await;
+    let mail = smtp.wait_for(&user.email, VERIFY_SUBJECT, 1).await;
+    let token = mail.token("aigwe_");
+    // Opening the link only shows the form: a mail scanner fetching it changes nothing.
+    let form = open_link(&app, &mail.link()).await;
+    assert_eq!(form.status, 200, "{}", form.text);
+    assert_page_headers(&form);
+    assert!(form.text.contains(&format!("name=\"token\" value=\"{token}\"")), "{}", form.text);
+    let me = app.me(Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(me["user"]["email_verified_at"], Value::Null);
+    let done = submit(&app, "/account/verify-email", &[("token", &token)]).await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    assert_page_headers(&done);
+    assert!(done.text.contains(&user.email), "{}", done.text);
+    let me = app.me(Auth::Bearer(&user.token)).await.data(200);
+    common::assert_timestamp(&me["user"]["email_verified_at"]);
+    let again = submit(&app, "/account/verify-email", &[("token", &token)]).await;
+    assert_eq!(again.status, 400);
+    assert!(again.text.contains("invalid, used or expired"), "{}", again.text);
+    // What a link carries is shown as text.
+    let hostile = app
+        .get("/account/verify-email?token=%22%3E%3Cscript%3Ealert(1)%3C/script%3E", Auth::None)
+        .await;
+    assert!(!hostile.text.contains("<script>"), "{}", hostile.text);
+    assert!(hostile.text.contains("&lt;script&gt;"), "{}", hostile.text);
+    assert_eq!(app.get("/account/verify-email", Auth::None).await.status, 400);
+
+    ask_reset(&app, &user.email).await.data(202);
+    let mail = smtp.wait_for(&user.email, RESET_SUBJECT, 1).await;
+    let token = mail.token("aigwp_");
+    let form = open_link(&app, &mail.link()).await;
+    assert_eq!(form.status, 200, "{}", form.text);
+    assert_page_headers(&form);
+    let fields = |p: &'static str, c: &'static str| {
+        [
+            ("token", token.clone()),
+            ("password", p.to_owned()),
+            ("password_confirmation", c.to_owned()),
+        ]
+    };
+    let post = |form: [(&'static str, String); 3]| {
+        let app = &app;
+        async move {
+            let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            submit(app, "/account/reset-password", &pairs).await
+        }
+    };
+    let differ = post(fields("one long passphrase", "another long passphrase")).await;
+    assert_eq!(differ.status, 400);
+    assert!(differ.text.contains("differ"), "{}", differ.text);
+    let short = post(fields("short", "short")).await;
+    assert_eq!(short.status, 400);
+    assert!(short.text.contains("The password"), "{}", short.text);
+    let done = post(fields("a page-set passphrase", "a page-set passphrase")).await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    app.login(&user.email, "a page-set passphrase").await;
+}
+
+backend_tests!(
+    registration_sends_a_link_that_verifies_the_address,
+    a_new_link_withdraws_the_older_one,
+    required_verification_holds_back_keys_and_the_gateway,
+    password_reset_replaces_the_password_and_ends_every_session,
+    a_reset_link_expires_after_thirty_minutes,
+    a_reset_request_answers_alike_for_known_and_unknown_addresses,
+    an_email_change_moves_the_account_and_tells_the_old_address,
+    the_links_open_forms_that_finish_the_job,
+);
+
+/// Mail to an SMTP server that is down is tried again with backoff and, once the server is
+/// up, delivered; `aigw_emails_total` counts the retries and the delivery. One backend is
+/// enough: the database plays no part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_is_retried_until_the_server_answers() {
+    let Some(probe) = SmtpServer::start() else { return };
+    drop(probe);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let app = spawn_app_with(Backend::Sqlite, |s| {
+        s.email.transport = aigw_service::email::EmailTransportKind::Smtp;
+        s.email.host = "127.0.0.1".into();
+        s.email.port = Some(port);
+        s.email.security = aigw_service::email::SmtpSecurity::None;
+        s.email.retry_base_ms = 200;
+        s.email.max_attempts = 6;
+    })
+    .await;
+    let user = app.new_user("retry").await;
+    ask_reset(&app, &user.email).await.data(202);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let smtp = SmtpServer::start_on(port);
+    let mail = smtp.wait_for(&user.email, RESET_SUBJECT, 1).await;
+    assert!(mail.token("aigwp_").starts_with("aigwp_"));
+    let series = crate::observability::scrape(&app).await;
+    let count = |outcome| {
+        crate::observability::value(
+            &series,
+            "aigw_emails_total",
+            &[("kind", "password_reset"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count("sent"), 1.0);
+    assert!(count("retried") >= 1.0, "{}", count("retried"));
+    assert_eq!(count("failed"), 0.0);
+}

@@ -1,0 +1,158 @@
+//! The flows that reach a user through their mailbox: e-mail verification
+//! ([`verification`]), e-mail change ([`email_change`]) and password reset
+//! ([`password_reset`]), each an `impl AuthService` block. They share [`AccountMail`] (the
+//! mailer, the public URL links point to, and the bound on background work) and the single-use
+//! tokens of [`aigw_domain::account_token`], stored as digests by
+//! `aigw_persistence::account_tokens`.
+//!
+//! A message is never sent on the request's path: the use case queues it on the
+//! [`Mailer`](crate::email::Mailer). A password reset request does all its work (the lookup
+//! included) in the background, so its answer takes the same time whether or not the address
+//! has an account.
+
+pub mod email_change;
+pub mod password_reset;
+pub mod verification;
+
+use crate::auth::AuthService;
+use crate::email::{Mail, MailKind, Mailer};
+use crate::error::ServiceError;
+use aigw_domain::account_token::{AccountToken, TokenPurpose};
+use aigw_persistence::account_tokens::{self, AccountTokenRow};
+use aigw_persistence::DbConnection;
+use chrono::{DateTime, Utc};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// Account mail jobs running at once on a node, at most; one past it is dropped (counted as
+/// `aigw_emails_total{outcome="dropped"}`).
+const MAX_JOBS: usize = 64;
+
+/// What the account e-mail flows need: where messages go and where links point.
+#[derive(Debug, Clone)]
+pub struct AccountMail {
+    mailer: Mailer,
+    public_url: String,
+    jobs: Arc<Semaphore>,
+}
+
+impl AccountMail {
+    /// Messages go to `mailer`; links start with `public_url` (`server.public_url`, e.g.
+    /// `https://gw.example.com`; a trailing `/` is ignored).
+    pub fn new(mailer: Mailer, public_url: &str) -> Self {
+        Self {
+            mailer,
+            public_url: public_url.trim_end_matches('/').to_owned(),
+            jobs: Arc::new(Semaphore::new(MAX_JOBS)),
+        }
+    }
+
+    /// The link of a page at `path` (starting with `/`) carrying `token`.
+    fn link(&self, path: &str, token: &AccountToken) -> String {
+        format!("{}{path}?token={}", self.public_url, token.expose())
+    }
+}
+
+/// A link on its way to an address, waiting to be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailLink {
+    /// The address it was sent to, normalised.
+    pub email: String,
+    /// When it stops working, UTC.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A freshly issued token: the stored row and the secret to send.
+pub(crate) struct Issued {
+    pub(crate) row: AccountTokenRow,
+    pub(crate) token: AccountToken,
+}
+
+impl AuthService {
+    /// The account mail setup; without one (a library caller that never set it) messages are
+    /// logged as not sent.
+    pub fn with_account_mail(mut self, mail: AccountMail) -> Self {
+        self.mail = Some(mail);
+        self
+    }
+
+    /// A new token of `purpose` for user `user_id`, sent to `email`, issued at `now` (valid
+    /// for the purpose's lifetime).
+    pub(crate) fn new_token(
+        user_id: &str,
+        purpose: TokenPurpose,
+        email: &str,
+        now: DateTime<Utc>,
+    ) -> Issued {
+        let token = AccountToken::generate(purpose, &mut rand::rngs::OsRng);
+        let row = AccountTokenRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            user_id: user_id.to_owned(),
+            purpose,
+            email: email.to_owned(),
+            created_at: now,
+            expires_at: now + chrono::Duration::seconds(purpose.lifetime_secs()),
+        };
+        Issued { row, token }
+    }
+
+    /// Stores `issued` (inside the caller's transaction), withdrawing the user's earlier
+    /// unused tokens of the same purpose: only the newest link works.
+    pub(crate) fn store_token(
+        conn: &mut DbConnection,
+        issued: &Issued,
+    ) -> Result<(), ServiceError> {
+        let row = &issued.row;
+        account_tokens::withdraw(conn, &row.user_id, &[row.purpose], row.created_at)?;
+        account_tokens::insert(conn, row, issued.token.digest().as_str())?;
+        Ok(())
+    }
+
+    /// Queues message `kind` to `to` with the template values `values`.
+    pub(crate) fn send_mail(&self, kind: MailKind, to: &str, values: serde_json::Value) {
+        match &self.mail {
+            Some(mail) => mail.mailer.send(Mail { kind, to: to.to_owned(), values }),
+            None => tracing::warn!(kind = kind.as_str(), "no mailer configured: e-mail not sent"),
+        }
+    }
+
+    /// The link for `token` to the page at `path`.
+    pub(crate) fn link(&self, path: &str, token: &AccountToken) -> String {
+        match &self.mail {
+            Some(mail) => mail.link(path, token),
+            None => format!("{path}?token={}", token.expose()),
+        }
+    }
+
+    /// Runs `job` in the background with the request's audit context, unless
+    /// [`MAX_JOBS`] are running already (then it is dropped and counted). Never waits.
+    pub(crate) fn spawn_mail_job<F>(&self, kind: MailKind, job: F)
+    where
+        F: Future<Output = Result<(), ServiceError>> + Send + 'static,
+    {
+        let permit = self.mail.as_ref().map(|m| Arc::clone(&m.jobs).try_acquire_owned());
+        let permit = match permit {
+            Some(Ok(permit)) => Some(permit),
+            None => None,
+            Some(Err(_)) => {
+                let labels = [("kind", kind.as_str()), ("outcome", "dropped")];
+                self.metrics.count("aigw_emails_total", &labels);
+                tracing::warn!(kind = kind.as_str(), "account mail job dropped: too many running");
+                return;
+            }
+        };
+        let context = crate::audit::current_context();
+        tokio::spawn(crate::audit::with_context(context, async move {
+            let _permit = permit;
+            if let Err(e) = job.await {
+                tracing::warn!(kind = kind.as_str(), error = %e, "account mail job failed");
+            }
+        }));
+    }
+}
+
+/// The one answer to a token that is unknown, used, expired, withdrawn or of another purpose.
+pub(crate) fn token_refused() -> ServiceError {
+    aigw_domain::FieldError::new("token", "is invalid, used or expired").into()
+}
