@@ -58,6 +58,7 @@ actions! {
     TeamApiKeyCreated => "team_api_key_created",
     TeamInvitationCreated => "team_invitation_created",
     TeamInvitationRevoked => "team_invitation_revoked",
+    ApiKeyLeakReported => "api_key_leak_reported",
 }
 
 impl AuditAction {

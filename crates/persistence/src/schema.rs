@@ -306,3 +306,16 @@ diesel::allow_tables_to_appear_in_same_query!(team_members, api_keys);
 
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, usage_records);
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, credential_feed_nodes);
+
+diesel::table! {
+    /// Reports of leaked API keys (GitHub's secret scanning, an admin's or an operator's
+    /// list): `body_digest` (SHA-256 hex of a signed report's exact body, unique; NULL for a
+    /// pasted list) makes a replayed report fail; `tokens` counts the report's secrets.
+    leak_reports (id) {
+        id -> Text,
+        reporter -> Text,
+        body_digest -> Nullable<Text>,
+        received_at -> Timestamp,
+        tokens -> BigInt,
+    }
+}
