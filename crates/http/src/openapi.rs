@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{account, admin, api_keys, auth, chat, health, teams, usage};
+use crate::routes::{account, admin, api_keys, auth, chat, health, secret_scanning, teams, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -25,7 +25,8 @@ use utoipa::{Modify, OpenApi};
         teams::create, teams::list, teams::get, teams::update, teams::delete,
         teams::list_members, teams::add_member, teams::update_member, teams::remove_member,
         teams::list_invitations, teams::revoke_invitation, teams::create_key, teams::list_keys,
-        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage
+        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
+        secret_scanning::github, secret_scanning::admin_leaked_keys
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -53,7 +54,10 @@ use utoipa::{Modify, OpenApi};
         crate::dto_teams::UpdateMemberRequest, crate::dto_teams::MemberDto,
         crate::dto_teams::MemberListData, crate::dto_teams::TeamInvitationDto,
         crate::dto_teams::TeamInvitationListData, crate::dto_teams::MemberAddedData,
-        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData
+        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData,
+        crate::dto_leaks::GithubReportedToken, crate::dto_leaks::GithubTokenVerdict,
+        crate::dto_leaks::LeakLabel, crate::dto_leaks::LeakedKeysRequest,
+        crate::dto_leaks::LeakVerdictDto, crate::dto_leaks::LeakReportData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(
@@ -63,7 +67,8 @@ use utoipa::{Modify, OpenApi};
         (name = "usage", description = "The caller's metered usage of the gateway"),
         (name = "health", description = "Probes"),
         (name = "admin", description = "Administration: every user and API key (role admin)"),
-        (name = "teams", description = "Teams: shared budgets, limits and models, members, team keys")
+        (name = "teams", description = "Teams: shared budgets, limits and models, members, team keys"),
+        (name = "secret-scanning", description = "Leaked API keys reported by GitHub's secret scanning, revoked on report")
     )
 )]
 #[derive(Debug)]

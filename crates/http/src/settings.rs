@@ -38,6 +38,9 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// `[audit]`: the audit trail.
     pub audit: AuditSettings,
+    /// `[secret_scanning]`: GitHub's secret-scanning reports of leaked API keys (see
+    /// `aigw_service::leaks`).
+    pub secret_scanning: aigw_service::leaks::SecretScanningConfig,
     /// The clock the use cases read: the system clock; not a setting (a test sets an
     /// adjustable one to move time forward).
     #[serde(skip)]

@@ -527,7 +527,7 @@ impl AuthService {
 
 /// Revokes key `id` of `owner` (of anyone when `None`) inside the caller's transaction
 /// (idempotent: revoking again keeps the first time) and records its `api_key_revoked` event,
-/// made from `event`, with details `name`, `by_admin` and, when given, `reason` (e.g.
+/// made from `event` (its user and target set to the key's owner and id), with details `name`, `by_admin` and, when given, `reason` (e.g.
 /// `leaked`). Returns the row, or `None` when there is no such key. The caller appends the
 /// `api_key_revoked` change as one of the transaction's last statements and publishes it once
 /// committed (see `credential_cache::append`): the one revocation path of every use case.
@@ -550,7 +550,7 @@ pub(crate) fn revoke_in_transaction(
     if let Some(reason) = reason {
         details["reason"] = serde_json::Value::from(reason);
     }
-    event.clone().user(&row.user_id).details(details).insert(conn)?;
+    event.clone().user(&row.user_id).target(&row.id).details(details).insert(conn)?;
     Ok(Some(row))
 }
 

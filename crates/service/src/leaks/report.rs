@@ -117,7 +117,7 @@ pub async fn verify_github_report(
     let key_id = key_id.ok_or_else(|| signature_error(KEY_ID_HEADER, "is required"))?;
     let signature = signature.map(str::trim).filter(|s| !s.is_empty());
     let signature = signature.ok_or_else(|| signature_error(SIGNATURE_HEADER, "is required"))?;
-    if key_id.len() > MAX_LABEL_CHARS {
+    if key_id.len() > MAX_LABEL_CHARS || !key_id.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(signature_error(KEY_ID_HEADER, "is not a key identifier"));
     }
     let signature = decode_signature(signature)?;
