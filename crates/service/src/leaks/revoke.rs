@@ -359,7 +359,7 @@ fn revoke_all(
         let digest = secret.digest().into_string();
         if !looked.contains_key(&digest) {
             let found = api_keys::find_by_hash(conn, &digest)?;
-            let finding = match &found {
+            let mut finding = match &found {
                 None => Finding::UnknownKey,
                 Some(row) if row.revoked_at.is_some() => Finding::AlreadyRevoked,
                 Some(row) if row.key_hash != digest && !in_grace(row, now) => Finding::RotatedAway,
@@ -371,20 +371,29 @@ fn revoke_all(
                 let reason = Some("leaked");
                 let revoked =
                     revoke_in_transaction(conn, &row.id, None, &event, by_admin, reason, now)?;
-                if let Some(row) = revoked {
-                    let owner = users::find_by_id(conn, &row.user_id)?;
-                    leaked.push(LeakedKey {
-                        owner_user_id: row.user_id.clone(),
-                        owner_email: owner.map(|u| u.email),
-                        key_id: row.id.clone(),
-                        key_name: row.name.clone(),
-                        key_prefix: secret.key_prefix().to_owned(),
-                        team_id: row.team_id.clone(),
-                        url: token.url.clone(),
-                        source: token.source.clone(),
-                        revoked_at: row.revoked_at.unwrap_or(now),
-                    });
-                    revoked_ids.push(row.id);
+                match revoked {
+                    // Revoked meanwhile by another transaction (PostgreSQL: it waited for that
+                    // one's row lock): not this report's revocation, and no second notice.
+                    Some(row) if row.revoked_at != Some(now) => {
+                        finding = Finding::AlreadyRevoked;
+                    }
+                    Some(row) => {
+                        let owner = users::find_by_id(conn, &row.user_id)?;
+                        leaked.push(LeakedKey {
+                            owner_user_id: row.user_id.clone(),
+                            owner_email: owner.map(|u| u.email),
+                            key_id: row.id.clone(),
+                            key_name: row.name.clone(),
+                            key_prefix: secret.key_prefix().to_owned(),
+                            team_id: row.team_id.clone(),
+                            url: token.url.clone(),
+                            source: token.source.clone(),
+                            revoked_at: row.revoked_at.unwrap_or(now),
+                        });
+                        revoked_ids.push(row.id);
+                    }
+                    // Deleted meanwhile.
+                    None => finding = Finding::UnknownKey,
                 }
             }
             let key_id = found.as_ref().map(|r| r.id.clone());
