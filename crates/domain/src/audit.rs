@@ -63,6 +63,7 @@ actions! {
     EmailChanged => "email_changed",
     PasswordResetRequested => "password_reset_requested",
     PasswordReset => "password_reset",
+    ApiKeyLeakReported => "api_key_leak_reported",
 }
 
 impl AuditAction {

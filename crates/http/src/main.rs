@@ -7,6 +7,7 @@
 //! aigw [--config FILE] admin set-role --email E --role R
 //! aigw [--config FILE] admin list-invitations
 //! aigw [--config FILE] admin revoke-invitation --id ID
+//! aigw [--config FILE] admin revoke-leaked [--file FILE] [--url URL] [--source SOURCE]
 //! ```
 
 use aigw_http::settings::Settings;
@@ -95,6 +96,19 @@ enum AdminCommand {
         #[arg(long)]
         id: String,
     },
+    /// Revoke the API keys among leaked secrets (one per line), on every node; prints one
+    /// verdict per secret (never the secret).
+    RevokeLeaked {
+        /// File of secrets, one per line (default: standard input).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Where the secrets were found (kept in the audit trail).
+        #[arg(long)]
+        url: Option<String>,
+        /// What kind of place that is (kept in the audit trail).
+        #[arg(long)]
+        source: Option<String>,
+    },
 }
 
 async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()> {
@@ -111,6 +125,10 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
         }
         AdminCommand::ListInvitations => operator::list_invitations(settings).await,
         AdminCommand::RevokeInvitation { id } => operator::revoke_invitation(settings, &id).await,
+        AdminCommand::RevokeLeaked { file, url, source } => {
+            let secrets = operator::read_secrets(file.as_deref())?;
+            operator::revoke_leaked(settings, secrets, url, source).await
+        }
     }
 }
 

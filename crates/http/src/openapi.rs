@@ -2,7 +2,9 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{account, account_email, admin, api_keys, auth, chat, health, teams, usage};
+use crate::routes::{
+    account, account_email, admin, api_keys, auth, chat, health, secret_scanning, teams, usage,
+};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -27,7 +29,8 @@ use utoipa::{Modify, OpenApi};
         teams::list_invitations, teams::revoke_invitation, teams::create_key, teams::list_keys,
         teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
         account_email::request_verification, account_email::verify, account_email::change,
-        account_email::request_reset, account_email::confirm_reset
+        account_email::request_reset, account_email::confirm_reset,
+        secret_scanning::github, secret_scanning::admin_leaked_keys
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -60,7 +63,10 @@ use utoipa::{Modify, OpenApi};
         crate::dto_account_email::EmailSentData, crate::dto_account_email::PasswordResetRequest,
         crate::dto_account_email::PasswordResetAcceptedData,
         crate::dto_account_email::PasswordResetConfirmRequest,
-        crate::dto_account_email::PasswordResetDoneData
+        crate::dto_account_email::PasswordResetDoneData,
+        crate::dto_leaks::GithubReportedToken, crate::dto_leaks::GithubTokenVerdict,
+        crate::dto_leaks::LeakLabel, crate::dto_leaks::LeakedKeysRequest,
+        crate::dto_leaks::LeakVerdictDto, crate::dto_leaks::LeakReportData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(
@@ -71,7 +77,8 @@ use utoipa::{Modify, OpenApi};
         (name = "usage", description = "The caller's metered usage of the gateway"),
         (name = "health", description = "Probes"),
         (name = "admin", description = "Administration: every user and API key (role admin)"),
-        (name = "teams", description = "Teams: shared budgets, limits and models, members, team keys")
+        (name = "teams", description = "Teams: shared budgets, limits and models, members, team keys"),
+        (name = "secret-scanning", description = "Leaked API keys reported by GitHub's secret scanning, revoked on report")
     )
 )]
 #[derive(Debug)]

@@ -1,6 +1,7 @@
 //! The operator commands `aigw admin create-user` and `aigw admin set-role`: they
 //! work on the configured database without a running server, and are how the first admin is
-//! made. Running nodes see a role change through the change feed.
+//! made. Running nodes see a role change through the change feed. `aigw admin revoke-leaked`
+//! revokes the keys among leaked secrets the same way.
 
 use crate::settings::Settings;
 use aigw_domain::Role;
@@ -120,5 +121,66 @@ pub async fn revoke_invitation(settings: &Settings, id: &str) -> anyhow::Result<
     let (auth, _) = crate::startup::auth_service(settings).await?;
     auth.revoke_invitation(id).await.map_err(explain)?;
     println!("revoked invitation {id}");
+    Ok(())
+}
+
+/// Reads leaked secrets one per line from `file`, or from standard input when `None`; blank
+/// lines are skipped, white space around each line removed.
+///
+/// # Errors
+/// When the file or standard input cannot be read (or is not UTF-8).
+pub fn read_secrets(file: Option<&std::path::Path>) -> anyhow::Result<Vec<String>> {
+    let text = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading secrets from {}", path.display()))?,
+        None => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).context("reading secrets from stdin")?;
+            text
+        }
+    };
+    Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect())
+}
+
+/// `aigw admin revoke-leaked`: revokes every valid aigw key among `secrets` (as GitHub's
+/// secret-scanning report would, on every node through the change feed) and prints, on
+/// standard output alone, one line per secret in order:
+/// `<label> <finding> <token SHA-256> [key_id=<id>] [key_prefix=<prefix>]`, then
+/// `revoked <n> key(s), report <id>`. Never a secret.
+///
+/// # Errors
+/// A bad secret (`secrets[i]`: empty, too long, NUL), `url` or `source`, or the database.
+pub async fn revoke_leaked(
+    settings: &Settings,
+    secrets: Vec<String>,
+    url: Option<String>,
+    source: Option<String>,
+) -> anyhow::Result<()> {
+    let tokens =
+        aigw_service::leaks::pasted_list(secrets, url, source).map_err(|e| explain(e.into()))?;
+    let (auth, _) = crate::startup::auth_service(settings).await?;
+    // The owners are e-mailed before the command exits (at most a minute of waiting).
+    let mail = crate::startup::account_mail(settings, aigw_service::Metrics::default())?;
+    let auth = auth.with_account_mail(mail.clone());
+    let outcome = auth.operator_revoke_leaked_keys(tokens).await.map_err(explain)?;
+    if !mail.drain(std::time::Duration::from_secs(60)).await {
+        eprintln!("some owners' notices were not sent within a minute (see the log)");
+    }
+    for verdict in &outcome.verdicts {
+        let mut line = format!(
+            "{} {} {}",
+            verdict.label().as_str(),
+            verdict.finding.as_str(),
+            verdict.token_hash
+        );
+        if let Some(id) = &verdict.key_id {
+            line.push_str(&format!(" key_id={id}"));
+        }
+        if let Some(prefix) = &verdict.key_prefix {
+            line.push_str(&format!(" key_prefix={prefix}"));
+        }
+        println!("{line}");
+    }
+    println!("revoked {} key(s), report {}", outcome.leaked.len(), outcome.report_id);
     Ok(())
 }

@@ -40,6 +40,9 @@ pub struct Settings {
     pub audit: AuditSettings,
     /// `[email]`: how account messages are sent (see `aigw_service::email`).
     pub email: aigw_service::email::EmailConfig,
+    /// `[secret_scanning]`: GitHub's secret-scanning reports of leaked API keys (see
+    /// `aigw_service::leaks`).
+    pub secret_scanning: aigw_service::leaks::SecretScanningConfig,
     /// The clock the use cases read: the system clock; not a setting (a test sets an
     /// adjustable one to move time forward).
     #[serde(skip)]

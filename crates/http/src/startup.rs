@@ -28,6 +28,9 @@ pub struct AppState {
     pub usage: UsageService,
     /// This server's metrics (`GET /metrics`, see `crate::observe`).
     pub telemetry: crate::observe::Telemetry,
+    /// GitHub's secret-scanning keys, when `secret_scanning.enabled` (see
+    /// `aigw_service::leaks`).
+    pub secret_scanning: Option<aigw_service::leaks::GithubKeys>,
 }
 
 /// A built, bound, not yet running server.
@@ -190,7 +193,7 @@ pub async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, D
 
 /// The account mail setup of `settings`: the mailer's sender tasks (`[email]`) and the URL
 /// links point to (`server.public_url`).
-fn account_mail(
+pub(crate) fn account_mail(
     settings: &Settings,
     metrics: aigw_service::Metrics,
 ) -> anyhow::Result<aigw_service::account_email::AccountMail> {
@@ -292,6 +295,11 @@ impl Application {
             .with_meter(usage.meter())
             .with_key_limits(key_limits)
             .with_metrics(metrics);
+        let secret_scanning = if settings.secret_scanning.enabled {
+            Some(aigw_service::leaks::GithubKeys::new(&settings.secret_scanning)?)
+        } else {
+            None
+        };
         let upkeep = telemetry.spawn_upkeep();
         let state = web::Data::new(AppState {
             auth,
@@ -300,6 +308,7 @@ impl Application {
             idempotency,
             usage: usage.clone(),
             telemetry,
+            secret_scanning,
         });
         let metrics_server = match &settings.server.metrics_listen {
             Some(address) => Some(metrics_server(address, state.clone())?),

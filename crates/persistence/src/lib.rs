@@ -28,6 +28,7 @@ pub mod idempotency;
 pub mod in_flight;
 pub mod invitations;
 pub mod key_rates;
+pub mod leak_reports;
 pub mod migrations;
 pub mod models;
 pub mod pool;

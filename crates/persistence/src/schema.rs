@@ -325,3 +325,16 @@ diesel::table! {
 
 diesel::joinable!(account_tokens -> users (user_id));
 diesel::allow_tables_to_appear_in_same_query!(account_tokens, users);
+
+diesel::table! {
+    /// Reports of leaked API keys (GitHub's secret scanning, an admin's or an operator's
+    /// list): `body_digest` (SHA-256 hex of a signed report's exact body, unique; NULL for a
+    /// pasted list) makes a replayed report fail; `tokens` counts the report's secrets.
+    leak_reports (id) {
+        id -> Text,
+        reporter -> Text,
+        body_digest -> Nullable<Text>,
+        received_at -> Timestamp,
+        tokens -> BigInt,
+    }
+}

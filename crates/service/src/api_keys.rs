@@ -223,14 +223,19 @@ impl AuthService {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    let Some(row) =
-                        api_keys::revoke(conn, &key_id, owner.as_ref().map(Owner::get), now)?
+                    let by_admin = owner.is_none();
+                    let Some(row) = revoke_in_transaction(
+                        conn,
+                        &key_id,
+                        owner.as_ref(),
+                        &event,
+                        by_admin,
+                        None,
+                        now,
+                    )?
                     else {
                         return Ok(None);
                     };
-                    let details =
-                        serde_json::json!({"name": row.name, "by_admin": owner.is_none()});
-                    event.clone().user(&row.user_id).details(details).insert(conn)?;
                     let kind = CredentialChangeKind::ApiKeyRevoked;
                     let change = credential_cache::append(conn, kind, &row.id, now)?;
                     Ok::<_, ServiceError>(Some((row, change)))
@@ -521,6 +526,35 @@ impl AuthService {
             team,
         })
     }
+}
+
+/// Revokes key `id` of `owner` (of anyone when `None`) inside the caller's transaction
+/// (idempotent: revoking again keeps the first time) and records its `api_key_revoked` event,
+/// made from `event` (its user and target set to the key's owner and id), with details `name`, `by_admin` and, when given, `reason` (e.g.
+/// `leaked`). Returns the row, or `None` when there is no such key. The caller appends the
+/// `api_key_revoked` change as one of the transaction's last statements and publishes it once
+/// committed (see `credential_cache::append`): the one revocation path of every use case.
+///
+/// # Errors
+/// On database failure (the caller's transaction then rolls back).
+pub(crate) fn revoke_in_transaction(
+    conn: &mut aigw_persistence::DbConnection,
+    id: &str,
+    owner: Option<&Owner>,
+    event: &Event,
+    by_admin: bool,
+    reason: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Option<ApiKeyRow>, ServiceError> {
+    let Some(row) = api_keys::revoke(conn, id, owner.map(Owner::get), now)? else {
+        return Ok(None);
+    };
+    let mut details = serde_json::json!({"name": row.name, "by_admin": by_admin});
+    if let Some(reason) = reason {
+        details["reason"] = serde_json::Value::from(reason);
+    }
+    event.clone().user(&row.user_id).target(&row.id).details(details).insert(conn)?;
+    Ok(Some(row))
 }
 
 /// Parses `expires_at` as RFC 3339 and requires it to be after `now` and no later than the end

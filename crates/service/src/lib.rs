@@ -33,6 +33,7 @@ pub mod key_leases;
 pub mod key_limits;
 pub mod key_policy;
 pub mod key_rates;
+pub mod leaks;
 pub mod levels;
 pub mod metrics;
 pub mod password;

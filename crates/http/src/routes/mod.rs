@@ -8,6 +8,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod chat;
 pub mod health;
+pub mod secret_scanning;
 pub mod teams;
 pub mod usage;
 
@@ -276,6 +277,20 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
                 )
                 .app_data(LimitedBy(Policy::Account)),
             )
+            .service(
+                one(
+                    "/admin/leaked-keys",
+                    &["POST"],
+                    web::post().to(secret_scanning::admin_leaked_keys),
+                )
+                .app_data(LimitedBy(Policy::Account)),
+            )
+            // No credential: GitHub signs the body. Failed signatures count per client address
+            // (`auth_failure`), checked before any database work.
+            .service(
+                one("/secret-scanning/github", &["POST"], web::post().to(secret_scanning::github))
+                    .app_data(BodyLimit(secret_scanning::MAX_GITHUB_REPORT_BYTES)),
+            )
             // The only large body aigw serves: gzip it (when asked). Nothing else is compressed:
             // chat completions and streams go out as the upstream sent them, and the small
             // account bodies cost more to compress than to send (docs/performance.md).
@@ -338,12 +353,13 @@ pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 #[cfg(test)]
 mod tests {
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 7] = [
+    const HANDLERS: [(&str, &str); 8] = [
         ("account", include_str!("account.rs")),
         ("admin", include_str!("admin.rs")),
         ("api_keys", include_str!("api_keys.rs")),
         ("auth", include_str!("auth.rs")),
         ("chat", include_str!("chat.rs")),
+        ("secret_scanning", include_str!("secret_scanning.rs")),
         ("teams", include_str!("teams.rs")),
         ("usage", include_str!("usage.rs")),
     ];
@@ -378,6 +394,6 @@ mod tests {
                 secured += usize::from(checked);
             }
         }
-        assert_eq!(secured, 44, "every authenticated endpoint of /api/v1 was found");
+        assert_eq!(secured, 45, "every authenticated endpoint of /api/v1 was found");
     }
 }

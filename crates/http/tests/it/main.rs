@@ -31,6 +31,7 @@ mod jwt;
 mod key_counters_redis;
 mod key_leases;
 mod key_policy;
+mod leaks;
 mod limits;
 mod lookalike_emails;
 mod observability;

@@ -48,6 +48,12 @@ impl AccountMail {
         }
     }
 
+    /// Waits until the queued messages are sent or given up, or `within` has passed (see
+    /// [`Mailer::drain`]).
+    pub async fn drain(&self, within: std::time::Duration) -> bool {
+        self.mailer.drain(within).await
+    }
+
     /// The link of a page at `path` (starting with `/`) carrying `token`.
     fn link(&self, path: &str, token: &AccountToken) -> String {
         format!("{}{path}?token={}", self.public_url, token.expose())

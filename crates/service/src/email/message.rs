@@ -21,16 +21,19 @@ pub enum MailKind {
     PasswordReset,
     /// A notice that the password was reset.
     PasswordChanged,
+    /// A notice that a key was revoked because its secret was reported leaked.
+    KeyLeaked,
 }
 
 impl MailKind {
     /// Every kind.
-    pub const ALL: [MailKind; 5] = [
+    pub const ALL: [MailKind; 6] = [
         MailKind::VerifyEmail,
         MailKind::ChangeEmail,
         MailKind::EmailChanged,
         MailKind::PasswordReset,
         MailKind::PasswordChanged,
+        MailKind::KeyLeaked,
     ];
 
     /// The template name and metric label.
@@ -41,6 +44,7 @@ impl MailKind {
             MailKind::EmailChanged => "email_changed",
             MailKind::PasswordReset => "password_reset",
             MailKind::PasswordChanged => "password_changed",
+            MailKind::KeyLeaked => "key_leaked",
         }
     }
 
@@ -51,6 +55,7 @@ impl MailKind {
             MailKind::EmailChanged => "Your e-mail address was changed",
             MailKind::PasswordReset => "Reset your password",
             MailKind::PasswordChanged => "Your password was reset",
+            MailKind::KeyLeaked => "An API key of yours was revoked",
         }
     }
 }
@@ -115,6 +120,8 @@ impl Default for Templates {
             "password_reset.html",
             "password_changed.txt",
             "password_changed.html",
+            "key_leaked.txt",
+            "key_leaked.html",
         );
         for (name, source) in sources {
             // The templates are part of the binary and the unit tests render every one; a
@@ -170,6 +177,10 @@ mod tests {
             "old_email": "old@example.com",
             "new_email": "new@example.com",
             "at": "2026-11-29T10:00:00Z",
+            "key_name": "<b>ci</b>",
+            "key_prefix": "aigw_AbCdEfG",
+            "url": "https://github.com/o/r/blob/main/.env",
+            "source": "content",
         })
     }
 

@@ -5,6 +5,7 @@ use super::config::EmailConfig;
 use super::message::{Mail, Rendered, Templates};
 use super::transport::{SendError, Transport};
 use crate::metrics::Metrics;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Mutex};
@@ -20,6 +21,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub struct Mailer {
     queue: mpsc::Sender<Mail>,
     metrics: Metrics,
+    /// Messages queued or being sent.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Mailer {
@@ -32,7 +35,9 @@ impl Mailer {
     pub fn start(config: &EmailConfig, metrics: Metrics) -> Result<Self, String> {
         let transport = Transport::from_config(config)?;
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
+        let pending = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Sender {
+            pending: Arc::clone(&pending),
             receiver: Mutex::new(receiver),
             transport,
             templates: Templates::default(),
@@ -43,12 +48,14 @@ impl Mailer {
         for _ in 0..config.senders.max(1) {
             tokio::spawn(Arc::clone(&shared).run());
         }
-        Ok(Self { queue, metrics })
+        Ok(Self { queue, metrics, pending })
     }
 
     /// Queues `mail`; never waits. A full queue drops it (counted, and logged at `warn`).
     pub fn send(&self, mail: Mail) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
         if let Err(e) = self.queue.try_send(mail) {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
             let mail = match e {
                 mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m) => m,
             };
@@ -57,10 +64,24 @@ impl Mailer {
             tracing::warn!(kind, "e-mail dropped: the queue is full");
         }
     }
+
+    /// Waits until every queued message is sent or given up, or `within` has passed (a
+    /// command that exits right after queueing). Returns whether the queue emptied.
+    pub async fn drain(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.pending.load(Ordering::Acquire) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
 }
 
 /// What the sender tasks share.
 struct Sender {
+    pending: Arc<AtomicUsize>,
     receiver: Mutex<mpsc::Receiver<Mail>>,
     transport: Transport,
     templates: Templates,
@@ -83,6 +104,7 @@ impl Sender {
                     tracing::error!(kind, error = %e, "e-mail not rendered");
                 }
             }
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
