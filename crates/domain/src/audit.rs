@@ -58,6 +58,12 @@ actions! {
     TeamApiKeyCreated => "team_api_key_created",
     TeamInvitationCreated => "team_invitation_created",
     TeamInvitationRevoked => "team_invitation_revoked",
+    MfaEnrollmentStarted => "mfa_enrollment_started",
+    MfaEnabled => "mfa_enabled",
+    MfaDisabled => "mfa_disabled",
+    MfaRecoveryCodesRegenerated => "mfa_recovery_codes_regenerated",
+    MfaChallengeFailed => "mfa_challenge_failed",
+    MfaRecoveryCodeUsed => "mfa_recovery_code_used",
 }
 
 impl AuditAction {

@@ -202,6 +202,11 @@ impl From<ServiceError> for ApiError {
                 format!("this operation requires {required}"),
                 json!({"required": required, "current": current}),
             ),
+            ServiceError::SecondFactorRequired { current, hint } => Self::new(
+                ErrorCode::Forbidden,
+                "this operation requires a second factor (mfa)",
+                json!({"required": "mfa", "current": current, "hint": hint}),
+            ),
             ServiceError::NotFound { resource, id } => Self::new(
                 ErrorCode::NotFound,
                 format!("{resource} not found"),

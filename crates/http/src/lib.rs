@@ -11,6 +11,7 @@ pub mod connections;
 pub mod dto;
 pub mod dto_account;
 pub mod dto_admin;
+pub mod dto_mfa;
 pub mod dto_teams;
 pub mod dto_usage;
 pub mod error;

@@ -2,7 +2,7 @@
 //! `GET /api/v1/openapi.json`.
 
 use crate::dto;
-use crate::routes::{account, admin, api_keys, auth, chat, health, teams, usage};
+use crate::routes::{account, admin, api_keys, auth, chat, health, mfa, teams, usage};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -25,7 +25,9 @@ use utoipa::{Modify, OpenApi};
         teams::create, teams::list, teams::get, teams::update, teams::delete,
         teams::list_members, teams::add_member, teams::update_member, teams::remove_member,
         teams::list_invitations, teams::revoke_invitation, teams::create_key, teams::list_keys,
-        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage
+        teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
+        mfa::status, mfa::enroll, mfa::confirm, mfa::disable, mfa::regenerate_recovery_codes,
+        mfa::login_mfa
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -53,7 +55,12 @@ use utoipa::{Modify, OpenApi};
         crate::dto_teams::UpdateMemberRequest, crate::dto_teams::MemberDto,
         crate::dto_teams::MemberListData, crate::dto_teams::TeamInvitationDto,
         crate::dto_teams::TeamInvitationListData, crate::dto_teams::MemberAddedData,
-        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData
+        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData,
+        crate::dto_mfa::MfaConfirmRequest, crate::dto_mfa::MfaVerifyRequest,
+        crate::dto_mfa::LoginMfaRequest, crate::dto_mfa::MfaEnrollmentData,
+        crate::dto_mfa::MfaRecoveryCodesData, crate::dto_mfa::MfaStatusData,
+        crate::dto_mfa::MfaDisabledData, crate::dto_mfa::MfaChallengeData,
+        crate::dto_mfa::LoginData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(

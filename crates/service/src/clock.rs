@@ -44,6 +44,7 @@ impl Clock {
     /// # Panics
     /// On the system clock: only a test moves time, and it must have asked for a clock it
     /// can move.
+    #[allow(clippy::expect_used)] // documented above: moving the system clock is a test's bug
     pub fn advance(&self, by: chrono::Duration) {
         let offset = self.offset_micros.as_ref().expect("only an adjustable clock can be moved");
         let micros = by.num_microseconds().unwrap_or(i64::MAX);

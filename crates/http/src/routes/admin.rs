@@ -142,7 +142,7 @@ pub async fn revoke_api_key(
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(
         ("user_id" = Option<String>, Query, description = "Only events concerning this user"),
-        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created|invitation_revoked|team_created|team_updated|team_deleted|member_added|member_role_changed|member_budget_changed|member_removed|member_left|team_api_key_created|team_invitation_created|team_invitation_revoked)$", description = "Only this action, e.g. `user_disabled`"),
+        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created|invitation_revoked|team_created|team_updated|team_deleted|member_added|member_role_changed|member_budget_changed|member_removed|member_left|team_api_key_created|team_invitation_created|team_invitation_revoked|mfa_enrollment_started|mfa_enabled|mfa_disabled|mfa_recovery_codes_regenerated|mfa_challenge_failed|mfa_recovery_code_used)$", description = "Only this action, e.g. `user_disabled`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Events per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),

@@ -32,6 +32,7 @@ mod key_leases;
 mod key_policy;
 mod limits;
 mod lookalike_emails;
+mod mfa;
 mod observability;
 mod openapi_contract;
 mod outage;
