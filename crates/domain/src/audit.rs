@@ -64,6 +64,12 @@ actions! {
     PasswordResetRequested => "password_reset_requested",
     PasswordReset => "password_reset",
     ApiKeyLeakReported => "api_key_leak_reported",
+    MfaEnrollmentStarted => "mfa_enrollment_started",
+    MfaEnabled => "mfa_enabled",
+    MfaDisabled => "mfa_disabled",
+    MfaRecoveryCodesRegenerated => "mfa_recovery_codes_regenerated",
+    MfaChallengeFailed => "mfa_challenge_failed",
+    MfaRecoveryCodeUsed => "mfa_recovery_code_used",
 }
 
 impl AuditAction {

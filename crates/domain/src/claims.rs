@@ -29,4 +29,9 @@ pub struct AccessClaims {
     pub typ: String,
     /// The user's role at issue time (e.g. `"user"`).
     pub role: String,
+    /// How the session was made (RFC 8176 §2): `["pwd"]`, or `["pwd", "otp"]` after a second
+    /// factor ([`crate::mfa::SessionAmr`]). Absent from tokens issued before it existed, which
+    /// read as `["pwd"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amr: Option<Vec<String>>,
 }

@@ -17,6 +17,8 @@
 //! - [`credential`]: how an `Authorization` header is told apart into access token or API key;
 //! - [`claims`]: the claims of a JWT access token (RFC 7519, RFC 8725);
 //! - [`audit`]: the actions the audit trail records;
+//! - [`mfa`]: the second factor's formats: TOTP codes, recovery codes, MFA challenge tokens
+//!   and how a session was made (`amr`);
 //! - [`change`]: the kinds of credential change that the change feed carries to every node;
 //! - [`error`]: the stable, machine-readable error codes of the contract;
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
@@ -43,6 +45,7 @@ pub mod error;
 pub mod invitation;
 pub mod key_policy;
 pub mod ledger;
+pub mod mfa;
 pub mod permission;
 pub mod redact;
 pub mod refresh_token;

@@ -211,6 +211,11 @@ impl From<ServiceError> for ApiError {
                     "hint": "open the link sent to your address, or ask for a new one with POST /api/v1/auth/email/verification",
                 }),
             ),
+            ServiceError::SecondFactorRequired { current, hint } => Self::new(
+                ErrorCode::Forbidden,
+                "this operation requires a second factor (mfa)",
+                json!({"required": "mfa", "current": current, "hint": hint}),
+            ),
             ServiceError::NotFound { resource, id } => Self::new(
                 ErrorCode::NotFound,
                 format!("{resource} not found"),

@@ -13,6 +13,7 @@ pub mod dto_account;
 pub mod dto_account_email;
 pub mod dto_admin;
 pub mod dto_leaks;
+pub mod dto_mfa;
 pub mod dto_teams;
 pub mod dto_usage;
 pub mod error;

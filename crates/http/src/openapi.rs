@@ -3,7 +3,7 @@
 
 use crate::dto;
 use crate::routes::{
-    account, account_email, admin, api_keys, auth, chat, health, secret_scanning, teams, usage,
+    account, account_email, admin, api_keys, auth, chat, health, mfa, secret_scanning, teams, usage,
 };
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -30,7 +30,9 @@ use utoipa::{Modify, OpenApi};
         teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
         account_email::request_verification, account_email::verify, account_email::change,
         account_email::request_reset, account_email::confirm_reset,
-        secret_scanning::github, secret_scanning::admin_leaked_keys
+        secret_scanning::github, secret_scanning::admin_leaked_keys,
+        mfa::status, mfa::enroll, mfa::confirm, mfa::disable, mfa::regenerate_recovery_codes,
+        mfa::login_mfa
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -66,7 +68,12 @@ use utoipa::{Modify, OpenApi};
         crate::dto_account_email::PasswordResetDoneData,
         crate::dto_leaks::GithubReportedToken, crate::dto_leaks::GithubTokenVerdict,
         crate::dto_leaks::LeakLabel, crate::dto_leaks::LeakedKeysRequest,
-        crate::dto_leaks::LeakVerdictDto, crate::dto_leaks::LeakReportData
+        crate::dto_leaks::LeakVerdictDto, crate::dto_leaks::LeakReportData,
+        crate::dto_mfa::MfaConfirmRequest, crate::dto_mfa::MfaVerifyRequest,
+        crate::dto_mfa::LoginMfaRequest, crate::dto_mfa::MfaEnrollmentData,
+        crate::dto_mfa::MfaRecoveryCodesData, crate::dto_mfa::MfaStatusData,
+        crate::dto_mfa::MfaDisabledData, crate::dto_mfa::MfaChallengeData,
+        crate::dto_mfa::LoginData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
     tags(

@@ -45,6 +45,8 @@ pub struct Application {
     /// `data_dir/aigw.lock`, locked for as long as the server lives.
     _data_lock: std::fs::File,
     audit_retention: tokio::task::JoinHandle<()>,
+    /// Deletes ended account tokens and MFA challenges, hourly.
+    account_pruning: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Application {
@@ -244,6 +246,8 @@ impl Application {
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
         let background = auth.start_background();
+        let account_pruning =
+            aigw_service::account_email::pruning::spawn_pruning(db.clone(), settings.clock.clone());
         let audit_retention =
             aigw_service::audit::spawn_retention(db.clone(), settings.audit.retention_days);
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
@@ -401,6 +405,7 @@ impl Application {
             upkeep,
             _data_lock: data_lock,
             audit_retention,
+            account_pruning,
         })
     }
 
@@ -436,6 +441,7 @@ impl Application {
         self.usage.shutdown().await;
         self.background.shutdown().await;
         self.audit_retention.abort();
+        self.account_pruning.abort();
         served
     }
 }

@@ -12,6 +12,7 @@
 //!   connection;
 //! - [`usage`]: the usage ledger (records and daily rollups), idempotent by request id.
 //! - [`changes`]: the credential change feed every node tails, and each node's progress.
+//! - [`mfa`]: the TOTP second factor, its recovery codes and MFA challenges.
 //!
 //! Everything here is synchronous and blocking. Callers on an async runtime must run it on a
 //! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
@@ -29,6 +30,7 @@ pub mod in_flight;
 pub mod invitations;
 pub mod key_rates;
 pub mod leak_reports;
+pub mod mfa;
 pub mod migrations;
 pub mod models;
 pub mod pool;

@@ -73,6 +73,9 @@ pub struct SessionRow {
     pub ip: Option<String>,
     /// The last refresh, UTC (`None`: never refreshed).
     pub last_used_at: Option<DateTime<Utc>>,
+    /// How the session was made: RFC 8176 `amr` values joined by spaces (`pwd`, `pwd otp`);
+    /// `None` for a session older than the column (read as `pwd`).
+    pub amr: Option<String>,
 }
 
 /// A refresh token, stored as its SHA-256 digest.
@@ -291,6 +294,7 @@ pub(crate) struct SessionRecord {
     user_agent: Option<String>,
     ip: Option<String>,
     last_used_at: Option<NaiveDateTime>,
+    amr: Option<String>,
 }
 
 impl From<SessionRecord> for SessionRow {
@@ -305,6 +309,7 @@ impl From<SessionRecord> for SessionRow {
             user_agent: r.user_agent,
             ip: r.ip,
             last_used_at: r.last_used_at.map(to_utc),
+            amr: r.amr,
         }
     }
 }
@@ -321,6 +326,7 @@ impl From<&SessionRow> for SessionRecord {
             user_agent: r.user_agent.clone(),
             ip: r.ip.clone(),
             last_used_at: r.last_used_at.map(from_utc),
+            amr: r.amr.clone(),
         }
     }
 }

@@ -33,6 +33,7 @@ diesel::table! {
         user_agent -> Nullable<Text>,
         ip -> Nullable<Text>,
         last_used_at -> Nullable<Timestamp>,
+        amr -> Nullable<Text>,
     }
 }
 
@@ -336,5 +337,41 @@ diesel::table! {
         body_digest -> Nullable<Text>,
         received_at -> Timestamp,
         tokens -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// A user's TOTP second factor: the sealed secret, pending until `enabled_at`, and the
+    /// last accepted time step (a code works once).
+    mfa_totp (user_id) {
+        user_id -> Text,
+        secret_sealed -> Text,
+        created_at -> Timestamp,
+        enabled_at -> Nullable<Timestamp>,
+        last_used_step -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Single-use recovery codes, stored as SHA-256 digests.
+    mfa_recovery_codes (id) {
+        id -> Text,
+        user_id -> Text,
+        code_hash -> Text,
+        created_at -> Timestamp,
+        used_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    /// MFA challenges between a right password and a session; the token as its digest.
+    mfa_challenges (id) {
+        id -> Text,
+        token_hash -> Text,
+        user_id -> Text,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
+        attempts -> BigInt,
+        used_at -> Nullable<Timestamp>,
     }
 }

@@ -5,6 +5,7 @@ use crate::auth::{AuthService, Authorized};
 use crate::config::RegistrationMode;
 use crate::credential_cache;
 use crate::error::ServiceError;
+use crate::mfa::LoginOutcome;
 use crate::password::Verification;
 use crate::sessions::ClientInfo;
 use crate::views::{TokenSet, UserView};
@@ -141,7 +142,9 @@ impl AuthService {
         })
     }
 
-    /// Checks an e-mail and password and starts a session.
+    /// Checks an e-mail and password and starts a session; for an account whose second
+    /// factor is on, answers an MFA challenge instead ([`LoginOutcome::MfaRequired`], completed
+    /// by [`AuthService::complete_mfa_login`]).
     ///
     /// An unknown e-mail is verified against a dummy hash, so it costs the same time and
     /// gets the same answer as a wrong password. A stored hash with parameters other than the
@@ -156,7 +159,7 @@ impl AuthService {
         email: &str,
         password: String,
         client: &ClientInfo,
-    ) -> Result<TokenSet, ServiceError> {
+    ) -> Result<LoginOutcome, ServiceError> {
         self.password_policy.check_length_bound(&password)?;
         // The address exactly as registration stores it (NFKC, lower case): a look-alike of
         // another account's address is another address, and finds nothing.
@@ -189,6 +192,9 @@ impl AuthService {
         if verification == Verification::MatchNeedsRehash {
             self.rehash(&user.id, password).await;
         }
+        if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
+            return Ok(LoginOutcome::MfaRequired(challenge));
+        }
         let now = time::now();
         let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored_session = session.clone();
@@ -208,7 +214,7 @@ impl AuthService {
             })
             .await?;
         tracing::info!(user_id = %user.id, session_id = %session.id, "login");
-        self.token_set(&user, &session, &refresh, now)
+        self.token_set(&user, &session, &refresh, now).map(LoginOutcome::Tokens)
     }
 
     /// Replaces a user's hash with one of the configured parameters; failures are logged

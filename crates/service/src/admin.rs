@@ -138,11 +138,12 @@ fn user_not_found(id: &str) -> ServiceError {
 }
 
 impl AuthService {
-    /// Checks that `principal` may administer, with the role its account has now.
+    /// Checks that `principal` may administer, with the role its account has now, and with
+    /// the second factor when `auth.require_mfa_for_admins` asks for it.
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] (`required: admin`, `current: user`, or for a key without
-    /// the `admin` permission its permissions); [`ServiceError::Unauthorized`] when the
+    /// the `admin` permission its permissions); [`ServiceError::SecondFactorRequired`]; [`ServiceError::Unauthorized`] when the
     /// account no longer exists; [`ServiceError::Unavailable`] when the database is down.
     pub async fn authorize_admin(&self, principal: &Principal) -> Result<Admin, ServiceError> {
         let role = self
@@ -157,6 +158,7 @@ impl AuthService {
         };
         authorize_as(caller, role, Operation::Administer)
             .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })?;
+        self.require_admin_second_factor(principal).await?;
         Ok(Admin {
             user_id: principal.user_id().to_owned(),
             actor: crate::audit::actor_of(principal).to_owned(),

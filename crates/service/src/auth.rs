@@ -26,6 +26,8 @@ pub enum Principal {
         session_id: String,
         /// The role claim.
         role: Role,
+        /// Whether the session was made with a second factor (`amr` has `otp`).
+        second_factor: bool,
     },
     /// An API key.
     ApiKey {
@@ -287,7 +289,15 @@ impl AuthService {
                 let role = claims.role.parse().map_err(|()| {
                     ServiceError::invalid_credential("the access token is invalid")
                 })?;
-                Ok(Principal::User { user_id: claims.sub, session_id: claims.sid, role })
+                let amr = claims.amr.iter().flatten().map(String::as_str);
+                let second_factor =
+                    aigw_domain::mfa::SessionAmr::from_values(amr).has_second_factor();
+                Ok(Principal::User {
+                    user_id: claims.sub,
+                    session_id: claims.sid,
+                    role,
+                    second_factor,
+                })
             }
             PresentedCredential::ApiKey(key) => self.authenticate_api_key(key).await,
         }

@@ -47,6 +47,15 @@ pub struct AuthConfig {
     pub allowed_email_domains: Vec<String>,
     /// Who may create teams: `anyone` (default) or `admins`.
     pub team_creation: TeamCreation,
+    /// Refuse admins on the administrative endpoints (403) until their TOTP second factor is
+    /// on, and, with an access token, unless its session was made with it (default false).
+    pub require_mfa_for_admins: bool,
+    /// The issuer shown by authenticator apps (the `otpauth://` URI's label and `issuer`;
+    /// default `"aigw"`). Must not contain `:`.
+    pub mfa_issuer: String,
+    /// Lifetime of an MFA challenge (between a right password and the second factor), in
+    /// seconds (default 300).
+    pub mfa_challenge_ttl_secs: u64,
     /// Whether accounts prove their e-mail address: `off` (default), `optional` or
     /// `required` (see [`EmailVerification`]).
     pub email_verification: EmailVerification,
@@ -110,6 +119,9 @@ impl Default for AuthConfig {
             registration: RegistrationMode::Open,
             allowed_email_domains: Vec::new(),
             team_creation: TeamCreation::Anyone,
+            require_mfa_for_admins: false,
+            mfa_issuer: "aigw".to_owned(),
+            mfa_challenge_ttl_secs: 300,
             email_verification: EmailVerification::Off,
         }
     }

@@ -41,6 +41,15 @@ pub enum ServiceError {
     /// and the account has not verified its address yet.
     #[error("forbidden: the e-mail address is not verified")]
     EmailUnverified,
+    /// 403 `forbidden` with `required: mfa`: an admin without the second factor that
+    /// `auth.require_mfa_for_admins` asks for; `hint` says how to get it.
+    #[error("forbidden: requires a second factor, caller has {current}")]
+    SecondFactorRequired {
+        /// `none` (no factor enrolled) or `pwd` (a session made with the password alone).
+        current: &'static str,
+        /// What to do: enroll, or log in again with the second factor.
+        hint: &'static str,
+    },
     /// 404 `not_found`.
     #[error("{resource} {id} not found")]
     NotFound {

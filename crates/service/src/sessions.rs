@@ -86,6 +86,7 @@ impl AuthService {
             user_agent: client.user_agent.clone(),
             ip: client.ip.clone(),
             last_used_at: None,
+            amr: Some(aigw_domain::mfa::SessionAmr::Password.as_storage().to_owned()),
         };
         let (token, secret) = Self::first_refresh_token(&session.id, now);
         (session, token, secret)
@@ -130,10 +131,12 @@ impl AuthService {
         now: DateTime<Utc>,
     ) -> Result<TokenSet, ServiceError> {
         let session_id = session.id.clone();
-        let access = self.tokens.issue(
+        let amr = aigw_domain::mfa::SessionAmr::from_storage(session.amr.as_deref());
+        let access = self.tokens.issue_with_amr(
             &user.id,
             &session_id,
             user.role.as_str(),
+            Some(amr.values()),
             now,
             session.expires_at,
         )?;

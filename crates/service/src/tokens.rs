@@ -206,6 +206,23 @@ impl TokenIssuer {
         now: DateTime<Utc>,
         session_ends_at: DateTime<Utc>,
     ) -> Result<IssuedAccessToken, ServiceError> {
+        self.issue_with_amr(user_id, session_id, role, None, now, session_ends_at)
+    }
+
+    /// [`TokenIssuer::issue`] with an `amr` claim (RFC 8176 values, how the session was made;
+    /// `None` writes no claim).
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] if signing fails.
+    pub fn issue_with_amr(
+        &self,
+        user_id: &str,
+        session_id: &str,
+        role: &str,
+        amr: Option<Vec<String>>,
+        now: DateTime<Utc>,
+        session_ends_at: DateTime<Utc>,
+    ) -> Result<IssuedAccessToken, ServiceError> {
         let key = &self.keys[0];
         let iat = now.timestamp();
         let ttl = i64::try_from(self.ttl_secs).unwrap_or(i64::MAX / 2);
@@ -221,6 +238,7 @@ impl TokenIssuer {
             exp,
             typ: ACCESS_TOKEN_TYPE.to_owned(),
             role: role.to_owned(),
+            amr,
         };
         let mut header = Header::new(key.algorithm);
         header.kid = Some(key.kid.clone());

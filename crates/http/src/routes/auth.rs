@@ -4,12 +4,13 @@ use crate::dto::{
     BodyErrors, Envelope, ErrorEnvelope, LoginRequest, LogoutData, LogoutRequest, LogoutScopeDto,
     MeData, RefreshRequest, RegisterData, RegisterRequest, ServerErrors, TokenSetDto,
 };
+use crate::dto_mfa::LoginData;
 use crate::error::ApiError;
 use crate::extract::{After, Authorized, JsonBody, OptionalJsonBody};
 use crate::startup::AppState;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use aigw_domain::access::op;
-use aigw_service::{ClientInfo, LogoutScope, Policy, ServiceError};
+use aigw_service::{ClientInfo, LoginOutcome, LogoutScope, Policy, ServiceError};
 
 /// Create an account; starts a session and answers its tokens.
 #[utoipa::path(post, path = "/api/v1/auth/register", tag = "auth", request_body = RegisterRequest,
@@ -40,10 +41,12 @@ pub async fn register(
     Ok(HttpResponse::Created().json(Envelope::ok(data)))
 }
 
-/// Log in with e-mail and password; starts a session.
+/// Log in with e-mail and password; starts a session. When the account's second factor is
+/// on, the answer is an MFA challenge instead (`mfa_required: true`), completed with
+/// `POST /api/v1/auth/login/mfa`.
 #[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginRequest,
     responses(
-        (status = 200, description = "Logged in", body = Envelope<TokenSetDto>),
+        (status = 200, description = "Logged in (the token set), or, with the second factor on, an MFA challenge (no tokens)", body = Envelope<LoginData>),
         (status = 400, body = ErrorEnvelope),
         BodyErrors,
         (status = 401, description = "Unknown e-mail or wrong password (one answer for both)", body = ErrorEnvelope),
@@ -63,6 +66,7 @@ pub async fn login(
     }
     .await;
     let outcome = match &result {
+        Ok(LoginOutcome::MfaRequired(_)) => "mfa_required",
         Ok(_) => "ok",
         Err(e) => match e.status_code().as_u16() {
             401 => "invalid",
@@ -73,9 +77,12 @@ pub async fn login(
     };
     state.telemetry.metrics.count("aigw_logins_total", &[("outcome", outcome)]);
     match result {
-        Ok(set) => {
+        Ok(LoginOutcome::Tokens(set)) => {
             state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
             Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+        }
+        Ok(LoginOutcome::MfaRequired(challenge)) => {
+            Ok(HttpResponse::Ok().json(Envelope::ok(LoginData::MfaRequired(challenge.into()))))
         }
         Err(e) => {
             if outcome == "invalid" {
@@ -89,7 +96,7 @@ pub async fn login(
 }
 
 /// Where `req` comes from: the client address (trusted-proxy rules) and `User-Agent`.
-fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
+pub(crate) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
     let user_agent = req.headers().get(actix_web::http::header::USER_AGENT);
     ClientInfo::new(
         Some(state.limits.client_ip(req).to_string()),

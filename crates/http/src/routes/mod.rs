@@ -8,6 +8,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod chat;
 pub mod health;
+pub mod mfa;
 pub mod secret_scanning;
 pub mod teams;
 pub mod usage;
@@ -53,6 +54,34 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
             .service(
                 one("/auth/login", &["POST"], web::post().to(auth::login))
                     .app_data(LimitedBy(Policy::Login)),
+            )
+            .service(
+                one("/auth/login/mfa", &["POST"], web::post().to(mfa::login_mfa))
+                    .app_data(LimitedBy(Policy::Login)),
+            )
+            .service(
+                one("/auth/mfa", &["GET"], get_or_head().to(mfa::status))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/mfa/totp/enroll", &["POST"], web::post().to(mfa::enroll))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/mfa/totp/confirm", &["POST"], web::post().to(mfa::confirm))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one("/auth/mfa/totp/disable", &["POST"], web::post().to(mfa::disable))
+                    .app_data(LimitedBy(Policy::Account)),
+            )
+            .service(
+                one(
+                    "/auth/mfa/recovery-codes",
+                    &["POST"],
+                    web::post().to(mfa::regenerate_recovery_codes),
+                )
+                .app_data(LimitedBy(Policy::Account)),
             )
             .service(
                 one(
@@ -353,12 +382,14 @@ pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 #[cfg(test)]
 mod tests {
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 8] = [
+    const HANDLERS: [(&str, &str); 10] = [
         ("account", include_str!("account.rs")),
+        ("account_email", include_str!("account_email.rs")),
         ("admin", include_str!("admin.rs")),
         ("api_keys", include_str!("api_keys.rs")),
         ("auth", include_str!("auth.rs")),
         ("chat", include_str!("chat.rs")),
+        ("mfa", include_str!("mfa.rs")),
         ("secret_scanning", include_str!("secret_scanning.rs")),
         ("teams", include_str!("teams.rs")),
         ("usage", include_str!("usage.rs")),
@@ -394,6 +425,6 @@ mod tests {
                 secured += usize::from(checked);
             }
         }
-        assert_eq!(secured, 45, "every authenticated endpoint of /api/v1 was found");
+        assert_eq!(secured, 52, "every authenticated endpoint of /api/v1 was found");
     }
 }

@@ -357,6 +357,52 @@ async fn the_links_open_forms_that_finish_the_job(backend: Backend) {
     app.login(&user.email, "a page-set passphrase").await;
 }
 
+async fn reset_requests_are_limited_per_address_whether_or_not_it_has_an_account(backend: Backend) {
+    use aigw_service::rate_limit::config::PolicyConfig;
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = spawn_app_with(backend, |s| {
+        smtp.configure(s);
+        s.rate_limit.enabled = true;
+        s.rate_limit.policies.password_reset_email = PolicyConfig::new(2, 3600);
+        s.rate_limit.policies.password_reset = PolicyConfig::new(7, 3600);
+    })
+    .await;
+    let user = app.new_user("limited").await;
+    let unknown = unique_email("nobody");
+    for email in [&user.email, &unknown] {
+        for _ in 0..2 {
+            ask_reset(&app, email).await.data(202);
+        }
+        // The same refusal for both: the limit reveals nothing about the account.
+        let refused = ask_reset(&app, email).await;
+        let body = refused.error(429, "rate_limit_exceeded");
+        assert_eq!(body["details"]["limit"], json!(2), "{body}");
+    }
+    // The per-client limit (7): 6 requests so far, one more passes, then it refuses.
+    ask_reset(&app, &unique_email("third")).await.data(202);
+    ask_reset(&app, &unique_email("fourth")).await.error(429, "rate_limit_exceeded");
+    assert_eq!(smtp.wait_for(&user.email, RESET_SUBJECT, 2).await.to, user.email);
+}
+
+async fn ended_tokens_are_pruned_a_day_later(backend: Backend) {
+    use aigw_persistence::pool::{DatabaseUrl, Pool, PoolOptions};
+    let Some(smtp) = SmtpServer::start() else { return };
+    let clock = aigw_service::Clock::adjustable();
+    let app = app_with_mail(backend, &smtp, "off", Some(&clock)).await;
+    let user = app.new_user("pruned").await;
+    ask_reset(&app, &user.email).await.data(202);
+    let token = smtp.wait_for(&user.email, RESET_SUBJECT, 1).await.token("aigwp_");
+    let url = DatabaseUrl::parse(&app.database_url).unwrap();
+    let db = aigw_service::Db::new(Pool::new(&url, &PoolOptions::default()).unwrap()).unwrap();
+    let prune = || aigw_service::account_email::pruning::prune(&db, &clock);
+    assert_eq!(prune().await.unwrap(), 0, "a live token is kept");
+    clock.advance(chrono::Duration::hours(24));
+    assert_eq!(prune().await.unwrap(), 0, "an ended token is kept a day");
+    clock.advance(chrono::Duration::minutes(31));
+    assert_eq!(prune().await.unwrap(), 1);
+    confirm_reset(&app, &token, "a long enough passphrase").await.invalid("token");
+}
+
 backend_tests!(
     registration_sends_a_link_that_verifies_the_address,
     a_new_link_withdraws_the_older_one,
@@ -366,6 +412,8 @@ backend_tests!(
     a_reset_request_answers_alike_for_known_and_unknown_addresses,
     an_email_change_moves_the_account_and_tells_the_old_address,
     the_links_open_forms_that_finish_the_job,
+    ended_tokens_are_pruned_a_day_later,
+    reset_requests_are_limited_per_address_whether_or_not_it_has_an_account,
 );
 
 /// Mail to an SMTP server that is down is tried again with backoff and, once the server is

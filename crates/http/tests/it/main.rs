@@ -34,6 +34,7 @@ mod key_policy;
 mod leaks;
 mod limits;
 mod lookalike_emails;
+mod mfa;
 mod observability;
 mod openapi_contract;
 mod outage;

@@ -1,6 +1,7 @@
 //! The flows that reach a user through their mailbox: e-mail verification
 //! ([`verification`]), e-mail change ([`email_change`]) and password reset
-//! ([`password_reset`]), each an `impl AuthService` block. They share [`AccountMail`] (the
+//! ([`password_reset`]), each an `impl AuthService` block; [`pruning`] deletes the tokens (and
+//! MFA challenges) that ended. They share [`AccountMail`] (the
 //! mailer, the public URL links point to, and the bound on background work) and the single-use
 //! tokens of [`aigw_domain::account_token`], stored as digests by
 //! `aigw_persistence::account_tokens`.
@@ -12,6 +13,7 @@
 
 pub mod email_change;
 pub mod password_reset;
+pub mod pruning;
 pub mod verification;
 
 use crate::auth::AuthService;

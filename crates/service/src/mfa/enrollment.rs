@@ -1,0 +1,287 @@
+//! Enrolling the TOTP factor, confirming it, reading its status and disabling it; and the
+//! password-and-code check that disabling and regenerating recovery codes share.
+
+use super::totp::{qr_svg, TotpSecret};
+use super::{
+    account_owner, Enrollment, MfaStatus, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE,
+};
+use crate::audit::Event;
+use crate::auth::{AuthService, Authorized};
+use crate::error::ServiceError;
+use crate::password::Verification;
+use aigw_domain::access::op;
+use aigw_domain::mfa::TotpCode;
+use aigw_domain::{AuditAction, FieldError};
+use aigw_persistence::mfa::{self, TotpRow};
+use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
+use chrono::{DateTime, Utc};
+
+/// A presented second factor that matched the stored state, still to be claimed (used up)
+/// inside the transaction of the change it allows.
+#[derive(Debug, Clone)]
+pub(crate) enum Proof {
+    /// A TOTP code of this time step.
+    Step(i64),
+    /// The recovery code with this digest.
+    RecoveryCode(String),
+}
+
+impl Proof {
+    /// Uses the proof up: a compare-and-set on the user's last step or on the recovery code.
+    /// Returns false when the step (or a later one) or the code was already used.
+    pub(crate) fn claim(
+        &self,
+        conn: &mut DbConnection,
+        user_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, PersistenceError> {
+        match self {
+            Self::Step(step) => mfa::claim_step(conn, user_id, *step),
+            Self::RecoveryCode(digest) => {
+                mfa::use_recovery_code(conn, user_id, digest, now.naive_utc())
+            }
+        }
+    }
+}
+
+impl AuthService {
+    /// Starts (or restarts) the caller's TOTP enrollment: a new secret, pending until
+    /// [`AuthService::mfa_confirm`]. A pending enrollment started earlier is replaced.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `mfa` when the factor is already on;
+    /// [`ServiceError::Unauthorized`] when the account no longer exists;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn mfa_enroll(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+    ) -> Result<Enrollment, ServiceError> {
+        let user_id = account_owner(principal)?;
+        let user = self
+            .cache
+            .user(&user_id)
+            .await?
+            .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
+        let secret = TotpSecret::generate();
+        let now = self.clock.now();
+        let row = TotpRow {
+            user_id: user_id.clone(),
+            secret_sealed: secret.seal(&self.totp_sealer(), &user_id)?,
+            created_at: now.naive_utc(),
+            enabled_at: None,
+            last_used_step: None,
+        };
+        let event =
+            Event::new(AuditAction::MfaEnrollmentStarted, Some(&user_id), Some(&user_id), now)
+                .target(&user_id);
+        let started = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !mfa::start_enrollment(conn, &row)? {
+                        return Ok(false);
+                    }
+                    event.insert(conn)?;
+                    Ok::<_, ServiceError>(true)
+                })
+            })
+            .await?;
+        if !started {
+            return Err(
+                FieldError::new("mfa", "is already enabled; disable it to enroll again").into()
+            );
+        }
+        let otpauth_uri = secret.otpauth_uri(&self.config.mfa_issuer, &user.email);
+        let qr_svg = qr_svg(&otpauth_uri)?;
+        Ok(Enrollment { secret: secret.base32(), otpauth_uri, qr_svg })
+    }
+
+    /// Confirms the caller's pending enrollment with a current `code`: the factor is on from
+    /// now (that code's step counts as used), and ten new recovery codes are returned, once.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `code` when it matches none of the steps around now, on
+    /// `mfa` when no enrollment is pending or the factor is already on;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn mfa_confirm(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        code: &TotpCode,
+    ) -> Result<RecoveryCodes, ServiceError> {
+        let user_id = account_owner(principal)?;
+        let wanted = user_id.clone();
+        let totp = self.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
+        let totp = match totp {
+            None => {
+                return Err(FieldError::new(
+                    "mfa",
+                    "has no enrollment waiting for a code; start one with POST /api/v1/auth/mfa/totp/enroll",
+                )
+                .into())
+            }
+            Some(t) if t.enabled_at.is_some() => {
+                return Err(FieldError::new("mfa", "is already enabled").into())
+            }
+            Some(t) => t,
+        };
+        let secret = TotpSecret::open(&self.totp_sealer(), &user_id, &totp.secret_sealed)?;
+        let now = self.clock.now();
+        let step = secret.matching_step(code, now).ok_or_else(|| {
+            FieldError::new(
+                "code",
+                "does not match the authenticator app's current code (check the device's time)",
+            )
+        })?;
+        let (rows, codes) = super::recovery::new_codes(&user_id, now);
+        let event = Event::new(AuditAction::MfaEnabled, Some(&user_id), Some(&user_id), now)
+            .target(&user_id)
+            .details(serde_json::json!({"recovery_codes": rows.len()}));
+        let sealed = totp.secret_sealed;
+        let enabled = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    // First statement: the compare-and-set (SQLite's write lock at once).
+                    if !mfa::enable_totp(conn, &user_id, &sealed, step, now.naive_utc())? {
+                        return Ok(false);
+                    }
+                    mfa::replace_recovery_codes(conn, &user_id, &rows)?;
+                    event.insert(conn)?;
+                    Ok::<_, ServiceError>(true)
+                })
+            })
+            .await?;
+        if !enabled {
+            return Err(FieldError::new(
+                "mfa",
+                "is already enabled, or its enrollment was replaced meanwhile",
+            )
+            .into());
+        }
+        Ok(RecoveryCodes { codes, enabled_at: now })
+    }
+
+    /// The caller's second factor: on or not, since when, pending, recovery codes left.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn mfa_status(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+    ) -> Result<MfaStatus, ServiceError> {
+        let user_id = principal.user_id().to_owned();
+        let (totp, left) = self
+            .db
+            .run(move |conn| {
+                let totp = mfa::find_totp(conn, &user_id)?;
+                let left = mfa::unused_recovery_codes(conn, &user_id)?;
+                Ok((totp, left))
+            })
+            .await?;
+        let enabled_at = totp.as_ref().and_then(|t| t.enabled_at).map(|t| t.and_utc());
+        Ok(MfaStatus {
+            enabled: enabled_at.is_some(),
+            enabled_at,
+            pending: totp.is_some() && enabled_at.is_none(),
+            recovery_codes_left: if enabled_at.is_some() {
+                u32::try_from(left).unwrap_or(0)
+            } else {
+                0
+            },
+        })
+    }
+
+    /// Turns the caller's factor off, with their password and a current code or a recovery
+    /// code; the secret and the recovery codes are deleted.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `password` (longer than the policy's maximum) or `mfa`
+    /// (not enabled); [`ServiceError::Unauthorized`] when the password or the code is wrong or
+    /// the code was already used; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn mfa_disable(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        password: String,
+        factor: &SecondFactor,
+    ) -> Result<(), ServiceError> {
+        let user_id = account_owner(principal)?;
+        let proof = self.password_and_factor(&user_id, password, factor).await?;
+        let now = self.clock.now();
+        let event = Event::new(AuditAction::MfaDisabled, Some(&user_id), Some(&user_id), now)
+            .target(&user_id)
+            .details(serde_json::json!({"method": factor.method()}));
+        let used = super::recovery::used_event(&proof, &user_id, "disable", now);
+        let done = self
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !proof.claim(conn, &user_id, now)? {
+                        return Ok(false);
+                    }
+                    mfa::delete_totp(conn, &user_id)?;
+                    event.insert(conn)?;
+                    used.iter().try_for_each(|e| e.insert(conn))?;
+                    Ok::<_, ServiceError>(true)
+                })
+            })
+            .await?;
+        if !done {
+            return Err(ServiceError::rejected(WRONG_PASSWORD_OR_CODE));
+        }
+        Ok(())
+    }
+
+    /// Checks the account owner's password (on the argon2 threads, the same work whether or
+    /// not it is right) and that `factor` matches their enabled factor: the proof to claim in
+    /// the change's transaction.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `password` (longer than the policy's maximum) or `mfa`
+    /// (not enabled); [`ServiceError::Unauthorized`] ([`WRONG_PASSWORD_OR_CODE`]) when the
+    /// password or the code is wrong.
+    pub(crate) async fn password_and_factor(
+        &self,
+        user_id: &str,
+        password: String,
+        factor: &SecondFactor,
+    ) -> Result<Proof, ServiceError> {
+        self.password_policy
+            .check_length_bound(&password)
+            .map_err(|e| FieldError::new("password", e.issue))?;
+        let wanted = user_id.to_owned();
+        let (user, totp) = self
+            .db
+            .run(move |conn| {
+                Ok((users::find_by_id(conn, &wanted)?, mfa::find_totp(conn, &wanted)?))
+            })
+            .await?;
+        let Some(totp) = totp.filter(|t| t.enabled_at.is_some()) else {
+            return Err(FieldError::new("mfa", "is not enabled").into());
+        };
+        let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
+        let verification = self.passwords.verify(password, stored_hash).await?;
+        if verification == Verification::Mismatch || user.is_none() {
+            return Err(ServiceError::rejected(WRONG_PASSWORD_OR_CODE));
+        }
+        self.proof_of(&totp, factor)?.ok_or_else(|| ServiceError::rejected(WRONG_PASSWORD_OR_CODE))
+    }
+
+    /// What `factor` proves against `totp` now: the step its code matches, or the recovery
+    /// code's digest (checked when claimed); `None` for a code that matches no step.
+    pub(crate) fn proof_of(
+        &self,
+        totp: &TotpRow,
+        factor: &SecondFactor,
+    ) -> Result<Option<Proof>, ServiceError> {
+        match factor {
+            SecondFactor::Totp(code) => {
+                let secret =
+                    TotpSecret::open(&self.totp_sealer(), &totp.user_id, &totp.secret_sealed)?;
+                Ok(secret.matching_step(code, self.clock.now()).map(Proof::Step))
+            }
+            SecondFactor::RecoveryCode(code) => {
+                Ok(Some(Proof::RecoveryCode(code.digest().into_string())))
+            }
+        }
+    }
+}
