@@ -31,6 +31,12 @@ pub const TOTP_SECRET_BYTES: usize = 20;
 pub const RECOVERY_CODE_COUNT: usize = 10;
 /// Failed attempts after which an MFA challenge is dead.
 pub const MAX_CHALLENGE_ATTEMPTS: i64 = 5;
+/// Wrong codes an account may get in [`FAILED_CODES_WINDOW_SECS`], across all its
+/// challenges; past it a right password gets no new challenge until the window moves on. A
+/// challenge's own limit alone would let whoever knows the password try five codes per login.
+pub const MAX_FAILED_CODES_PER_WINDOW: i64 = 10;
+/// The window of [`MAX_FAILED_CODES_PER_WINDOW`], in seconds.
+pub const FAILED_CODES_WINDOW_SECS: i64 = 3600;
 
 /// The prefix of every MFA challenge token.
 pub const MFA_TOKEN_PREFIX: &str = "aigwm_";

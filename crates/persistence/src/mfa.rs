@@ -232,23 +232,47 @@ pub fn unused_recovery_codes(
         .get_result(conn)?)
 }
 
-/// Inserts a challenge, first deleting the user's challenges that ended before `now`.
+/// Inserts a challenge, first deleting the user's challenges that ended before
+/// `ended_before` (keep the ones whose failed attempts still count, see
+/// [`failed_attempts_since`]).
 ///
 /// # Errors
 /// On database failure.
 pub fn insert_challenge(
     conn: &mut DbConnection,
     row: &ChallengeRow,
-    now: NaiveDateTime,
+    ended_before: NaiveDateTime,
 ) -> Result<(), PersistenceError> {
     diesel::delete(
         mfa_challenges::table
             .filter(mfa_challenges::user_id.eq(&row.user_id))
-            .filter(mfa_challenges::expires_at.le(now)),
+            .filter(mfa_challenges::expires_at.lt(ended_before)),
     )
     .execute(conn)?;
     diesel::insert_into(mfa_challenges::table).values(row).execute(conn)?;
     Ok(())
+}
+
+/// The wrong codes tried on user `user_id`'s challenges created at or after `since` (every
+/// counted attempt, less the one that completed each used challenge), and when the oldest of
+/// those challenges was created.
+///
+/// # Errors
+/// On database failure.
+pub fn failed_attempts_since(
+    conn: &mut DbConnection,
+    user_id: &str,
+    since: NaiveDateTime,
+) -> Result<(i64, Option<NaiveDateTime>), PersistenceError> {
+    let rows: Vec<(i64, Option<NaiveDateTime>, NaiveDateTime)> = mfa_challenges::table
+        .filter(mfa_challenges::user_id.eq(user_id))
+        .filter(mfa_challenges::created_at.ge(since))
+        .filter(mfa_challenges::attempts.gt(0))
+        .select((mfa_challenges::attempts, mfa_challenges::used_at, mfa_challenges::created_at))
+        .load(conn)?;
+    let failed = rows.iter().map(|(attempts, used, _)| attempts - i64::from(used.is_some())).sum();
+    let oldest = rows.iter().filter(|(a, u, _)| a - i64::from(u.is_some()) > 0).map(|r| r.2).min();
+    Ok((failed, oldest))
 }
 
 /// The challenge with digest `token_hash`.

@@ -17,6 +17,7 @@ backend_tests!(
     concurrent_uses_of_one_code_on_two_nodes_one_wins,
     a_recovery_code_works_once,
     five_wrong_codes_kill_the_challenge,
+    ten_wrong_codes_in_an_hour_stop_new_challenges,
     an_expired_challenge_is_refused,
     disable_needs_the_password_and_a_code,
     regenerated_recovery_codes_replace_the_old_ones,
@@ -242,6 +243,31 @@ async fn five_wrong_codes_kill_the_challenge(backend: Backend) {
     let right = complete(&app, &token, &code(&secret, &clock)).await;
     assert!(hint(&right).contains("dead"), "{}", right.text);
     // A new login gets a new challenge, which the right code completes.
+    let token = challenge(&app, &user).await;
+    complete(&app, &token, &code(&secret, &clock)).await.data(200);
+}
+
+async fn ten_wrong_codes_in_an_hour_stop_new_challenges(backend: Backend) {
+    let (app, clock) = app_with_clock(backend).await;
+    let (user, secret, _) = enrolled(&app, &clock, "guesser").await;
+    // Whoever knows the password gets five codes per challenge, and ten per hour in all.
+    for _ in 0..2 {
+        let token = challenge(&app, &user).await;
+        for _ in 0..5 {
+            complete(&app, &token, &wrong_code(&secret, &clock)).await.unauthorized();
+        }
+    }
+    let refused = app.login_raw(&user.email, &user.password).await;
+    let error = refused.error(429, "rate_limit_exceeded");
+    assert_eq!(error["details"]["limit"], json!(10), "{error}");
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((3000..=3600).contains(&retry), "{retry}");
+    // Also on another node: the count is in the database.
+    let other = app.spawn_sibling(|s| s.clock = clock.clone()).await;
+    other.login_raw(&user.email, &user.password).await.error(429, "rate_limit_exceeded");
+    drop(other);
+    // Once the failures leave the window, a right password gets a challenge again.
+    clock.advance(chrono::Duration::minutes(61));
     let token = challenge(&app, &user).await;
     complete(&app, &token, &code(&secret, &clock)).await.data(200);
 }

@@ -15,7 +15,10 @@ use crate::auth::AuthService;
 use crate::error::ServiceError;
 use crate::sessions::ClientInfo;
 use crate::views::TokenSet;
-use aigw_domain::mfa::{MfaToken, SessionAmr, MAX_CHALLENGE_ATTEMPTS};
+use aigw_domain::mfa::{
+    MfaToken, SessionAmr, FAILED_CODES_WINDOW_SECS, MAX_CHALLENGE_ATTEMPTS,
+    MAX_FAILED_CODES_PER_WINDOW,
+};
 use aigw_domain::{time, AuditAction};
 use aigw_persistence::mfa::{self, ChallengeRow, TotpRow};
 use aigw_persistence::models::UserRow;
@@ -44,9 +47,12 @@ enum Attempt {
 
 impl AuthService {
     /// Starts an MFA challenge for `user_id` if their factor is on (`None`: it is not, and the
-    /// login goes on without one). Expired challenges of the user are deleted on the way.
+    /// login goes on without one). The user's challenges that ended before the failed-codes
+    /// window are deleted on the way.
     ///
     /// # Errors
+    /// [`ServiceError::RateLimited`] (`limit` [`MAX_FAILED_CODES_PER_WINDOW`], no scope) when
+    /// the account got that many wrong codes within [`FAILED_CODES_WINDOW_SECS`];
     /// [`ServiceError::Unavailable`] when the database is down.
     pub(crate) async fn mfa_challenge_for(
         &self,
@@ -65,13 +71,28 @@ impl AuthService {
             attempts: 0,
             used_at: None,
         };
+        let window = Duration::seconds(FAILED_CODES_WINDOW_SECS);
+        let since = (now - window).naive_utc();
         let started = self
             .db
             .run(move |conn| {
                 if !mfa::totp_enabled(conn, &row.user_id)? {
                     return Ok(false);
                 }
-                mfa::insert_challenge(conn, &row, now.naive_utc())?;
+                let (failed, oldest) = mfa::failed_attempts_since(conn, &row.user_id, since)?;
+                if failed >= MAX_FAILED_CODES_PER_WINDOW {
+                    // Again once the oldest failing challenge leaves the window.
+                    let reset = oldest.map_or(now + window, |t| t.and_utc() + window);
+                    let wait = (reset - now).num_seconds().max(1);
+                    return Err(ServiceError::RateLimited {
+                        limit: u32::try_from(MAX_FAILED_CODES_PER_WINDOW).unwrap_or(u32::MAX),
+                        remaining: 0,
+                        reset: reset.timestamp(),
+                        retry_after_secs: u64::try_from(wait).unwrap_or(1),
+                        scope: None,
+                    });
+                }
+                mfa::insert_challenge(conn, &row, since)?;
                 Ok(true)
             })
             .await?;
