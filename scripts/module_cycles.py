@@ -8,7 +8,8 @@ names: `use crate::…`, `use super::…`, `use self::…` (brace groups expande
 written inline (`crate::observe::Telemetry::new()`), and `child::…` for a module the file
 declares itself. Inline modules (`mod tests { … }`) are followed, so their `super::` is the
 file's own module. Comments and string literals are ignored. Each path is resolved to the
-file of the longest module prefix it names; an edge is drawn from the file to that file.
+file of the longest module prefix it names (through `pub use` re-exports to where the name
+is defined); an edge is drawn from the file to that file.
 
 Prints every strongly connected set of files (a cycle) with the edges inside it, and exits 1
 when there is one; `--edges` prints the whole graph as well. No tool of the toolchain does
@@ -82,7 +83,8 @@ def strip(text):
 
 
 def expand_use(tree):
-    """The paths of a `use` tree: `crate::a::{b, c::d as e, self}` -> crate::a::b, …"""
+    """The paths of a `use` tree: `crate::a::{b, c::d as e, self}` -> crate::a::b, …, each
+    with the name it is known by (`e` for `c::d as e`)."""
     tree = re.sub(r"\s*(::|\{|\}|,)\s*", r"\1", " ".join(tree.split()))
     paths = []
 
@@ -91,7 +93,9 @@ def expand_use(tree):
             return
         brace = t.find("{")
         if brace < 0:
-            paths.append(prefix + t.split(" ")[0])
+            words = t.split(" ")
+            alias = words[2] if len(words) == 3 and words[1] == "as" else None
+            paths.append((prefix + words[0], alias))
             return
         head, inner = t[:brace], t[brace + 1 : t.rfind("}")]
         depth, part, parts = 0, "", []
@@ -106,12 +110,12 @@ def expand_use(tree):
         parts.append(part)
         for p in parts:
             if p == "self":
-                paths.append((prefix + head).rstrip(":"))
+                paths.append(((prefix + head).rstrip(":"), None))
             elif p:
                 walk(prefix + head, p)
 
     walk("", tree)
-    return [p for p in paths if p and p != "*"]
+    return [(p, a) for p, a in paths if p and not p.endswith("*")]
 
 
 TOKEN = re.compile(
@@ -123,8 +127,42 @@ TOKEN = re.compile(
 )
 
 
-def references(path, module, modules):
-    """The module paths (tuples) that the file `path` of module `module` names."""
+def absolute(segments, here, declared):
+    """`segments` of a path written in module `here` as a path from the crate root, or None
+    for another crate's (or a local name's)."""
+    if segments[0] == "crate":
+        return segments[1:]
+    if segments[0] in ("super", "self"):
+        base, rest = list(here), list(segments)
+        while rest and rest[0] in ("super", "self"):
+            if rest[0] == "super":
+                base = base[:-1]
+            rest = rest[1:]
+        return base + rest
+    if segments[0] in declared:
+        return list(here) + list(segments)
+    return None
+
+
+def reexports(modules):
+    """{module: {name: absolute path}} of the `pub use` (any `pub(…)` too) of each file."""
+    out = {}
+    for module, path in modules.items():
+        text = strip(open(path, encoding="utf-8").read())
+        declared = {m.group(1) for m in re.finditer(r"\bmod\s+(\w+)\s*;", text)}
+        names = {}
+        for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", text):
+            for p, alias in expand_use(m.group(1)):
+                target = absolute(p.split("::"), module, declared)
+                if target:
+                    names[alias or target[-1]] = target
+        out[module] = names
+    return out
+
+
+def references(path, module, modules, exported):
+    """The module paths (tuples) that the file `path` of module `module` names; a name that a
+    module re-exports (`pub use`) counts as the module it comes from."""
     text = strip(open(path, encoding="utf-8").read())
     declared = {m.group(1) for m in re.finditer(r"\bmod\s+(\w+)\s*;", text)}
     found = set()
@@ -133,27 +171,20 @@ def references(path, module, modules):
 
     def resolve(segments):
         here = list(module) + [name for name, _ in inline]
-        if segments[0] == "crate":
-            base, rest = [], segments[1:]
-        elif segments[0] in ("super", "self"):
-            base, rest = here, segments
-            while rest and rest[0] in ("super", "self"):
-                if rest[0] == "super":
-                    base = base[:-1]
-                rest = rest[1:]
-        elif not inline and segments[0] in declared:
-            base, rest = here, segments
-        else:
-            return  # another crate, a type's associated item, a local name
-        full = tuple(base + rest)
-        for k in range(len(full), -1, -1):
-            if full[:k] in modules:
-                found.add(full[:k])
-                return
+        full = absolute(segments, here, declared if not inline else set())
+        if full is None:
+            return
+        for _ in range(16):
+            k = max(k for k in range(len(full) + 1) if tuple(full[:k]) in modules)
+            target = exported.get(tuple(full[:k]), {}).get(full[k]) if k < len(full) else None
+            if target is None or tuple(full[:k]) == tuple(module):
+                break
+            full = target + full[k + 1 :]
+        found.add(tuple(full[:k]))
 
     for m in TOKEN.finditer(text):
         if m.group(1):
-            for p in expand_use(m.group(1)):
+            for p, _ in expand_use(m.group(1)):
                 resolve(p.split("::"))
         elif m.group(2):
             depth += 1
@@ -210,10 +241,12 @@ def main():
         return 2
     src = args[0].rstrip("/")
     modules = module_files(src)
+    exported = reexports(modules)
     graph = {}
     for module, path in modules.items():
         rel = os.path.relpath(path, src)
-        targets = {os.path.relpath(modules[t], src) for t in references(path, module, modules)}
+        found = references(path, module, modules, exported)
+        targets = {os.path.relpath(modules[t], src) for t in found}
         graph[rel] = targets - {rel}
     if "--edges" in sys.argv:
         for f in sorted(graph):
