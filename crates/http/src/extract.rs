@@ -2,7 +2,7 @@
 //! authenticated caller.
 //!
 //! JSON bodies must be `application/json` (or `…+json`), else 415; larger than the scope's
-//! [`BodyLimit`], else 413; and parse into the target type, else 400 `invalid_request` naming
+//! `BodyLimit`, else 413; and parse into the target type, else 400 `invalid_request` naming
 //! the field ([`parse_json`], in `crate::json_body`).
 //!
 //! No string of a JSON body that the endpoint reads, of a query parameter or of a path
