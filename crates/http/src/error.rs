@@ -4,9 +4,10 @@
 //! [`ServiceError`] (use cases) or by the extractors (bad JSON, wrong `Content-Type`, oversize
 //! bodies). A 500 or 503 answer carries `request_id` (also sent as `x-request-id`) and
 //! `timestamp`, never internal text; the cause is logged on the request's access-log line
-//! (`crate::telemetry::access_log`), at `error`, with the same request id. Every 401
+//! (`crate::middleware::access_log`), at `error`, with the same request id. Every 401
 //! carries `WWW-Authenticate: Bearer` (RFC 6750 §3).
 
+use crate::middleware::request_id::current_request_id;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
@@ -16,19 +17,9 @@ use aigw_service::ServiceError;
 use serde_json::{json, Value};
 use std::fmt;
 
-tokio::task_local! {
-    /// The id of the request being handled (set by the request-id middleware).
-    pub static REQUEST_ID: String;
-}
-
-/// The current request's id, or `"unknown"` outside a request.
-pub fn current_request_id() -> String {
-    REQUEST_ID.try_with(Clone::clone).unwrap_or_else(|_| "unknown".to_owned())
-}
-
 /// An error answer: `{"success": false, "error": {"code", "message", "details"}}`.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     code: ErrorCode,
     message: String,
     details: Value,
@@ -44,7 +35,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with `code`, `message` and `details`.
-    pub fn new(code: ErrorCode, message: impl Into<String>, details: Value) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>, details: Value) -> Self {
         Self {
             code,
             message: message.into(),
@@ -63,14 +54,14 @@ impl ApiError {
     }
 
     /// 400 `invalid_request` for `field` with `issue`.
-    pub fn invalid(field: impl Into<String>, issue: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: impl Into<String>, issue: impl Into<String>) -> Self {
         Self::from(FieldError::new(field, issue))
     }
 
     /// 404 `not_found` for an unknown route. An OpenAI-style path (`/v1/chat/completions`,
     /// `/chat/completions`, `/v1/models`) gets a `hint` naming aigw's base URL for OpenAI
     /// clients, `/api/v1/ai`.
-    pub fn no_route(path: &str) -> Self {
+    pub(crate) fn no_route(path: &str) -> Self {
         let id: String = path.chars().take(256).collect();
         let openai = ["/chat/completions", "/models", "/completions", "/embeddings"];
         let trimmed = path.trim_end_matches('/');
@@ -88,7 +79,7 @@ impl ApiError {
     }
 
     /// 405 `method_not_allowed`.
-    pub fn method_not_allowed(method: &str, allowed: &[&str]) -> Self {
+    pub(crate) fn method_not_allowed(method: &str, allowed: &[&str]) -> Self {
         let mut allow: Vec<&str> = allowed.to_vec();
         if allowed.contains(&"GET") {
             allow.push("HEAD");
@@ -103,7 +94,7 @@ impl ApiError {
     }
 
     /// 413 `payload_too_large`.
-    pub fn too_large(limit_bytes: usize) -> Self {
+    pub(crate) fn too_large(limit_bytes: usize) -> Self {
         Self::new(
             ErrorCode::PayloadTooLarge,
             format!("the request body is larger than {limit_bytes} bytes"),
@@ -112,7 +103,7 @@ impl ApiError {
     }
 
     /// 408 `request_timeout`: the body did not arrive in time. The connection is closed.
-    pub fn request_timeout(timeout_secs: u64) -> Self {
+    pub(crate) fn request_timeout(timeout_secs: u64) -> Self {
         Self::new(
             ErrorCode::RequestTimeout,
             format!("the request body did not arrive within {timeout_secs} s"),
@@ -124,7 +115,7 @@ impl ApiError {
     /// body the server waits for (`server.max_pending_requests_per_address`). Carries
     /// `Retry-After: retry_after_secs` and closes the connection (the rest of the body is not
     /// read).
-    pub fn pending_requests_over(limit: u32, retry_after_secs: u64) -> Self {
+    pub(crate) fn pending_requests_over(limit: u32, retry_after_secs: u64) -> Self {
         let reset = time::now().timestamp().saturating_add_unsigned(retry_after_secs);
         let mut err = Self::new(
             ErrorCode::RateLimitExceeded,
@@ -140,7 +131,7 @@ impl ApiError {
     }
 
     /// 415 `unsupported_media_type`.
-    pub fn unsupported_media_type() -> Self {
+    pub(crate) fn unsupported_media_type() -> Self {
         Self::new(
             ErrorCode::UnsupportedMediaType,
             "the request body must be JSON",
@@ -150,7 +141,7 @@ impl ApiError {
 
     /// 500 `internal_error`; `cause` is logged (on the request's access-log line, at
     /// `error`), never sent.
-    pub fn internal(cause: &str) -> Self {
+    pub(crate) fn internal(cause: &str) -> Self {
         let request_id = current_request_id();
         Self::new(
             ErrorCode::InternalError,
@@ -390,8 +381,13 @@ impl ResponseError for ApiError {
             },
         });
         if let Some(cause) = &self.cause {
-            response.extensions_mut().insert(crate::telemetry::ErrorCause(cause.clone()));
+            response.extensions_mut().insert(ErrorCause(cause.clone()));
         }
         response
     }
 }
+
+/// The cause of a 5xx answer, for the access log (response extension set by
+/// [`ApiError`]); never sent to the client.
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorCause(pub(crate) String);

@@ -2,17 +2,18 @@
 //! authenticated caller.
 //!
 //! JSON bodies must be `application/json` (or `…+json`), else 415; larger than the scope's
-//! [`BodyLimit`], else 413; and parse into the target type, else 400 `invalid_request` naming
+//! `BodyLimit`, else 413; and parse into the target type, else 400 `invalid_request` naming
 //! the field ([`parse_json`], in `crate::json_body`).
 //!
 //! No string of a JSON body that the endpoint reads, of a query parameter or of a path
 //! segment may contain U+0000 (NUL): PostgreSQL `text` cannot hold it, so such a request is
 //! answered 400 naming the field here, before any use case sees it.
 
-use crate::connections::{PendingRequests, PendingSlot};
 use crate::error::ApiError;
+use crate::middleware::connections::{PendingRequests, PendingSlot};
+use crate::observe::metric;
 use crate::rate_limit::LimitedBy;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
@@ -29,23 +30,23 @@ pub use crate::json_body::parse_json;
 
 /// Largest accepted request body of a scope, in bytes (set as app data).
 #[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
+pub(crate) struct BodyLimit(pub(crate) usize);
 
 /// How long a whole request body may take to arrive (app data; `server.body_read_timeout_secs`).
 #[derive(Debug, Clone, Copy)]
-pub struct BodyReadTimeout(pub std::time::Duration);
+pub(crate) struct BodyReadTimeout(pub(crate) std::time::Duration);
 
 /// A JSON request body parsed into `T`.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub(crate) T);
 
 /// A JSON request body that may be absent (no body at all gives `T::default()`).
 #[derive(Debug)]
-pub struct OptionalJsonBody<T>(pub T);
+pub(crate) struct OptionalJsonBody<T>(pub(crate) T);
 
 /// The raw bytes of a JSON request body (content type and size checked, not parsed).
 #[derive(Debug)]
-pub struct RawJson(pub Bytes);
+pub(crate) struct RawJson(pub(crate) Bytes);
 
 fn is_json(req: &HttpRequest) -> bool {
     let Some(value) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
@@ -72,7 +73,7 @@ fn read_body(
 ///
 /// # Errors
 /// 413, 415, 408 or 400 as for [`RawJson`].
-pub async fn read_json_payload(
+pub(crate) async fn read_json_payload(
     req: &HttpRequest,
     payload: actix_web::web::Payload,
 ) -> Result<Bytes, ApiError> {
@@ -105,8 +106,8 @@ where
         }
         let mut body = BytesMut::new();
         let read = async {
-            // A pending slot of the client's address (`crate::connections`), taken when the
-            // body has to be waited for and held until the read ends, however it ends.
+            // A pending slot of the client's address (`crate::middleware::connections`), taken
+            // when the body has to be waited for and held until the read ends, however it ends.
             let mut waiting: Option<PendingSlot> = None;
             let mut looked_up = false;
             loop {
@@ -160,7 +161,7 @@ where
 }
 
 /// A pending slot of the connection's client address for a body that has to be waited for
-/// (see `crate::connections`); `None` where the address is not capped.
+/// (see `crate::middleware::connections`); `None` where the address is not capped.
 ///
 /// # Errors
 /// 429 `rate_limit_exceeded`, closing the connection, when the address already has
@@ -170,7 +171,10 @@ fn take_pending_slot(req: &HttpRequest) -> Result<Option<PendingSlot>, ApiError>
         return Ok(None);
     };
     pending.take().map(Some).map_err(|limit| {
-        ApiError::pending_requests_over(limit, crate::connections::PENDING_RETRY_AFTER_SECS)
+        ApiError::pending_requests_over(
+            limit,
+            crate::middleware::connections::PENDING_RETRY_AFTER_SECS,
+        )
     })
 }
 
@@ -220,7 +224,7 @@ impl FromRequest for RawJson {
 /// # Errors
 /// 400 `invalid_request` on `id` when the segment contains U+0000 (`%00`).
 #[derive(Debug)]
-pub struct PathId(pub String);
+pub(crate) struct PathId(pub(crate) String);
 
 impl FromRequest for PathId {
     type Error = ApiError;
@@ -245,7 +249,7 @@ impl FromRequest for PathId {
 /// # Errors
 /// 400 `invalid_request` on the segment's name (`id`, `key_id`, …) when it contains U+0000.
 #[derive(Debug)]
-pub struct PathIds(pub String, pub String);
+pub(crate) struct PathIds(pub(crate) String, pub(crate) String);
 
 impl FromRequest for PathIds {
     type Error = ApiError;
@@ -274,7 +278,7 @@ impl FromRequest for PathIds {
 /// 400 `invalid_request`: on `query` for a string that is not a query; on a parameter that is
 /// not one of `allowed` (named when it is a plausible name, else `query`) or given twice; on a
 /// parameter whose value contains U+0000.
-pub fn query_params(
+pub(crate) fn query_params(
     req: &HttpRequest,
     allowed: &[&str],
 ) -> Result<std::collections::HashMap<String, String>, ApiError> {
@@ -310,14 +314,14 @@ pub fn query_params(
 /// Handlers that authenticate take their body as `After<JsonBody<T>>` and open it with
 /// [`After::into_inner`] once the caller is authenticated and authorized.
 #[derive(Debug)]
-pub struct After<T>(Result<T, ApiError>);
+pub(crate) struct After<T>(Result<T, ApiError>);
 
 impl<T> After<T> {
     /// The extracted value, or the extractor's error.
     ///
     /// # Errors
     /// Whatever the wrapped extractor failed with (400, 413, 415).
-    pub fn into_inner(self) -> Result<T, ApiError> {
+    pub(crate) fn into_inner(self) -> Result<T, ApiError> {
         self.0
     }
 }
@@ -345,7 +349,7 @@ impl<T: FromRequest<Error = ApiError> + 'static> FromRequest for After<T> {
 /// 401 for a missing or bad credential; 429 over the route's limit; 403 `forbidden`
 /// (`required`, `current`) when the table refuses.
 #[derive(Debug)]
-pub struct Authorized<O>(pub aigw_service::Authorized<O>);
+pub(crate) struct Authorized<O>(pub(crate) aigw_service::Authorized<O>);
 
 impl<O: RouteOperation + 'static> FromRequest for Authorized<O> {
     type Error = ApiError;
@@ -367,7 +371,7 @@ impl<O: RouteOperation + 'static> FromRequest for Authorized<O> {
 /// # Errors
 /// As [`Authorized`]; 403 with `required: admin` for a caller who is not an admin.
 #[derive(Debug)]
-pub struct AdminCaller(pub Admin);
+pub(crate) struct AdminCaller(pub(crate) Admin);
 
 impl FromRequest for AdminCaller {
     type Error = ApiError;
@@ -417,14 +421,15 @@ fn authenticate(
             let (credential, outcome) =
                 refusal_labels(authorization.as_deref(), *refusal, *token_presented);
             state.telemetry.metrics.count(
-                "aigw_authentications_total",
+                metric::AUTHENTICATIONS_TOTAL,
                 &[("credential", credential), ("outcome", outcome)],
             );
         }
         match result {
             // Counted as `ok` or `forbidden` once the answer is known (access log).
             Ok(principal) => {
-                req.extensions_mut().insert(crate::telemetry::CallerIds::of(&principal));
+                req.extensions_mut()
+                    .insert(crate::middleware::access_log::CallerIds::of(&principal));
                 Ok((state, principal))
             }
             Err(e @ ServiceError::Unauthorized { token_presented: true, .. }) => {

@@ -8,7 +8,7 @@
 //! 400 naming the header. A replayed answer carries `Idempotent-Replayed: true`.
 
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::http::header::HeaderName;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
@@ -17,16 +17,16 @@ use aigw_service::{Principal, ServiceError};
 use std::future::Future;
 
 /// `Idempotency-Key`.
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// `Idempotent-Replayed: true` on an answer given again.
-pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+pub(crate) const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// The request's `Idempotency-Key`, if it sent one.
 ///
 /// # Errors
 /// 400 `invalid_request` (`field: Idempotency-Key`) when it is empty, too long, sent twice or
 /// not visible ASCII.
-pub fn key_of(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+pub(crate) fn key_of(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let mut values = req.headers().get_all(IDEMPOTENCY_KEY);
     let Some(value) = values.next() else {
         return Ok(None);
@@ -58,7 +58,7 @@ fn answer(status: StatusCode, body: Vec<u8>) -> HttpResponse {
 ///
 /// # Errors
 /// The use case's error, 400 for a bad header, 409, 422, or 503 from the store.
-pub async fn run<T, F, Fut>(
+pub(crate) async fn run<T, F, Fut>(
     state: &AppState,
     req: &HttpRequest,
     caller: &Principal,

@@ -1,4 +1,5 @@
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 //! # aigw-http
 //!
 //! The HTTP face of aigw (actix-web): routes, extractors, the success and error envelopes,
@@ -6,26 +7,25 @@
 //!
 //! Embedding: build [`settings::Settings`], then `startup::Application::build(settings)`,
 //! read its `port()`, and `run_until_stopped()`.
+//!
+//! Public are only what other code uses: the binary and the integration tests (`settings`,
+//! `startup`, `telemetry`, `operator`, `observe::CATALOGUE`) and the fuzz targets
+//! (`extract::parse_json` and a few request bodies of `dto`); everything else is
+//! `pub(crate)`.
 
-pub mod connections;
 pub mod dto;
-pub mod dto_account;
-pub mod dto_account_email;
-pub mod dto_admin;
-pub mod dto_leaks;
-pub mod dto_mfa;
-pub mod dto_teams;
-pub mod dto_usage;
-pub mod error;
+mod error;
 pub mod extract;
-pub mod idempotency;
-pub mod json_body;
+mod idempotency;
+mod json_body;
+mod middleware;
 pub mod observe;
-pub mod openapi;
+mod openapi;
 pub mod operator;
-pub mod rate_limit;
-pub mod routes;
-pub mod secrets;
+mod rate_limit;
+mod routes;
+mod secrets;
 pub mod settings;
 pub mod startup;
+mod state;
 pub mod telemetry;

@@ -1,22 +1,22 @@
 //! Prometheus metrics: one recorder per server, rendered at `GET /metrics` (on
-//! `server.listen`, or only on `server.metrics_listen` when that is set).
+//! `server.listen`, or only on `server.metrics_listen` when that is set; the handler is
+//! `crate::routes::health::metrics`).
 //!
 //! Events are counted where they happen (the access log middleware, handlers, the service's
 //! gateway, refresh rotation and usage recorder, all through [`Metrics`]); capacity gauges
 //! (database pool, argon2 queue, change-feed lag, Redis, usage queue) are read when the
 //! exposition is rendered. [`CATALOGUE`] names every metric with its labels and help text;
-//! docs/operations.md lists the same (a test compares them).
+//! docs/operations.md lists the same (a test compares them). The code of this crate names a
+//! metric through its constant in `metric`; `aigw_service` records its own by name.
 
-use crate::startup::AppState;
-use actix_web::{web, HttpResponse};
-use aigw_service::Metrics;
+use aigw_service::{AuthService, Metrics, RateLimiter, UsageService};
 use metrics::Recorder;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Prometheus' text exposition format, version 0.0.4.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// What kind of series a metric is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,66 +32,104 @@ pub enum Kind {
 /// One metric: name, kind, label names, help text.
 pub type MetricSpec = (&'static str, Kind, &'static [&'static str], &'static str);
 
+/// The metric names, one constant per row of [`CATALOGUE`] (the name without `aigw_`, in
+/// capitals): the code that records a metric names it through these.
+pub(crate) mod metric {
+    pub(crate) const HTTP_REQUESTS_TOTAL: &str = "aigw_http_requests_total";
+    pub(crate) const HTTP_REQUEST_DURATION_SECONDS: &str = "aigw_http_request_duration_seconds";
+    pub(crate) const AUTHENTICATIONS_TOTAL: &str = "aigw_authentications_total";
+    pub(crate) const LOGINS_TOTAL: &str = "aigw_logins_total";
+    pub(crate) const REFRESH_TOTAL: &str = "aigw_refresh_total";
+    pub(crate) const SESSIONS_CREATED_TOTAL: &str = "aigw_sessions_created_total";
+    pub(crate) const SESSIONS_REVOKED_TOTAL: &str = "aigw_sessions_revoked_total";
+    pub(crate) const API_KEYS_CREATED_TOTAL: &str = "aigw_api_keys_created_total";
+    pub(crate) const API_KEYS_REVOKED_TOTAL: &str = "aigw_api_keys_revoked_total";
+    pub(crate) const CONNECTIONS_REFUSED_TOTAL: &str = "aigw_connections_refused_total";
+    pub(crate) const LIMIT_REFUSALS_TOTAL: &str = "aigw_limit_refusals_total";
+    pub(crate) const RATE_LIMITED_TOTAL: &str = "aigw_rate_limited_total";
+    pub(crate) const RATE_LIMIT_MEMORY_FALLBACKS_TOTAL: &str =
+        "aigw_rate_limit_memory_fallbacks_total";
+    pub(crate) const REDIS_UP: &str = "aigw_redis_up";
+    pub(crate) const UPSTREAM_REQUESTS_TOTAL: &str = "aigw_upstream_requests_total";
+    pub(crate) const UPSTREAM_DURATION_SECONDS: &str = "aigw_upstream_duration_seconds";
+    pub(crate) const UPSTREAM_TTFB_SECONDS: &str = "aigw_upstream_ttfb_seconds";
+    pub(crate) const GATEWAY_OVERHEAD_SECONDS: &str = "aigw_gateway_overhead_seconds";
+    pub(crate) const TOKENS_TOTAL: &str = "aigw_tokens_total";
+    pub(crate) const COST_USD_MICROS_TOTAL: &str = "aigw_cost_usd_micros_total";
+    pub(crate) const DB_POOL_CONNECTIONS_IN_USE: &str = "aigw_db_pool_connections_in_use";
+    pub(crate) const DB_POOL_WAITING: &str = "aigw_db_pool_waiting";
+    pub(crate) const DB_POOL_SIZE: &str = "aigw_db_pool_size";
+    pub(crate) const ARGON2_QUEUE_LENGTH: &str = "aigw_argon2_queue_length";
+    pub(crate) const ARGON2_IN_FLIGHT: &str = "aigw_argon2_in_flight";
+    pub(crate) const CHANGE_FEED_LAG_SECONDS: &str = "aigw_change_feed_lag_seconds";
+    pub(crate) const USAGE_QUEUE_LENGTH: &str = "aigw_usage_queue_length";
+    pub(crate) const USAGE_SPOOLED_RECORDS: &str = "aigw_usage_spooled_records";
+    pub(crate) const USAGE_FLUSHES_TOTAL: &str = "aigw_usage_flushes_total";
+    pub(crate) const USAGE_RECORDED_TOTAL: &str = "aigw_usage_recorded_total";
+    pub(crate) const USAGE_RECORDS_DROPPED_TOTAL: &str = "aigw_usage_records_dropped_total";
+    pub(crate) const USAGE_LOST_TOTAL: &str = "aigw_usage_lost_total";
+}
+
 /// Every metric aigw exports, with its labels (all from small fixed sets or configuration).
 pub const CATALOGUE: &[MetricSpec] = &[
-    ("aigw_http_requests_total", Kind::Counter, &["route", "method", "status_class"],
+    (metric::HTTP_REQUESTS_TOTAL, Kind::Counter, &["route", "method", "status_class"],
         "HTTP requests answered, by route template, method and status class"),
-    ("aigw_http_request_duration_seconds", Kind::Histogram, &["route"],
+    (metric::HTTP_REQUEST_DURATION_SECONDS, Kind::Histogram, &["route"],
         "Time from a request's arrival to its answer's last byte, by route template"),
-    ("aigw_authentications_total", Kind::Counter, &["credential", "outcome"],
+    (metric::AUTHENTICATIONS_TOTAL, Kind::Counter, &["credential", "outcome"],
         "Credentials checked on authenticated endpoints, by kind (access_token, api_key, none, malformed) and outcome (ok, invalid, expired, revoked, missing, forbidden)"),
-    ("aigw_logins_total", Kind::Counter, &["outcome"],
+    (metric::LOGINS_TOTAL, Kind::Counter, &["outcome"],
         "Logins by outcome (ok, invalid, rate_limited, bad_request, error)"),
-    ("aigw_refresh_total", Kind::Counter, &["outcome"],
+    (metric::REFRESH_TOTAL, Kind::Counter, &["outcome"],
         "Refresh-token exchanges by outcome: rotated, replayed (grace window), reused (reuse detected: the session was revoked), invalid, error"),
-    ("aigw_sessions_created_total", Kind::Counter, &[],
+    (metric::SESSIONS_CREATED_TOTAL, Kind::Counter, &[],
         "Sessions started (registrations and logins)"),
-    ("aigw_sessions_revoked_total", Kind::Counter, &["reason"],
+    (metric::SESSIONS_REVOKED_TOTAL, Kind::Counter, &["reason"],
         "Sessions ended by logout (reason logout); reuse revocations are aigw_refresh_total{outcome=\"reused\"}"),
-    ("aigw_api_keys_created_total", Kind::Counter, &[], "API keys created"),
-    ("aigw_api_keys_revoked_total", Kind::Counter, &["how"],
+    (metric::API_KEYS_CREATED_TOTAL, Kind::Counter, &[], "API keys created"),
+    (metric::API_KEYS_REVOKED_TOTAL, Kind::Counter, &["how"],
         "API keys revoked or deleted (how: revoke, delete)"),
-    ("aigw_connections_refused_total", Kind::Counter, &["reason"],
+    (metric::CONNECTIONS_REFUSED_TOTAL, Kind::Counter, &["reason"],
         "Client connections refused by a per-address cap, by the setting that refused: max_connections_per_address (closed as soon as accepted), max_pending_requests_per_address (a request whose body was still arriving, answered 429 and its connection closed)"),
-    ("aigw_limit_refusals_total", Kind::Counter, &["scope", "reason"],
+    (metric::LIMIT_REFUSALS_TOTAL, Kind::Counter, &["scope", "reason"],
         "Gateway calls refused by a limit of the key or its team, by level (scope: key, member, team) and limit (reason: budget, rate: an rpm_limit or tpm_limit)"),
-    ("aigw_rate_limited_total", Kind::Counter, &["policy"],
+    (metric::RATE_LIMITED_TOTAL, Kind::Counter, &["policy"],
         "Requests refused with 429 by a rate-limit policy"),
-    ("aigw_rate_limit_memory_fallbacks_total", Kind::Counter, &[],
+    (metric::RATE_LIMIT_MEMORY_FALLBACKS_TOTAL, Kind::Counter, &[],
         "Calls decided without Redis because it was unavailable: rate-limit checks decided by this node's memory, and admissions of keys' budgets and rpm/tpm decided by the database counters"),
-    ("aigw_redis_up", Kind::Gauge, &[],
+    (metric::REDIS_UP, Kind::Gauge, &[],
         "1 while the last call to the node's Redis (rate limits, key counters) succeeded, 0 while it fails (absent without Redis)"),
-    ("aigw_upstream_requests_total", Kind::Counter, &["provider", "model", "status_class"],
+    (metric::UPSTREAM_REQUESTS_TOTAL, Kind::Counter, &["provider", "model", "status_class"],
         "Calls to upstream providers by provider, model and status class (2xx..5xx, error: no answer, timeout)"),
-    ("aigw_upstream_duration_seconds", Kind::Histogram, &["provider", "model"],
+    (metric::UPSTREAM_DURATION_SECONDS, Kind::Histogram, &["provider", "model"],
         "Upstream latency: from sending the request to the answer's last byte (a stream: its end)"),
-    ("aigw_upstream_ttfb_seconds", Kind::Histogram, &["provider", "model"],
+    (metric::UPSTREAM_TTFB_SECONDS, Kind::Histogram, &["provider", "model"],
         "Upstream time to first byte: from sending the request to the answer's head"),
-    ("aigw_gateway_overhead_seconds", Kind::Histogram, &["provider"],
+    (metric::GATEWAY_OVERHEAD_SECONDS, Kind::Histogram, &["provider"],
         "Time a chat call spends in aigw before the upstream call: from the request's arrival (authentication, rate limit, body, validation, metering) to the upstream send"),
-    ("aigw_tokens_total", Kind::Counter, &["provider", "model", "kind"],
+    (metric::TOKENS_TOTAL, Kind::Counter, &["provider", "model", "kind"],
         "Tokens metered into the usage ledger, by provider, model and kind (prompt, completion)"),
-    ("aigw_cost_usd_micros_total", Kind::Counter, &["provider", "model"],
+    (metric::COST_USD_MICROS_TOTAL, Kind::Counter, &["provider", "model"],
         "Cost metered into the usage ledger, in micro-USD, by provider and model"),
-    ("aigw_db_pool_connections_in_use", Kind::Gauge, &[], "Database connections in use"),
-    ("aigw_db_pool_waiting", Kind::Gauge, &[], "Database calls waiting for a connection"),
-    ("aigw_db_pool_size", Kind::Gauge, &[], "Most database connections (database.max_connections)"),
-    ("aigw_argon2_queue_length", Kind::Gauge, &[],
+    (metric::DB_POOL_CONNECTIONS_IN_USE, Kind::Gauge, &[], "Database connections in use"),
+    (metric::DB_POOL_WAITING, Kind::Gauge, &[], "Database calls waiting for a connection"),
+    (metric::DB_POOL_SIZE, Kind::Gauge, &[], "Most database connections (database.max_connections)"),
+    (metric::ARGON2_QUEUE_LENGTH, Kind::Gauge, &[],
         "Password hashes waiting for a hashing thread"),
-    ("aigw_argon2_in_flight", Kind::Gauge, &[], "Password hashes running or waiting"),
-    ("aigw_change_feed_lag_seconds", Kind::Gauge, &[],
+    (metric::ARGON2_IN_FLIGHT, Kind::Gauge, &[], "Password hashes running or waiting"),
+    (metric::CHANGE_FEED_LAG_SECONDS, Kind::Gauge, &[],
         "Seconds since this node last read the credential change feed"),
-    ("aigw_usage_queue_length", Kind::Gauge, &[],
+    (metric::USAGE_QUEUE_LENGTH, Kind::Gauge, &[],
         "Metered calls not yet written to the database or spool"),
-    ("aigw_usage_spooled_records", Kind::Gauge, &[],
+    (metric::USAGE_SPOOLED_RECORDS, Kind::Gauge, &[],
         "Metered calls waiting in the spool file for the database"),
-    ("aigw_usage_flushes_total", Kind::Counter, &[],
+    (metric::USAGE_FLUSHES_TOTAL, Kind::Counter, &[],
         "Usage flushes written to the database (one transaction each)"),
-    ("aigw_usage_recorded_total", Kind::Counter, &[],
+    (metric::USAGE_RECORDED_TOTAL, Kind::Counter, &[],
         "Metered calls written to the database"),
-    ("aigw_usage_records_dropped_total", Kind::Counter, &[],
+    (metric::USAGE_RECORDS_DROPPED_TOTAL, Kind::Counter, &[],
         "Per-request usage records dropped because memory for them was full (their calls still counted)"),
-    ("aigw_usage_lost_total", Kind::Counter, &[],
+    (metric::USAGE_LOST_TOTAL, Kind::Counter, &[],
         "Metered calls that could be written neither to the database nor to the spool file"),
 ];
 
@@ -103,9 +141,9 @@ const BUCKETS: &[f64] = &[
 
 /// A server's metrics: the recorder handle the code records into, and its renderer.
 #[derive(Clone)]
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     /// Where events are counted.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     handle: PrometheusHandle,
     /// Tells this server's recorder from others' in the process (the access log keeps its
     /// metric handles per thread, by server).
@@ -132,7 +170,7 @@ impl Telemetry {
     ///
     /// # Errors
     /// When the histogram buckets are refused (never with the built-in ones).
-    pub fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), BUCKETS)?
             .build_recorder();
@@ -159,7 +197,7 @@ impl Telemetry {
 
     /// Drains histogram samples into their buckets every [`UPKEEP_EVERY`], for as long as the
     /// returned task runs (abort it when the server stops).
-    pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
         let handle = self.handle.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(UPKEEP_EVERY);
@@ -170,44 +208,39 @@ impl Telemetry {
         })
     }
 
-    /// Reads the capacity gauges of `state`, then renders the exposition.
-    pub fn render(&self, state: &AppState) -> String {
+    /// Reads the capacity gauges of the account service `auth`, the rate `limiter` and the
+    /// `usage` ledger, then renders the exposition.
+    pub(crate) fn render(
+        &self,
+        auth: &AuthService,
+        limiter: &RateLimiter,
+        usage: &UsageService,
+    ) -> String {
         let m = &self.metrics;
-        let (in_use, waiting, size) = state.auth.db().load();
-        m.gauge("aigw_db_pool_connections_in_use", &[], in_use as f64);
-        m.gauge("aigw_db_pool_waiting", &[], waiting as f64);
-        m.gauge("aigw_db_pool_size", &[], size as f64);
-        let (in_flight, threads) = state.auth.password_queue();
-        m.gauge("aigw_argon2_in_flight", &[], in_flight as f64);
-        m.gauge("aigw_argon2_queue_length", &[], in_flight.saturating_sub(threads) as f64);
-        let feed = state.auth.credential_cache().health();
-        m.gauge("aigw_change_feed_lag_seconds", &[], feed.lag_ms as f64 / 1000.0);
-        let limiter = state.limits.limiter();
+        let (in_use, waiting, size) = auth.db().load();
+        m.gauge(metric::DB_POOL_CONNECTIONS_IN_USE, &[], in_use as f64);
+        m.gauge(metric::DB_POOL_WAITING, &[], waiting as f64);
+        m.gauge(metric::DB_POOL_SIZE, &[], size as f64);
+        let (in_flight, threads) = auth.password_queue();
+        m.gauge(metric::ARGON2_IN_FLIGHT, &[], in_flight as f64);
+        m.gauge(metric::ARGON2_QUEUE_LENGTH, &[], in_flight.saturating_sub(threads) as f64);
+        let feed = auth.credential_cache().health();
+        m.gauge(metric::CHANGE_FEED_LAG_SECONDS, &[], feed.lag_ms as f64 / 1000.0);
         if let Some(up) = limiter.redis_available() {
-            m.gauge("aigw_redis_up", &[], if up { 1.0 } else { 0.0 });
-            m.counter("aigw_rate_limit_memory_fallbacks_total", &[])
+            m.gauge(metric::REDIS_UP, &[], if up { 1.0 } else { 0.0 });
+            m.counter(metric::RATE_LIMIT_MEMORY_FALLBACKS_TOTAL, &[])
                 .absolute(limiter.memory_fallbacks());
         }
-        if let Some(h) = state.usage.health() {
-            m.gauge("aigw_usage_queue_length", &[], h.queued as f64);
-            m.gauge("aigw_usage_spooled_records", &[], h.spooled as f64);
-            m.counter("aigw_usage_flushes_total", &[]).absolute(h.flushes);
-            m.counter("aigw_usage_recorded_total", &[]).absolute(h.recorded);
-            m.counter("aigw_usage_records_dropped_total", &[]).absolute(h.records_dropped);
-            m.counter("aigw_usage_lost_total", &[]).absolute(h.lost);
+        if let Some(h) = usage.health() {
+            m.gauge(metric::USAGE_QUEUE_LENGTH, &[], h.queued as f64);
+            m.gauge(metric::USAGE_SPOOLED_RECORDS, &[], h.spooled as f64);
+            m.counter(metric::USAGE_FLUSHES_TOTAL, &[]).absolute(h.flushes);
+            m.counter(metric::USAGE_RECORDED_TOTAL, &[]).absolute(h.recorded);
+            m.counter(metric::USAGE_RECORDS_DROPPED_TOTAL, &[]).absolute(h.records_dropped);
+            m.counter(metric::USAGE_LOST_TOTAL, &[]).absolute(h.lost);
         }
         self.handle.render()
     }
-}
-
-/// `GET /metrics`: the Prometheus exposition of this server (docs/operations.md lists every
-/// metric). Not served here when `server.metrics_listen` is set.
-#[utoipa::path(get, path = "/metrics", tag = "health",
-    responses((status = 200, description = "Prometheus text exposition format 0.0.4 (docs/operations.md)",
-        content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)))]
-pub async fn serve(state: web::Data<AppState>) -> HttpResponse {
-    let body = state.telemetry.render(&state);
-    HttpResponse::Ok().content_type(CONTENT_TYPE).body(body)
 }
 
 #[cfg(test)]

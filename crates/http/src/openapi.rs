@@ -18,7 +18,7 @@ use utoipa::{Modify, OpenApi};
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         api_keys::update, api_keys::rotate,
         chat::completions, chat::models, health::healthz, health::readyz,
-        usage::summary, usage::requests, crate::observe::serve,
+        usage::summary, usage::requests, health::metrics,
         admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
         admin::revoke_api_key,
         account::list_sessions, account::end_session, account::update_me, account::change_password,
@@ -42,40 +42,40 @@ use utoipa::{Modify, OpenApi};
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
         dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto,
         dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName, dto::BudgetModeName,
-        crate::dto_usage::UsageTotalsDto, crate::dto_usage::UsageRowDto,
-        crate::dto_usage::UsageSummaryData, crate::dto_usage::UsageRecordDto,
-        crate::dto_usage::UsageRequestsData,
-        crate::dto_admin::AdminUserDto, crate::dto_admin::RoleName,
-        crate::dto_admin::UpdateUserRequest, crate::dto_admin::UserListData,
-        crate::dto_admin::AdminApiKeyDto, crate::dto_admin::AdminApiKeyListData,
-        crate::dto_account::SessionDto, crate::dto_account::SessionListData,
-        crate::dto_account::EndedSessionData, crate::dto_account::UpdateMeRequest,
-        crate::dto_account::ChangePasswordRequest, crate::dto_account::AuditEventDto,
-        crate::dto_account::AuditListData, crate::dto_admin::CreateInvitationRequest,
-        crate::dto_admin::InvitationData, crate::dto_admin::OpenInvitationDto,
-        crate::dto_admin::InvitationListData,
-        crate::dto_teams::TeamRoleName, crate::dto_teams::CreateTeamRequest,
-        crate::dto_teams::UpdateTeamRequest, crate::dto_teams::TeamDto,
-        crate::dto_teams::TeamListData, crate::dto_teams::AddMemberRequest,
-        crate::dto_teams::UpdateMemberRequest, crate::dto_teams::MemberDto,
-        crate::dto_teams::MemberListData, crate::dto_teams::TeamInvitationDto,
-        crate::dto_teams::TeamInvitationListData, crate::dto_teams::MemberAddedData,
-        crate::dto_teams::TeamApiKeyListData, crate::dto_teams::TeamDeletedData,
-        crate::dto_account_email::VerifyEmailRequest, crate::dto_account_email::ChangeEmailRequest,
-        crate::dto_account_email::EmailSentData, crate::dto_account_email::PasswordResetRequest,
-        crate::dto_account_email::PasswordResetAcceptedData,
-        crate::dto_account_email::PasswordResetConfirmRequest,
-        crate::dto_account_email::PasswordResetDoneData,
-        crate::dto_leaks::GithubReportedToken, crate::dto_leaks::GithubTokenVerdict,
-        crate::dto_leaks::LeakLabel, crate::dto_leaks::LeakedKeysRequest,
-        crate::dto_leaks::LeakVerdictDto, crate::dto_leaks::LeakReportData,
-        crate::dto_mfa::MfaConfirmRequest, crate::dto_mfa::MfaVerifyRequest,
-        crate::dto_mfa::LoginMfaRequest, crate::dto_mfa::MfaEnrollmentData,
-        crate::dto_mfa::MfaRecoveryCodesData, crate::dto_mfa::MfaStatusData,
-        crate::dto_mfa::MfaDisabledData, crate::dto_mfa::MfaChallengeData,
-        crate::dto_mfa::LoginData
+        crate::dto::usage::UsageTotalsDto, crate::dto::usage::UsageRowDto,
+        crate::dto::usage::UsageSummaryData, crate::dto::usage::UsageRecordDto,
+        crate::dto::usage::UsageRequestsData,
+        crate::dto::admin::AdminUserDto, crate::dto::admin::RoleName,
+        crate::dto::admin::UpdateUserRequest, crate::dto::admin::UserListData,
+        crate::dto::admin::AdminApiKeyDto, crate::dto::admin::AdminApiKeyListData,
+        crate::dto::account::SessionDto, crate::dto::account::SessionListData,
+        crate::dto::account::EndedSessionData, crate::dto::account::UpdateMeRequest,
+        crate::dto::account::ChangePasswordRequest, crate::dto::account::AuditEventDto,
+        crate::dto::account::AuditListData, crate::dto::admin::CreateInvitationRequest,
+        crate::dto::admin::InvitationData, crate::dto::admin::OpenInvitationDto,
+        crate::dto::admin::InvitationListData,
+        crate::dto::teams::TeamRoleName, crate::dto::teams::CreateTeamRequest,
+        crate::dto::teams::UpdateTeamRequest, crate::dto::teams::TeamDto,
+        crate::dto::teams::TeamListData, crate::dto::teams::AddMemberRequest,
+        crate::dto::teams::UpdateMemberRequest, crate::dto::teams::MemberDto,
+        crate::dto::teams::MemberListData, crate::dto::teams::TeamInvitationDto,
+        crate::dto::teams::TeamInvitationListData, crate::dto::teams::MemberAddedData,
+        crate::dto::teams::TeamApiKeyListData, crate::dto::teams::TeamDeletedData,
+        crate::dto::account_email::VerifyEmailRequest, crate::dto::account_email::ChangeEmailRequest,
+        crate::dto::account_email::EmailSentData, crate::dto::account_email::PasswordResetRequest,
+        crate::dto::account_email::PasswordResetAcceptedData,
+        crate::dto::account_email::PasswordResetConfirmRequest,
+        crate::dto::account_email::PasswordResetDoneData,
+        crate::dto::leaks::GithubReportedToken, crate::dto::leaks::GithubTokenVerdict,
+        crate::dto::leaks::LeakLabel, crate::dto::leaks::LeakedKeysRequest,
+        crate::dto::leaks::LeakVerdictDto, crate::dto::leaks::LeakReportData,
+        crate::dto::mfa::MfaConfirmRequest, crate::dto::mfa::MfaVerifyRequest,
+        crate::dto::mfa::LoginMfaRequest, crate::dto::mfa::MfaEnrollmentData,
+        crate::dto::mfa::MfaRecoveryCodesData, crate::dto::mfa::MfaStatusData,
+        crate::dto::mfa::MfaDisabledData, crate::dto::mfa::MfaChallengeData,
+        crate::dto::mfa::LoginData
     )),
-    modifiers(&SecuritySchemes, &AtLeastOneField, &NoNul),
+    modifiers(&SecuritySchemes, &AtLeastOneField, &AuditActions, &NoNul),
     tags(
         (name = "auth", description = "Register, log in, refresh, log out"),
         (name = "accounts", description = "E-mail verification, e-mail change, password reset"),
@@ -89,7 +89,7 @@ use utoipa::{Modify, OpenApi};
     )
 )]
 #[derive(Debug)]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 #[derive(Debug)]
 struct SecuritySchemes;
@@ -126,6 +126,36 @@ impl Modify for AtLeastOneField {
             schemas.and_then(|s| s.get_mut("UpdateUserRequest"))
         {
             object.min_properties = Some(1);
+        }
+    }
+}
+
+/// The query parameter that filters an audit trail by action (`GET /api/v1/audit`,
+/// `GET /api/v1/admin/audit`).
+const AUDIT_ACTION_PARAMETER: &str = "action";
+
+/// The `pattern` of the audit filters' `action` parameter: every action the trail records,
+/// from [`aigw_domain::AuditAction::pattern`], so that a new action needs no edit here. Runs
+/// before [`NoNul`], which leaves a parameter that has a pattern as it is.
+#[derive(Debug)]
+struct AuditActions;
+
+impl Modify for AuditActions {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::{RefOr, Schema};
+        let pattern = aigw_domain::AuditAction::pattern();
+        for item in openapi.paths.paths.values_mut() {
+            for parameter in item.get.iter_mut().flat_map(|o| o.parameters.iter_mut().flatten()) {
+                if parameter.name != AUDIT_ACTION_PARAMETER
+                    || !matches!(parameter.parameter_in, ParameterIn::Query)
+                {
+                    continue;
+                }
+                if let Some(RefOr::T(Schema::Object(object))) = parameter.schema.as_mut() {
+                    object.pattern = Some(pattern.clone());
+                }
+            }
         }
     }
 }
@@ -283,6 +313,33 @@ impl Modify for NoNul {
 }
 
 /// `GET /api/v1/openapi.json`.
-pub async fn serve() -> HttpResponse {
+pub(crate) async fn serve() -> HttpResponse {
     HttpResponse::Ok().json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::panic)]
+    use super::*;
+
+    /// Both audit filters take exactly the actions the trail records, and no other parameter
+    /// is called `action`.
+    #[test]
+    fn audit_filters_list_every_action() {
+        let doc = ApiDoc::openapi();
+        let mut filters = Vec::new();
+        for (path, item) in &doc.paths.paths {
+            let get = item.get.iter().flat_map(|o| o.parameters.iter().flatten());
+            for parameter in get.filter(|p| p.name == AUDIT_ACTION_PARAMETER) {
+                let Some(utoipa::openapi::RefOr::T(utoipa::openapi::Schema::Object(schema))) =
+                    &parameter.schema
+                else {
+                    panic!("{path}: `action` without an inline schema");
+                };
+                assert_eq!(schema.pattern, Some(aigw_domain::AuditAction::pattern()), "{path}");
+                filters.push(path.as_str());
+            }
+        }
+        assert_eq!(filters, ["/api/v1/admin/audit", "/api/v1/audit"]);
+    }
 }

@@ -6,8 +6,9 @@
 //!   verified), per credential (`account`, `ai`, after authentication). A refusal is a
 //!   429 `rate_limit_exceeded` with `details.limit`, `details.remaining` (0) and `details.reset`
 //!   (Unix seconds) and `Retry-After` in whole seconds (RFC 9110 §10.2.3).
-//! - The decision is kept in the request's extensions; the [`headers`] middleware turns it into
-//!   the `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers
+//! - The decision is kept in the request's extensions; the middleware of
+//!   `crate::middleware::rate_limit_headers` turns it into the `RateLimit-Policy` and
+//!   `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers
 //!   (`"login";q=10;w=60` and `"login";r=9;t=6`) on every answer of a counted request, 2xx
 //!   and 4xx alike. Answers of a limited endpoint that were refused before counting (bad
 //!   JSON, missing credential) still carry `RateLimit-Policy`, from the resource's
@@ -17,30 +18,22 @@
 //!   proxy (so a client cannot choose its address by sending the header itself).
 
 use crate::error::ApiError;
-use crate::startup::AppState;
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
-use actix_web::middleware::Next;
-use actix_web::{web, HttpMessage, HttpRequest};
+use crate::observe::metric;
+use actix_web::http::header::HeaderMap;
+use actix_web::{HttpMessage, HttpRequest};
 use aigw_domain::time;
 use aigw_service::rate_limit::ForwardedHeader;
 use aigw_service::{Decision, LimitKey, Policy, Principal, RateLimitConfig, RateLimiter};
 use ipnet::{IpNet, Ipv4Net};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers): the quota of the policy.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers): what is left of it.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
 /// Resource app data naming the policy of a limited endpoint.
 #[derive(Debug, Clone, Copy)]
-pub struct LimitedBy(pub Policy);
+pub(crate) struct LimitedBy(pub(crate) Policy);
 
 /// A bad `rate_limit` setting.
 #[derive(Debug, thiserror::Error)]
-pub enum RateLimitSetupError {
+pub(crate) enum RateLimitSetupError {
     /// An entry of `trusted_proxies` is neither an IP address nor a CIDR block.
     #[error("rate_limit.trusted_proxies: {0:?} is not an IP address or CIDR block")]
     BadProxy(String),
@@ -51,7 +44,7 @@ pub enum RateLimitSetupError {
 
 /// The configured trusted proxies and the header they write.
 #[derive(Debug, Clone)]
-pub struct TrustedProxies {
+pub(crate) struct TrustedProxies {
     nets: Vec<IpNet>,
     header: ForwardedHeader,
 }
@@ -100,7 +93,10 @@ impl TrustedProxies {
     ///
     /// # Errors
     /// [`RateLimitSetupError::BadProxy`] naming the first bad entry.
-    pub fn parse(entries: &[String], header: ForwardedHeader) -> Result<Self, RateLimitSetupError> {
+    pub(crate) fn parse(
+        entries: &[String],
+        header: ForwardedHeader,
+    ) -> Result<Self, RateLimitSetupError> {
         let nets = entries
             .iter()
             .map(|entry| {
@@ -120,7 +116,7 @@ impl TrustedProxies {
     }
 
     /// Whether `ip` is a trusted proxy.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.nets.iter().any(|net| net.contains(&ip))
     }
@@ -158,7 +154,7 @@ impl TrustedProxies {
     /// is trusted; else, walking the forwarded hops from the right, the first address that is
     /// not a trusted proxy (or the leftmost, when all are). A hop that is not an address
     /// (`unknown`, an obfuscated identifier, garbage) stops the walk at the hop to its right.
-    pub fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> IpAddr {
+    pub(crate) fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> IpAddr {
         let peer = canonical(peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)));
         if self.nets.is_empty() || !self.contains(peer) {
             return peer;
@@ -179,7 +175,7 @@ impl TrustedProxies {
 
 /// The rate limiter and the client-address rule, as handlers use them.
 #[derive(Debug, Clone)]
-pub struct RequestLimits {
+pub(crate) struct RequestLimits {
     limiter: RateLimiter,
     proxies: TrustedProxies,
     metrics: aigw_service::Metrics,
@@ -190,7 +186,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// [`RateLimitSetupError`] for a bad proxy entry, a zero limit or window, or a bad Redis URL.
-    pub fn new(config: &RateLimitConfig) -> Result<Self, RateLimitSetupError> {
+    pub(crate) fn new(config: &RateLimitConfig) -> Result<Self, RateLimitSetupError> {
         let proxies = TrustedProxies::parse(&config.trusted_proxies, config.forwarded_header)?;
         let limiter =
             RateLimiter::new(config).map_err(|e| RateLimitSetupError::Limiter(e.to_string()))?;
@@ -198,14 +194,14 @@ impl RequestLimits {
     }
 
     /// Counts refusals by policy into `metrics` (`aigw_rate_limited_total{policy}`).
-    pub fn with_metrics(mut self, metrics: aigw_service::Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: aigw_service::Metrics) -> Self {
         self.metrics = metrics;
         self
     }
 
     /// Whether `req` came straight from a configured trusted proxy (whose `x-request-id`
     /// and forwarded headers are then believed).
-    pub fn from_trusted_proxy(&self, req: &HttpRequest) -> bool {
+    pub(crate) fn is_from_trusted_proxy(&self, req: &HttpRequest) -> bool {
         req.peer_addr().is_some_and(|a| self.proxies.contains(a.ip()))
     }
 
@@ -214,7 +210,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// [`RateLimitSetupError::Limiter`] when `redis_url` cannot be parsed.
-    pub fn share_redis(
+    pub(crate) fn share_redis(
         &mut self,
         config: &RateLimitConfig,
     ) -> Result<aigw_service::redis_link::RedisLink, RateLimitSetupError> {
@@ -222,12 +218,12 @@ impl RequestLimits {
     }
 
     /// The underlying limiter.
-    pub fn limiter(&self) -> &RateLimiter {
+    pub(crate) fn limiter(&self) -> &RateLimiter {
         &self.limiter
     }
 
     /// The client address of `req` (see [`TrustedProxies::client_ip`]).
-    pub fn client_ip(&self, req: &HttpRequest) -> IpAddr {
+    pub(crate) fn client_ip(&self, req: &HttpRequest) -> IpAddr {
         self.proxies.client_ip(req.peer_addr().map(|a| a.ip()), req.headers())
     }
 
@@ -235,7 +231,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` when over the limit.
-    pub async fn by_ip(&self, req: &HttpRequest, policy: Policy) -> Result<(), ApiError> {
+    pub(crate) async fn by_ip(&self, req: &HttpRequest, policy: Policy) -> Result<(), ApiError> {
         self.enforce(req, policy, || LimitKey::client_ip(self.client_ip(req))).await
     }
 
@@ -244,7 +240,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` when over the limit.
-    pub async fn login(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
+    pub(crate) async fn login(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
         let ip = self.client_ip(req);
         // `login_ip` first, so that the `login` decision is the one the headers report.
         self.enforce(req, Policy::LoginIp, || LimitKey::client_ip(ip)).await?;
@@ -256,7 +252,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` while the address is refused.
-    pub async fn refuse_if_failing(&self, req: &HttpRequest) -> Result<(), ApiError> {
+    pub(crate) async fn refuse_if_failing(&self, req: &HttpRequest) -> Result<(), ApiError> {
         if self.limiter.policy(Policy::AuthFailure).is_none() {
             return Ok(());
         }
@@ -269,7 +265,7 @@ impl RequestLimits {
 
     /// Counts one failed authentication of the client IP (policy `auth_failure`); once the
     /// quota is spent, [`RequestLimits::refuse_if_failing`] refuses the address.
-    pub async fn count_failure(&self, req: &HttpRequest) {
+    pub(crate) async fn count_failure(&self, req: &HttpRequest) {
         if self.limiter.policy(Policy::AuthFailure).is_none() {
             return;
         }
@@ -288,7 +284,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` when over the limit.
-    pub async fn by_caller(
+    pub(crate) async fn by_caller(
         &self,
         req: &HttpRequest,
         policy: Policy,
@@ -302,7 +298,7 @@ impl RequestLimits {
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` when over the limit.
-    pub async fn by_user(
+    pub(crate) async fn by_user(
         &self,
         req: &HttpRequest,
         policy: Policy,
@@ -316,7 +312,11 @@ impl RequestLimits {
     ///
     /// # Errors
     /// 429 `rate_limit_exceeded` when over either limit.
-    pub async fn password_reset(&self, req: &HttpRequest, email: &str) -> Result<(), ApiError> {
+    pub(crate) async fn password_reset(
+        &self,
+        req: &HttpRequest,
+        email: &str,
+    ) -> Result<(), ApiError> {
         let ip = self.client_ip(req);
         self.enforce(req, Policy::PasswordReset, || LimitKey::client_ip(ip)).await?;
         self.enforce(req, Policy::PasswordResetEmail, || LimitKey::email(email)).await
@@ -343,7 +343,7 @@ impl RequestLimits {
         let policy = decision.policy;
         req.extensions_mut().insert(decision);
         if !decision.allowed {
-            self.metrics.count("aigw_rate_limited_total", &[("policy", policy.name())]);
+            self.metrics.count(metric::RATE_LIMITED_TOTAL, &[("policy", policy.name())]);
             tracing::info!(
                 policy = policy.name(),
                 retry_after_secs = decision.retry_after_secs(),
@@ -354,59 +354,11 @@ impl RequestLimits {
     }
 }
 
-/// `RateLimit-Policy` value: `"name";q=limit;w=window_secs`.
-fn policy_value(policy: Policy, limit: u32, window_secs: u64) -> Option<HeaderValue> {
-    HeaderValue::from_str(&format!("\"{}\";q={limit};w={window_secs}", policy.name())).ok()
-}
-
-/// `RateLimit` value: `"name";r=remaining;t=reset_secs`.
-fn state_value(decision: &Decision) -> Option<HeaderValue> {
-    HeaderValue::from_str(&format!(
-        "\"{}\";r={};t={}",
-        decision.policy.name(),
-        decision.remaining,
-        decision.reset_secs()
-    ))
-    .ok()
-}
-
-/// Middleware: adds `RateLimit-Policy` and `RateLimit` to the answers of limited endpoints
-/// (see the module documentation).
-///
-/// # Errors
-/// Those of the wrapped service, unchanged.
-pub async fn headers(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let mut response = next.call(req).await?;
-    let decision = response.request().extensions().get::<Decision>().copied();
-    let (policy, state) = match decision {
-        Some(d) => (policy_value(d.policy, d.limit, d.window_secs), state_value(&d)),
-        None => {
-            let request = response.request();
-            let quota = request.app_data::<LimitedBy>().and_then(|LimitedBy(policy)| {
-                let state = request.app_data::<web::Data<AppState>>()?;
-                let q = state.limits.limiter().policy(*policy)?;
-                Some((*policy, q))
-            });
-            (quota.and_then(|(p, q)| policy_value(p, q.limit, q.window_secs)), None)
-        }
-    };
-    let headers = response.headers_mut();
-    if let Some(value) = policy {
-        headers.insert(RATELIMIT_POLICY, value);
-    }
-    if let Some(value) = state {
-        headers.insert(RATELIMIT, value);
-    }
-    Ok(response)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use actix_web::http::header::{HeaderName, HeaderValue};
 
     fn proxies(entries: &[&str], header: ForwardedHeader) -> TrustedProxies {
         let entries: Vec<String> = entries.iter().map(|s| (*s).to_owned()).collect();

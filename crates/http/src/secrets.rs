@@ -20,7 +20,7 @@ use std::io::{ErrorKind, Write};
 use std::path::Path;
 
 /// File name of the generated secret inside the data folder.
-pub const SECRET_FILE: &str = "jwt_secret";
+pub(crate) const SECRET_FILE: &str = "jwt_secret";
 
 /// The signing keys, the active (signing) one first, per the rules above.
 ///
@@ -28,7 +28,7 @@ pub const SECRET_FILE: &str = "jwt_secret";
 /// When a secret is shorter than 32 bytes, a key file cannot be read or is not an Ed25519
 /// PEM private key, `active_kid` names no key, production has no explicit key, or the
 /// generated secret cannot be read or written.
-pub fn signing_keys(settings: &Settings) -> anyhow::Result<Vec<SigningKey>> {
+pub(crate) fn signing_keys(settings: &Settings) -> anyhow::Result<Vec<SigningKey>> {
     let auth = &settings.auth;
     let mut keys = Vec::new();
     let production = settings.server.environment == Environment::Production;

@@ -2,7 +2,7 @@
 
 use crate::routes;
 use crate::settings::Settings;
-use crate::telemetry;
+use crate::state::AppState;
 use actix_web::dev::{AppConfig, Extensions, Server};
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
@@ -12,26 +12,6 @@ use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer, Usage
 use anyhow::Context;
 use std::net::TcpListener;
 use std::time::Duration;
-
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// Accounts, sessions, keys.
-    pub auth: AuthService,
-    /// Chat routing.
-    pub gateway: Gateway,
-    /// Rate limits and the client-address rule (`[rate_limit]`).
-    pub limits: crate::rate_limit::RequestLimits,
-    /// `Idempotency-Key` records (see `crate::idempotency`).
-    pub idempotency: aigw_service::idempotency::Idempotency,
-    /// The usage ledger (`[usage]`).
-    pub usage: UsageService,
-    /// This server's metrics (`GET /metrics`, see `crate::observe`).
-    pub telemetry: crate::observe::Telemetry,
-    /// GitHub's secret-scanning keys, when `secret_scanning.enabled` (see
-    /// `aigw_service::leaks`).
-    pub secret_scanning: Option<aigw_service::leaks::GithubKeys>,
-}
 
 /// A built, bound, not yet running server.
 pub struct Application {
@@ -172,7 +152,7 @@ fn metrics_server(address: &str, state: web::Data<AppState>) -> anyhow::Result<S
 /// # Errors
 /// Bad configuration, a short secret in production, an unreachable database, a failed
 /// migration.
-pub async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, Db)> {
+pub(crate) async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, Db)> {
     let keys = crate::secrets::signing_keys(settings)?;
     let pool = migrate(settings).await?;
     let tokens = TokenIssuer::new(
@@ -339,8 +319,9 @@ impl Application {
         let per_worker = settings.server.max_connections.max(1).div_ceil(workers);
         let head_timeout = Duration::from_secs(settings.server.header_read_timeout_secs.max(1));
         let keep_alive = Duration::from_secs(settings.server.keep_alive_secs.max(1));
-        // Every connection is admitted by its client address first (`crate::connections`).
-        let caps = crate::connections::AddressCaps::new(
+        // Every connection is admitted by its client address first
+        // (`crate::middleware::connections`).
+        let caps = crate::middleware::connections::AddressCaps::new(
             settings.server.max_connections_per_address,
             settings.server.max_pending_requests_per_address,
             crate::rate_limit::TrustedProxies::parse(
@@ -360,9 +341,9 @@ impl Application {
                     }
                 })
                 .default_service(web::to(routes::no_route))
-                .wrap(from_fn(crate::rate_limit::headers))
+                .wrap(from_fn(crate::middleware::rate_limit_headers::headers))
                 .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
-                .wrap(from_fn(telemetry::access_log))
+                .wrap(from_fn(crate::middleware::access_log::access_log))
         };
         // What `actix_web::HttpServer` builds, with the admission in front of actix-http's
         // connection service: workers, the per-worker connection cap, `shutdown_timeout_secs`,
@@ -389,9 +370,11 @@ impl Application {
                 .client_request_timeout(head_timeout)
                 .client_disconnect_timeout(Duration::from_secs(1))
                 .local_addr(local_addr)
-                .on_connect_ext(|io: &crate::connections::CappedStream, data: &mut Extensions| {
-                    io.share_pending(data)
-                })
+                .on_connect_ext(
+                    |io: &crate::middleware::connections::CappedStream, data: &mut Extensions| {
+                        io.share_pending(data)
+                    },
+                )
                 .finish(actix_service::map_config(app(), |_| AppConfig::default()));
             caps.guard(http)
         })?;

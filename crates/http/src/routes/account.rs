@@ -3,14 +3,14 @@
 //! access token only.
 
 use super::auth::failures_counted;
-use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, MeData, ServerErrors, TokenSetDto};
-use crate::dto_account::{
+use crate::dto::account::{
     AuditListData, ChangePasswordRequest, EndedSessionData, SessionDto, SessionListData,
     UpdateMeRequest,
 };
+use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, MeData, ServerErrors, TokenSetDto};
 use crate::error::ApiError;
 use crate::extract::{query_params, After, Authorized, JsonBody, PathId};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::PageRequest;
@@ -23,7 +23,7 @@ use aigw_service::PageRequest;
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_sessions(
+pub(crate) async fn list_sessions(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
@@ -44,7 +44,7 @@ pub async fn list_sessions(
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         (status = 404, description = "No live session of the caller with this id", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn end_session(
+pub(crate) async fn end_session(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     id: After<PathId>,
@@ -64,7 +64,7 @@ pub async fn end_session(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn update_me(
+pub(crate) async fn update_me(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     body: After<JsonBody<UpdateMeRequest>>,
@@ -86,7 +86,7 @@ pub async fn update_me(
         (status = 401, description = "Wrong current password (the answer of a failed login)", body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn change_password(
+pub(crate) async fn change_password(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ManageAccount>,
@@ -102,7 +102,7 @@ pub async fn change_password(
 /// cursor-paged (access token, or API key with `read`).
 #[utoipa::path(get, path = "/api/v1/audit", tag = "auth",
     params(
-        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created|invitation_revoked|team_created|team_updated|team_deleted|member_added|member_role_changed|member_budget_changed|member_removed|member_left|team_api_key_created|team_invitation_created|team_invitation_revoked|email_verified|email_change_requested|email_changed|password_reset_requested|password_reset|api_key_leak_reported|mfa_enrollment_started|mfa_enabled|mfa_disabled|mfa_recovery_codes_regenerated|mfa_challenge_failed|mfa_recovery_code_used)$", description = "Only this action, e.g. `login_failed`"),
+        ("action" = Option<String>, Query, description = "Only this action, e.g. `login_failed`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Events per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
@@ -113,7 +113,7 @@ pub async fn change_password(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn audit(
+pub(crate) async fn audit(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,

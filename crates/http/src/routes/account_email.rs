@@ -1,14 +1,14 @@
 //! `/api/v1/auth/email/{verification, verify, change}` and
 //! `/api/v1/auth/password-reset[/confirm]`: the flows that reach a user through their mailbox.
 
-use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, MeData, ServerErrors};
-use crate::dto_account_email::{
+use crate::dto::account_email::{
     ChangeEmailRequest, EmailSentData, PasswordResetAcceptedData, PasswordResetConfirmRequest,
     PasswordResetDoneData, PasswordResetRequest, VerifyEmailRequest,
 };
+use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, MeData, ServerErrors};
 use crate::error::ApiError;
 use crate::extract::{After, Authorized, JsonBody};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::time::format_timestamp;
@@ -38,7 +38,7 @@ async fn token_failures_counted<T>(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn request_verification(
+pub(crate) async fn request_verification(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ManageAccount>,
@@ -58,7 +58,7 @@ pub async fn request_verification(
         (status = 400, description = "The token is malformed, unknown, used, expired or withdrawn, or its address belongs to another account now (field: token)", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]
-pub async fn verify(
+pub(crate) async fn verify(
     state: web::Data<AppState>,
     req: HttpRequest,
     body: JsonBody<VerifyEmailRequest>,
@@ -81,7 +81,7 @@ pub async fn verify(
         (status = 401, description = "Wrong password (the answer of a failed login)", body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn change(
+pub(crate) async fn change(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ManageAccount>,
@@ -104,7 +104,7 @@ pub async fn change(
         (status = 400, description = "Not an e-mail address (field: email)", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]
-pub async fn request_reset(
+pub(crate) async fn request_reset(
     state: web::Data<AppState>,
     req: HttpRequest,
     body: JsonBody<PasswordResetRequest>,
@@ -124,7 +124,7 @@ pub async fn request_reset(
         (status = 400, description = "Invalid field: token (malformed, unknown, used, expired or withdrawn) or password (the password policy)", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]
-pub async fn confirm_reset(
+pub(crate) async fn confirm_reset(
     state: web::Data<AppState>,
     req: HttpRequest,
     body: JsonBody<PasswordResetConfirmRequest>,

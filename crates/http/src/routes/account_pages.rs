@@ -7,7 +7,7 @@
 //! to this origin, `Referrer-Policy: no-referrer` (the URL carries the token) and
 //! `Cache-Control: no-store`.
 
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_service::ServiceError;
@@ -86,19 +86,19 @@ fn failure(title: &str, e: &ServiceError) -> HttpResponse {
 
 /// `?token=…` of a link.
 #[derive(Debug, Deserialize)]
-pub struct LinkQuery {
+pub(crate) struct LinkQuery {
     token: Option<String>,
 }
 
 /// The verification form's fields.
 #[derive(Deserialize)]
-pub struct VerifyForm {
+pub(crate) struct VerifyForm {
     token: String,
 }
 
 /// The reset form's fields.
 #[derive(Deserialize)]
-pub struct ResetForm {
+pub(crate) struct ResetForm {
     token: String,
     password: String,
     password_confirmation: String,
@@ -122,7 +122,7 @@ const RESET_TITLE: &str = "Choose a new password";
 const INCOMPLETE: &str = "This link is incomplete: open the whole link from the message.";
 
 /// `GET /account/verify-email?token=…`: the confirmation form.
-pub async fn verify_email_form(query: web::Query<LinkQuery>) -> HttpResponse {
+pub(crate) async fn verify_email_form(query: web::Query<LinkQuery>) -> HttpResponse {
     match query.into_inner().token.filter(|t| !t.is_empty()) {
         None => message(StatusCode::BAD_REQUEST, VERIFY_TITLE, INCOMPLETE),
         Some(token) => {
@@ -132,7 +132,7 @@ pub async fn verify_email_form(query: web::Query<LinkQuery>) -> HttpResponse {
 }
 
 /// `POST /account/verify-email`: redeems the token.
-pub async fn verify_email_submit(
+pub(crate) async fn verify_email_submit(
     state: web::Data<AppState>,
     req: HttpRequest,
     form: Result<web::Form<VerifyForm>, actix_web::Error>,
@@ -163,7 +163,7 @@ pub async fn verify_email_submit(
 }
 
 /// `GET /account/reset-password?token=…`: the new-password form.
-pub async fn reset_password_form(query: web::Query<LinkQuery>) -> HttpResponse {
+pub(crate) async fn reset_password_form(query: web::Query<LinkQuery>) -> HttpResponse {
     match query.into_inner().token.filter(|t| !t.is_empty()) {
         None => message(StatusCode::BAD_REQUEST, RESET_TITLE, INCOMPLETE),
         Some(token) => page(
@@ -175,7 +175,7 @@ pub async fn reset_password_form(query: web::Query<LinkQuery>) -> HttpResponse {
 }
 
 /// `POST /account/reset-password`: sets the new password.
-pub async fn reset_password_submit(
+pub(crate) async fn reset_password_submit(
     state: web::Data<AppState>,
     req: HttpRequest,
     form: Result<web::Form<ResetForm>, actix_web::Error>,

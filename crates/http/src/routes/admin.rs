@@ -1,15 +1,15 @@
 //! `/api/v1/admin/…`: every user and every API key, for administrators (role
 //! `admin` with an access token, or an API key with `admin` whose owner is an admin).
 
-use crate::dto::{BodyErrors, DeletedData, Envelope, ErrorEnvelope, ServerErrors};
-use crate::dto_account::AuditListData;
-use crate::dto_admin::{
+use crate::dto::account::AuditListData;
+use crate::dto::admin::{
     AdminApiKeyDto, AdminApiKeyListData, AdminUserDto, CreateInvitationRequest, InvitationData,
     InvitationListData, UpdateUserRequest, UserListData,
 };
+use crate::dto::{BodyErrors, DeletedData, Envelope, ErrorEnvelope, ServerErrors};
 use crate::error::ApiError;
 use crate::extract::{query_params, AdminCaller, After, JsonBody, PathId};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_service::{PageRequest, UserUpdate};
 use std::collections::HashMap;
@@ -32,7 +32,7 @@ fn page_request(params: &mut HashMap<String, String>) -> PageRequest {
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_users(
+pub(crate) async fn list_users(
     state: web::Data<AppState>,
     req: HttpRequest,
     AdminCaller(admin): AdminCaller,
@@ -54,7 +54,7 @@ pub async fn list_users(
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         (status = 404, description = "No such user", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn get_user(
+pub(crate) async fn get_user(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
     id: After<PathId>,
@@ -79,7 +79,7 @@ pub async fn get_user(
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         (status = 404, description = "No such user", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn update_user(
+pub(crate) async fn update_user(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
     id: After<PathId>,
@@ -106,7 +106,7 @@ pub async fn update_user(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_api_keys(
+pub(crate) async fn list_api_keys(
     state: web::Data<AppState>,
     req: HttpRequest,
     AdminCaller(admin): AdminCaller,
@@ -128,7 +128,7 @@ pub async fn list_api_keys(
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         (status = 404, description = "No such key", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn revoke_api_key(
+pub(crate) async fn revoke_api_key(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
     id: After<PathId>,
@@ -142,7 +142,7 @@ pub async fn revoke_api_key(
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(
         ("user_id" = Option<String>, Query, description = "Only events concerning this user"),
-        ("action" = Option<String>, Query, pattern = "^(user_registered|login_succeeded|login_failed|refresh_reuse_detected|logged_out|session_ended|password_changed|api_key_created|api_key_updated|api_key_rotated|api_key_revoked|api_key_deleted|user_disabled|user_enabled|role_changed|invitation_created|invitation_revoked|team_created|team_updated|team_deleted|member_added|member_role_changed|member_budget_changed|member_removed|member_left|team_api_key_created|team_invitation_created|team_invitation_revoked|email_verified|email_change_requested|email_changed|password_reset_requested|password_reset|api_key_leak_reported|mfa_enrollment_started|mfa_enabled|mfa_disabled|mfa_recovery_codes_regenerated|mfa_challenge_failed|mfa_recovery_code_used)$", description = "Only this action, e.g. `user_disabled`"),
+        ("action" = Option<String>, Query, description = "Only this action, e.g. `user_disabled`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Events per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
@@ -153,7 +153,7 @@ pub async fn revoke_api_key(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn audit(
+pub(crate) async fn audit(
     state: web::Data<AppState>,
     req: HttpRequest,
     AdminCaller(admin): AdminCaller,
@@ -177,7 +177,7 @@ pub async fn audit(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn create_invitation(
+pub(crate) async fn create_invitation(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
     body: After<JsonBody<CreateInvitationRequest>>,
@@ -202,7 +202,7 @@ pub async fn create_invitation(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_invitations(
+pub(crate) async fn list_invitations(
     state: web::Data<AppState>,
     req: HttpRequest,
     AdminCaller(admin): AdminCaller,
@@ -224,7 +224,7 @@ pub async fn list_invitations(
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         (status = 404, description = "No open invitation with this id", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn revoke_invitation(
+pub(crate) async fn revoke_invitation(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
     id: After<PathId>,

@@ -7,7 +7,7 @@ use crate::dto::{
 use crate::error::ApiError;
 use crate::extract::{parse_json, After, Authorized, JsonBody, OptionalJsonBody, PathId, RawJson};
 use crate::idempotency;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
@@ -27,7 +27,7 @@ use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey};
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         (status = 404, description = "`team_id` is not a team of the caller (resource: team)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn create(
+pub(crate) async fn create(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::CreateApiKey>,
@@ -61,7 +61,7 @@ fn render_created(created: &CreatedApiKey) -> Vec<u8> {
         (status = 200, body = Envelope<ApiKeyListData>),
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list(
+pub(crate) async fn list(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
@@ -102,7 +102,7 @@ async fn key_object(
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn update(
+pub(crate) async fn update(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
     id: After<PathId>,
@@ -131,7 +131,7 @@ pub async fn update(
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn rotate(
+pub(crate) async fn rotate(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
     id: After<PathId>,
@@ -155,7 +155,7 @@ pub async fn rotate(
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn revoke(
+pub(crate) async fn revoke(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
     id: After<PathId>,
@@ -176,7 +176,7 @@ pub async fn revoke(
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, description = "No such key of the caller", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn delete(
+pub(crate) async fn delete(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
     id: After<PathId>,

@@ -1,13 +1,14 @@
 //! `/api/v1/auth/{register, login, me, refresh, logout}`.
 
+use crate::dto::mfa::LoginData;
 use crate::dto::{
     BodyErrors, Envelope, ErrorEnvelope, LoginRequest, LogoutData, LogoutRequest, LogoutScopeDto,
     MeData, RefreshRequest, RegisterData, RegisterRequest, ServerErrors, TokenSetDto,
 };
-use crate::dto_mfa::LoginData;
 use crate::error::ApiError;
 use crate::extract::{After, Authorized, JsonBody, OptionalJsonBody};
-use crate::startup::AppState;
+use crate::observe::metric;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use aigw_domain::access::op;
 use aigw_service::{ClientInfo, LoginOutcome, LogoutScope, Policy, ServiceError};
@@ -20,7 +21,7 @@ use aigw_service::{ClientInfo, LoginOutcome, LogoutScope, Policy, ServiceError};
         (status = 403, description = "auth.registration = closed (required: invitation, current: none)", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]
-pub async fn register(
+pub(crate) async fn register(
     state: web::Data<AppState>,
     req: HttpRequest,
     JsonBody(body): JsonBody<RegisterRequest>,
@@ -29,7 +30,7 @@ pub async fn register(
     let client = client_info(&state, &req);
     let (name, invitation) = (body.name.as_deref(), body.invitation.as_deref());
     let set = state.auth.register(&body.email, body.password, name, invitation, &client).await?;
-    state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
+    state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
     let tokens = TokenSetDto::from(set);
     let data = RegisterData {
         id: tokens.user.id.clone(),
@@ -51,7 +52,7 @@ pub async fn register(
         BodyErrors,
         (status = 401, description = "Unknown e-mail or wrong password (one answer for both)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn login(
+pub(crate) async fn login(
     state: web::Data<AppState>,
     req: HttpRequest,
     body: Result<JsonBody<LoginRequest>, ApiError>,
@@ -75,11 +76,11 @@ pub async fn login(
             _ => "error",
         },
     };
-    state.telemetry.metrics.count("aigw_logins_total", &[("outcome", outcome)]);
+    state.telemetry.metrics.count(metric::LOGINS_TOTAL, &[("outcome", outcome)]);
     match result {
         Ok(LoginOutcome::Tokens(set)) => {
-            state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
-            Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
+            state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
+            Ok(HttpResponse::Ok().json(Envelope::ok(LoginData::Tokens(TokenSetDto::from(set)))))
         }
         Ok(LoginOutcome::MfaRequired(challenge)) => {
             Ok(HttpResponse::Ok().json(Envelope::ok(LoginData::MfaRequired(challenge.into()))))
@@ -96,7 +97,7 @@ pub async fn login(
 }
 
 /// Where `req` comes from: the client address (trusted-proxy rules) and `User-Agent`.
-pub(crate) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
+pub(super) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
     let user_agent = req.headers().get(actix_web::http::header::USER_AGENT);
     ClientInfo::new(
         Some(state.limits.client_ip(req).to_string()),
@@ -106,7 +107,7 @@ pub(crate) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
 
 /// Awaits a credential check and counts a refusal (401) against the client IP's
 /// `auth_failure` quota.
-pub(crate) async fn failures_counted<T>(
+pub(super) async fn failures_counted<T>(
     state: &AppState,
     req: &HttpRequest,
     check: impl std::future::Future<Output = Result<T, ServiceError>>,
@@ -127,7 +128,7 @@ pub(crate) async fn failures_counted<T>(
         (status = 200, body = Envelope<MeData>),
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         ServerErrors))]
-pub async fn me(
+pub(crate) async fn me(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
@@ -143,7 +144,7 @@ pub async fn me(
         BodyErrors,
         (status = 401, description = "Invalid, used, expired or revoked refresh token", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn refresh(
+pub(crate) async fn refresh(
     state: web::Data<AppState>,
     req: HttpRequest,
     JsonBody(body): JsonBody<RefreshRequest>,
@@ -163,7 +164,7 @@ pub async fn refresh(
         BodyErrors,
         (status = 403, description = "Called with an API key", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn logout(
+pub(crate) async fn logout(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::Logout>,
     body: After<OptionalJsonBody<LogoutRequest>>,
@@ -178,7 +179,7 @@ pub async fn logout(
     state
         .telemetry
         .metrics
-        .counter("aigw_sessions_revoked_total", &[("reason", "logout")])
+        .counter(metric::SESSIONS_REVOKED_TOTAL, &[("reason", "logout")])
         .increment(revoked_sessions as u64);
     Ok(HttpResponse::Ok().json(Envelope::ok(LogoutData { revoked_sessions })))
 }
@@ -187,7 +188,7 @@ pub async fn logout(
 /// other services of the gateway can verify access tokens without holding a secret.
 #[utoipa::path(get, path = "/.well-known/jwks.json", tag = "auth",
     responses((status = 200, description = "JWK Set (`{\"keys\": [...]}`); empty when only HS256 keys are configured", body = Object)))]
-pub async fn jwks(state: web::Data<AppState>) -> HttpResponse {
+pub(crate) async fn jwks(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header(("cache-control", "public, max-age=300"))
         .json(state.auth.tokens().jwks())

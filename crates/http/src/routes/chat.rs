@@ -5,7 +5,7 @@ use crate::dto::{
 };
 use crate::error::ApiError;
 use crate::extract::{read_json_payload, Authorized};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
@@ -82,7 +82,7 @@ fn rate_limit_headers(status: &RateStatus) -> Vec<(HeaderName, HeaderValue)> {
         (status = 422, description = "The upstream refused the request (upstream_rejected, the upstream's status)", body = ErrorEnvelope),
         (status = 502, body = ErrorEnvelope), (status = 504, body = ErrorEnvelope),
         ServerErrors))]
-pub async fn completions(
+pub(crate) async fn completions(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ChatCompletion>,
@@ -91,10 +91,10 @@ pub async fn completions(
     state.auth.ensure_email_verified(&caller).await?;
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
-    let request_id = crate::error::current_request_id();
+    let request_id = crate::middleware::request_id::current_request_id();
     let arrived = req
         .extensions()
-        .get::<crate::telemetry::Arrival>()
+        .get::<crate::middleware::access_log::Arrival>()
         .map_or_else(std::time::Instant::now, |a| a.0);
     let forward = crate::telemetry::upstream_headers(&req, &request_id);
     let (reply, limits) =
@@ -128,7 +128,7 @@ pub async fn completions(
 #[utoipa::path(get, path = "/api/v1/ai/models", tag = "ai", security(("api_key" = [])),
     responses((status = 200, body = ModelList), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         ServerErrors))]
-pub async fn models(
+pub(crate) async fn models(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChatCompletion>,
 ) -> Result<HttpResponse, ApiError> {

@@ -1,6 +1,6 @@
-//! Probes for load balancers, outside `/api/v1`, without credentials.
+//! Probes for load balancers and the metrics scrape, outside `/api/v1`, without credentials.
 
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use aigw_domain::time::format_timestamp;
@@ -8,7 +8,7 @@ use serde_json::json;
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "Alive")))]
-pub async fn healthz() -> HttpResponse {
+pub(crate) async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
@@ -26,7 +26,7 @@ pub async fn healthz() -> HttpResponse {
 /// makes the node unready either, since no record is lost meanwhile.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, flushes, restarts, lost, records_dropped}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`)")))]
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+pub(crate) async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let feed = state.auth.credential_cache().health();
     let change_feed = json!({
         "status": if feed.fresh { "ok" } else { "stale" },
@@ -68,4 +68,15 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         });
     }
     HttpResponse::build(response.0).json(response.1)
+}
+
+/// `GET /metrics`: the Prometheus exposition of this server (docs/operations.md lists every
+/// metric). Not served here when `server.metrics_listen` is set.
+// `operation_id`: the OpenAPI document's, from when the handler was `observe::serve`.
+#[utoipa::path(get, path = "/metrics", tag = "health", operation_id = "serve",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4 (docs/operations.md)",
+        content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)))]
+pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let body = state.telemetry.render(&state.auth, state.limits.limiter(), &state.usage);
+    HttpResponse::Ok().content_type(crate::observe::CONTENT_TYPE).body(body)
 }

@@ -2,14 +2,15 @@
 //! (completing a login whose password was right). See docs/mfa.md.
 
 use super::auth::{client_info, failures_counted};
-use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors, TokenSetDto};
-use crate::dto_mfa::{
+use crate::dto::mfa::{
     LoginMfaRequest, MfaConfirmRequest, MfaDisabledData, MfaEnrollmentData, MfaRecoveryCodesData,
     MfaStatusData, MfaVerifyRequest,
 };
+use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors, TokenSetDto};
 use crate::error::ApiError;
 use crate::extract::{After, Authorized, JsonBody};
-use crate::startup::AppState;
+use crate::observe::metric;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::mfa::TotpCode;
@@ -24,7 +25,7 @@ use aigw_service::Policy;
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn status(
+pub(crate) async fn status(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
@@ -43,7 +44,7 @@ pub async fn status(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn enroll(
+pub(crate) async fn enroll(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
 ) -> Result<HttpResponse, ApiError> {
@@ -62,7 +63,7 @@ pub async fn enroll(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn confirm(
+pub(crate) async fn confirm(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     body: After<JsonBody<MfaConfirmRequest>>,
@@ -84,7 +85,7 @@ pub async fn confirm(
         (status = 401, description = "Wrong password or code, or a code already used (one answer for all)", body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn disable(
+pub(crate) async fn disable(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ManageAccount>,
@@ -108,7 +109,7 @@ pub async fn disable(
         (status = 401, description = "Wrong password or code, or a code already used (one answer for all)", body = ErrorEnvelope),
         (status = 403, description = "Called with an API key (required: access_token)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn regenerate_recovery_codes(
+pub(crate) async fn regenerate_recovery_codes(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ManageAccount>,
@@ -131,7 +132,7 @@ pub async fn regenerate_recovery_codes(
         BodyErrors,
         (status = 401, description = "Unknown, used or expired mfa_token; a wrong or already used code; the challenge is dead after 5 failed attempts (details.hint says which)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn login_mfa(
+pub(crate) async fn login_mfa(
     state: web::Data<AppState>,
     req: HttpRequest,
     JsonBody(body): JsonBody<LoginMfaRequest>,
@@ -142,6 +143,6 @@ pub async fn login_mfa(
     let client = client_info(&state, &req);
     let completed = state.auth.complete_mfa_login(&body.mfa_token, &factor, &client);
     let set = failures_counted(&state, &req, completed).await?;
-    state.telemetry.metrics.count("aigw_sessions_created_total", &[]);
+    state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
     Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
 }

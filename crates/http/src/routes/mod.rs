@@ -1,17 +1,17 @@
 //! Handlers, one module per endpoint group, and the route table.
 
-pub mod account;
-pub mod account_email;
-pub mod account_pages;
-pub mod admin;
-pub mod api_keys;
-pub mod auth;
-pub mod chat;
-pub mod health;
-pub mod mfa;
-pub mod secret_scanning;
-pub mod teams;
-pub mod usage;
+pub(crate) mod account;
+pub(crate) mod account_email;
+pub(crate) mod account_pages;
+pub(crate) mod admin;
+pub(crate) mod api_keys;
+pub(crate) mod auth;
+pub(crate) mod chat;
+pub(crate) mod health;
+pub(crate) mod mfa;
+pub(crate) mod secret_scanning;
+pub(crate) mod teams;
+pub(crate) mod usage;
 
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
@@ -20,7 +20,7 @@ use actix_web::{guard, web, HttpRequest, HttpResponse};
 use aigw_service::Policy;
 
 /// Registers every route. Paths that exist answer 405 for other methods.
-pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit: usize) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit: usize) {
     cfg.service(
         web::scope("/api/v1")
             .app_data(BodyLimit(account_limit))
@@ -347,8 +347,8 @@ pub fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat_limit:
 }
 
 /// `GET /metrics` (Prometheus text, see `crate::observe`).
-pub fn configure_metrics(cfg: &mut web::ServiceConfig) {
-    cfg.service(one("/metrics", &["GET"], get_or_head().to(crate::observe::serve)));
+pub(crate) fn configure_metrics(cfg: &mut web::ServiceConfig) {
+    cfg.service(one("/metrics", &["GET"], get_or_head().to(health::metrics)));
 }
 
 /// `GET`, and `HEAD` answered by the same handler (actix sends no body for `HEAD`), so load
@@ -375,12 +375,17 @@ async fn not_allowed(
 }
 
 /// The answer for a path no route matches: 404 in the envelope.
-pub async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::no_route(req.path()))
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::panic)]
+
+    /// How many handlers of `/api/v1` need a credential.
+    const SECURED: usize = 52;
+
     /// The handlers of `/api/v1`, with their sources.
     const HANDLERS: [(&str, &str); 10] = [
         ("account", include_str!("account.rs")),
@@ -406,14 +411,15 @@ mod tests {
         let mut secured = 0;
         for (module, source) in HANDLERS {
             let documented = source.matches("#[utoipa::path(").count();
-            let handlers = source.matches("\npub async fn ").count();
+            let handlers = source.matches("\npub(crate) async fn ").count();
             assert_eq!(documented, handlers, "{module}: a handler without an OpenAPI path");
             for chunk in source.split("#[utoipa::path(").skip(1) {
-                let start = chunk.find("pub async fn ").unwrap_or(chunk.len());
+                let start = chunk.find("pub(crate) async fn ").unwrap_or(chunk.len());
                 let (attribute, rest) = chunk.split_at(start);
                 let signature = &rest[..rest.find(") -> ").unwrap_or(rest.len())];
                 assert!(!signature.is_empty(), "{module}: a path without its handler");
-                let name = &signature["pub async fn ".len()..signature.find('(').unwrap_or(0)];
+                let name = signature.trim_start_matches("pub(crate) async fn ");
+                let name = &name[..name.find('(').unwrap_or(0)];
                 let needs_credential = attribute.contains("security(");
                 let checked = signature.contains("Authorized<op::")
                     || signature.contains("AdminCaller(admin): AdminCaller");
@@ -425,6 +431,74 @@ mod tests {
                 secured += usize::from(checked);
             }
         }
-        assert_eq!(secured, 52, "every authenticated endpoint of /api/v1 was found");
+        assert_eq!(secured, SECURED, "every authenticated endpoint of /api/v1 was found");
+    }
+
+    /// Every operation that the OpenAPI document marks with a credential is served, in the
+    /// route table of [`super::configure`], by a resource with a rate-limit policy
+    /// ([`LimitedBy`]). The extractors that authenticate count the request against that
+    /// policy and answer 500 "route without a rate limit" where there is none; this finds such
+    /// a route before any request does. Each operation is called once (no application state,
+    /// so its extractors fail) and the policy is read from the request the route matched.
+    #[actix_web::test]
+    async fn every_authenticated_route_has_a_rate_limit_policy() {
+        use super::LimitedBy;
+        use actix_web::dev::Service;
+        use actix_web::http::header::{HeaderName, HeaderValue};
+        use actix_web::http::{Method, StatusCode};
+        use actix_web::{test, App};
+        use utoipa::OpenApi;
+        const POLICY: HeaderName = HeaderName::from_static("x-test-policy");
+        let app = test::init_service(
+            App::new().configure(|cfg| super::configure(cfg, 1024, 1024)).wrap_fn(|req, srv| {
+                let call = srv.call(req);
+                async move {
+                    let mut response = call.await?;
+                    let policy = response.request().app_data::<LimitedBy>().map(|l| l.0.name());
+                    if let Some(name) = policy {
+                        response.headers_mut().insert(POLICY, HeaderValue::from_static(name));
+                    }
+                    Ok(response)
+                }
+            }),
+        )
+        .await;
+        let doc = crate::openapi::ApiDoc::openapi();
+        let mut checked = 0;
+        for (path, item) in &doc.paths.paths {
+            let operations = [
+                (Method::GET, &item.get),
+                (Method::POST, &item.post),
+                (Method::PUT, &item.put),
+                (Method::PATCH, &item.patch),
+                (Method::DELETE, &item.delete),
+            ];
+            for (method, operation) in operations {
+                let Some(operation) = operation else { continue };
+                if operation.security.as_ref().is_none_or(Vec::is_empty) {
+                    continue;
+                }
+                // `{id}`, `{key_id}`, …: any segment matches.
+                let uri: String = path
+                    .split('/')
+                    .map(|s| if s.starts_with('{') { "x" } else { s })
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let request = test::TestRequest::default().method(method.clone()).uri(&uri);
+                let response = test::call_service(&app, request.to_request()).await;
+                let status = response.status();
+                assert!(
+                    status != StatusCode::NOT_FOUND && status != StatusCode::METHOD_NOT_ALLOWED,
+                    "{method} {path}: documented with a credential but not routed ({status})"
+                );
+                assert!(
+                    response.headers().contains_key(POLICY),
+                    "{method} {path}: an authenticated route without a rate-limit policy \
+                     (`.app_data(LimitedBy(Policy::…))` on its resource in routes/mod.rs)"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, SECURED, "every authenticated operation of the document was called");
     }
 }

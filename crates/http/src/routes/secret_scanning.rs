@@ -3,20 +3,21 @@
 //! `POST /api/v1/admin/leaked-keys` (an admin's pasted list). Both revoke every valid aigw key
 //! they name on every node before answering (see `aigw_service::leaks`).
 
-use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
-use crate::dto_leaks::{
+use crate::dto::leaks::{
     GithubReportedToken, GithubTokenVerdict, LeakReportData, LeakedKeysRequest,
 };
-use crate::error::{current_request_id, ApiError};
+use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
+use crate::error::ApiError;
 use crate::extract::{AdminCaller, After, JsonBody, RawJson};
-use crate::startup::AppState;
+use crate::middleware::request_id::current_request_id;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::{time, ErrorCode};
 use aigw_service::leaks::{self, LeakError, ReportError, KEY_ID_HEADER, SIGNATURE_HEADER};
 use serde_json::json;
 
 /// Largest GitHub report read, in bytes (1000 reported secrets with their URLs fit).
-pub const MAX_GITHUB_REPORT_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_GITHUB_REPORT_BYTES: usize = 1024 * 1024;
 
 /// The value of header `name`: `None` when absent, a placeholder the checks refuse when it is
 /// not visible ASCII.
@@ -42,7 +43,7 @@ fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
         (status = 409, description = "This exact body was accepted before (a replay): nothing changed", body = ErrorEnvelope),
         BodyErrors,
         ServerErrors))]
-pub async fn github(
+pub(crate) async fn github(
     state: web::Data<AppState>,
     req: HttpRequest,
     body: After<RawJson>,
@@ -97,7 +98,7 @@ pub async fn github(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn admin_leaked_keys(
+pub(crate) async fn admin_leaked_keys(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
     body: After<JsonBody<LeakedKeysRequest>>,

@@ -1,21 +1,21 @@
 //! `/api/v1/teams/…`: teams, their members and invitations, and their team keys
 //! (docs/teams.md). A non-member gets 404 for a team; a member without the role 403.
 
-use crate::dto::{
-    ApiKeyDto, BodyErrors, CreateApiKeyRequest, CreatedApiKeyDto, Envelope, ErrorEnvelope,
-    RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
-};
-use crate::dto_teams::{
+use crate::dto::teams::{
     AddMemberRequest, CreateTeamRequest, MemberAddedData, MemberDto, MemberListData,
     TeamApiKeyListData, TeamDeletedData, TeamDto, TeamInvitationListData, TeamListData,
     UpdateMemberRequest, UpdateTeamRequest,
 };
-use crate::dto_usage::UsageSummaryData;
+use crate::dto::usage::UsageSummaryData;
+use crate::dto::{
+    ApiKeyDto, BodyErrors, CreateApiKeyRequest, CreatedApiKeyDto, Envelope, ErrorEnvelope,
+    RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
+};
 use crate::error::ApiError;
 use crate::extract::{
     query_params, After, Authorized, JsonBody, OptionalJsonBody, PathId, PathIds,
 };
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::teams::{MemberPatch, NewMember};
@@ -38,7 +38,7 @@ fn page_request(req: &HttpRequest) -> Result<PageRequest, ApiError> {
         BodyErrors,
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn create(
+pub(crate) async fn create(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     body: After<JsonBody<CreateTeamRequest>>,
@@ -61,7 +61,7 @@ pub async fn create(
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "An API key without `read`", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list(
+pub(crate) async fn list(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
@@ -84,7 +84,7 @@ pub async fn list(
         (status = 403, description = "An API key without `read`", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn get(
+pub(crate) async fn get(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
     id: After<PathId>,
@@ -108,7 +108,7 @@ pub async fn get(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn update(
+pub(crate) async fn update(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     id: After<PathId>,
@@ -133,7 +133,7 @@ pub async fn update(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn delete(
+pub(crate) async fn delete(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     id: After<PathId>,
@@ -158,7 +158,7 @@ pub async fn delete(
         (status = 403, description = "An API key without `read`", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_members(
+pub(crate) async fn list_members(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
@@ -184,7 +184,7 @@ pub async fn list_members(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn add_member(
+pub(crate) async fn add_member(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     id: After<PathId>,
@@ -212,7 +212,7 @@ pub async fn add_member(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn update_member(
+pub(crate) async fn update_member(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     ids: After<PathIds>,
@@ -239,7 +239,7 @@ pub async fn update_member(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn remove_member(
+pub(crate) async fn remove_member(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     ids: After<PathIds>,
@@ -264,7 +264,7 @@ pub async fn remove_member(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_invitations(
+pub(crate) async fn list_invitations(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
@@ -290,7 +290,7 @@ pub async fn list_invitations(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn revoke_invitation(
+pub(crate) async fn revoke_invitation(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
     ids: After<PathIds>,
@@ -314,7 +314,7 @@ pub async fn revoke_invitation(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn create_key(
+pub(crate) async fn create_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::CreateApiKey>,
     id: After<PathId>,
@@ -349,7 +349,7 @@ pub async fn create_key(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn list_keys(
+pub(crate) async fn list_keys(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
@@ -378,7 +378,7 @@ pub async fn list_keys(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team or team key", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn update_key(
+pub(crate) async fn update_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
     ids: After<PathIds>,
@@ -405,7 +405,7 @@ pub async fn update_key(
         (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
         (status = 404, description = "No such team or team key", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn rotate_key(
+pub(crate) async fn rotate_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
     ids: After<PathIds>,
@@ -432,7 +432,7 @@ pub async fn rotate_key(
         (status = 403, body = ErrorEnvelope),
         (status = 404, description = "No such team or team key", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn revoke_key(
+pub(crate) async fn revoke_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
     ids: After<PathIds>,
@@ -456,7 +456,7 @@ pub async fn revoke_key(
         (status = 403, body = ErrorEnvelope),
         (status = 404, description = "No such team or team key", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn delete_key(
+pub(crate) async fn delete_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
     ids: After<PathIds>,
@@ -483,7 +483,7 @@ pub async fn delete_key(
         (status = 403, description = "An API key without `read`, or not a team owner or admin (required: team_admin)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn usage(
+pub(crate) async fn usage(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadUsage>,

@@ -1,10 +1,10 @@
 //! `/api/v1/usage` and `/api/v1/usage/requests`: the caller's own usage.
 
+use crate::dto::usage::{UsageRequestsData, UsageSummaryData};
 use crate::dto::{Envelope, ErrorEnvelope, ServerErrors};
-use crate::dto_usage::{UsageRequestsData, UsageSummaryData};
 use crate::error::ApiError;
 use crate::extract::{query_params, Authorized};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::usage::UsageQuery;
@@ -24,7 +24,7 @@ use aigw_service::usage::UsageQuery;
         (status = 400, description = "Bad date, range or group_by, an api_key_id that contains NUL, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn summary(
+pub(crate) async fn summary(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadUsage>,
@@ -54,7 +54,7 @@ pub async fn summary(
         (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
-pub async fn requests(
+pub(crate) async fn requests(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadUsage>,

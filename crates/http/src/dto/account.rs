@@ -8,21 +8,21 @@ use utoipa::ToSchema;
 
 /// One of the caller's live sessions.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SessionDto {
+pub(crate) struct SessionDto {
     /// Session id (the `sid` claim of its access tokens).
-    pub id: String,
+    pub(crate) id: String,
     /// Login time, RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// Last refresh (the login time when never refreshed), RFC 3339 UTC.
-    pub last_used_at: String,
+    pub(crate) last_used_at: String,
     /// Absolute end of the session, RFC 3339 UTC.
-    pub expires_at: String,
+    pub(crate) expires_at: String,
     /// `User-Agent` of the login, at most 256 characters, or null.
-    pub user_agent: Option<String>,
+    pub(crate) user_agent: Option<String>,
     /// Client address of the login (through the trusted-proxy rules), or null.
-    pub ip: Option<String>,
+    pub(crate) ip: Option<String>,
     /// True for the session of the access token that made this request.
-    pub current: bool,
+    pub(crate) current: bool,
 }
 
 impl From<SessionView> for SessionDto {
@@ -41,39 +41,39 @@ impl From<SessionView> for SessionDto {
 
 /// `GET /auth/sessions` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SessionListData {
+pub(crate) struct SessionListData {
     /// The caller's live sessions, newest first.
-    pub sessions: Vec<SessionDto>,
+    pub(crate) sessions: Vec<SessionDto>,
 }
 
 /// `DELETE /auth/sessions/{id}` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct EndedSessionData {
+pub(crate) struct EndedSessionData {
     /// The ended session's id.
-    pub id: String,
+    pub(crate) id: String,
     /// Always `true`.
-    pub revoked: bool,
+    pub(crate) revoked: bool,
 }
 
 /// `PATCH /auth/me` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateMeRequest {
+pub(crate) struct UpdateMeRequest {
     /// Display name, 1 to 100 characters.
     #[schema(example = "Ann", min_length = 1, max_length = 100)]
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// `POST /auth/password` body.
 #[derive(Deserialize, ToSchema)]
-pub struct ChangePasswordRequest {
+pub(crate) struct ChangePasswordRequest {
     /// The current password.
     #[schema(max_length = 256)]
-    pub current_password: String,
+    pub(crate) current_password: String,
     /// The new password: 8 to 256 Unicode code points (configurable minimum), not a common
     /// password.
     #[schema(min_length = 8, max_length = 256)]
-    pub new_password: String,
+    pub(crate) new_password: String,
 }
 
 impl std::fmt::Debug for ChangePasswordRequest {
@@ -87,29 +87,29 @@ impl std::fmt::Debug for ChangePasswordRequest {
 
 /// An audit event. Never carries a password, token or key.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AuditEventDto {
+pub(crate) struct AuditEventDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// When, RFC 3339 UTC.
-    pub at: String,
+    pub(crate) at: String,
     /// Who acted: a user id or an API key id; null when nobody was authenticated (a login,
     /// a refresh) or for the operator's command line.
-    pub actor: Option<String>,
+    pub(crate) actor: Option<String>,
     /// What happened, e.g. `login_succeeded` (docs/api.md lists them).
-    pub action: String,
+    pub(crate) action: String,
     /// What was acted on: a user, session or API key id, or null.
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
     /// The account the event concerns, or null (a failed login of an unknown e-mail).
-    pub user_id: Option<String>,
+    pub(crate) user_id: Option<String>,
     /// Client address, or null.
-    pub ip: Option<String>,
+    pub(crate) ip: Option<String>,
     /// Client `User-Agent` (at most 256 characters), or null.
-    pub user_agent: Option<String>,
+    pub(crate) user_agent: Option<String>,
     /// The request's `x-request-id`, or null.
-    pub request_id: Option<String>,
+    pub(crate) request_id: Option<String>,
     /// Action-specific facts (e-mail, permissions, old and new role, ...).
     #[schema(value_type = Object)]
-    pub details: serde_json::Value,
+    pub(crate) details: serde_json::Value,
 }
 
 impl From<aigw_service::audit::AuditEventView> for AuditEventDto {
@@ -131,11 +131,11 @@ impl From<aigw_service::audit::AuditEventView> for AuditEventDto {
 
 /// `GET /audit` and `GET /admin/audit` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AuditListData {
+pub(crate) struct AuditListData {
     /// Events, newest first.
-    pub events: Vec<AuditEventDto>,
+    pub(crate) events: Vec<AuditEventDto>,
     /// Cursor of the next page (pass as `cursor`); null on the last page.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<aigw_service::Page<aigw_service::audit::AuditEventView>> for AuditListData {

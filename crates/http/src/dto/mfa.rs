@@ -11,26 +11,26 @@ use utoipa::ToSchema;
 
 /// `POST /auth/mfa/totp/confirm` body.
 #[derive(Deserialize, ToSchema)]
-pub struct MfaConfirmRequest {
+pub(crate) struct MfaConfirmRequest {
     /// The 6 digits the authenticator app shows now (spaces ignored).
     #[schema(example = "123456", max_length = 16)]
-    pub code: String,
+    pub(crate) code: String,
 }
 
 /// `POST /auth/mfa/totp/disable` and `POST /auth/mfa/recovery-codes` body: the password and
 /// exactly one of `code` and `recovery_code`.
 #[derive(Deserialize, ToSchema)]
-pub struct MfaVerifyRequest {
+pub(crate) struct MfaVerifyRequest {
     /// The account's password.
     #[schema(max_length = 256)]
-    pub password: String,
+    pub(crate) password: String,
     /// A current code of the authenticator app (6 digits).
     #[schema(example = "123456", max_length = 16)]
-    pub code: Option<String>,
+    pub(crate) code: Option<String>,
     /// One of the unused recovery codes (`xxxx-xxxx-xxxx-xxxx`; hyphens, spaces and case
     /// ignored), instead of `code`.
     #[schema(example = "7hq2-x9kd-3mnp-4rtv", max_length = 64)]
-    pub recovery_code: Option<String>,
+    pub(crate) recovery_code: Option<String>,
 }
 
 impl MfaVerifyRequest {
@@ -38,7 +38,7 @@ impl MfaVerifyRequest {
     ///
     /// # Errors
     /// 400 naming `code` or `recovery_code` (neither, both, or malformed).
-    pub fn factor(&self) -> Result<SecondFactor, aigw_domain::FieldError> {
+    pub(crate) fn factor(&self) -> Result<SecondFactor, aigw_domain::FieldError> {
         SecondFactor::from_fields(self.code.as_deref(), self.recovery_code.as_deref())
     }
 }
@@ -46,15 +46,15 @@ impl MfaVerifyRequest {
 /// `POST /auth/login/mfa` body: the challenge's token and exactly one of `code` and
 /// `recovery_code`.
 #[derive(Deserialize, ToSchema)]
-pub struct LoginMfaRequest {
+pub(crate) struct LoginMfaRequest {
     /// The `mfa_token` of the login's answer (`aigwm_…`).
-    pub mfa_token: String,
+    pub(crate) mfa_token: String,
     /// A current code of the authenticator app (6 digits).
     #[schema(example = "123456", max_length = 16)]
-    pub code: Option<String>,
+    pub(crate) code: Option<String>,
     /// One of the unused recovery codes, instead of `code`.
     #[schema(example = "7hq2-x9kd-3mnp-4rtv", max_length = 64)]
-    pub recovery_code: Option<String>,
+    pub(crate) recovery_code: Option<String>,
 }
 
 impl LoginMfaRequest {
@@ -62,22 +62,22 @@ impl LoginMfaRequest {
     ///
     /// # Errors
     /// 400 naming `code` or `recovery_code` (neither, both, or malformed).
-    pub fn factor(&self) -> Result<SecondFactor, aigw_domain::FieldError> {
+    pub(crate) fn factor(&self) -> Result<SecondFactor, aigw_domain::FieldError> {
         SecondFactor::from_fields(self.code.as_deref(), self.recovery_code.as_deref())
     }
 }
 
 /// `POST /auth/mfa/totp/enroll` answer: the new secret, shown once.
 #[derive(Serialize, ToSchema)]
-pub struct MfaEnrollmentData {
+pub(crate) struct MfaEnrollmentData {
     /// The TOTP secret, base32 (RFC 4648, no padding), for typing into an app.
-    pub secret: String,
+    pub(crate) secret: String,
     /// `otpauth://totp/<issuer>:<email>?secret=…&issuer=…` (SHA-1, 6 digits, 30 s).
-    pub otpauth_uri: String,
+    pub(crate) otpauth_uri: String,
     /// The URI as a QR code: an SVG document.
-    pub qr_svg: String,
+    pub(crate) qr_svg: String,
     /// Always `false`: the factor is on once `POST /auth/mfa/totp/confirm` took a code.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
 }
 
 impl From<Enrollment> for MfaEnrollmentData {
@@ -89,13 +89,13 @@ impl From<Enrollment> for MfaEnrollmentData {
 /// `POST /auth/mfa/totp/confirm` and `POST /auth/mfa/recovery-codes` answer: the recovery
 /// codes, shown once.
 #[derive(Serialize, ToSchema)]
-pub struct MfaRecoveryCodesData {
+pub(crate) struct MfaRecoveryCodesData {
     /// Always `true`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// When the factor was turned on, RFC 3339 UTC.
-    pub enabled_at: String,
+    pub(crate) enabled_at: String,
     /// Ten single-use recovery codes (`xxxx-xxxx-xxxx-xxxx`); earlier ones no longer work.
-    pub recovery_codes: Vec<String>,
+    pub(crate) recovery_codes: Vec<String>,
 }
 
 impl From<RecoveryCodes> for MfaRecoveryCodesData {
@@ -106,17 +106,17 @@ impl From<RecoveryCodes> for MfaRecoveryCodesData {
 
 /// `GET /auth/mfa` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MfaStatusData {
+pub(crate) struct MfaStatusData {
     /// Whether the TOTP factor is on.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// When it was turned on, RFC 3339 UTC, or null.
-    pub enabled_at: Option<String>,
+    pub(crate) enabled_at: Option<String>,
     /// Whether an enrollment waits for its confirming code.
-    pub pending: bool,
+    pub(crate) pending: bool,
     /// Unused recovery codes (0 when the factor is off).
-    pub recovery_codes_left: u32,
+    pub(crate) recovery_codes_left: u32,
     /// The methods a login may complete with: `["totp", "recovery_code"]` when on, else `[]`.
-    pub methods: Vec<String>,
+    pub(crate) methods: Vec<String>,
 }
 
 impl From<MfaStatus> for MfaStatusData {
@@ -134,25 +134,25 @@ impl From<MfaStatus> for MfaStatusData {
 
 /// `POST /auth/mfa/totp/disable` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MfaDisabledData {
+pub(crate) struct MfaDisabledData {
     /// Always `false`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
 }
 
 /// `POST /auth/login` answer for an account whose second factor is on: no tokens yet;
 /// complete with `POST /auth/login/mfa`.
 #[derive(Serialize, ToSchema)]
-pub struct MfaChallengeData {
+pub(crate) struct MfaChallengeData {
     /// Always `true`.
-    pub mfa_required: bool,
+    pub(crate) mfa_required: bool,
     /// The challenge's token (`aigwm_…`), single-use, for `POST /auth/login/mfa`.
-    pub mfa_token: String,
+    pub(crate) mfa_token: String,
     /// Seconds until the challenge expires (`auth.mfa_challenge_ttl_secs`, 300 by default).
-    pub expires_in: u64,
+    pub(crate) expires_in: u64,
     /// When it expires, RFC 3339 UTC.
-    pub expires_at: String,
+    pub(crate) expires_at: String,
     /// What may complete it: `totp` (`code`) and `recovery_code`.
-    pub methods: Vec<String>,
+    pub(crate) methods: Vec<String>,
 }
 
 impl From<MfaChallenge> for MfaChallengeData {
@@ -170,7 +170,7 @@ impl From<MfaChallenge> for MfaChallengeData {
 /// `POST /auth/login` answer: the token set, or (second factor on) an MFA challenge.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
-pub enum LoginData {
+pub(crate) enum LoginData {
     /// Logged in: the token set.
     Tokens(TokenSetDto),
     /// The password was right and the second factor is on: complete the login with a code.

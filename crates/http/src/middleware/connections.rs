@@ -29,6 +29,7 @@
 //! and when it closes, never per request; a pending slot is an atomic add and subtract on the
 //! address's counter, which the connection holds.
 
+use crate::observe::metric;
 use crate::rate_limit::TrustedProxies;
 use actix_http::error::DispatchError;
 use actix_http::{Extensions, Protocol};
@@ -50,7 +51,7 @@ use tokio::net::TcpStream;
 
 /// Seconds a request refused by the pending-request cap is told to wait (`Retry-After`): a
 /// pending slot frees as soon as one of the address's bodies is complete.
-pub const PENDING_RETRY_AFTER_SECS: u64 = 1;
+pub(crate) const PENDING_RETRY_AFTER_SECS: u64 = 1;
 
 /// Milliseconds between two log lines of one refusal reason.
 const LOG_EVERY_MS: u64 = 60_000;
@@ -58,7 +59,7 @@ const LOG_EVERY_MS: u64 = 60_000;
 /// What refused a connection or request: the `reason` label of
 /// `aigw_connections_refused_total`, named after its setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// `server.max_connections_per_address`: the connection was closed at once.
     OpenConnections,
     /// `server.max_pending_requests_per_address`: the request was answered 429 and its
@@ -68,7 +69,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The setting's name under `[server]`, which is also the metric's `reason` label.
-    pub fn setting(self) -> &'static str {
+    pub(crate) fn setting(self) -> &'static str {
         match self {
             Self::OpenConnections => "max_connections_per_address",
             Self::PendingRequests => "max_pending_requests_per_address",
@@ -85,7 +86,7 @@ impl Refusal {
 
 /// The caps of `[server]` per client address, shared by every worker (cheap to clone).
 #[derive(Clone)]
-pub struct AddressCaps {
+pub(crate) struct AddressCaps {
     inner: Arc<Inner>,
 }
 
@@ -135,7 +136,7 @@ impl std::fmt::Debug for AddressCaps {
 
 /// The address a connection from `ip` counts against: IPv4 addresses (IPv4-mapped IPv6 ones
 /// included) as themselves, IPv6 addresses by their /64 prefix.
-pub fn address_key(ip: IpAddr) -> IpNet {
+pub(crate) fn address_key(ip: IpAddr) -> IpNet {
     match ip {
         IpAddr::V4(v4) => IpNet::from(IpAddr::V4(v4)),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -153,7 +154,7 @@ impl AddressCaps {
     /// Caps of `max_open` open connections and `max_pending` requests still sending their
     /// body per client address (0 turns a cap off); the addresses of `exempt` are not capped.
     /// Refusals are counted into `metrics`.
-    pub fn new(
+    pub(crate) fn new(
         max_open: usize,
         max_pending: usize,
         exempt: TrustedProxies,
@@ -179,7 +180,7 @@ impl AddressCaps {
     ///
     /// # Errors
     /// [`Refusal::OpenConnections`] when the address is at its cap.
-    pub fn admit(&self, peer: Option<SocketAddr>) -> Result<Slot, Refusal> {
+    pub(crate) fn admit(&self, peer: Option<SocketAddr>) -> Result<Slot, Refusal> {
         let inner = &self.inner;
         let Some(peer) = peer else {
             return Ok(Slot { held: None });
@@ -204,15 +205,16 @@ impl AddressCaps {
         Ok(Slot { held: Some(Held { caps: Arc::clone(inner), key, pending }) })
     }
 
-    /// Addresses with open connections now (for tests and diagnostics).
-    pub fn tracked_addresses(&self) -> usize {
+    /// Addresses with open connections now.
+    #[cfg(test)]
+    fn tracked_addresses(&self) -> usize {
         self.inner.addresses.len()
     }
 
     /// Wraps `http` (actix-http's service for one connection) so that every accepted
     /// connection is first [admitted](Self::admit): one over the cap is closed at once, an
     /// admitted one is served with its [`Slot`] in a [`CappedStream`].
-    pub fn guard<SF>(
+    pub(crate) fn guard<SF>(
         &self,
         http: SF,
     ) -> impl ServiceFactory<
@@ -249,7 +251,7 @@ impl AddressCaps {
 impl Inner {
     /// Counts a refusal and logs it when the reason was not logged in the last minute.
     fn refused(&self, reason: Refusal, key: IpNet, limit: u32) {
-        self.metrics.count("aigw_connections_refused_total", &[("reason", reason.setting())]);
+        self.metrics.count(metric::CONNECTIONS_REFUSED_TOTAL, &[("reason", reason.setting())]);
         let log = &self.logs[reason.index()];
         let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
         let last = log.last_ms.load(Ordering::Relaxed);
@@ -292,7 +294,7 @@ impl Inner {
 
 /// An admitted connection's share of its address's counters: gives the open-connection slot
 /// back when dropped. Uncounted connections hold none.
-pub struct Slot {
+pub(crate) struct Slot {
     held: Option<Held>,
 }
 
@@ -310,7 +312,7 @@ impl std::fmt::Debug for Slot {
 
 impl Slot {
     /// The pending-request counter of the connection's address, when it is capped.
-    pub fn pending_requests(&self) -> Option<PendingRequests> {
+    pub(crate) fn pending_requests(&self) -> Option<PendingRequests> {
         let held = self.held.as_ref()?;
         (held.caps.max_pending > 0).then(|| PendingRequests {
             caps: Arc::clone(&held.caps),
@@ -338,7 +340,7 @@ impl Drop for Slot {
 /// The requests of one client address whose body the server waits for. Kept in each capped
 /// connection's data (`HttpRequest::conn_data`).
 #[derive(Clone)]
-pub struct PendingRequests {
+pub(crate) struct PendingRequests {
     caps: Arc<Inner>,
     key: IpNet,
     count: Arc<AtomicU32>,
@@ -359,7 +361,7 @@ impl PendingRequests {
     /// # Errors
     /// The cap (`server.max_pending_requests_per_address`) when the address already has that
     /// many; the refusal is counted and logged.
-    pub fn take(&self) -> Result<PendingSlot, u32> {
+    pub(crate) fn take(&self) -> Result<PendingSlot, u32> {
         let cap = self.caps.max_pending;
         let taken = self
             .count
@@ -374,7 +376,7 @@ impl PendingRequests {
 
 /// A request's pending slot; given back when dropped.
 #[derive(Debug)]
-pub struct PendingSlot {
+pub(crate) struct PendingSlot {
     count: Arc<AtomicU32>,
 }
 
@@ -387,7 +389,7 @@ impl Drop for PendingSlot {
 /// An accepted connection's stream with its [`Slot`]: reads and writes go to the
 /// `TcpStream`; dropping it closes the socket, then gives the slot back.
 #[derive(Debug)]
-pub struct CappedStream {
+pub(crate) struct CappedStream {
     // Dropped in this order: the socket is closed before its slot can be taken again.
     stream: TcpStream,
     slot: Slot,
@@ -396,7 +398,7 @@ pub struct CappedStream {
 impl CappedStream {
     /// Puts the address's [`PendingRequests`] into the connection's data (actix-http's
     /// `on_connect_ext`), where the body reader finds it.
-    pub fn share_pending(&self, data: &mut Extensions) {
+    pub(crate) fn share_pending(&self, data: &mut Extensions) {
         if let Some(pending) = self.slot.pending_requests() {
             data.insert(pending);
         }

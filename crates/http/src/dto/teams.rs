@@ -24,7 +24,7 @@ fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
 /// A team role.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[allow(non_camel_case_types, missing_docs)]
-pub enum TeamRoleName {
+pub(crate) enum TeamRoleName {
     owner,
     admin,
     member,
@@ -33,39 +33,39 @@ pub enum TeamRoleName {
 /// `POST /teams` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateTeamRequest {
+pub(crate) struct CreateTeamRequest {
     /// Display name, 1 to 100 characters.
     #[schema(example = "data", min_length = 1, max_length = 100)]
-    pub name: String,
+    pub(crate) name: String,
     /// Model names or `*` globs the team's keys may call (each key's own list applies too).
     #[schema(min_items = 1, max_items = 100)]
-    pub allowed_models: Option<Vec<String>>,
+    pub(crate) allowed_models: Option<Vec<String>>,
     /// The team's spend allowed per `budget_period`, USD (0 to 1e9).
     #[schema(example = 2000.0, minimum = 0, maximum = 1_000_000_000)]
-    pub max_budget_usd: Option<f64>,
+    pub(crate) max_budget_usd: Option<f64>,
     /// UTC calendar period of the team's and its members' budgets. Absent or null: `total`.
     #[schema(value_type = Option<BudgetPeriodName>)]
-    pub budget_period: Option<String>,
+    pub(crate) budget_period: Option<String>,
     /// Requests per minute of all the team's keys together, across nodes (1 to 1e9).
     #[schema(minimum = 1, maximum = 1_000_000_000)]
-    pub rpm_limit: Option<i64>,
+    pub(crate) rpm_limit: Option<i64>,
     /// Tokens per minute of all the team's keys together, across nodes (1 to 1e9).
     #[schema(minimum = 1, maximum = 1_000_000_000)]
-    pub tpm_limit: Option<i64>,
+    pub(crate) tpm_limit: Option<i64>,
     /// String metadata: at most 16 entries, 4096 bytes in all.
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub(crate) metadata: Option<BTreeMap<String, String>>,
     /// Each member's budget per period unless overridden, USD (0 to 1e9).
     #[schema(example = 300.0, minimum = 0, maximum = 1_000_000_000)]
-    pub member_budget_usd: Option<f64>,
+    pub(crate) member_budget_usd: Option<f64>,
     /// What the team's and its members' budgets do with a call whose worst case does not fit:
     /// `refuse` or `clamp` (as a key's). Absent or null: `refuse`.
     #[schema(value_type = Option<crate::dto::BudgetModeName>)]
-    pub budget_mode: Option<String>,
+    pub(crate) budget_mode: Option<String>,
 }
 
 impl CreateTeamRequest {
     /// The service's request.
-    pub fn into_new(self) -> aigw_service::teams::NewTeam {
+    pub(crate) fn into_new(self) -> aigw_service::teams::NewTeam {
         aigw_service::teams::NewTeam {
             name: self.name,
             policy: KeyPolicyRequest {
@@ -85,43 +85,43 @@ impl CreateTeamRequest {
 /// `PATCH /teams/{id}` body: absent fields are kept, `null` clears one (not `name`).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateTeamRequest {
+pub(crate) struct UpdateTeamRequest {
     /// Display name.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
-    pub name: Option<Option<String>>,
+    pub(crate) name: Option<Option<String>>,
     /// As in create; null: every configured model.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<String>>, nullable, min_items = 1, max_items = 100)]
-    pub allowed_models: Option<Option<Vec<String>>>,
+    pub(crate) allowed_models: Option<Option<Vec<String>>>,
     /// As in create; null: no team budget.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
-    pub max_budget_usd: Option<Option<f64>>,
+    pub(crate) max_budget_usd: Option<Option<f64>>,
     /// As in create; null: `total`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BudgetPeriodName>, nullable)]
-    pub budget_period: Option<Option<String>>,
+    pub(crate) budget_period: Option<Option<String>>,
     /// As in create; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
-    pub rpm_limit: Option<Option<i64>>,
+    pub(crate) rpm_limit: Option<Option<i64>>,
     /// As in create; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
-    pub tpm_limit: Option<Option<i64>>,
+    pub(crate) tpm_limit: Option<Option<i64>>,
     /// As in create; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BTreeMap<String, String>>, nullable)]
-    pub metadata: Option<Option<BTreeMap<String, String>>>,
+    pub(crate) metadata: Option<Option<BTreeMap<String, String>>>,
     /// As in create; null: no default member budget.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
-    pub member_budget_usd: Option<Option<f64>>,
+    pub(crate) member_budget_usd: Option<Option<f64>>,
     /// As in create; null: `refuse`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<crate::dto::BudgetModeName>, nullable)]
-    pub budget_mode: Option<Option<String>>,
+    pub(crate) budget_mode: Option<Option<String>>,
 }
 
 impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
@@ -145,44 +145,44 @@ impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
 
 /// A team.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TeamDto {
+pub(crate) struct TeamDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// Display name.
-    pub name: String,
+    pub(crate) name: String,
     /// The caller's role; null for a platform admin who is not a member.
     #[schema(value_type = Option<TeamRoleName>)]
-    pub role: Option<String>,
+    pub(crate) role: Option<String>,
     /// Who created it.
-    pub created_by: String,
+    pub(crate) created_by: String,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// RFC 3339 UTC.
-    pub updated_at: String,
+    pub(crate) updated_at: String,
     /// Model globs the team's keys may call; null: every configured model.
-    pub allowed_models: Option<Vec<String>>,
+    pub(crate) allowed_models: Option<Vec<String>>,
     /// The team's budget per period, USD; null: none.
-    pub max_budget_usd: Option<f64>,
+    pub(crate) max_budget_usd: Option<f64>,
     /// The budgets' period; null: `total`.
     #[schema(value_type = Option<BudgetPeriodName>)]
-    pub budget_period: Option<String>,
+    pub(crate) budget_period: Option<String>,
     /// Requests per minute of all its keys; null: none.
-    pub rpm_limit: Option<i64>,
+    pub(crate) rpm_limit: Option<i64>,
     /// Tokens per minute of all its keys; null: none.
-    pub tpm_limit: Option<i64>,
+    pub(crate) tpm_limit: Option<i64>,
     /// String metadata; null: none.
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub(crate) metadata: Option<BTreeMap<String, String>>,
     /// Each member's default budget per period, USD; null: none.
-    pub member_budget_usd: Option<f64>,
+    pub(crate) member_budget_usd: Option<f64>,
     /// `refuse` or `clamp`.
     #[schema(value_type = crate::dto::BudgetModeName)]
-    pub budget_mode: String,
+    pub(crate) budget_mode: String,
     /// When the current period ends, RFC 3339 UTC; null for `total`.
-    pub budget_reset_at: Option<String>,
+    pub(crate) budget_reset_at: Option<String>,
     /// What the team spent in the current period (ever, for `total`), USD, from the ledger;
     /// present on `GET /teams/{id}` only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub spend_usd: Option<f64>,
+    pub(crate) spend_usd: Option<f64>,
 }
 
 impl From<TeamView> for TeamDto {
@@ -214,11 +214,11 @@ impl From<TeamView> for TeamDto {
 
 /// `GET /teams` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TeamListData {
+pub(crate) struct TeamListData {
     /// The caller's teams, newest first.
-    pub teams: Vec<TeamDto>,
+    pub(crate) teams: Vec<TeamDto>,
     /// Cursor of the next page; null on the last.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<Page<TeamView>> for TeamListData {
@@ -230,50 +230,50 @@ impl From<Page<TeamView>> for TeamListData {
 /// `POST /teams/{id}/members` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AddMemberRequest {
+pub(crate) struct AddMemberRequest {
     /// The person's e-mail address: an account joins at once, an address without one is
     /// invited and joins when it registers.
     #[schema(example = "ada@example.com", format = Email)]
-    pub email: String,
+    pub(crate) email: String,
     /// Default `member`; `owner` only by an owner.
     #[schema(value_type = Option<TeamRoleName>)]
-    pub role: Option<String>,
+    pub(crate) role: Option<String>,
 }
 
 /// `PATCH /teams/{id}/members/{user_id}` body.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateMemberRequest {
+pub(crate) struct UpdateMemberRequest {
     /// New role (making or unmaking an owner: owners only; the last owner stays one).
     #[schema(value_type = Option<TeamRoleName>)]
-    pub role: Option<String>,
+    pub(crate) role: Option<String>,
     /// The member's own budget per the team's period, USD; null: the team's
     /// `member_budget_usd`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
-    pub budget_usd: Option<Option<f64>>,
+    pub(crate) budget_usd: Option<Option<f64>>,
 }
 
 /// A member of a team.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MemberDto {
+pub(crate) struct MemberDto {
     /// The member's user id.
-    pub user_id: String,
+    pub(crate) user_id: String,
     /// Their e-mail address.
-    pub email: String,
+    pub(crate) email: String,
     /// Their display name.
-    pub name: String,
+    pub(crate) name: String,
     /// Their role.
     #[schema(value_type = TeamRoleName)]
-    pub role: String,
+    pub(crate) role: String,
     /// Their own budget per period, USD; null: the team's `member_budget_usd`.
-    pub budget_usd: Option<f64>,
+    pub(crate) budget_usd: Option<f64>,
     /// When they joined, RFC 3339 UTC.
-    pub joined_at: String,
+    pub(crate) joined_at: String,
     /// What their team-scoped keys cost in the team's current budget period, USD.
-    pub spend_usd: f64,
+    pub(crate) spend_usd: f64,
     /// When the team's current budget period ends, RFC 3339 UTC; null for `total`.
-    pub budget_reset_at: Option<String>,
+    pub(crate) budget_reset_at: Option<String>,
 }
 
 impl From<MemberRow> for MemberDto {
@@ -303,11 +303,11 @@ impl From<MemberView> for MemberDto {
 
 /// `GET /teams/{id}/members` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MemberListData {
+pub(crate) struct MemberListData {
     /// The members.
-    pub members: Vec<MemberDto>,
+    pub(crate) members: Vec<MemberDto>,
     /// Cursor of the next page; null on the last.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<Page<MemberView>> for MemberListData {
@@ -318,18 +318,18 @@ impl From<Page<MemberView>> for MemberListData {
 
 /// An open invitation to a team.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TeamInvitationDto {
+pub(crate) struct TeamInvitationDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// The invited address.
-    pub email: String,
+    pub(crate) email: String,
     /// The role they will have.
     #[schema(value_type = TeamRoleName)]
-    pub role: String,
+    pub(crate) role: String,
     /// Who invited them.
-    pub created_by: String,
+    pub(crate) created_by: String,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
 }
 
 impl From<TeamInvitationView> for TeamInvitationDto {
@@ -346,11 +346,11 @@ impl From<TeamInvitationView> for TeamInvitationDto {
 
 /// `GET /teams/{id}/invitations` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TeamInvitationListData {
+pub(crate) struct TeamInvitationListData {
     /// Open invitations, newest first.
-    pub invitations: Vec<TeamInvitationDto>,
+    pub(crate) invitations: Vec<TeamInvitationDto>,
     /// Cursor of the next page; null on the last.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<Page<TeamInvitationView>> for TeamInvitationListData {
@@ -365,14 +365,14 @@ impl From<Page<TeamInvitationView>> for TeamInvitationListData {
 /// `POST /teams/{id}/members` answer: the member (`status: joined`) or the invitation
 /// (`status: invited`).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MemberAddedData {
+pub(crate) struct MemberAddedData {
     /// `joined` or `invited`.
     #[schema(example = "joined")]
-    pub status: String,
+    pub(crate) status: String,
     /// The new member, when `joined`.
-    pub member: Option<MemberDto>,
+    pub(crate) member: Option<MemberDto>,
     /// The invitation, when `invited`.
-    pub invitation: Option<TeamInvitationDto>,
+    pub(crate) invitation: Option<TeamInvitationDto>,
 }
 
 impl From<MemberAdded> for MemberAddedData {
@@ -390,18 +390,18 @@ impl From<MemberAdded> for MemberAddedData {
 
 /// `GET /teams/{id}/api-keys` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TeamApiKeyListData {
+pub(crate) struct TeamApiKeyListData {
     /// The team keys, newest first.
-    pub api_keys: Vec<crate::dto::ApiKeyDto>,
+    pub(crate) api_keys: Vec<crate::dto::ApiKeyDto>,
     /// Cursor of the next page; null on the last.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 /// `DELETE /teams/{id}…` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TeamDeletedData {
+pub(crate) struct TeamDeletedData {
     /// What was deleted or removed.
-    pub id: String,
+    pub(crate) id: String,
     /// Always `true`.
-    pub deleted: bool,
+    pub(crate) deleted: bool,
 }

@@ -6,10 +6,10 @@ use utoipa::ToSchema;
 /// `POST /auth/email/verify` body.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VerifyEmailRequest {
+pub(crate) struct VerifyEmailRequest {
     /// The token of a verification or e-mail change link (`aigwe_…`, 50 characters).
     #[schema(max_length = 256, example = "aigwe_3hT9…")]
-    pub token: String,
+    pub(crate) token: String,
 }
 
 impl std::fmt::Debug for VerifyEmailRequest {
@@ -21,13 +21,13 @@ impl std::fmt::Debug for VerifyEmailRequest {
 /// `POST /auth/email/change` body.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ChangeEmailRequest {
+pub(crate) struct ChangeEmailRequest {
     /// The new address.
     #[schema(max_length = 254, example = "new@example.com")]
-    pub email: String,
+    pub(crate) email: String,
     /// The current password.
     #[schema(max_length = 256)]
-    pub password: String,
+    pub(crate) password: String,
 }
 
 impl std::fmt::Debug for ChangeEmailRequest {
@@ -41,40 +41,40 @@ impl std::fmt::Debug for ChangeEmailRequest {
 
 /// A link on its way: `POST /auth/email/verification` and `POST /auth/email/change`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct EmailSentData {
+pub(crate) struct EmailSentData {
     /// The address the link goes to (normalised).
-    pub email: String,
+    pub(crate) email: String,
     /// When the link stops working, RFC 3339 UTC.
-    pub expires_at: String,
+    pub(crate) expires_at: String,
 }
 
 /// `POST /auth/password-reset` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PasswordResetRequest {
+pub(crate) struct PasswordResetRequest {
     /// The account's address.
     #[schema(max_length = 254, example = "ann@example.com")]
-    pub email: String,
+    pub(crate) email: String,
 }
 
 /// `POST /auth/password-reset` answer: the same whether or not an account has the address.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PasswordResetAcceptedData {
+pub(crate) struct PasswordResetAcceptedData {
     /// Always `true`: the request was taken.
-    pub accepted: bool,
+    pub(crate) accepted: bool,
 }
 
 /// `POST /auth/password-reset/confirm` body.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PasswordResetConfirmRequest {
+pub(crate) struct PasswordResetConfirmRequest {
     /// The token of the reset link (`aigwp_…`, 50 characters).
     #[schema(max_length = 256, example = "aigwp_Zq81…")]
-    pub token: String,
+    pub(crate) token: String,
     /// The new password: 8 to 256 Unicode code points (configurable minimum), not a common
     /// password.
     #[schema(min_length = 8, max_length = 256)]
-    pub password: String,
+    pub(crate) password: String,
 }
 
 impl std::fmt::Debug for PasswordResetConfirmRequest {
@@ -88,7 +88,7 @@ impl std::fmt::Debug for PasswordResetConfirmRequest {
 
 /// `POST /auth/password-reset/confirm` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct PasswordResetDoneData {
+pub(crate) struct PasswordResetDoneData {
     /// How many sessions of the account were ended (every one).
-    pub ended_sessions: usize,
+    pub(crate) ended_sessions: usize,
 }

@@ -9,21 +9,21 @@ use utoipa::ToSchema;
 
 /// Usage summed over a set of requests.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct UsageTotalsDto {
+pub(crate) struct UsageTotalsDto {
     /// Chat completions recorded.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Prompt tokens.
-    pub prompt_tokens: u64,
+    pub(crate) prompt_tokens: u64,
     /// Completion tokens.
-    pub completion_tokens: u64,
+    pub(crate) completion_tokens: u64,
     /// Total tokens.
-    pub total_tokens: u64,
+    pub(crate) total_tokens: u64,
     /// Cost in USD (exact sum of integer micro-USD; unpriced models count 0).
-    pub cost_usd: f64,
+    pub(crate) cost_usd: f64,
     /// Requests whose tokens were estimated with a tokenizer (the provider reported none).
-    pub estimated_requests: u64,
+    pub(crate) estimated_requests: u64,
     /// False when some of these requests were of a model without a configured price.
-    pub priced: bool,
+    pub(crate) priced: bool,
 }
 
 impl From<&UsageTotals> for UsageTotalsDto {
@@ -43,40 +43,40 @@ impl From<&UsageTotals> for UsageTotalsDto {
 /// One row of a usage summary: the group's value (`day`, `model` or `api_key_id`, as
 /// grouped) and its sums.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct UsageRowDto {
+pub(crate) struct UsageRowDto {
     /// UTC day `YYYY-MM-DD` (`group_by=day`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub day: Option<String>,
+    pub(crate) day: Option<String>,
     /// Model name (`group_by=model`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// API key id (`group_by=api_key`); deleted keys keep their usage.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub api_key_id: Option<String>,
+    pub(crate) api_key_id: Option<String>,
     /// Member's user id (`group_by=member` of a team's usage; empty for its team keys).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub member_id: Option<String>,
+    pub(crate) member_id: Option<String>,
     /// Team id (`group_by=team`, platform admins).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub team_id: Option<String>,
+    pub(crate) team_id: Option<String>,
     /// The sums.
     #[serde(flatten)]
-    pub totals: UsageTotalsDto,
+    pub(crate) totals: UsageTotalsDto,
 }
 
 /// `GET /usage` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UsageSummaryData {
+pub(crate) struct UsageSummaryData {
     /// First day, `YYYY-MM-DD` (UTC).
-    pub from: String,
+    pub(crate) from: String,
     /// Last day, inclusive.
-    pub to: String,
+    pub(crate) to: String,
     /// `day`, `model`, `api_key`, `member` (a team's usage) or `team` (platform admins).
-    pub group_by: String,
+    pub(crate) group_by: String,
     /// One row per value with usage, sorted by it.
-    pub rows: Vec<UsageRowDto>,
+    pub(crate) rows: Vec<UsageRowDto>,
     /// The sum of the rows.
-    pub totals: UsageTotalsDto,
+    pub(crate) totals: UsageTotalsDto,
 }
 
 impl From<UsageSummary> for UsageSummaryData {
@@ -116,35 +116,35 @@ impl From<UsageSummary> for UsageSummaryData {
 
 /// One usage record: a metered chat completion.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UsageRecordDto {
+pub(crate) struct UsageRecordDto {
     /// The call's request id (its `x-request-id`).
-    pub request_id: String,
+    pub(crate) request_id: String,
     /// The API key that made it.
-    pub api_key_id: String,
+    pub(crate) api_key_id: String,
     /// The requested model.
-    pub model: String,
+    pub(crate) model: String,
     /// The provider that served it (`echo` for the built-in model).
-    pub provider: String,
+    pub(crate) provider: String,
     /// Whether it was a `"stream": true` call.
-    pub streamed: bool,
+    pub(crate) streamed: bool,
     /// `ok`, `upstream_error`, `client_cancelled`, `timeout` or `interrupted`.
-    pub outcome: String,
+    pub(crate) outcome: String,
     /// Prompt tokens.
-    pub prompt_tokens: u64,
+    pub(crate) prompt_tokens: u64,
     /// Completion tokens.
-    pub completion_tokens: u64,
+    pub(crate) completion_tokens: u64,
     /// Total tokens.
-    pub total_tokens: u64,
+    pub(crate) total_tokens: u64,
     /// True when the tokens were estimated with a tokenizer.
-    pub estimated: bool,
+    pub(crate) estimated: bool,
     /// Cost in USD (0 when unpriced).
-    pub cost_usd: f64,
+    pub(crate) cost_usd: f64,
     /// Whether the model had a price.
-    pub priced: bool,
+    pub(crate) priced: bool,
     /// Milliseconds from the upstream request to its last byte (or failure).
-    pub latency_ms: u64,
+    pub(crate) latency_ms: u64,
     /// When the call started, RFC 3339 UTC.
-    pub started_at: String,
+    pub(crate) started_at: String,
 }
 
 impl From<UsageRecord> for UsageRecordDto {
@@ -170,11 +170,11 @@ impl From<UsageRecord> for UsageRecordDto {
 
 /// `GET /usage/requests` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UsageRequestsData {
+pub(crate) struct UsageRequestsData {
     /// Records, newest first.
-    pub requests: Vec<UsageRecordDto>,
+    pub(crate) requests: Vec<UsageRecordDto>,
     /// Pass as `cursor` for the next page; null on the last page.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<UsagePage> for UsageRequestsData {

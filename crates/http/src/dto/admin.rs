@@ -8,24 +8,24 @@ use utoipa::ToSchema;
 
 /// A user as an administrator sees it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AdminUserDto {
+pub(crate) struct AdminUserDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// E-mail address (normalised: NFKC, lower case).
-    pub email: String,
+    pub(crate) email: String,
     /// Display name.
-    pub name: String,
+    pub(crate) name: String,
     /// `user` or `admin`.
     #[schema(value_type = RoleName)]
-    pub role: String,
+    pub(crate) role: String,
     /// Whether the account is disabled (no login, no session, its API keys refused).
-    pub disabled: bool,
+    pub(crate) disabled: bool,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// Last change of the account, RFC 3339 UTC.
-    pub updated_at: String,
+    pub(crate) updated_at: String,
     /// When the account proved it receives mail at `email` (RFC 3339 UTC); `null`: not yet.
-    pub email_verified_at: Option<String>,
+    pub(crate) email_verified_at: Option<String>,
 }
 
 impl From<UserView> for AdminUserDto {
@@ -47,7 +47,7 @@ impl From<UserView> for AdminUserDto {
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[schema(as = RoleName)]
-pub enum RoleName {
+pub(crate) enum RoleName {
     /// An ordinary account.
     User,
     /// An administrator: may call `/api/v1/admin/…`.
@@ -68,17 +68,17 @@ impl From<RoleName> for Role {
 /// writes `maxProperties`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateUserRequest {
+pub(crate) struct UpdateUserRequest {
     /// The new role. An admin cannot demote themselves (400).
     #[serde(default, deserialize_with = "not_null")]
     #[schema(nullable = false)]
-    pub role: Option<RoleName>,
+    pub(crate) role: Option<RoleName>,
     /// `true` disables the account (ends its sessions; its keys answer 401), `false`
     /// re-enables it (the keys work again; the sessions stay ended). An admin cannot disable
     /// themselves (400).
     #[serde(default, deserialize_with = "not_null")]
     #[schema(nullable = false)]
-    pub disabled: Option<bool>,
+    pub(crate) disabled: Option<bool>,
 }
 
 /// A field that may be absent (`None`) but not `null`: a `null` is serde's "invalid type:
@@ -93,11 +93,11 @@ where
 
 /// `GET /admin/users` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UserListData {
+pub(crate) struct UserListData {
     /// Users, newest first.
-    pub users: Vec<AdminUserDto>,
+    pub(crate) users: Vec<AdminUserDto>,
     /// Cursor of the next page (pass as `cursor`); null on the last page.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<Page<UserView>> for UserListData {
@@ -108,25 +108,25 @@ impl From<Page<UserView>> for UserListData {
 
 /// An API key as an administrator sees it (never the secret).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AdminApiKeyDto {
+pub(crate) struct AdminApiKeyDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// The owner's user id.
-    pub user_id: String,
+    pub(crate) user_id: String,
     /// Label.
-    pub name: String,
+    pub(crate) name: String,
     /// First 12 characters of the key.
-    pub key_prefix: String,
+    pub(crate) key_prefix: String,
     /// Permissions.
-    pub permissions: Vec<String>,
+    pub(crate) permissions: Vec<String>,
     /// Expiry, RFC 3339 UTC, or null for none.
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// Revocation time, or null.
-    pub revoked_at: Option<String>,
+    pub(crate) revoked_at: Option<String>,
     /// Last use (recorded at most once a minute), or null.
-    pub last_used_at: Option<String>,
+    pub(crate) last_used_at: Option<String>,
 }
 
 impl From<ApiKeyView> for AdminApiKeyDto {
@@ -147,11 +147,11 @@ impl From<ApiKeyView> for AdminApiKeyDto {
 
 /// `GET /admin/api-keys` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AdminApiKeyListData {
+pub(crate) struct AdminApiKeyListData {
     /// Keys, newest first.
-    pub api_keys: Vec<AdminApiKeyDto>,
+    pub(crate) api_keys: Vec<AdminApiKeyDto>,
     /// Cursor of the next page (pass as `cursor`); null on the last page.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<Page<ApiKeyView>> for AdminApiKeyListData {
@@ -163,29 +163,29 @@ impl From<Page<ApiKeyView>> for AdminApiKeyListData {
 /// `POST /admin/invitations` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateInvitationRequest {
+pub(crate) struct CreateInvitationRequest {
     /// The e-mail address that may register with the invitation (normalised as at
     /// registration; only that address, not a look-alike, may use it).
     #[schema(example = "bob@example.com", format = Email, max_length = 254)]
-    pub email: String,
+    pub(crate) email: String,
     /// End of validity, RFC 3339 with a time zone, in the future and no later than
     /// 9999-12-31T23:59:59Z (default: in 7 days).
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
 }
 
 /// `POST /admin/invitations` answer: the token is shown here only.
 #[derive(Serialize, ToSchema)]
-pub struct InvitationData {
+pub(crate) struct InvitationData {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// The e-mail address it is for.
-    pub email: String,
+    pub(crate) email: String,
     /// End of validity, RFC 3339 UTC.
-    pub expires_at: String,
+    pub(crate) expires_at: String,
     /// The invitation (`aigwi_…`): give it to the person, who passes it as `invitation` to
     /// `POST /auth/register`. Single use; never shown again.
-    pub invitation: String,
+    pub(crate) invitation: String,
 }
 
 impl From<aigw_service::admin::CreatedInvitation> for InvitationData {
@@ -212,17 +212,17 @@ impl std::fmt::Debug for InvitationData {
 
 /// An open invitation to register.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OpenInvitationDto {
+pub(crate) struct OpenInvitationDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// The e-mail address it is for.
-    pub email: String,
+    pub(crate) email: String,
     /// The admin who created it.
-    pub created_by: String,
+    pub(crate) created_by: String,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// End of validity, RFC 3339 UTC.
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
 }
 
 impl From<aigw_service::admin::OpenInvitation> for OpenInvitationDto {
@@ -239,11 +239,11 @@ impl From<aigw_service::admin::OpenInvitation> for OpenInvitationDto {
 
 /// `GET /admin/invitations` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InvitationListData {
+pub(crate) struct InvitationListData {
     /// Open invitations (unused, unrevoked, unexpired), newest first.
-    pub invitations: Vec<OpenInvitationDto>,
+    pub(crate) invitations: Vec<OpenInvitationDto>,
     /// Cursor of the next page; null on the last.
-    pub next_cursor: Option<String>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 impl From<aigw_service::Page<aigw_service::admin::OpenInvitation>> for InvitationListData {

@@ -1,6 +1,14 @@
 //! Request and response bodies as they appear on the wire, with
 //! their OpenAPI schemas. Timestamps are RFC 3339 strings in UTC with `Z`.
 
+pub(crate) mod account;
+pub(crate) mod account_email;
+pub(crate) mod admin;
+pub(crate) mod leaks;
+pub(crate) mod mfa;
+pub(crate) mod teams;
+pub(crate) mod usage;
+
 use aigw_domain::time::format_timestamp;
 use aigw_domain::usage::micros_to_usd;
 use aigw_service::usage::UsageTotals;
@@ -11,34 +19,34 @@ use utoipa::ToSchema;
 
 /// The success envelope: `{"success": true, "data": …}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Envelope<T: ToSchema> {
+pub(crate) struct Envelope<T: ToSchema> {
     /// Always `true`.
-    pub success: bool,
+    pub(crate) success: bool,
     /// The payload.
-    pub data: T,
+    pub(crate) data: T,
 }
 
 impl<T: ToSchema> Envelope<T> {
     /// Wraps `data`.
-    pub fn ok(data: T) -> Self {
+    pub(crate) fn ok(data: T) -> Self {
         Self { success: true, data }
     }
 }
 
 /// The error envelope.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorEnvelope {
+pub(crate) struct ErrorEnvelope {
     /// Always `false`.
-    pub success: bool,
+    pub(crate) success: bool,
     /// The error.
-    pub error: ErrorBody,
+    pub(crate) error: ErrorBody,
 }
 
 /// Answers every endpoint that reads a JSON body can give about the body itself
 /// (OpenAPI responses shared by those endpoints).
 #[derive(Debug, utoipa::IntoResponses)]
 #[allow(dead_code)]
-pub enum BodyErrors {
+pub(crate) enum BodyErrors {
     /// 413 `payload_too_large`.
     #[response(status = 413, description = "Body over the limit")]
     TooLarge(ErrorEnvelope),
@@ -51,9 +59,9 @@ pub enum BodyErrors {
 /// those endpoints).
 #[derive(Debug, utoipa::IntoResponses)]
 #[allow(dead_code)]
-pub enum ServerErrors {
+pub(crate) enum ServerErrors {
     /// 429 `rate_limit_exceeded`: a rate-limit policy, or (endpoints with a body) the
-    /// client address's requests still sending their body (`crate::connections`).
+    /// client address's requests still sending their body (`crate::middleware::connections`).
     #[response(
         status = 429,
         description = "Rate limit exceeded (Retry-After, RateLimit, RateLimit-Policy); on an endpoint with a body also: too many requests of this client address still sending their body (Retry-After, Connection: close)"
@@ -69,21 +77,21 @@ pub enum ServerErrors {
 
 /// `error` of the error envelope.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// Machine-readable code: `invalid_request`, `unauthorized`, `forbidden`, `not_found`,
     /// `method_not_allowed`, `request_timeout`, `conflict`, `payload_too_large`,
     /// `unsupported_media_type`, `idempotency_key_reused`, `rate_limit_exceeded`,
     /// `internal_error`, `upstream_error`, `service_unavailable`, `upstream_timeout`,
     /// `upstream_rejected` (docs/errors.md).
-    pub code: String,
+    pub(crate) code: String,
     /// Human-readable text.
-    pub message: String,
+    pub(crate) message: String,
     /// Code-specific fields: `field`+`issue` (400), `hint` (401), `required`+`current` (403),
     /// `resource`+`id` (404), `timeout_secs` (408), `idempotency_key` (409, 422),
     /// `limit`+`remaining`+`reset` (429), `request_id`+`timestamp` (500, 503), `provider`
     /// (502, 504), `provider`+`upstream_status`+`type`+`code`+`param` (`upstream_rejected`).
     #[schema(value_type = Object)]
-    pub details: serde_json::Value,
+    pub(crate) details: serde_json::Value,
 }
 
 /// `POST /auth/register` body.
@@ -94,39 +102,39 @@ pub struct RegisterRequest {
     /// among Latin letters), and answered as already registered when it looks like a
     /// registered address (same UTS 39 skeleton).
     #[schema(example = "ann@example.com", format = Email, max_length = 254)]
-    pub email: String,
+    pub(crate) email: String,
     /// 8 to 256 Unicode code points (configurable minimum); not a common password.
     #[schema(example = "correct horse battery staple", min_length = 8, max_length = 256)]
-    pub password: String,
+    pub(crate) password: String,
     /// Display name, 1 to 100 characters; defaults to the part of the e-mail before `@`.
     #[schema(example = "Ann", min_length = 1, max_length = 100)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// With `auth.registration = "invite"`: the invitation (`aigwi_…`) an admin created for
     /// this e-mail. Ignored otherwise.
-    pub invitation: Option<String>,
+    pub(crate) invitation: Option<String>,
 }
 
 /// `POST /auth/login` body.
 #[derive(Deserialize, ToSchema)]
 pub struct LoginRequest {
     /// E-mail address, matched exactly in its normalised form (NFKC, lower case).
-    pub email: String,
+    pub(crate) email: String,
     /// Password (at most 256 characters: longer ones are refused before hashing).
     #[schema(max_length = 256)]
-    pub password: String,
+    pub(crate) password: String,
 }
 
 /// `POST /auth/refresh` body.
 #[derive(Deserialize, ToSchema)]
 pub struct RefreshRequest {
     /// The current refresh token (`aigwr_…`).
-    pub refresh_token: String,
+    pub(crate) refresh_token: String,
 }
 
 /// Which sessions `POST /auth/logout` ends.
 #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum LogoutScopeDto {
+pub(crate) enum LogoutScopeDto {
     /// The current session (default).
     #[default]
     Local,
@@ -141,17 +149,17 @@ pub enum LogoutScopeDto {
 pub struct LogoutRequest {
     /// `local` (default), `global` or `others`.
     #[serde(default)]
-    pub scope: LogoutScopeDto,
+    pub(crate) scope: LogoutScopeDto,
     /// Optional: a refresh token of the caller's; its session is ended too.
     #[serde(default)]
-    pub refresh_token: Option<String>,
+    pub(crate) refresh_token: Option<String>,
 }
 
 /// A permission name, for the OpenAPI description of `permissions`.
 #[derive(Debug, ToSchema)]
 #[schema(as = Permission)]
 #[allow(non_camel_case_types, dead_code)]
-pub enum PermissionName {
+pub(crate) enum PermissionName {
     /// Access AI gateway endpoints.
     ai_gateway,
     /// Use proxy features.
@@ -169,48 +177,48 @@ pub enum PermissionName {
 pub struct CreateApiKeyRequest {
     /// Label, 1 to 100 characters.
     #[schema(example = "ci-pipeline", min_length = 1, max_length = 100)]
-    pub name: String,
+    pub(crate) name: String,
     /// One or more of `ai_gateway`, `proxy`, `read`, `write`, `admin`.
     #[schema(example = json!(["ai_gateway"]), value_type = Vec<PermissionName>, min_items = 1)]
-    pub permissions: Vec<String>,
+    pub(crate) permissions: Vec<String>,
     /// Optional expiry, RFC 3339 with a time zone, in the future and no later than
     /// 9999-12-31T23:59:59Z. Absent or null: no expiry.
     #[schema(example = "2027-01-01T00:00:00Z", format = DateTime)]
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
     /// Model names or `*` globs the key may call (1 to 100, each 1 to 200 printable ASCII
     /// characters). Absent or null: every configured model.
     #[schema(example = json!(["gpt-4o*"]), min_items = 1, max_items = 100)]
-    pub allowed_models: Option<Vec<String>>,
+    pub(crate) allowed_models: Option<Vec<String>>,
     /// Spend allowed per `budget_period`, in USD (0 to 1e9). Absent or null: no budget.
     #[schema(example = 25.0, minimum = 0, maximum = 1_000_000_000)]
-    pub max_budget_usd: Option<f64>,
+    pub(crate) max_budget_usd: Option<f64>,
     /// UTC calendar period of the budget (weeks start Monday). Absent or null: `total`.
     #[schema(value_type = Option<BudgetPeriodName>)]
-    pub budget_period: Option<String>,
+    pub(crate) budget_period: Option<String>,
     /// Requests per minute, across all nodes (1 to 1e9). Absent or null: none.
     #[schema(minimum = 1, maximum = 1_000_000_000)]
-    pub rpm_limit: Option<i64>,
+    pub(crate) rpm_limit: Option<i64>,
     /// Tokens (prompt + completion) per minute, across all nodes (1 to 1e9). Absent or
     /// null: none.
     #[schema(minimum = 1, maximum = 1_000_000_000)]
-    pub tpm_limit: Option<i64>,
+    pub(crate) tpm_limit: Option<i64>,
     /// String metadata: at most 16 entries, 4096 bytes of keys and values in all.
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub(crate) metadata: Option<BTreeMap<String, String>>,
     /// What the budget does with a call whose worst case does not fit in what is left:
     /// `refuse` (429 `budget_exceeded`) or `clamp` (lower its `max_tokens` to what is left;
     /// the answer then ends with `finish_reason: "length"`). Absent or null: `refuse`.
     #[schema(value_type = Option<BudgetModeName>)]
-    pub budget_mode: Option<String>,
+    pub(crate) budget_mode: Option<String>,
     /// A team of the caller to scope the key to: its calls then also count against the
     /// caller's budget in the team and the team's limits, and it stops working while the
     /// caller is not a member. Absent or null: a personal key.
     #[schema(example = "0192f3a4-7c1e-7d2a-9b3c-4d5e6f708192")]
-    pub team_id: Option<String>,
+    pub(crate) team_id: Option<String>,
 }
 
 impl CreateApiKeyRequest {
     /// The policy fields (models, budget, rates, metadata, budget mode), for the service.
-    pub fn policy(&mut self) -> KeyPolicyRequest {
+    pub(crate) fn policy(&mut self) -> KeyPolicyRequest {
         KeyPolicyRequest {
             allowed_models: self.allowed_models.take(),
             max_budget_usd: self.max_budget_usd.take(),
@@ -226,7 +234,7 @@ impl CreateApiKeyRequest {
 /// What a budget does with a call whose worst case does not fit.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[allow(non_camel_case_types, missing_docs)]
-pub enum BudgetModeName {
+pub(crate) enum BudgetModeName {
     refuse,
     clamp,
 }
@@ -234,7 +242,7 @@ pub enum BudgetModeName {
 /// A budget period.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[allow(non_camel_case_types, missing_docs)]
-pub enum BudgetPeriodName {
+pub(crate) enum BudgetPeriodName {
     daily,
     weekly,
     monthly,
@@ -253,48 +261,48 @@ fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
 /// clears one (not `name` or `permissions`). Other fields are refused (400).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateApiKeyRequest {
+pub(crate) struct UpdateApiKeyRequest {
     /// Label, 1 to 100 characters.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, min_length = 1, max_length = 100)]
-    pub name: Option<Option<String>>,
+    pub(crate) name: Option<Option<String>>,
     /// One or more of `ai_gateway`, `proxy`, `read`, `write`, `admin`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<PermissionName>>, min_items = 1)]
-    pub permissions: Option<Option<Vec<String>>>,
+    pub(crate) permissions: Option<Option<Vec<String>>>,
     /// Expiry, RFC 3339 with a time zone, in the future and no later than
     /// 9999-12-31T23:59:59Z; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, format = DateTime, nullable)]
-    pub expires_at: Option<Option<String>>,
+    pub(crate) expires_at: Option<Option<String>>,
     /// As in create; null: every configured model.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<String>>, nullable, min_items = 1, max_items = 100)]
-    pub allowed_models: Option<Option<Vec<String>>>,
+    pub(crate) allowed_models: Option<Option<Vec<String>>>,
     /// As in create; null: no budget.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
-    pub max_budget_usd: Option<Option<f64>>,
+    pub(crate) max_budget_usd: Option<Option<f64>>,
     /// As in create; null: `total`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BudgetPeriodName>, nullable)]
-    pub budget_period: Option<Option<String>>,
+    pub(crate) budget_period: Option<Option<String>>,
     /// As in create; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
-    pub rpm_limit: Option<Option<i64>>,
+    pub(crate) rpm_limit: Option<Option<i64>>,
     /// As in create; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, nullable, minimum = 1, maximum = 1_000_000_000)]
-    pub tpm_limit: Option<Option<i64>>,
+    pub(crate) tpm_limit: Option<Option<i64>>,
     /// As in create; null: none.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BTreeMap<String, String>>, nullable)]
-    pub metadata: Option<Option<BTreeMap<String, String>>>,
+    pub(crate) metadata: Option<Option<BTreeMap<String, String>>>,
     /// As in create; null: `refuse`.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<BudgetModeName>, nullable)]
-    pub budget_mode: Option<Option<String>>,
+    pub(crate) budget_mode: Option<Option<String>>,
 }
 
 impl From<UpdateApiKeyRequest> for ApiKeyPatch {
@@ -317,27 +325,27 @@ impl From<UpdateApiKeyRequest> for ApiKeyPatch {
 /// `POST /auth/api-keys/{id}/rotate` body (optional).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RotateApiKeyRequest {
+pub(crate) struct RotateApiKeyRequest {
     /// How long the old secret keeps working, in seconds (0 to 604800; default 86400).
     #[schema(minimum = 0, maximum = 604_800, example = 3600)]
-    pub grace_period_secs: Option<i64>,
+    pub(crate) grace_period_secs: Option<i64>,
 }
 
 /// A user.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UserDto {
+pub(crate) struct UserDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// E-mail address (normalised: NFKC, lower case).
-    pub email: String,
+    pub(crate) email: String,
     /// Display name.
-    pub name: String,
+    pub(crate) name: String,
     /// Role: `user`.
-    pub role: String,
+    pub(crate) role: String,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// When the account proved it receives mail at `email` (RFC 3339 UTC); `null`: not yet.
-    pub email_verified_at: Option<String>,
+    pub(crate) email_verified_at: Option<String>,
 }
 
 impl From<UserView> for UserDto {
@@ -355,19 +363,19 @@ impl From<UserView> for UserDto {
 
 /// A token set: login, refresh, and (with the user's fields on top) register.
 #[derive(Serialize, ToSchema)]
-pub struct TokenSetDto {
+pub(crate) struct TokenSetDto {
     /// The user.
-    pub user: UserDto,
+    pub(crate) user: UserDto,
     /// JWT access token (send as `Authorization: Bearer …`).
-    pub token: String,
+    pub(crate) token: String,
     /// Opaque refresh token (`aigwr_…`), rotated on every use.
-    pub refresh_token: String,
+    pub(crate) refresh_token: String,
     /// Access-token expiry, RFC 3339 UTC.
-    pub expires_at: String,
+    pub(crate) expires_at: String,
     /// Access-token lifetime in seconds (3600 by default).
-    pub expires_in: u64,
+    pub(crate) expires_in: u64,
     /// Always `Bearer`.
-    pub token_type: String,
+    pub(crate) token_type: String,
 }
 
 impl From<TokenSet> for TokenSetDto {
@@ -386,96 +394,96 @@ impl From<TokenSet> for TokenSetDto {
 /// `POST /auth/register` answer: both documented variants at once (the user's fields on top,
 /// as variant 1 has them, plus the token set of variant 2).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct RegisterData {
+pub(crate) struct RegisterData {
     /// The new user's id.
-    pub id: String,
+    pub(crate) id: String,
     /// E-mail address.
-    pub email: String,
+    pub(crate) email: String,
     /// Display name.
-    pub name: String,
+    pub(crate) name: String,
     /// Role: `user`.
-    pub role: String,
+    pub(crate) role: String,
     /// The user, the tokens and their expiry.
     #[serde(flatten)]
-    pub tokens: TokenSetDto,
+    pub(crate) tokens: TokenSetDto,
 }
 
 /// `GET /auth/me` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MeData {
+pub(crate) struct MeData {
     /// The caller's account.
-    pub user: UserDto,
+    pub(crate) user: UserDto,
 }
 
 /// `POST /auth/logout` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct LogoutData {
+pub(crate) struct LogoutData {
     /// How many sessions were ended by this call.
-    pub revoked_sessions: usize,
+    pub(crate) revoked_sessions: usize,
 }
 
 /// An API key as read back (never the secret).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ApiKeyDto {
+pub(crate) struct ApiKeyDto {
     /// UUIDv7.
-    pub id: String,
+    pub(crate) id: String,
     /// Label.
-    pub name: String,
+    pub(crate) name: String,
     /// First 12 characters of the key, for recognising it.
-    pub key_prefix: String,
+    pub(crate) key_prefix: String,
     /// Permissions.
-    pub permissions: Vec<String>,
+    pub(crate) permissions: Vec<String>,
     /// Expiry, RFC 3339 UTC, or null for none.
-    pub expires_at: Option<String>,
+    pub(crate) expires_at: Option<String>,
     /// RFC 3339 UTC.
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// Revocation time, or null.
-    pub revoked_at: Option<String>,
+    pub(crate) revoked_at: Option<String>,
     /// Last use (recorded at most once a minute), or null.
-    pub last_used_at: Option<String>,
+    pub(crate) last_used_at: Option<String>,
     /// The key's usage over the last 30 UTC days (today included), from the daily rollups.
-    pub usage_30d: KeyUsageDto,
+    pub(crate) usage_30d: KeyUsageDto,
     /// Model names or `*` globs the key may call; null: every configured model.
-    pub allowed_models: Option<Vec<String>>,
+    pub(crate) allowed_models: Option<Vec<String>>,
     /// Spend allowed per `budget_period`, USD; null: no budget.
-    pub max_budget_usd: Option<f64>,
+    pub(crate) max_budget_usd: Option<f64>,
     /// The budget's UTC calendar period; null: `total` (never resets).
     #[schema(value_type = Option<BudgetPeriodName>)]
-    pub budget_period: Option<String>,
+    pub(crate) budget_period: Option<String>,
     /// Requests per minute, across all nodes; null: none.
-    pub rpm_limit: Option<i64>,
+    pub(crate) rpm_limit: Option<i64>,
     /// Tokens per minute, across all nodes; null: none.
-    pub tpm_limit: Option<i64>,
+    pub(crate) tpm_limit: Option<i64>,
     /// String metadata; null: none.
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub(crate) metadata: Option<BTreeMap<String, String>>,
     /// `refuse` or `clamp` (see create).
     #[schema(value_type = BudgetModeName)]
-    pub budget_mode: String,
+    pub(crate) budget_mode: String,
     /// What the key has spent in the current budget period (since creation for `total` or
     /// no period), USD, from the usage ledger.
-    pub spend_usd: f64,
+    pub(crate) spend_usd: f64,
     /// When the current period ends and the budget resets, RFC 3339 UTC; null for `total`
     /// or no period.
-    pub budget_reset_at: Option<String>,
+    pub(crate) budget_reset_at: Option<String>,
     /// Last rotation of the key's secret, RFC 3339 UTC, or null.
-    pub rotated_at: Option<String>,
+    pub(crate) rotated_at: Option<String>,
     /// The team the key is scoped to, or null.
-    pub team_id: Option<String>,
+    pub(crate) team_id: Option<String>,
     /// Whether it is a team key: it belongs to the team, not to a person.
-    pub team_owned: bool,
+    pub(crate) team_owned: bool,
     /// The user who created the key (its owner, for a key that is not a team key).
-    pub created_by: String,
+    pub(crate) created_by: String,
 }
 
 /// `usage_30d` of a key object.
 #[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
-pub struct KeyUsageDto {
+pub(crate) struct KeyUsageDto {
     /// Chat completions recorded.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Their total tokens.
-    pub total_tokens: u64,
+    pub(crate) total_tokens: u64,
     /// Their cost in USD (0 for unpriced models).
-    pub cost_usd: f64,
+    pub(crate) cost_usd: f64,
 }
 
 impl From<&UsageTotals> for KeyUsageDto {
@@ -490,13 +498,13 @@ impl From<&UsageTotals> for KeyUsageDto {
 
 impl ApiKeyDto {
     /// The key object with its `usage_30d` from `usage` (keys absent from it have none).
-    pub fn with_usage(mut self, usage: &HashMap<String, UsageTotals>) -> Self {
+    pub(crate) fn with_usage(mut self, usage: &HashMap<String, UsageTotals>) -> Self {
         self.usage_30d = usage.get(&self.id).map(KeyUsageDto::from).unwrap_or_default();
         self
     }
 
     /// The key object with its `spend_usd` from `spend` (micro-USD by key id; absent: 0).
-    pub fn with_spend(mut self, spend: &HashMap<String, i64>) -> Self {
+    pub(crate) fn with_spend(mut self, spend: &HashMap<String, i64>) -> Self {
         let micros = spend.get(&self.id).copied().unwrap_or(0);
         self.spend_usd = micros_to_usd(u64::try_from(micros).unwrap_or(0));
         self
@@ -542,12 +550,12 @@ impl From<ApiKeyView> for ApiKeyDto {
 
 /// `POST /auth/api-keys` answer: the key object with the full `key`, shown only here.
 #[derive(Serialize, ToSchema)]
-pub struct CreatedApiKeyDto {
+pub(crate) struct CreatedApiKeyDto {
     /// The full key (`aigw_…`, 43 characters). Store it now: it is never shown again.
-    pub key: String,
+    pub(crate) key: String,
     /// The key object.
     #[serde(flatten)]
-    pub api_key: ApiKeyDto,
+    pub(crate) api_key: ApiKeyDto,
 }
 
 impl From<CreatedApiKey> for CreatedApiKeyDto {
@@ -558,25 +566,25 @@ impl From<CreatedApiKey> for CreatedApiKeyDto {
 
 /// `GET /auth/api-keys` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ApiKeyListData {
+pub(crate) struct ApiKeyListData {
     /// The caller's keys, newest first.
-    pub api_keys: Vec<ApiKeyDto>,
+    pub(crate) api_keys: Vec<ApiKeyDto>,
 }
 
 /// `DELETE /auth/api-keys/{id}` answer.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DeletedData {
+pub(crate) struct DeletedData {
     /// The deleted key's id.
-    pub id: String,
+    pub(crate) id: String,
     /// Always `true`.
-    pub deleted: bool,
+    pub(crate) deleted: bool,
 }
 
 /// Who wrote a chat message (OpenAI's roles).
 #[derive(Debug, ToSchema)]
 #[schema(as = ChatRole)]
 #[allow(non_camel_case_types, dead_code)]
-pub enum ChatRole {
+pub(crate) enum ChatRole {
     /// Instructions from the application (older models).
     system,
     /// Instructions from the application (newer models).
@@ -593,19 +601,19 @@ pub enum ChatRole {
 /// "image_url": {…}}`, … (other fields are passed through).
 #[derive(Debug, Deserialize, ToSchema)]
 #[allow(dead_code)]
-pub struct ChatContentPart {
+pub(crate) struct ChatContentPart {
     /// The part's kind: `text`, `image_url`, `input_audio`, `file`, `refusal`, …
     #[schema(example = "text")]
-    pub r#type: String,
+    pub(crate) r#type: String,
     /// The text of a `text` part.
-    pub text: Option<String>,
+    pub(crate) text: Option<String>,
 }
 
 /// A message's content: a string, or an array of content parts.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum ChatContent {
+pub(crate) enum ChatContent {
     /// Plain text.
     Text(String),
     /// Content parts, in order.
@@ -616,72 +624,72 @@ pub enum ChatContent {
 /// `tool_call_id` are passed through).
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
-pub struct ChatMessage {
+pub(crate) struct ChatMessage {
     /// `system`, `developer`, `user`, `assistant` or `tool`.
-    pub role: ChatRole,
+    pub(crate) role: ChatRole,
     /// Text, or an array of content parts; may be null or absent (an assistant message with
     /// `tool_calls`).
     #[schema(nullable)]
-    pub content: Option<ChatContent>,
+    pub(crate) content: Option<ChatContent>,
 }
 
 /// `POST /ai/chat/completions` body (OpenAI-compatible; every other field is forwarded
 /// unchanged).
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
-pub struct ChatCompletionRequest {
+pub(crate) struct ChatCompletionRequest {
     /// A model name from configuration, or `echo`.
     #[schema(example = "echo", min_length = 1)]
-    pub model: String,
+    pub(crate) model: String,
     /// The conversation, at least one message.
     #[schema(min_items = 1)]
-    pub messages: Vec<ChatMessage>,
+    pub(crate) messages: Vec<ChatMessage>,
     /// Answer as server-sent events (`text/event-stream`).
-    pub stream: Option<bool>,
+    pub(crate) stream: Option<bool>,
     /// Most completion tokens per choice (1 to 1 048 576). A key with a budget or a
     /// `tpm_limit` reserves it (times `n`) before the call; without it and `max_tokens`,
     /// 4096 are reserved.
     #[schema(minimum = 1, maximum = 1048576)]
-    pub max_completion_tokens: Option<u64>,
+    pub(crate) max_completion_tokens: Option<u64>,
     /// The older name of `max_completion_tokens`, used when that is absent (1 to 1 048 576).
     #[schema(minimum = 1, maximum = 1048576)]
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
     /// Completions to generate (1 to 128): a budget reserves the completion cap this many
     /// times.
     #[schema(minimum = 1, maximum = 128)]
-    pub n: Option<u64>,
+    pub(crate) n: Option<u64>,
 }
 
 /// One server-sent event of a streamed chat completion (`text/event-stream`).
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
-pub struct ChatCompletionEvent {
+pub(crate) struct ChatCompletionEvent {
     /// A `chat.completion.chunk` object as JSON text, or `[DONE]` at the end.
-    pub data: String,
+    pub(crate) data: String,
     /// The event type, if the upstream names one (normally absent: `message`).
-    pub event: Option<String>,
+    pub(crate) event: Option<String>,
     /// The event id, if the upstream sends one.
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
 }
 
 /// `GET /ai/models` answer (OpenAI-compatible list).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ModelList {
+pub(crate) struct ModelList {
     /// Always `list`.
-    pub object: String,
+    pub(crate) object: String,
     /// The models.
-    pub data: Vec<ModelDto>,
+    pub(crate) data: Vec<ModelDto>,
 }
 
 /// One model.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ModelDto {
+pub(crate) struct ModelDto {
     /// Model name.
-    pub id: String,
+    pub(crate) id: String,
     /// Always `model`.
-    pub object: String,
+    pub(crate) object: String,
     /// Always `aigw`.
-    pub owned_by: String,
+    pub(crate) owned_by: String,
 }
 
 /// `Debug` for request and answer bodies that carry a password, token or key: the secret

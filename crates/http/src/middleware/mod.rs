@@ -1,0 +1,8 @@
+//! What wraps every request and connection, outermost first: the connection admission by
+//! client address (`connections`, in front of actix-http), the request id and access log
+//! (`request_id`, `access_log`), and the rate-limit answer fields (`rate_limit_headers`).
+
+pub(crate) mod access_log;
+pub(crate) mod connections;
+pub(crate) mod rate_limit_headers;
+pub(crate) mod request_id;
