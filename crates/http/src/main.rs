@@ -20,7 +20,8 @@ use std::process::ExitCode;
 /// mimalloc returns the argon2 work areas (19 MiB each) to the OS after each hash: it is
 /// compiled to map objects above 4 MiB for themselves (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE` in
 /// `.cargo/config.toml`). glibc's malloc kept them cached per thread arena (374 MB resident
-/// after a login burst with glibc, see `scripts/bench.sh` and docs/decisions.md "Performance").
+/// after a login burst with glibc, see `scripts/bench.sh` and docs/decisions.md "mimalloc as
+/// the allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
