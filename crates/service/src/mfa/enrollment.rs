@@ -5,7 +5,7 @@ use super::totp::{qr_svg, TotpSecret};
 use super::{
     account_owner, Enrollment, MfaStatus, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE,
 };
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::error::ServiceError;
 use crate::password::Verification;

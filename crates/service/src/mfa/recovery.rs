@@ -3,7 +3,7 @@
 
 use super::enrollment::Proof;
 use super::{account_owner, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE};
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::error::ServiceError;
 use aigw_domain::access::op;
