@@ -210,7 +210,7 @@ class Crate:
                 # the defining file. It is one when the file's own code names the item too.
                 used = not m.group(1) or self.reexport_edges or (
                     segs[-1] not in ("*", "self")
-                    and re.search(r"\b" + re.escape(segs[-1]) + r"\b", body))
+                    and re.search(r"(?<!::)\b" + re.escape(segs[-1]) + r"\b", body))
                 paths.append((bool(m.group(1)), path, bool(used)))
         body = re.sub(r"\bmod\s+" + IDENT + r"\s*;", "", body)
         heads = "|".join(["crate", "super", "self"] + sorted(self.children[mod]))

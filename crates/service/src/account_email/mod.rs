@@ -18,7 +18,7 @@ pub mod pruning;
 pub mod verification;
 
 use crate::auth::AuthService;
-use crate::email::{Mail, MailKind, Mailer};
+use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
 pub use mail::AccountMail;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
@@ -27,7 +27,6 @@ use aigw_persistence::DbConnection;
 use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 
 /// A link on its way to an address, waiting to be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,11 +26,8 @@ use crate::usage::tokens;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::{BudgetPeriod, LimitScope};
 use aigw_persistence::budgets::{self, Reserved};
-use aigw_persistence::PersistenceError;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Weak};
 
 /// The counter period of `period` at `now`: the first UTC day (`YYYY-MM-DD`), or `total`.
 pub(crate) fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {

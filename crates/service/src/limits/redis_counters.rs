@@ -319,6 +319,7 @@ impl RedisCounters {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use crate::limits::redis_held::SETTLE_MANY;
 
     type Admitted = (i64, i64, String, i64, i64);
 

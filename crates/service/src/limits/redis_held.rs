@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// tokens minus reserved, requests given back (a lease's unused ones, negative). A counter
 /// reopened since the reservation (another generation) did not count it: it gets the real
 /// cost. Missing counters stay missing; nothing goes below 0.
-const SETTLE_MANY: &str = r"
+pub(super) const SETTLE_MANY: &str = r"
 for i = 0, #KEYS / 2 - 1 do
   local budget, window = KEYS[2 * i + 1], KEYS[2 * i + 2]
   local a = 7 * i

@@ -8,7 +8,7 @@
 //! is dead. The completion (challenge used, code's step or recovery code claimed, session
 //! stored) is one transaction: of two concurrent completions at most one wins.
 
-use super::enrollment::Proof;
+use super::proof::Proof;
 use super::{MfaChallenge, SecondFactor};
 use crate::admin::audit::Event;
 use crate::auth::AuthService;
