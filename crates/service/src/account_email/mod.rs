@@ -11,8 +11,8 @@
 //! included) in the background, so its answer takes the same time whether or not the address
 //! has an account.
 
-pub(crate) mod mail;
 pub mod email_change;
+pub(crate) mod mail;
 pub mod password_reset;
 pub mod pruning;
 pub mod verification;
@@ -20,11 +20,11 @@ pub mod verification;
 use crate::auth::AuthService;
 use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
-pub use mail::AccountMail;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
 use aigw_persistence::account_tokens::{self, AccountTokenRow};
 use aigw_persistence::DbConnection;
 use chrono::{DateTime, Utc};
+pub use mail::AccountMail;
 use std::future::Future;
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! Registration, login and the current user (register, login, me).
 
+use crate::accounts::sessions::ClientInfo;
 use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::config::RegistrationMode;
@@ -7,7 +8,6 @@ use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::mfa::LoginOutcome;
 use crate::password::Verification;
-use crate::accounts::sessions::ClientInfo;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;

@@ -2,11 +2,11 @@
 //! one needs an access token; PATCH and rotation: docs/budgets.md).
 
 use crate::admin::audit::{actor_of, Event};
+use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache::{self, TeamStanding};
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
-use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;

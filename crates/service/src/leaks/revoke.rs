@@ -17,9 +17,9 @@
 //! | not aigw-shaped, or a bad checksum | `not_an_api_key` | `false_positive` | none, and no database read |
 
 use super::report::{token_hash, ReportedToken, VerifiedReport};
+use crate::admin::audit::Event;
 use crate::admin::caller::Admin;
 use crate::api_keys::manage::revoke_in_transaction;
-use crate::admin::audit::Event;
 use crate::auth::AuthService;
 use crate::credential_cache;
 use crate::error::ServiceError;

@@ -168,7 +168,13 @@ impl Drop for Lease {
 }
 
 impl LeaseGrant for Lease {
-    fn settle_call(&self, call_tokens: i64, bound_micros: i64, cost_micros: u64, total_tokens: u64) {
+    fn settle_call(
+        &self,
+        call_tokens: i64,
+        bound_micros: i64,
+        cost_micros: u64,
+        total_tokens: u64,
+    ) {
         // A lease counts only what its key limits: no cost without a budget, no tokens
         // without a `tpm_limit`.
         let cost = match self.terms.budget {

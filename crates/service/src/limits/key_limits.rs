@@ -9,10 +9,10 @@
 use crate::auth::Principal;
 use crate::config::GatewayConfig;
 use crate::db::Db;
+use crate::error::ServiceError;
+use crate::gateway::chat_request::ChatRequestSummary;
 use crate::limits::admission::{Admission, BOUND_HEADROOM};
 use crate::limits::budget::{worst_case_tokens, BudgetPlan, Budgets};
-use crate::gateway::chat_request::ChatRequestSummary;
-use crate::error::ServiceError;
 use crate::limits::key_counters::{KeyCounters, NodeCounters};
 use crate::limits::key_leases::{Granted, Leases};
 use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus};
@@ -196,7 +196,9 @@ impl KeyLimits {
         });
         let left = limit_micros.saturating_sub(*spent_micros);
         let clamped = clamps
-            .then(|| crate::limits::clamp::clamped_body(&self.budgets, model, body, bound, images, left))
+            .then(|| {
+                crate::limits::clamp::clamped_body(&self.budgets, model, body, bound, images, left)
+            })
             .flatten();
         let Some(clamped) = clamped else {
             return Err(refused);

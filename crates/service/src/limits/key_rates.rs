@@ -9,11 +9,11 @@
 //! ([`crate::limits::key_counters`]) instead, with `"redis"` in Redis ([`crate::limits::redis_counters`]).
 //! Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
 
-use crate::limits::reservation::settle_in_background;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::limits::key_counters::NodeCounters;
 use crate::limits::levels::LimitLevel;
+use crate::limits::reservation::settle_in_background;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::LimitScope;
 use aigw_persistence::key_rates;

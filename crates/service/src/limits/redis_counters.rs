@@ -23,9 +23,9 @@
 //!   Redis budget counters of every key charged in the database meanwhile (so they reopen
 //!   from the ledger, which holds the outage's calls) and then those database counters.
 
-use crate::limits::budget::{BudgetPlan, Budgets};
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::limits::budget::{BudgetPlan, Budgets};
 use crate::limits::key_rates::{RatePlan, RateStatus};
 use crate::limits::redis_held::{flag, placeholder, RedisHeld, Scripts};
 use crate::limits::reservation::Reservation;
@@ -151,12 +151,11 @@ impl RedisCounters {
     pub fn new(link: RedisLink, prefix: &str, db: Db) -> Self {
         tracing::info!(redis = %link.url_for_logs(), "keys' budgets and rpm/tpm count in Redis");
         Self {
-            scripts: Arc::new(Scripts {
+            scripts: Arc::new(Scripts::new(
                 link,
-                admit: redis::Script::new(ADMIT),
-                open: redis::Script::new(OPEN),
-                settlements: std::sync::OnceLock::new(),
-            }),
+                redis::Script::new(ADMIT),
+                redis::Script::new(OPEN),
+            )),
             prefix: prefix.to_owned(),
             db,
             reconciled: Arc::new(AtomicU64::new(u64::MAX)),

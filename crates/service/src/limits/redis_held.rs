@@ -65,10 +65,15 @@ pub(super) struct Scripts {
     pub(super) open: redis::Script,
     /// Where settlements wait for the task that sends them ([`Scripts::settle`]), started on
     /// the first settlement.
-    pub(super) settlements: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Settlement>>,
+    settlements: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Settlement>>,
 }
 
 impl Scripts {
+    /// The scripts `admit` and `open` over `link`, with the settlement script of this file.
+    pub(super) fn new(link: RedisLink, admit: redis::Script, open: redis::Script) -> Self {
+        Self { link, admit, open, settlements: std::sync::OnceLock::new() }
+    }
+
     /// Queues `settlement` for the sending task, which sends what waits in one script call
     /// ([`SETTLE_MANY`]) whenever it is not already waiting for one: a busy node sends one call
     /// for many settlements, an idle one a call per settlement at once. Nothing happens outside

@@ -10,10 +10,10 @@
 
 use super::proof::Proof;
 use super::{MfaChallenge, SecondFactor};
+use crate::accounts::sessions::ClientInfo;
 use crate::admin::audit::Event;
 use crate::auth::AuthService;
 use crate::error::ServiceError;
-use crate::accounts::sessions::ClientInfo;
 use crate::views::TokenSet;
 use aigw_domain::mfa::{MfaToken, SessionAmr, MAX_CHALLENGE_ATTEMPTS};
 use aigw_domain::{time, AuditAction};

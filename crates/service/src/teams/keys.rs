@@ -3,11 +3,11 @@
 //! (`user_id`) and keeps working when that person leaves the team.
 
 use super::TeamAccess;
-use crate::paging::{page_of, Page, PageRequest};
 use crate::api_keys::manage::{NewApiKey, Owner};
+use crate::api_keys::policy::ApiKeyPatch;
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::error::ServiceError;
-use crate::api_keys::policy::ApiKeyPatch;
+use crate::paging::{page_of, Page, PageRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_persistence::api_keys;

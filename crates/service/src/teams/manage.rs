@@ -1,13 +1,13 @@
 //! A team itself: create, list the caller's, read, change its name and policy, delete.
 
 use super::{budget_micros, team_not_found, TeamAccess, TeamView};
-use crate::paging::{page_of, Page, PageRequest};
 use crate::admin::audit::{actor_of, Event};
+use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::auth::{AuthService, Authorized};
 use crate::config::TeamCreation;
 use crate::credential_cache;
 use crate::error::ServiceError;
-use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
+use crate::paging::{page_of, Page, PageRequest};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
