@@ -1,267 +1,358 @@
 #!/usr/bin/env python3
-"""Import cycles between the files of one crate.
+"""Report import cycles between the files of a Rust crate.
 
-    scripts/module_cycles.py crates/http/src [--edges]
+Usage: scripts/module_cycles.py [--tests] [--reexports] [--edges] [--folders] [SRC_DIR ...]
+(default: every crates/*/src).
 
-Reads every `.rs` file under the crate's `src` folder and, per file, the module paths it
-names: `use crate::…`, `use super::…`, `use self::…` (brace groups expanded), the same paths
-written inline (`crate::observe::Telemetry::new()`), and `child::…` for a module the file
-declares itself. Inline modules (`mod tests { … }`) are followed, so their `super::` is the
-file's own module. Comments and string literals are ignored. Each path is resolved to the
-file of the longest module prefix it names (through `pub use` re-exports to where the name
-is defined); an edge is drawn from the file to that file.
+Each `.rs` file is one node (`lib.rs`/`main.rs` is the crate root, `a/mod.rs` is module `a`).
+An edge A -> B means that A's code names a path into B: `use crate::…`, `use super::…`,
+`use self::…`, a child module's name, or such a path written inline (`crate::x::y(…)`).
+Comments, string literals and `mod x;` declarations are not edges; `#[cfg(test)]` items are
+left out unless `--tests` is given. A path through a re-export (`pub use x::Y` in another
+file) is followed to the file that defines the item. A re-export is an edge of the
+re-exporting file only where its own code names the item too (or with `--reexports`): a
+folder's `mod.rs` that re-exports its files' API does not depend on them for that.
 
-Prints every strongly connected set of files (a cycle) with the edges inside it, and exits 1
-when there is one; `--edges` prints the whole graph as well. No tool of the toolchain does
-this, and `cargo modules` is not installed where aigw is built.
+Exit status 1 when some strongly connected component holds two files or more; each is
+printed with one cycle through it. `--edges` prints the whole graph; `--folders` checks the
+graph of top-level modules instead (a file's node is its first path segment).
 """
 
 import os
 import re
 import sys
+from collections import defaultdict
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+KEYWORDS = {"crate", "super", "self", "Self"}
 
 
-def module_files(src):
-    """{module path tuple: file path} of every `.rs` file under `src`."""
-    modules = {}
-    for folder, _, files in os.walk(src):
-        for name in files:
-            if not name.endswith(".rs"):
-                continue
-            path = os.path.join(folder, name)
-            rel = os.path.relpath(path, src)[: -len(".rs")].split(os.sep)
-            if rel in (["lib"], ["main"]):
-                key = ()
-            elif rel[-1] == "mod":
-                key = tuple(rel[:-1])
-            else:
-                key = tuple(rel)
-            # `main.rs` is a crate of its own beside `lib.rs`: only the library is mapped.
-            if rel == ["main"] and os.path.exists(os.path.join(src, "lib.rs")):
-                continue
-            modules[key] = path
-    return modules
-
-
-def strip(text):
-    """`text` with comments and the contents of string and char literals blanked."""
+def strip_comments_and_strings(text):
+    """Blank out comments, string and char literals, keeping line structure."""
     out = []
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         if text.startswith("//", i):
             j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if text.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif text.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
+            j = n if j < 0 else j
+            i = j
+            continue
+        if text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
                 else:
-                    i += 1
-        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not text[i - 1].isalnum()):
-            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
-            end = text.find('"' + hashes, i + 2 + len(hashes))
-            out.append('""')
-            i = n if end < 0 else end + 1 + len(hashes)
-        elif c == '"':
+                    j += 1
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+            continue
+        m = re.match(r'b?r(#*)"', text[i:i + 260])
+        if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            end = '"' + m.group(1)
+            j = text.find(end, i + m.end())
+            j = n if j < 0 else j + len(end)
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j
+            continue
+        if c == '"':
             j = i + 1
             while j < n and text[j] != '"':
                 j += 2 if text[j] == "\\" else 1
-            out.append('""')
+            out.append('""' + "\n" * text.count("\n", i, j))
             i = j + 1
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:]):
-            m = re.match(r"'(\\.|[^\\'])'", text[i:])
-            out.append("' '")
-            i += m.end()
-        else:
-            out.append(c)
-            i += 1
+            continue
+        if c == "'":
+            m = re.match(r"'(\\.[^']*|[^\\'])'", text[i:i + 12])
+            if m:
+                out.append("' '")
+                i += m.end()
+                continue
+        out.append(c)
+        i += 1
     return "".join(out)
 
 
-def expand_use(tree):
-    """The paths of a `use` tree: `crate::a::{b, c::d as e, self}` -> crate::a::b, …, each
-    with the name it is known by (`e` for `c::d as e`)."""
-    tree = re.sub(r"\s*(::|\{|\}|,)\s*", r"\1", " ".join(tree.split()))
-    paths = []
-
-    def walk(prefix, t):
-        if not t:
-            return
-        brace = t.find("{")
-        if brace < 0:
-            words = t.split(" ")
-            alias = words[2] if len(words) == 3 and words[1] == "as" else None
-            paths.append((prefix + words[0], alias))
-            return
-        head, inner = t[:brace], t[brace + 1 : t.rfind("}")]
-        depth, part, parts = 0, "", []
-        for ch in inner:
-            if ch == "," and depth == 0:
-                parts.append(part)
-                part = ""
-                continue
-            depth += ch == "{"
-            depth -= ch == "}"
-            part += ch
-        parts.append(part)
-        for p in parts:
-            if p == "self":
-                paths.append(((prefix + head).rstrip(":"), None))
-            elif p:
-                walk(prefix + head, p)
-
-    walk("", tree)
-    return [(p, a) for p, a in paths if p and not p.endswith("*")]
-
-
-TOKEN = re.compile(
-    r"\buse\s+([^;]+);"  # 1: a use tree
-    r"|\bmod\s+(\w+)\s*\{"  # 2: an inline module
-    r"|\bmod\s+(\w+)\s*;"  # 3: a module in a file of its own
-    r"|(\{)|(\})"  # 4, 5
-    r"|(?<![\w:])((?:crate|super|self|[a-z_]\w*)(?:::\w+)+)"  # 6: an inline path
-)
-
-
-def absolute(segments, here, declared):
-    """`segments` of a path written in module `here` as a path from the crate root, or None
-    for another crate's (or a local name's)."""
-    if segments[0] == "crate":
-        return segments[1:]
-    if segments[0] in ("super", "self"):
-        base, rest = list(here), list(segments)
-        while rest and rest[0] in ("super", "self"):
-            if rest[0] == "super":
-                base = base[:-1]
-            rest = rest[1:]
-        return base + rest
-    if segments[0] in declared:
-        return list(here) + list(segments)
-    return None
-
-
-def reexports(modules):
-    """{module: {name: absolute path}} of the `pub use` (any `pub(…)` too) of each file."""
-    out = {}
-    for module, path in modules.items():
-        text = strip(open(path, encoding="utf-8").read())
-        declared = {m.group(1) for m in re.finditer(r"\bmod\s+(\w+)\s*;", text)}
-        names = {}
-        for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", text):
-            for p, alias in expand_use(m.group(1)):
-                target = absolute(p.split("::"), module, declared)
-                if target:
-                    names[alias or target[-1]] = target
-        out[module] = names
-    return out
-
-
-def references(path, module, modules, exported):
-    """The module paths (tuples) that the file `path` of module `module` names; a name that a
-    module re-exports (`pub use`) counts as the module it comes from."""
-    text = strip(open(path, encoding="utf-8").read())
-    declared = {m.group(1) for m in re.finditer(r"\bmod\s+(\w+)\s*;", text)}
-    found = set()
-    inline = []  # (name, brace depth at which it closes)
+def matching_brace(text, open_at):
     depth = 0
-
-    def resolve(segments):
-        here = list(module) + [name for name, _ in inline]
-        full = absolute(segments, here, declared if not inline else set())
-        if full is None:
-            return
-        for _ in range(16):
-            k = max(k for k in range(len(full) + 1) if tuple(full[:k]) in modules)
-            target = exported.get(tuple(full[:k]), {}).get(full[k]) if k < len(full) else None
-            if target is None or tuple(full[:k]) == tuple(module):
-                break
-            full = target + full[k + 1 :]
-        found.add(tuple(full[:k]))
-
-    for m in TOKEN.finditer(text):
-        if m.group(1):
-            for p, _ in expand_use(m.group(1)):
-                resolve(p.split("::"))
-        elif m.group(2):
+    for j in range(open_at, len(text)):
+        if text[j] == "{":
             depth += 1
-            inline.append((m.group(2), depth))
-        elif m.group(4):
-            depth += 1
-        elif m.group(5):
-            if inline and inline[-1][1] == depth:
-                inline.pop()
+        elif text[j] == "}":
             depth -= 1
-        elif m.group(6):
-            resolve(m.group(6).split("::"))
-    return found
+            if depth == 0:
+                return j
+    return len(text) - 1
 
 
-def cycles(graph):
-    """Strongly connected sets of more than one node (Tarjan)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
+def drop_test_items(text):
+    """Remove items behind `#[cfg(test)]` (a module body or one item)."""
+    while True:
+        m = re.search(r"#\[cfg\(test\)\]", text)
+        if not m:
+            return text
+        rest = text[m.end():]
+        semi, brace = rest.find(";"), rest.find("{")
+        if brace >= 0 and (semi < 0 or brace < semi):
+            end = matching_brace(text, m.end() + brace)
+        else:
+            end = m.end() + (semi if semi >= 0 else len(rest))
+        text = text[:m.start()] + "\n" * text.count("\n", m.start(), end + 1) + text[end + 1:]
+
+
+def expand_use_tree(tree):
+    """`a::{b, c::{d, e}}` -> [["a","b"], ["a","c","d"], ["a","c","e"]]."""
+    tree = re.sub(r"\s+as\s+" + IDENT, "", tree)
+    tree = re.sub(r"\s+", "", tree)
+    results = []
+
+    def walk(prefix, s):
+        # split s at top-level commas
+        parts, depth, cur = [], 0, ""
+        for ch in s:
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        if cur:
+            parts.append(cur)
+        for part in parts:
+            if "{" in part:
+                head, inner = part.split("{", 1)
+                inner = inner[: inner.rfind("}")]
+                head_segs = [x for x in head.split("::") if x]
+                walk(prefix + head_segs, inner)
+            else:
+                results.append(prefix + [x for x in part.split("::") if x])
+
+    walk([], tree)
+    return results
+
+
+class Crate:
+    def __init__(self, src, tests, reexport_edges=False):
+        self.src = src
+        self.reexport_edges = reexport_edges
+        self.files = {}  # module path tuple -> relative file name
+        self.code = {}
+        self.children = defaultdict(set)
+        self.reexports = defaultdict(dict)  # module -> name -> full path
+        for root, _, names in os.walk(src):
+            for name in names:
+                if not name.endswith(".rs"):
+                    continue
+                full = os.path.join(root, name)
+                rel = os.path.relpath(full, src)
+                mod = self.module_of(rel)
+                if mod is None:
+                    continue
+                text = strip_comments_and_strings(open(full, encoding="utf-8").read())
+                if not tests:
+                    text = drop_test_items(text)
+                self.files[mod] = rel
+                self.code[mod] = text
+        for mod, text in self.code.items():
+            for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*;", text):
+                if mod + (m.group(1),) in self.files:
+                    self.children[mod].add(m.group(1))
+        self.uses = {mod: self.use_paths(mod, text) for mod, text in self.code.items()}
+        for mod, paths in self.uses.items():
+            for public, path, _ in paths:
+                if public and path and path[-1] not in ("*", "self"):
+                    self.reexports[mod][path[-1]] = path
+
+    @staticmethod
+    def module_of(rel):
+        parts = rel[:-3].split(os.sep)
+        if parts[0] in ("bin", "tests", "benches", "examples"):
+            return None
+        if parts == ["lib"] or parts == ["main"]:
+            return ()
+        if parts[-1] == "mod":
+            parts = parts[:-1]
+        return tuple(parts)
+
+    def absolute(self, mod, segs):
+        """Turn a path seen in module `mod` into an absolute one, or None if external."""
+        if not segs:
+            return None
+        if segs[0] == "crate":
+            return tuple(segs[1:])
+        if segs[0] in ("super", "self"):
+            base = list(mod)
+            i = 0
+            while i < len(segs) and segs[i] in ("super", "self"):
+                if segs[i] == "super":
+                    base = base[:-1]
+                i += 1
+            return tuple(base) + tuple(segs[i:])
+        if segs[0] in self.children[mod]:
+            return tuple(mod) + tuple(segs)
+        return None
+
+    def use_paths(self, mod, text):
+        paths = []
+        body = re.sub(r"\buse\s+[^;]+;", "", text)
+        for m in re.finditer(r"(\bpub(?:\([^)]*\))?\s+)?\buse\s+([^;]+);", text):
+            for segs in expand_use_tree(m.group(2)):
+                path = self.absolute(mod, segs)
+                if path is None:
+                    continue
+                # A re-export alone is no use of the item: a path through it is followed to
+                # the defining file. It is one when the file's own code names the item too.
+                used = not m.group(1) or self.reexport_edges or (
+                    segs[-1] not in ("*", "self")
+                    and re.search(r"(?<!::)\b" + re.escape(segs[-1]) + r"\b", body))
+                paths.append((bool(m.group(1)), path, bool(used)))
+        body = re.sub(r"\bmod\s+" + IDENT + r"\s*;", "", body)
+        heads = "|".join(["crate", "super", "self"] + sorted(self.children[mod]))
+        for m in re.finditer(r"(?<![A-Za-z0-9_:])((?:" + heads + r")(?:::" + IDENT + r")+)", body):
+            segs = m.group(1).split("::")
+            if segs[0] == "self" and len(segs) == 1:
+                continue
+            path = self.absolute(mod, segs)
+            if path is not None:
+                paths.append((False, path, True))
+        return paths
+
+    def file_of(self, path, seen=None):
+        """The module (file) that defines what `path` names, following re-exports."""
+        seen = seen or set()
+        for k in range(len(path), -1, -1):
+            prefix = path[:k]
+            if prefix in self.files:
+                if k < len(path):
+                    name = path[k]
+                    target = self.reexports[prefix].get(name)
+                    if target is not None and (prefix, name) not in seen:
+                        seen.add((prefix, name))
+                        return self.file_of(target + path[k + 1:], seen)
+                return prefix
+        return ()
+
+    def edges(self):
+        graph = defaultdict(set)
+        for mod, paths in self.uses.items():
+            graph[mod]
+            for _, path, used in paths:
+                if not used:
+                    continue
+                if path and path[-1] in ("*",):
+                    path = path[:-1]
+                if path and path[-1] == "self":
+                    path = path[:-1]
+                target = self.file_of(path)
+                if target != mod:
+                    graph[mod].add(target)
+        return graph
+
+
+def tarjan(graph):
+    index, low, stack, on, comps = {}, {}, [], set(), []
     counter = [0]
+    sys.setrecursionlimit(10000)
 
     def visit(v):
         index[v] = low[v] = counter[0]
         counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in sorted(graph[v]):
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
             elif w in on:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
+            comp = []
             while True:
                 w = stack.pop()
                 on.discard(w)
-                component.append(w)
+                comp.append(w)
                 if w == v:
                     break
-            if len(component) > 1:
-                out.append(sorted(component))
+            comps.append(comp)
 
-    sys.setrecursionlimit(10000)
-    for v in sorted(graph):
+    for v in list(graph):
         if v not in index:
             visit(v)
-    return out
+    return comps
 
 
-def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    if len(args) != 1:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    src = args[0].rstrip("/")
-    modules = module_files(src)
-    exported = reexports(modules)
-    graph = {}
-    for module, path in modules.items():
-        rel = os.path.relpath(path, src)
-        found = references(path, module, modules, exported)
-        targets = {os.path.relpath(modules[t], src) for t in found}
-        graph[rel] = targets - {rel}
-    if "--edges" in sys.argv:
-        for f in sorted(graph):
-            print(f"{f} -> {', '.join(sorted(graph[f])) or '-'}")
-    found = cycles(graph)
-    for component in found:
-        members = set(component)
-        print(f"cycle of {len(component)} files:")
-        for f in component:
-            inside = sorted(graph[f] & members)
-            print(f"  {f} -> {', '.join(inside)}")
-    if not found:
-        print(f"no import cycle between the {len(graph)} files of {src}")
-    return 1 if found else 0
+def one_cycle(graph, comp):
+    members = set(comp)
+    start = min(comp)
+    # BFS back to start
+    prev, frontier = {start: None}, [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w == start:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    return list(reversed(path)) + [start]
+                if w in members and w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return [start]
+
+
+def name(crate, mod):
+    return crate.files.get(mod, "::".join(mod) or "lib.rs")
+
+
+def main(argv):
+    tests = "--tests" in argv
+    show = "--edges" in argv
+    folders = "--folders" in argv
+    dirs = [a for a in argv if not a.startswith("--")]
+    if not dirs:
+        here = os.path.dirname(os.path.abspath(__file__))
+        crates = os.path.join(here, "..", "crates")
+        dirs = sorted(os.path.join(crates, c, "src") for c in os.listdir(crates)
+                      if os.path.isdir(os.path.join(crates, c, "src")))
+    failed = False
+    for src in dirs:
+        crate = Crate(src, tests, "--reexports" in argv)
+        graph = crate.edges()
+        label = lambda m: name(crate, m)
+        if folders:
+            folded = defaultdict(set)
+            for v, ws in graph.items():
+                fv = v[:1]
+                folded[fv]
+                for w in ws:
+                    if w[:1] != fv and w != ():
+                        folded[fv].add(w[:1])
+            graph = folded
+            label = lambda m: (m[0] + ("/" if os.path.isdir(os.path.join(src, m[0])) else ".rs")) if m else "lib.rs"
+        if show:
+            for v in sorted(graph):
+                for w in sorted(graph[v]):
+                    print(f"{label(v)} -> {label(w)}")
+        cycles = [c for c in tarjan(graph) if len(c) > 1]
+        rel = os.path.relpath(src)
+        if not cycles:
+            print(f"{rel}: no cycles between {'folders' if folders else 'files'} ({len(graph)} nodes)")
+            continue
+        failed = True
+        for comp in cycles:
+            cyc = one_cycle(graph, comp)
+            print(f"{rel}: cycle among {len(comp)}: {' -> '.join(label(m) for m in cyc)}")
+            print("    members: " + ", ".join(sorted(label(m) for m in comp)))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -7,7 +7,6 @@ use actix_web::dev::{AppConfig, Extensions, Server};
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
-use aigw_service::key_counters::KeyCounters;
 use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
@@ -229,7 +228,7 @@ impl Application {
         let account_pruning =
             aigw_service::account_email::pruning::spawn_pruning(db.clone(), settings.clock.clone());
         let audit_retention =
-            aigw_service::audit::spawn_retention(db.clone(), settings.audit.retention_days);
+            aigw_service::admin::audit::spawn_retention(db.clone(), settings.audit.retention_days);
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
         let usage = UsageService::start_with_metrics(
             db.clone(),
@@ -243,37 +242,13 @@ impl Application {
             .with_metrics(metrics.clone());
         // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
         // database, the node's memory or Redis (docs/budgets.md).
-        let mut budgets = aigw_service::budget::Budgets::new(
-            db.clone(),
+        let key_limits = aigw_service::limits::key_limits::KeyLimits::from_config(
+            db,
+            &settings.gateway,
+            &settings.rate_limit,
             aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
-        );
-        let mut key_rates = aigw_service::key_rates::KeyRates::new(db.clone());
-        let mut redis_counters = None;
-        match settings.gateway.key_counters {
-            KeyCounters::Database => {}
-            KeyCounters::Node => {
-                // One node only: the counters in this process's memory.
-                let node = aigw_service::key_counters::NodeCounters::new();
-                budgets = budgets.with_node_counters(node.clone());
-                key_rates = key_rates.with_node_counters(node);
-            }
-            KeyCounters::Redis => {
-                // Shared by every node; the database counters serve while Redis is down.
-                let link = limits.share_redis(&settings.rate_limit)?;
-                redis_counters = Some(aigw_service::redis_counters::RedisCounters::new(
-                    link,
-                    &settings.rate_limit.redis_key_prefix,
-                    db,
-                ));
-            }
-        }
-        let mut key_limits = aigw_service::key_limits::KeyLimits::new(budgets, key_rates);
-        if let Some(redis) = redis_counters {
-            key_limits = key_limits.with_redis(redis);
-        }
-        if settings.gateway.key_counters != KeyCounters::Node {
-            key_limits = key_limits.with_leases(settings.gateway.key_lease_calls);
-        }
+            || limits.share_redis(&settings.rate_limit),
+        )?;
         let caps_metrics = metrics.clone();
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
             .with_meter(usage.meter())

@@ -6,7 +6,7 @@ use crate::config::AuthConfig;
 use crate::credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig};
 use crate::db::Db;
 use crate::error::ServiceError;
-use crate::levels::{LimitLevel, TeamScope};
+use crate::limits::levels::{LimitLevel, TeamScope};
 use crate::password::PasswordHasher;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
@@ -170,7 +170,7 @@ pub struct AuthService {
     /// The time the account use cases read (see [`crate::Clock`]).
     pub(crate) clock: crate::Clock,
     /// Where account messages go (see [`crate::account_email`]).
-    pub(crate) mail: Option<crate::account_email::AccountMail>,
+    pub(crate) mail: Option<crate::account_email::mail::AccountMail>,
 }
 
 impl AuthService {

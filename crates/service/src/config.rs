@@ -154,6 +154,10 @@ pub struct SigningKeyConfig {
     pub private_key_file: Option<std::path::PathBuf>,
 }
 
+/// Calls' worth of a key's limits a lease takes, by default (`gateway.key_lease_calls`,
+/// [`crate::limits::key_leases`]).
+pub const DEFAULT_LEASE_CALLS: u32 = 16;
+
 /// `[gateway]`: how chat completions are forwarded.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -176,7 +180,7 @@ pub struct GatewayConfig {
     /// database write per call; exact only when this node is the only one) or `redis` (one
     /// script per call in the Redis of `rate_limit.redis_url`, exact across every node sharing
     /// it; the database counters while it is unavailable). See docs/budgets.md.
-    pub key_counters: crate::key_counters::KeyCounters,
+    pub key_counters: crate::limits::key_counters::KeyCounters,
     /// Calls' worth of a key's limits a node takes from the database's or Redis' counters at
     /// once, far from the limits, and then admits from its memory (default 16; 0 or 1: every
     /// call goes to the counters). See docs/budgets.md "Leases".
@@ -191,8 +195,8 @@ impl Default for GatewayConfig {
             upstream_timeout_secs: 300,
             max_response_bytes: 16 * 1024 * 1024,
             proxy_url: None,
-            key_counters: crate::key_counters::KeyCounters::Database,
-            key_lease_calls: crate::key_leases::DEFAULT_LEASE_CALLS,
+            key_counters: crate::limits::key_counters::KeyCounters::Database,
+            key_lease_calls: DEFAULT_LEASE_CALLS,
         }
     }
 }

@@ -103,7 +103,7 @@ pub(crate) async fn fire(nodes: &[&TestApp], key: &str, n: usize) -> (usize, usi
 /// "node"`, one node per database).
 fn node_counters(s: &mut aigw_http::settings::Settings) {
     priced_providers(s);
-    s.gateway.key_counters = aigw_service::key_counters::KeyCounters::Node;
+    s.gateway.key_counters = aigw_service::limits::key_counters::KeyCounters::Node;
 }
 
 async fn fifty_concurrent_calls_spend_at_most_the_budget(backend: Backend) {

@@ -4,8 +4,8 @@
 
 use super::verification::VERIFY_PATH;
 use super::EmailLink;
-use crate::accounts::LOGIN_FAILED;
-use crate::audit::Event;
+use crate::accounts::registration::LOGIN_FAILED;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::email::MailKind;
 use crate::error::ServiceError;

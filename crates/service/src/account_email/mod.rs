@@ -12,55 +12,21 @@
 //! has an account.
 
 pub mod email_change;
+pub(crate) mod mail;
 pub mod password_reset;
 pub mod pruning;
 pub mod verification;
 
 use crate::auth::AuthService;
-use crate::email::{Mail, MailKind, Mailer};
+use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
 use aigw_persistence::account_tokens::{self, AccountTokenRow};
 use aigw_persistence::DbConnection;
 use chrono::{DateTime, Utc};
+pub use mail::AccountMail;
 use std::future::Future;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
-
-/// Account mail jobs running at once on a node, at most; one past it is dropped (counted as
-/// `aigw_emails_total{outcome="dropped"}`).
-const MAX_JOBS: usize = 64;
-
-/// What the account e-mail flows need: where messages go and where links point.
-#[derive(Debug, Clone)]
-pub struct AccountMail {
-    mailer: Mailer,
-    public_url: String,
-    jobs: Arc<Semaphore>,
-}
-
-impl AccountMail {
-    /// Messages go to `mailer`; links start with `public_url` (`server.public_url`, e.g.
-    /// `https://gw.example.com`; a trailing `/` is ignored).
-    pub fn new(mailer: Mailer, public_url: &str) -> Self {
-        Self {
-            mailer,
-            public_url: public_url.trim_end_matches('/').to_owned(),
-            jobs: Arc::new(Semaphore::new(MAX_JOBS)),
-        }
-    }
-
-    /// Waits until the queued messages are sent or given up, or `within` has passed (see
-    /// [`Mailer::drain`]).
-    pub async fn drain(&self, within: std::time::Duration) -> bool {
-        self.mailer.drain(within).await
-    }
-
-    /// The link of a page at `path` (starting with `/`) carrying `token`.
-    fn link(&self, path: &str, token: &AccountToken) -> String {
-        format!("{}{path}?token={}", self.public_url, token.expose())
-    }
-}
 
 /// A link on its way to an address, waiting to be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,8 +116,8 @@ impl AuthService {
                 return;
             }
         };
-        let context = crate::audit::current_context();
-        tokio::spawn(crate::audit::with_context(context, async move {
+        let context = crate::admin::audit::current_context();
+        tokio::spawn(crate::admin::audit::with_context(context, async move {
             let _permit = permit;
             if let Err(e) = job.await {
                 tracing::warn!(kind = kind.as_str(), error = %e, "account mail job failed");

@@ -4,7 +4,7 @@
 //! ends every session of the account, and the account is told by e-mail.
 
 use super::token_refused;
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::AuthService;
 use crate::credential_cache;
 use crate::email::MailKind;

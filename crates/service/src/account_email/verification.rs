@@ -3,7 +3,7 @@
 //! registration sends one and whether anything waits for it.
 
 use super::{token_refused, EmailLink};
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::config::EmailVerification;
 use crate::credential_cache;

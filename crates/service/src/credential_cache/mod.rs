@@ -36,7 +36,7 @@ pub use supervisor::BackgroundTasks;
 
 use crate::db::Db;
 use crate::error::ServiceError;
-use crate::levels::TeamScope;
+use crate::limits::levels::TeamScope;
 use crate::views::UserView;
 use aigw_domain::{CredentialChangeKind, PermissionSet};
 use aigw_persistence::changes::{self, ChangeRow};

@@ -1,7 +1,7 @@
 //! The use case: the secrets of a report (GitHub's, an admin's or an operator's list) are
 //! told apart into aigw keys and the rest, and every valid aigw key among them is revoked, all
 //! in one transaction with the report's record and its audit events, through the revocation
-//! path every use case shares (`crate::api_keys::revoke_in_transaction`). The answer comes
+//! path every use case shares (`crate::api_keys::manage::revoke_in_transaction`). The answer comes
 //! once every live node refuses the revoked keys (the change feed, bounded as any revocation).
 //!
 //! What each secret is found to be ([`Finding`]) and how it is labelled for GitHub
@@ -17,9 +17,9 @@
 //! | not aigw-shaped, or a bad checksum | `not_an_api_key` | `false_positive` | none, and no database read |
 
 use super::report::{token_hash, ReportedToken, VerifiedReport};
-use crate::admin::Admin;
-use crate::api_keys::revoke_in_transaction;
-use crate::audit::Event;
+use crate::admin::audit::Event;
+use crate::admin::caller::Admin;
+use crate::api_keys::manage::revoke_in_transaction;
 use crate::auth::AuthService;
 use crate::credential_cache;
 use crate::error::ServiceError;

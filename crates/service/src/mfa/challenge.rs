@@ -8,12 +8,12 @@
 //! is dead. The completion (challenge used, code's step or recovery code claimed, session
 //! stored) is one transaction: of two concurrent completions at most one wins.
 
-use super::enrollment::Proof;
+use super::proof::Proof;
 use super::{MfaChallenge, SecondFactor};
-use crate::audit::Event;
+use crate::accounts::sessions::ClientInfo;
+use crate::admin::audit::Event;
 use crate::auth::AuthService;
 use crate::error::ServiceError;
-use crate::sessions::ClientInfo;
 use crate::views::TokenSet;
 use aigw_domain::mfa::{
     MfaToken, SessionAmr, FAILED_CODES_WINDOW_SECS, MAX_CHALLENGE_ATTEMPTS,

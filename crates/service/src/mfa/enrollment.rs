@@ -1,11 +1,12 @@
 //! Enrolling the TOTP factor, confirming it, reading its status and disabling it; and the
 //! password-and-code check that disabling and regenerating recovery codes share.
 
+use super::proof::Proof;
 use super::totp::{qr_svg, TotpSecret};
 use super::{
     account_owner, Enrollment, MfaStatus, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE,
 };
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::error::ServiceError;
 use crate::password::Verification;
@@ -13,36 +14,7 @@ use aigw_domain::access::op;
 use aigw_domain::mfa::TotpCode;
 use aigw_domain::{AuditAction, FieldError};
 use aigw_persistence::mfa::{self, TotpRow};
-use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
-use chrono::{DateTime, Utc};
-
-/// A presented second factor that matched the stored state, still to be claimed (used up)
-/// inside the transaction of the change it allows.
-#[derive(Debug, Clone)]
-pub(crate) enum Proof {
-    /// A TOTP code of this time step.
-    Step(i64),
-    /// The recovery code with this digest.
-    RecoveryCode(String),
-}
-
-impl Proof {
-    /// Uses the proof up: a compare-and-set on the user's last step or on the recovery code.
-    /// Returns false when the step (or a later one) or the code was already used.
-    pub(crate) fn claim(
-        &self,
-        conn: &mut DbConnection,
-        user_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<bool, PersistenceError> {
-        match self {
-            Self::Step(step) => mfa::claim_step(conn, user_id, *step),
-            Self::RecoveryCode(digest) => {
-                mfa::use_recovery_code(conn, user_id, digest, now.naive_utc())
-            }
-        }
-    }
-}
+use aigw_persistence::{transaction, users};
 
 impl AuthService {
     /// Starts (or restarts) the caller's TOTP enrollment: a new secret, pending until

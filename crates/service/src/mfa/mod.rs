@@ -23,6 +23,7 @@
 pub mod admins;
 pub mod challenge;
 pub mod enrollment;
+mod proof;
 pub mod recovery;
 pub mod totp;
 

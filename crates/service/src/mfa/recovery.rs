@@ -1,9 +1,9 @@
 //! Recovery codes: ten single-use codes made when the factor is turned on, shown once, kept
 //! as SHA-256 digests; a regeneration (password and a code) replaces them all.
 
-use super::enrollment::Proof;
+use super::proof::Proof;
 use super::{account_owner, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE};
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::error::ServiceError;
 use aigw_domain::access::op;

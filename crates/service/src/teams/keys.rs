@@ -3,11 +3,11 @@
 //! (`user_id`) and keeps working when that person leaves the team.
 
 use super::TeamAccess;
-use crate::admin::{page_of, Page, PageRequest};
-use crate::api_keys::{NewApiKey, Owner};
+use crate::api_keys::manage::{NewApiKey, Owner};
+use crate::api_keys::policy::ApiKeyPatch;
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::error::ServiceError;
-use crate::key_policy::ApiKeyPatch;
+use crate::paging::{page_of, Page, PageRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_persistence::api_keys;
@@ -108,7 +108,7 @@ impl AuthService {
     ) -> Result<ApiKeyView, ServiceError> {
         self.manages_team(principal, id).await?;
         let owner = Some(Owner::Team(id.to_owned()));
-        self.revoke_api_key_of(key_id, owner, crate::audit::actor_of(principal)).await
+        self.revoke_api_key_of(key_id, owner, crate::admin::audit::actor_of(principal)).await
     }
 
     /// Deletes team key `key_id` of team `id`.

@@ -1,13 +1,13 @@
 //! A team itself: create, list the caller's, read, change its name and policy, delete.
 
 use super::{budget_micros, team_not_found, TeamAccess, TeamView};
-use crate::admin::{page_of, Page, PageRequest};
-use crate::audit::{actor_of, Event};
+use crate::admin::audit::{actor_of, Event};
+use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::auth::{AuthService, Authorized};
 use crate::config::TeamCreation;
 use crate::credential_cache;
 use crate::error::ServiceError;
-use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
+use crate::paging::{page_of, Page, PageRequest};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
@@ -196,7 +196,7 @@ impl AuthService {
                         // A new period opens the team's and its members' counters anew from
                         // the ledger (the counter of the same first day counts the same days).
                         let period = row.policy.budget_period.unwrap_or(BudgetPeriod::Total);
-                        let keep = crate::budget::period_name(period, now);
+                        let keep = crate::limits::budget::period_name(period, now);
                         let team_counter = CounterSubject::Team(&team_id).name();
                         budgets::forget_except(conn, &team_counter, &keep)?;
                         budgets::forget_members_except(conn, &team_id, &keep)?;

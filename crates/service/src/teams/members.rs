@@ -3,11 +3,11 @@
 //! budget, remove, leave; list and revoke open invitations. A team always keeps an owner.
 
 use super::{budget_micros, team_not_found, MemberView, TeamAccess, TeamInvitationView};
-use crate::admin::{page_of, Page, PageRequest};
-use crate::audit::{actor_of, Event};
+use crate::admin::audit::{actor_of, Event};
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
+use crate::paging::{page_of, Page, PageRequest};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};

@@ -2,8 +2,8 @@
 //!
 //! This folder owns the team use cases: the team itself and its policy (`manage`), its
 //! members and invitations (`members`), and its team keys (`keys`). What a call by a
-//! team-scoped key counts against is `crate::levels`; where that is enforced, the gateway's
-//! admission (`crate::key_limits`).
+//! team-scoped key counts against is `crate::limits::levels`; where that is enforced, the gateway's
+//! admission (`crate::limits::key_limits`).
 //!
 //! Who may do what, checked in the transaction of each change:
 //!
@@ -197,7 +197,7 @@ pub(crate) fn join_invited(
             continue;
         }
         teams::insert_member(conn, &invitation.team_id, &user.id, invitation.role, now)?;
-        crate::audit::Event::new(
+        crate::admin::audit::Event::new(
             AuditAction::MemberAdded,
             Some(&user.id),
             Some(&invitation.created_by),

@@ -1,12 +1,12 @@
 //! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (creating
 //! one needs an access token; PATCH and rotation: docs/budgets.md).
 
-use crate::audit::{actor_of, Event};
+use crate::admin::audit::{actor_of, Event};
+use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache::{self, TeamStanding};
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
-use crate::key_policy::{ApiKeyPatch, KeyPolicyRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
@@ -297,7 +297,7 @@ impl AuthService {
                         // days, running calls included, so it stays. A new limit alone keeps
                         // every counter: it never forgets what is in flight.
                         let period = row.policy.budget_period.unwrap_or(BudgetPeriod::Total);
-                        let keep = crate::budget::period_name(period, now);
+                        let keep = crate::limits::budget::period_name(period, now);
                         aigw_persistence::budgets::forget_except(conn, &row.id, &keep)?;
                     }
                     let change = if changes.is_empty() {

@@ -1,13 +1,13 @@
 //! Registration, login and the current user (register, login, me).
 
-use crate::audit::Event;
+use crate::accounts::sessions::ClientInfo;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized};
 use crate::config::RegistrationMode;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::mfa::LoginOutcome;
 use crate::password::Verification;
-use crate::sessions::ClientInfo;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;

@@ -1,30 +1,32 @@
 //! A call's admission against its key's own limits: the rpm/tpm window
-//! ([`crate::key_rates`]) and the budget ([`crate::budget`]), with the call's worst case
+//! ([`crate::limits::key_rates`]) and the budget ([`crate::limits::budget`]), with the call's worst case
 //! computed from one parse of the body (an upper bound first with Redis counters, the
 //! tokenizer's count near a limit: [`BOUND_HEADROOM`]) and counted where
 //! `gateway.key_counters` says: the database, the node's memory, or Redis (one script for both,
 //! the database while Redis is unavailable). Far from the limits, calls are admitted from the
-//! node's lease of the database's or Redis' counters ([`crate::key_leases`]).
+//! node's lease of the database's or Redis' counters ([`crate::limits::key_leases`]).
 
 use crate::auth::Principal;
-use crate::budget::{worst_case_tokens, BudgetPlan, Budgets, Reservation, Tightener};
-use crate::chat_request::ChatRequestSummary;
+use crate::config::GatewayConfig;
+use crate::db::Db;
 use crate::error::ServiceError;
-use crate::key_leases::{Granted, Leases};
-use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation};
-use crate::levels::LimitLevel;
-use crate::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
+use crate::gateway::chat_request::ChatRequestSummary;
+use crate::limits::admission::{Admission, BOUND_HEADROOM};
+use crate::limits::budget::{worst_case_tokens, BudgetPlan, Budgets};
+use crate::limits::key_counters::{KeyCounters, NodeCounters};
+use crate::limits::key_leases::{Granted, Leases};
+use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus};
+use crate::limits::levels::LimitLevel;
+use crate::limits::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
+use crate::limits::reservation::Tightener;
+use crate::rate_limit::RateLimitConfig;
+use crate::redis_link::RedisLink;
+use crate::usage::prices::PriceTable;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::BudgetMode;
 use bytes::Bytes;
 use dashmap::DashMap;
 use std::sync::Arc;
-
-/// How many more calls of the same upper bound a key must have room for, in its budget and
-/// its `tpm_limit`, for a call to be admitted at the bound. Closer to a limit
-/// the prompt is counted exactly, so that the bound's over-reservation never refuses a call
-/// the exact count would admit but when more than this many calls run at once.
-pub const BOUND_HEADROOM: i64 = 32;
 
 /// The key limits of a node (cheap to clone).
 #[derive(Debug, Clone)]
@@ -86,37 +88,54 @@ pub struct Admitted {
     /// Each limited level's admission, key first.
     pub levels: Vec<Admission>,
     /// The request body to send instead of the caller's, with its summary, when a budget in
-    /// `clamp` mode lowered its `max_tokens` ([`crate::clamp`]).
+    /// `clamp` mode lowered its `max_tokens` ([`crate::limits::clamp`]).
     pub clamped: Option<(Bytes, ChatRequestSummary)>,
 }
 
-/// What an admitted call holds at one level: where the level stands for the
-/// `x-ratelimit-*` headers (`None`: no rpm/tpm limit), and its reservations.
-#[derive(Debug, Default)]
-pub struct Admission {
-    /// The key's window after this call, when it has an `rpm_limit` or a `tpm_limit`.
-    pub status: Option<RateStatus>,
-    /// The budget's reservation (in Redis: also the call's tokens).
-    pub reservation: Option<Reservation>,
-    /// The tokens reserved in the database or memory window (with a `tpm_limit`).
-    pub tokens: Option<TokenReservation>,
-}
-
-impl Admission {
-    /// Gives back what this admission holds (a call refused by a later level): its budget
-    /// reservation and its reserved tokens. Its request stays counted in its window: a
-    /// refusal elsewhere may cost a level one request of its `rpm_limit`, never more room.
-    async fn release(self) {
-        if let Some(reservation) = self.reservation {
-            reservation.release().await;
-        }
-        if let Some(tokens) = self.tokens {
-            tokens.settle(0);
-        }
-    }
-}
-
 impl KeyLimits {
+    /// The key limits of a node as configured: budgets priced with `prices` and rpm/tpm
+    /// windows, counted where `gateway.key_counters` says (docs/budgets.md "Where the counters
+    /// live"): in `db`; in this node's memory (`node`: one node only); or in Redis over the
+    /// link `redis_link` gives (asked for only then, so that it can be the one the rate limiter
+    /// shares), named under `rate_limit.redis_key_prefix`, with the database's counters while
+    /// Redis is unavailable. Except in the node's memory, calls far from their limits are
+    /// admitted from leases of `gateway.key_lease_calls` calls' worth.
+    ///
+    /// # Errors
+    /// What `redis_link` fails with.
+    pub fn from_config<E>(
+        db: Db,
+        gateway: &GatewayConfig,
+        rate_limit: &RateLimitConfig,
+        prices: PriceTable,
+        redis_link: impl FnOnce() -> Result<RedisLink, E>,
+    ) -> Result<Self, E> {
+        let mut budgets = Budgets::new(db.clone(), prices);
+        let mut rates = KeyRates::new(db.clone());
+        let mut redis = None;
+        match gateway.key_counters {
+            KeyCounters::Database => {}
+            KeyCounters::Node => {
+                // One node only: the counters in this process's memory.
+                let node = NodeCounters::new();
+                budgets = budgets.with_node_counters(node.clone());
+                rates = rates.with_node_counters(node);
+            }
+            KeyCounters::Redis => {
+                // Shared by every node; the database counters serve while Redis is down.
+                redis = Some(RedisCounters::new(redis_link()?, &rate_limit.redis_key_prefix, db));
+            }
+        }
+        let mut limits = Self::new(budgets, rates);
+        if let Some(redis) = redis {
+            limits = limits.with_redis(redis);
+        }
+        if gateway.key_counters != KeyCounters::Node {
+            limits = limits.with_leases(gateway.key_lease_calls);
+        }
+        Ok(limits)
+    }
+
     /// Limits counted by `budgets` and `rates` (each in the database or the node's memory).
     pub fn new(budgets: Budgets, rates: KeyRates) -> Self {
         Self {
@@ -130,7 +149,7 @@ impl KeyLimits {
     }
 
     /// Admits calls far from their key's limits from leases of `calls` calls' worth
-    /// ([`crate::key_leases`]; 0 or 1: no leases). For counters in the database or Redis:
+    /// ([`crate::limits::key_leases`]; 0 or 1: no leases). For counters in the database or Redis:
     /// the node's memory counters need none.
     pub fn with_leases(mut self, calls: u32) -> Self {
         self.leases = (calls > 1).then(|| Leases::new(calls));
@@ -155,7 +174,7 @@ impl KeyLimits {
     ///
     /// A level whose budget is in `clamp` mode and cannot take the call's worst case has the
     /// call admitted once more with its `max_tokens` lowered to what that budget has left
-    /// ([`crate::clamp`]); the lowered body is then [`Admitted::clamped`].
+    /// ([`crate::limits::clamp`]); the lowered body is then [`Admitted::clamped`].
     pub async fn admit(
         &self,
         principal: &Principal,
@@ -177,12 +196,14 @@ impl KeyLimits {
         });
         let left = limit_micros.saturating_sub(*spent_micros);
         let clamped = clamps
-            .then(|| crate::clamp::clamped_body(&self.budgets, model, body, bound, images, left))
+            .then(|| {
+                crate::limits::clamp::clamped_body(&self.budgets, model, body, bound, images, left)
+            })
             .flatten();
         let Some(clamped) = clamped else {
             return Err(refused);
         };
-        let summary = crate::chat_request::validate_chat_request(&clamped)?;
+        let summary = crate::gateway::chat_request::validate_chat_request(&clamped)?;
         let bound = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
         let mut admitted = self.admit_levels(principal, model, &clamped, &bound, images).await?;
         admitted.clamped = Some((clamped, summary));
@@ -222,7 +243,7 @@ impl KeyLimits {
     }
 
     /// Admits a call at `level`: `model` with request `body`, whose worst case is at most
-    /// `bound` ([`crate::chat_request::ChatRequestSummary`]'s `prompt_bound` and
+    /// `bound` ([`crate::gateway::chat_request::ChatRequestSummary`]'s `prompt_bound` and
     /// `completion_cap`) plus `images` images at the model's `image_tokens`.
     ///
     /// The call is first admitted at `bound` (no tokenizer) as long as the key stays
@@ -420,7 +441,7 @@ impl KeyLimits {
     /// failed (nothing counted).
     async fn grant_lease(
         &self,
-        budget: Option<crate::budget::BudgetPlan>,
+        budget: Option<crate::limits::budget::BudgetPlan>,
         rates: Option<RatePlan>,
         headroom: i64,
     ) -> Option<Granted> {

@@ -13,6 +13,9 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::fmt;
 
+/// Completion tokens assumed for a request that sets no `max_tokens`.
+pub const DEFAULT_COMPLETION_CAP: u64 = 4096;
+
 /// The message roles OpenAI's chat completions know (the OpenAPI description's `ChatRole`).
 pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
@@ -51,7 +54,7 @@ pub struct ChatRequestSummary {
     /// image tokens (`image_tokens` of its price), which are added to the prompt.
     pub images: u64,
     /// The completion tokens the call can be billed at most: (`max_completion_tokens`, else
-    /// `max_tokens`, else [`crate::budget::DEFAULT_COMPLETION_CAP`]) times `n`, plus one
+    /// `max_tokens`, else [`DEFAULT_COMPLETION_CAP`]) times `n`, plus one
     /// token per byte of a `prediction` (rejected predicted tokens are billed as completion
     /// tokens).
     pub completion_cap: u64,
@@ -141,7 +144,7 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
     // Both are checked, whichever counts: a provider refuses either out of range.
     let first = bounded_integer("max_completion_tokens", top.max_completion_tokens, CAP_RANGE)?;
     let second = bounded_integer("max_tokens", top.max_tokens, CAP_RANGE)?;
-    let per_choice = first.or(second).unwrap_or(crate::budget::DEFAULT_COMPLETION_CAP);
+    let per_choice = first.or(second).unwrap_or(DEFAULT_COMPLETION_CAP);
     let choices = bounded_integer("n", top.n, (1, MAX_CHOICES))?.unwrap_or(1);
     let predicted = top.prediction.filter(|raw| !is_null(raw)).map_or(0, |raw| raw.get().len());
     let completion_cap = per_choice
@@ -399,7 +402,7 @@ mod tests {
                 // 3 + 2 messages * (3 + 1) + the body's bytes.
                 prompt_bound: 11 + body.len() as u64,
                 images: 0,
-                completion_cap: crate::budget::DEFAULT_COMPLETION_CAP,
+                completion_cap: DEFAULT_COMPLETION_CAP,
                 unbounded_part: None,
             })
         );

@@ -24,17 +24,15 @@
 //!   it, so a node never holds more unused calls near a limit than without it; a refused
 //!   one leaves the node to ask again, in the call's path, when the current lease ends.
 
-use crate::budget::{BudgetPlan, Reservation};
-use crate::key_limits::{Admission, BOUND_HEADROOM};
-use crate::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation, WINDOW_SECS};
+use crate::limits::admission::{Admission, BOUND_HEADROOM};
+use crate::limits::budget::BudgetPlan;
+use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation, WINDOW_SECS};
+use crate::limits::reservation::{LeaseCall, LeaseGrant, Reservation, Tightener};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// Calls' worth of a key's limits a lease takes, by default (`gateway.key_lease_calls`).
-pub const DEFAULT_LEASE_CALLS: u32 = 16;
 
 /// A busy key's leases grow up to this many times `gateway.key_lease_calls`: a lease used up
 /// within a quarter of [`LEASE_TTL`] is followed by one twice as large, one that ends with
@@ -94,7 +92,7 @@ pub(crate) struct Lease {
     /// Calls' worth granted.
     calls: i64,
     /// Granted: micro-USD (lowered when a running call of it is tightened to its exact worst
-    /// case, [`crate::budget::Tightener`]) and tokens (requests are in `left` only: each call
+    /// case, [`crate::limits::reservation::Tightener`]) and tokens (requests are in `left` only: each call
     /// uses exactly one).
     cost: AtomicI64,
     tokens: i64,
@@ -169,50 +167,35 @@ impl Drop for Lease {
     }
 }
 
-impl Lease {
-    /// Lowers the micro-USD granted by `by`: a running call of the lease was tightened to its
-    /// exact worst case, and the lease's reservation is lowered by as much.
-    pub(crate) fn lower_grant(&self, by: i64) {
-        self.cost.fetch_sub(by, Ordering::AcqRel);
-    }
-
-    /// A tightener of the lease's own reservation in the shared counters.
-    pub(crate) fn tightener(&self) -> Option<crate::budget::Tightener> {
-        self.reservation.as_ref().and_then(Reservation::tightener)
-    }
-}
-
-/// A call taken from a lease: its bound's tokens (its micro-USD are its reservation's),
-/// settled back into the lease.
-#[derive(Debug)]
-pub struct LeaseCall {
-    lease: Arc<Lease>,
-    tokens: i64,
-}
-
-impl LeaseCall {
-    /// The lease the call was taken from.
-    pub(crate) fn lease(&self) -> std::sync::Weak<Lease> {
-        Arc::downgrade(&self.lease)
-    }
-
-    /// Gives the call's bound (`bound_micros`, what its reservation held at the end) minus its
-    /// real `cost_micros` and `total_tokens` back to the lease, for the lease's next calls
-    /// or, once it ends, the shared counters.
-    pub(crate) fn settle(self, bound_micros: i64, cost_micros: u64, total_tokens: u64) {
+impl LeaseGrant for Lease {
+    fn settle_call(
+        &self,
+        call_tokens: i64,
+        bound_micros: i64,
+        cost_micros: u64,
+        total_tokens: u64,
+    ) {
         // A lease counts only what its key limits: no cost without a budget, no tokens
         // without a `tpm_limit`.
-        let cost = match self.lease.terms.budget {
+        let cost = match self.terms.budget {
             Some(_) => i64::try_from(cost_micros).unwrap_or(i64::MAX),
             None => 0,
         };
-        let tokens = match self.lease.terms.tpm {
+        let tokens = match self.terms.tpm {
             Some(_) => i64::try_from(total_tokens).unwrap_or(i64::MAX),
             None => 0,
         };
-        let mut left = lock(&self.lease.left);
+        let mut left = lock(&self.left);
         left.cost = left.cost.saturating_add(bound_micros.saturating_sub(cost));
-        left.tokens = left.tokens.saturating_add(self.tokens.saturating_sub(tokens));
+        left.tokens = left.tokens.saturating_add(call_tokens.saturating_sub(tokens));
+    }
+
+    fn lower_grant(&self, by: i64) {
+        self.cost.fetch_sub(by, Ordering::AcqRel);
+    }
+
+    fn tightener(&self) -> Option<Tightener> {
+        self.reservation.as_ref().and_then(Reservation::tightener)
     }
 }
 
@@ -308,7 +291,7 @@ impl Slot {
                             )
                         });
                     let key_id = lease.key_id.clone();
-                    let call = LeaseCall { lease, tokens };
+                    let call = LeaseCall::new(lease, tokens);
                     let reservation = Reservation::from_lease(key_id, cost, call);
                     let admission =
                         Admission { status, reservation: Some(reservation), tokens: None };

@@ -5,103 +5,21 @@
 //! from the access token's `role` claim, so a demotion holds on every node within the feed's
 //! bound although older tokens still carry `admin`.
 
-use crate::audit::Event;
+use crate::admin::audit::Event;
+use crate::admin::caller::Admin;
 use crate::auth::{AuthService, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
+use crate::paging::{page_of, Page, PageRequest, Paging};
 use crate::views::{ApiKeyView, UserView};
 use aigw_domain::access::{authorize_as, CallerCredential, Operation};
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::{api_keys, sessions, transaction, users};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 
-/// Items per page when `limit` is absent.
-pub const DEFAULT_PAGE_LIMIT: i64 = 50;
-/// Largest accepted `limit`.
-pub const MAX_PAGE_LIMIT: i64 = 200;
 /// Longest id echoed back in a 404, in characters.
 const MAX_ECHOED_ID: usize = 64;
-
-/// One page of a cursor-paged list, newest first; `next_cursor` is `None` on the last page.
-#[derive(Debug, Clone)]
-pub struct Page<T> {
-    /// The items.
-    pub items: Vec<T>,
-    /// Opaque cursor of the next page.
-    pub next_cursor: Option<String>,
-}
-
-/// The paging parameters of a list request, as given in the query (unvalidated).
-#[derive(Debug, Clone, Default)]
-pub struct PageRequest {
-    /// `limit`: 1 to [`MAX_PAGE_LIMIT`] (default [`DEFAULT_PAGE_LIMIT`]).
-    pub limit: Option<String>,
-    /// `cursor`: the `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
-/// Validated paging: how many items and after which id.
-#[derive(Debug, Clone)]
-pub(crate) struct Paging {
-    pub(crate) limit: i64,
-    pub(crate) before: Option<String>,
-}
-
-impl PageRequest {
-    /// Validates `limit` and decodes `cursor`.
-    ///
-    /// # Errors
-    /// [`FieldError`] on `limit` (not an integer from 1 to [`MAX_PAGE_LIMIT`]) or `cursor`
-    /// (not one this service issued).
-    pub(crate) fn parse(&self) -> Result<Paging, FieldError> {
-        let limit = match self.limit.as_deref() {
-            None => DEFAULT_PAGE_LIMIT,
-            Some(raw) => raw
-                .trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|n| (1..=MAX_PAGE_LIMIT).contains(n))
-                .ok_or_else(|| {
-                    FieldError::new(
-                        "limit",
-                        format!("must be an integer from 1 to {MAX_PAGE_LIMIT}"),
-                    )
-                })?,
-        };
-        let before = self.cursor.as_deref().map(decode_id_cursor).transpose()?;
-        Ok(Paging { limit, before })
-    }
-}
-
-/// The cursor after the item with id `id`: base64url of `id:<id>`.
-pub(crate) fn encode_id_cursor(id: &str) -> String {
-    URL_SAFE_NO_PAD.encode(format!("id:{id}"))
-}
-
-fn decode_id_cursor(raw: &str) -> Result<String, FieldError> {
-    let bad = || FieldError::new("cursor", "is not a cursor from a previous page");
-    let text = URL_SAFE_NO_PAD.decode(raw.trim()).ok().and_then(|b| String::from_utf8(b).ok());
-    let id = text.as_deref().and_then(|t| t.strip_prefix("id:")).ok_or_else(bad)?;
-    uuid::Uuid::parse_str(id).map_err(|_| bad())?;
-    Ok(id.to_owned())
-}
-
-/// Cuts `rows` (fetched with `limit + 1`) to a page.
-pub(crate) fn page_of<R, T>(
-    mut rows: Vec<R>,
-    limit: i64,
-    id: fn(&R) -> &str,
-    view: impl Fn(&R) -> T,
-) -> Page<T> {
-    let limit = usize::try_from(limit).unwrap_or(0);
-    let more = rows.len() > limit;
-    rows.truncate(limit);
-    let next_cursor = more.then(|| rows.last().map(|r| encode_id_cursor(id(r)))).flatten();
-    Page { items: rows.iter().map(view).collect(), next_cursor }
-}
 
 /// `PATCH /admin/users/{id}`: the fields to change (absent: unchanged).
 #[derive(Debug, Clone, Copy, Default)]
@@ -110,27 +28,6 @@ pub struct UserUpdate {
     pub role: Option<Role>,
     /// Disable (`true`) or re-enable (`false`) the account.
     pub disabled: Option<bool>,
-}
-
-/// Proof that a caller may administer: made only by [`AuthService::authorize_admin`], taken
-/// by every administrative use case, so the check happens once per request and cannot be
-/// forgotten.
-#[derive(Debug, Clone)]
-pub struct Admin {
-    user_id: String,
-    actor: String,
-}
-
-impl Admin {
-    /// The acting administrator's user id.
-    pub fn user_id(&self) -> &str {
-        &self.user_id
-    }
-
-    /// Who acts, for the audit trail: the API key's id, or the user's for an access token.
-    pub fn actor(&self) -> &str {
-        &self.actor
-    }
 }
 
 fn user_not_found(id: &str) -> ServiceError {
@@ -161,7 +58,7 @@ impl AuthService {
         self.require_admin_second_factor(principal).await?;
         Ok(Admin {
             user_id: principal.user_id().to_owned(),
-            actor: crate::audit::actor_of(principal).to_owned(),
+            actor: crate::admin::audit::actor_of(principal).to_owned(),
         })
     }
 
@@ -371,7 +268,7 @@ impl AuthService {
         let email = aigw_domain::Email::parse(email)?;
         let now = time::now();
         let expires_at = match expires_at {
-            Some(raw) => crate::api_keys::parse_future_timestamp(raw, now)?,
+            Some(raw) => crate::api_keys::manage::parse_future_timestamp(raw, now)?,
             None => now + chrono::Duration::days(DEFAULT_INVITATION_DAYS),
         };
         let secret = aigw_domain::invitation::InvitationSecret::generate(&mut rand::rngs::OsRng);
@@ -648,26 +545,5 @@ impl AuthService {
             tracing::info!(user_id = %user.id, role = %role, "role set by the operator");
         }
         Ok(UserView::from(&user))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_garbage_is_refused() {
-        let id = "01a1fb7f-0100-733f-9984-2509643042fa";
-        let request = PageRequest { limit: Some("2".into()), cursor: Some(encode_id_cursor(id)) };
-        let paging = request.parse().map(|p| (p.limit, p.before));
-        assert_eq!(paging.ok(), Some((2, Some(id.to_owned()))));
-        for bad in ["", "x", "aWQ6bm90LWEtdXVpZA", &URL_SAFE_NO_PAD.encode(id)] {
-            let request = PageRequest { limit: None, cursor: Some(bad.into()) };
-            assert_eq!(request.parse().err().map(|e| e.field), Some("cursor".into()), "{bad}");
-        }
-        for bad in ["0", "201", "-1", "ten", "1.5"] {
-            let request = PageRequest { limit: Some(bad.into()), cursor: None };
-            assert_eq!(request.parse().err().map(|e| e.field), Some("limit".into()), "{bad}");
-        }
     }
 }

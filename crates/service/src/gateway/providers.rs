@@ -25,10 +25,12 @@
 use crate::auth::{Authorized, Principal};
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::{ServiceError, UpstreamRejection};
-use crate::key_limits::KeyLimits;
-use crate::key_rates::RateStatus;
+use crate::gateway::chat_request::{validate_chat_request, ChatRequestSummary};
+use crate::gateway::reply::ChatReply;
+use crate::gateway::upstream_pool::ConnectionPool;
+use crate::limits::key_limits::KeyLimits;
+use crate::limits::key_rates::RateStatus;
 use crate::metrics::Metrics;
-use crate::upstream_pool::ConnectionPool;
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
 use aigw_domain::access::op;
@@ -41,41 +43,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use crate::chat_request::{validate_chat_request, ChatRequestSummary, ROLES};
-
 /// Name of the built-in model.
 pub const ECHO_MODEL: &str = "echo";
-
-/// The answer to a chat completion.
-pub enum ChatReply {
-    /// A complete JSON body, returned unchanged with `status`.
-    Json {
-        /// HTTP status (2xx).
-        status: u16,
-        /// The upstream's body, byte for byte.
-        body: Bytes,
-    },
-    /// A server-sent-events stream, passed through chunk by chunk.
-    Stream {
-        /// HTTP status (2xx).
-        status: u16,
-        /// The upstream's `Content-Type` (normally `text/event-stream`).
-        content_type: String,
-        /// The chunks; an error ends the stream (the connection is then closed).
-        body: BoxStream<'static, Result<Bytes, ServiceError>>,
-    },
-}
-
-impl std::fmt::Debug for ChatReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ChatReply::Json { status, body } => {
-                write!(f, "ChatReply::Json({status}, {} bytes)", body.len())
-            }
-            ChatReply::Stream { status, .. } => write!(f, "ChatReply::Stream({status})"),
-        }
-    }
-}
 
 #[derive(Debug)]
 struct Provider {
@@ -427,7 +396,7 @@ impl Gateway {
                     limits.admit(principal, &summary.model, &body, &worst, summary.images).await;
                 admitted.inspect_err(|refused| self.count_refusal(refused))?
             }
-            None => crate::key_limits::Admitted::default(),
+            None => crate::limits::key_limits::Admitted::default(),
         };
         // A budget in `clamp` mode lowered `max_tokens`: that body goes upstream.
         let (body, summary, worst) = match admission.clamped.take() {

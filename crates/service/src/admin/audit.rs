@@ -8,10 +8,10 @@
 //! use cases' signatures do not carry it. Rows are built (context read) on the request's task,
 //! before the database closure runs on a blocking thread.
 
-use crate::admin::{page_of, Page, PageRequest, Paging};
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::paging::{page_of, Page, PageRequest, Paging};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, FieldError};
@@ -214,7 +214,7 @@ impl AuthService {
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn admin_audit_events(
         &self,
-        _admin: &crate::admin::Admin,
+        _admin: &crate::admin::caller::Admin,
         user_id: Option<String>,
         action: Option<String>,
         page: &PageRequest,

@@ -2,8 +2,8 @@
 //! Reading needs an access token or a key with `read`; every change needs an access token
 //! (table row [`aigw_domain::access::Operation::ManageAccount`]).
 
-use crate::accounts::LOGIN_FAILED;
-use crate::audit::Event;
+use crate::accounts::registration::LOGIN_FAILED;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;

@@ -6,14 +6,14 @@
 //! tokens (as for budgets: prompt plus `max_tokens` or the default cap) only if both stay
 //! within the limits; the tokens settle to the real count when the usage recorder records
 //! the call. With `gateway.key_counters = "node"` the windows live in the node's memory
-//! ([`crate::key_counters`]) instead, with `"redis"` in Redis ([`crate::redis_counters`]).
+//! ([`crate::limits::key_counters`]) instead, with `"redis"` in Redis ([`crate::limits::redis_counters`]).
 //! Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
 
-use crate::budget::settle_in_background;
 use crate::db::Db;
 use crate::error::ServiceError;
-use crate::key_counters::NodeCounters;
-use crate::levels::LimitLevel;
+use crate::limits::key_counters::NodeCounters;
+use crate::limits::levels::LimitLevel;
+use crate::limits::reservation::settle_in_background;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::LimitScope;
 use aigw_persistence::key_rates;
@@ -44,7 +44,7 @@ pub(crate) struct RatePlan {
     reset_secs: i64,
     /// Worst-case tokens counted (0 without a `tpm_limit`).
     pub(crate) tokens: i64,
-    /// Requests counted: 1, or [`crate::key_leases`]' lease of several.
+    /// Requests counted: 1, or [`crate::limits::key_leases`]' lease of several.
     pub(crate) requests: i64,
     /// Requests of the `rpm_limit` the admission must leave free (a lease keeps room for more
     /// calls; 0 otherwise).

@@ -6,7 +6,7 @@
 //! presented again after it was rotated is a replay: the whole session is revoked, its newest
 //! token included. The session's end is absolute from login; rotation never extends it.
 
-use crate::audit::Event;
+use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;

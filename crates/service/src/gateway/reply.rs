@@ -1,0 +1,38 @@
+//! What the gateway answers to a chat completion ([`ChatReply`]), which the usage meter
+//! wraps to record the call: defined apart from the gateway so that the meter does not
+//! depend on it.
+
+use crate::error::ServiceError;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+
+/// The answer to a chat completion.
+pub enum ChatReply {
+    /// A complete JSON body, returned unchanged with `status`.
+    Json {
+        /// HTTP status (2xx).
+        status: u16,
+        /// The upstream's body, byte for byte.
+        body: Bytes,
+    },
+    /// A server-sent-events stream, passed through chunk by chunk.
+    Stream {
+        /// HTTP status (2xx).
+        status: u16,
+        /// The upstream's `Content-Type` (normally `text/event-stream`).
+        content_type: String,
+        /// The chunks; an error ends the stream (the connection is then closed).
+        body: BoxStream<'static, Result<Bytes, ServiceError>>,
+    },
+}
+
+impl std::fmt::Debug for ChatReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChatReply::Json { status, body } => {
+                write!(f, "ChatReply::Json({status}, {} bytes)", body.len())
+            }
+            ChatReply::Stream { status, .. } => write!(f, "ChatReply::Stream({status})"),
+        }
+    }
+}
