@@ -134,8 +134,10 @@ pub(crate) async fn access_log(
     // Held by the access entry: the span ends with the answer's last byte, not its head.
     let request_span = span.clone();
     let audit = audit_context(&req, entry.client_ip.clone(), &id);
-    let handled =
-        aigw_service::admin::audit::with_context(audit, REQUEST_ID.scope(id.clone(), next.call(req)));
+    let handled = aigw_service::admin::audit::with_context(
+        audit,
+        REQUEST_ID.scope(id.clone(), next.call(req)),
+    );
     let handled = if span.is_none() { handled.await } else { handled.instrument(span).await };
     let mut response = match handled {
         Ok(response) => response.map_into_boxed_body(),

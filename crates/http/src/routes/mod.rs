@@ -27,306 +27,13 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
             // The hot routes first: actix tries routes in order, and each pattern with a
             // `{param}` costs a regex match (a request's route is also looked up again for the
             // access log's `route` label).
-            .service(
-                web::resource("/ai/chat/completions")
-                    .app_data(BodyLimit(chat_limit))
-                    .app_data(LimitedBy(Policy::Ai))
-                    .route(web::post().to(chat::completions))
-                    .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
-            )
-            .service(
-                one("/ai/models", &["GET"], get_or_head().to(chat::models))
-                    .app_data(LimitedBy(Policy::Ai)),
-            )
-            .service(
-                web::resource("/auth/me")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(get_or_head().to(auth::me))
-                    .route(web::patch().to(account::update_me))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "PATCH"])
-                    })),
-            )
-            .service(
-                one("/auth/register", &["POST"], web::post().to(auth::register))
-                    .app_data(LimitedBy(Policy::Register)),
-            )
-            .service(
-                one("/auth/login", &["POST"], web::post().to(auth::login))
-                    .app_data(LimitedBy(Policy::Login)),
-            )
-            .service(
-                one("/auth/login/mfa", &["POST"], web::post().to(mfa::login_mfa))
-                    .app_data(LimitedBy(Policy::Login)),
-            )
-            .service(
-                one("/auth/mfa", &["GET"], get_or_head().to(mfa::status))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/mfa/totp/enroll", &["POST"], web::post().to(mfa::enroll))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/mfa/totp/confirm", &["POST"], web::post().to(mfa::confirm))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/mfa/totp/disable", &["POST"], web::post().to(mfa::disable))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/auth/mfa/recovery-codes",
-                    &["POST"],
-                    web::post().to(mfa::regenerate_recovery_codes),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/auth/email/verification",
-                    &["POST"],
-                    web::post().to(account_email::request_verification),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/email/verify", &["POST"], web::post().to(account_email::verify))
-                    .app_data(LimitedBy(Policy::AuthFailure)),
-            )
-            .service(
-                one("/auth/email/change", &["POST"], web::post().to(account_email::change))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/auth/password-reset",
-                    &["POST"],
-                    web::post().to(account_email::request_reset),
-                )
-                .app_data(LimitedBy(Policy::PasswordReset)),
-            )
-            .service(
-                one(
-                    "/auth/password-reset/confirm",
-                    &["POST"],
-                    web::post().to(account_email::confirm_reset),
-                )
-                .app_data(LimitedBy(Policy::AuthFailure)),
-            )
-            .service(
-                one("/auth/sessions", &["GET"], get_or_head().to(account::list_sessions))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/sessions/{id}", &["DELETE"], web::delete().to(account::end_session))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/password", &["POST"], web::post().to(account::change_password))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/refresh", &["POST"], web::post().to(auth::refresh))
-                    .app_data(LimitedBy(Policy::Refresh)),
-            )
-            .service(
-                one("/auth/logout", &["POST"], web::post().to(auth::logout))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                web::resource("/auth/api-keys")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::post().to(api_keys::create))
-                    .route(get_or_head().to(api_keys::list))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "POST"])
-                    })),
-            )
-            .service(
-                one("/auth/api-keys/{id}/revoke", &["POST"], web::post().to(api_keys::revoke))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/auth/api-keys/{id}/rotate", &["POST"], web::post().to(api_keys::rotate))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                web::resource("/auth/api-keys/{id}")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::delete().to(api_keys::delete))
-                    .route(web::patch().to(api_keys::update))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["DELETE", "PATCH"])
-                    })),
-            )
-            .service(
-                web::resource("/teams")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::post().to(teams::create))
-                    .route(get_or_head().to(teams::list))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "POST"])
-                    })),
-            )
-            .service(
-                web::resource("/teams/{id}")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(get_or_head().to(teams::get))
-                    .route(web::patch().to(teams::update))
-                    .route(web::delete().to(teams::delete))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "PATCH", "DELETE"])
-                    })),
-            )
-            .service(
-                web::resource("/teams/{id}/members")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::post().to(teams::add_member))
-                    .route(get_or_head().to(teams::list_members))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "POST"])
-                    })),
-            )
-            .service(
-                web::resource("/teams/{id}/members/{user_id}")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::patch().to(teams::update_member))
-                    .route(web::delete().to(teams::remove_member))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["PATCH", "DELETE"])
-                    })),
-            )
-            .service(
-                one("/teams/{id}/usage", &["GET"], get_or_head().to(teams::usage))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/teams/{id}/invitations", &["GET"], get_or_head().to(teams::list_invitations))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/teams/{id}/invitations/{invitation_id}",
-                    &["DELETE"],
-                    web::delete().to(teams::revoke_invitation),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                web::resource("/teams/{id}/api-keys")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::post().to(teams::create_key))
-                    .route(get_or_head().to(teams::list_keys))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "POST"])
-                    })),
-            )
-            .service(
-                one(
-                    "/teams/{id}/api-keys/{key_id}/rotate",
-                    &["POST"],
-                    web::post().to(teams::rotate_key),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/teams/{id}/api-keys/{key_id}/revoke",
-                    &["POST"],
-                    web::post().to(teams::revoke_key),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                web::resource("/teams/{id}/api-keys/{key_id}")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::patch().to(teams::update_key))
-                    .route(web::delete().to(teams::delete_key))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["PATCH", "DELETE"])
-                    })),
-            )
-            .service(
-                one("/usage", &["GET"], get_or_head().to(usage::summary))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/usage/requests", &["GET"], get_or_head().to(usage::requests))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/admin/users", &["GET"], get_or_head().to(admin::list_users))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                web::resource("/admin/users/{id}")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(get_or_head().to(admin::get_user))
-                    .route(web::patch().to(admin::update_user))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "PATCH"])
-                    })),
-            )
-            .service(
-                web::resource("/admin/invitations")
-                    .app_data(LimitedBy(Policy::Account))
-                    .route(web::post().to(admin::create_invitation))
-                    .route(get_or_head().to(admin::list_invitations))
-                    .default_service(web::to(|req: HttpRequest| {
-                        not_allowed(req, &["GET", "POST"])
-                    })),
-            )
-            .service(
-                one(
-                    "/admin/invitations/{id}",
-                    &["DELETE"],
-                    web::delete().to(admin::revoke_invitation),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/admin/audit", &["GET"], get_or_head().to(admin::audit))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/audit", &["GET"], get_or_head().to(account::audit))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one("/admin/api-keys", &["GET"], get_or_head().to(admin::list_api_keys))
-                    .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/admin/api-keys/{id}/revoke",
-                    &["POST"],
-                    web::post().to(admin::revoke_api_key),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            .service(
-                one(
-                    "/admin/leaked-keys",
-                    &["POST"],
-                    web::post().to(secret_scanning::admin_leaked_keys),
-                )
-                .app_data(LimitedBy(Policy::Account)),
-            )
-            // No credential: GitHub signs the body. Failed signatures count per client address
-            // (`auth_failure`), checked before any database work.
-            .service(
-                one("/secret-scanning/github", &["POST"], web::post().to(secret_scanning::github))
-                    .app_data(BodyLimit(secret_scanning::MAX_GITHUB_REPORT_BYTES)),
-            )
-            // The only large body aigw serves: gzip it (when asked). Nothing else is compressed:
-            // chat completions and streams go out as the upstream sent them, and the small
-            // account bodies cost more to compress than to send (docs/performance.md).
-            .service(
-                one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))
-                    .wrap(actix_web::middleware::Compress::default()),
-            ),
+            .configure(|cfg| gateway_routes(cfg, chat_limit))
+            .configure(account_routes)
+            .configure(api_key_routes)
+            .configure(team_routes)
+            .configure(usage_routes)
+            .configure(admin_routes)
+            .configure(document_routes),
     )
     // The pages the links in account e-mail open (HTML forms, see `account_pages`).
     .service(
@@ -344,6 +51,287 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
     .service(one("/.well-known/jwks.json", &["GET"], get_or_head().to(auth::jwks)))
     .service(one("/healthz", &["GET"], get_or_head().to(health::healthz)))
     .service(one("/readyz", &["GET"], get_or_head().to(health::readyz)));
+}
+
+/// `/ai/…`: chat completions (the hot route, first) and the model list (API keys with
+/// `ai_gateway`).
+fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
+    cfg.service(
+        web::resource("/ai/chat/completions")
+            .app_data(BodyLimit(chat_limit))
+            .app_data(LimitedBy(Policy::Ai))
+            .route(web::post().to(chat::completions))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+    );
+    cfg.service(
+        one("/ai/models", &["GET"], get_or_head().to(chat::models)).app_data(LimitedBy(Policy::Ai)),
+    );
+}
+
+/// `/auth/…` but API keys, and `/audit`: registration, login and the second factor, the
+/// account's e-mail and password, sessions, refresh and logout, the caller's audit trail.
+fn account_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/auth/me")
+            .app_data(LimitedBy(Policy::Account))
+            .route(get_or_head().to(auth::me))
+            .route(web::patch().to(account::update_me))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "PATCH"]))),
+    );
+    cfg.service(
+        one("/auth/register", &["POST"], web::post().to(auth::register))
+            .app_data(LimitedBy(Policy::Register)),
+    );
+    cfg.service(
+        one("/auth/login", &["POST"], web::post().to(auth::login))
+            .app_data(LimitedBy(Policy::Login)),
+    );
+    cfg.service(
+        one("/auth/login/mfa", &["POST"], web::post().to(mfa::login_mfa))
+            .app_data(LimitedBy(Policy::Login)),
+    );
+    cfg.service(
+        one("/auth/mfa", &["GET"], get_or_head().to(mfa::status))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/mfa/totp/enroll", &["POST"], web::post().to(mfa::enroll))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/mfa/totp/confirm", &["POST"], web::post().to(mfa::confirm))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/mfa/totp/disable", &["POST"], web::post().to(mfa::disable))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/mfa/recovery-codes", &["POST"], web::post().to(mfa::regenerate_recovery_codes))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one(
+            "/auth/email/verification",
+            &["POST"],
+            web::post().to(account_email::request_verification),
+        )
+        .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/email/verify", &["POST"], web::post().to(account_email::verify))
+            .app_data(LimitedBy(Policy::AuthFailure)),
+    );
+    cfg.service(
+        one("/auth/email/change", &["POST"], web::post().to(account_email::change))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/password-reset", &["POST"], web::post().to(account_email::request_reset))
+            .app_data(LimitedBy(Policy::PasswordReset)),
+    );
+    cfg.service(
+        one(
+            "/auth/password-reset/confirm",
+            &["POST"],
+            web::post().to(account_email::confirm_reset),
+        )
+        .app_data(LimitedBy(Policy::AuthFailure)),
+    );
+    cfg.service(
+        one("/auth/sessions", &["GET"], get_or_head().to(account::list_sessions))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/sessions/{id}", &["DELETE"], web::delete().to(account::end_session))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/password", &["POST"], web::post().to(account::change_password))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/refresh", &["POST"], web::post().to(auth::refresh))
+            .app_data(LimitedBy(Policy::Refresh)),
+    );
+    cfg.service(
+        one("/auth/logout", &["POST"], web::post().to(auth::logout))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/audit", &["GET"], get_or_head().to(account::audit))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+}
+
+/// `/auth/api-keys…`: the caller's API keys.
+fn api_key_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/auth/api-keys")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::post().to(api_keys::create))
+            .route(get_or_head().to(api_keys::list))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
+    );
+    cfg.service(
+        one("/auth/api-keys/{id}/revoke", &["POST"], web::post().to(api_keys::revoke))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/auth/api-keys/{id}/rotate", &["POST"], web::post().to(api_keys::rotate))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        web::resource("/auth/api-keys/{id}")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::delete().to(api_keys::delete))
+            .route(web::patch().to(api_keys::update))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["DELETE", "PATCH"]))),
+    );
+}
+
+/// `/teams…`: teams, members, invitations, team keys and usage.
+fn team_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/teams")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::post().to(teams::create))
+            .route(get_or_head().to(teams::list))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
+    );
+    cfg.service(
+        web::resource("/teams/{id}")
+            .app_data(LimitedBy(Policy::Account))
+            .route(get_or_head().to(teams::get))
+            .route(web::patch().to(teams::update))
+            .route(web::delete().to(teams::delete))
+            .default_service(web::to(|req: HttpRequest| {
+                not_allowed(req, &["GET", "PATCH", "DELETE"])
+            })),
+    );
+    cfg.service(
+        web::resource("/teams/{id}/members")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::post().to(teams::add_member))
+            .route(get_or_head().to(teams::list_members))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
+    );
+    cfg.service(
+        web::resource("/teams/{id}/members/{user_id}")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::patch().to(teams::update_member))
+            .route(web::delete().to(teams::remove_member))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["PATCH", "DELETE"]))),
+    );
+    cfg.service(
+        one("/teams/{id}/usage", &["GET"], get_or_head().to(teams::usage))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/teams/{id}/invitations", &["GET"], get_or_head().to(teams::list_invitations))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one(
+            "/teams/{id}/invitations/{invitation_id}",
+            &["DELETE"],
+            web::delete().to(teams::revoke_invitation),
+        )
+        .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        web::resource("/teams/{id}/api-keys")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::post().to(teams::create_key))
+            .route(get_or_head().to(teams::list_keys))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
+    );
+    cfg.service(
+        one("/teams/{id}/api-keys/{key_id}/rotate", &["POST"], web::post().to(teams::rotate_key))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/teams/{id}/api-keys/{key_id}/revoke", &["POST"], web::post().to(teams::revoke_key))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        web::resource("/teams/{id}/api-keys/{key_id}")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::patch().to(teams::update_key))
+            .route(web::delete().to(teams::delete_key))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["PATCH", "DELETE"]))),
+    );
+}
+
+/// `/usage…`: the caller's metered usage.
+fn usage_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        one("/usage", &["GET"], get_or_head().to(usage::summary))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/usage/requests", &["GET"], get_or_head().to(usage::requests))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+}
+
+/// `/admin/…` (role admin) and GitHub's secret-scanning reports.
+fn admin_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        one("/admin/users", &["GET"], get_or_head().to(admin::list_users))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        web::resource("/admin/users/{id}")
+            .app_data(LimitedBy(Policy::Account))
+            .route(get_or_head().to(admin::get_user))
+            .route(web::patch().to(admin::update_user))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "PATCH"]))),
+    );
+    cfg.service(
+        web::resource("/admin/invitations")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::post().to(admin::create_invitation))
+            .route(get_or_head().to(admin::list_invitations))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "POST"]))),
+    );
+    cfg.service(
+        one("/admin/invitations/{id}", &["DELETE"], web::delete().to(admin::revoke_invitation))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/admin/audit", &["GET"], get_or_head().to(admin::audit))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/admin/api-keys", &["GET"], get_or_head().to(admin::list_api_keys))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/admin/api-keys/{id}/revoke", &["POST"], web::post().to(admin::revoke_api_key))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/admin/leaked-keys", &["POST"], web::post().to(secret_scanning::admin_leaked_keys))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    // No credential: GitHub signs the body. Failed signatures count per client address
+    // (`auth_failure`), checked before any database work.
+    cfg.service(
+        one("/secret-scanning/github", &["POST"], web::post().to(secret_scanning::github))
+            .app_data(BodyLimit(secret_scanning::MAX_GITHUB_REPORT_BYTES)),
+    );
+}
+
+/// `/openapi.json`.
+fn document_routes(cfg: &mut web::ServiceConfig) {
+    // The only large body aigw serves: gzip it (when asked). Nothing else is compressed:
+    // chat completions and streams go out as the upstream sent them, and the small
+    // account bodies cost more to compress than to send (docs/performance.md).
+    cfg.service(
+        one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))
+            .wrap(actix_web::middleware::Compress::default()),
+    );
 }
 
 /// `GET /metrics` (Prometheus text, see `crate::observe`).
