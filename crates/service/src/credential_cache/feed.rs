@@ -8,7 +8,7 @@
 //! it reads the rows after its cursor. It returns on the first database error; the supervisor
 //! then starts it again with a fresh connection.
 
-use super::Inner;
+use super::state::Inner;
 use aigw_persistence::changes::{self, FeedWatch};
 use aigw_persistence::{DbConnection, PersistenceError};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,7 +11,7 @@
 //! poll interval). Node clocks are only compared at the scale of seconds, to skip nodes that
 //! are long gone.
 
-use super::Inner;
+use super::state::Inner;
 use aigw_persistence::changes;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

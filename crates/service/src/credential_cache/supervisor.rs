@@ -12,7 +12,8 @@
 //! noted uses and removes the node from `credential_feed_nodes`) or when the handle, or the
 //! runtime that runs the tasks, is dropped.
 
-use super::{feed, CredentialCache, Inner};
+use super::feed;
+use super::state::Inner;
 use aigw_persistence::{changes, sessions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ impl Drop for StopOnDrop {
 /// The running background work; see the module docs.
 #[derive(Debug)]
 pub struct BackgroundTasks {
-    cache: CredentialCache,
+    inner: Arc<Inner>,
     stop: StopOnDrop,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -44,7 +45,7 @@ impl BackgroundTasks {
         for task in &self.tasks {
             task.abort();
         }
-        let inner = &self.cache.inner;
+        let inner = &self.inner;
         if let Err(e) = inner.last_used.flush(&inner.db).await {
             tracing::warn!(error = %e, "writing last_used_at at shutdown failed");
         }
@@ -70,11 +71,11 @@ impl Drop for BackgroundTasks {
     }
 }
 
-pub(super) fn start(cache: CredentialCache) -> BackgroundTasks {
+pub(super) fn start(inner: Arc<Inner>) -> BackgroundTasks {
     let stop = Arc::new(AtomicBool::new(false));
-    let tailer = tokio::spawn(supervise_tailer(cache.inner.clone(), StopOnDrop(stop.clone())));
-    let maintenance = tokio::spawn(maintain(cache.clone()));
-    BackgroundTasks { cache, stop: StopOnDrop(stop), tasks: vec![tailer, maintenance] }
+    let tailer = tokio::spawn(supervise_tailer(inner.clone(), StopOnDrop(stop.clone())));
+    let maintenance = tokio::spawn(maintain(inner.clone()));
+    BackgroundTasks { inner, stop: StopOnDrop(stop), tasks: vec![tailer, maintenance] }
 }
 
 /// Runs the tailer on its own thread and starts it again after a failure or a panic.
@@ -109,23 +110,22 @@ async fn supervise_tailer(inner: Arc<Inner>, stop: StopOnDrop) {
 }
 
 /// Maintenance rounds; a round that panics is logged and the next one runs.
-async fn maintain(cache: CredentialCache) {
-    let flush = cache.inner.config.flush_interval();
+async fn maintain(inner: Arc<Inner>) {
+    let flush = inner.config.flush_interval();
     let mut rounds: u64 = 0;
     let every_minute = (60 / flush.as_secs().max(1)).max(1);
     loop {
         tokio::time::sleep(flush).await;
         rounds += 1;
         let round =
-            tokio::spawn(maintenance_round(cache.clone(), rounds.is_multiple_of(every_minute)));
+            tokio::spawn(maintenance_round(inner.clone(), rounds.is_multiple_of(every_minute)));
         if let Err(e) = round.await {
             tracing::error!(error = %e, "credential cache maintenance panicked");
         }
     }
 }
 
-async fn maintenance_round(cache: CredentialCache, minutely: bool) {
-    let inner = &cache.inner;
+async fn maintenance_round(inner: Arc<Inner>, minutely: bool) {
     if let Err(e) = inner.last_used.flush(&inner.db).await {
         tracing::warn!(error = %e, "writing last_used_at failed; retrying at the next flush");
     }

@@ -12,9 +12,11 @@
 //!   and the `usage_30d` of key objects.
 
 pub mod aggregate;
+mod answer;
 pub mod config;
 pub mod in_flight;
 pub mod meter;
+mod pending;
 pub mod prices;
 pub mod recorder;
 mod retention;
@@ -224,7 +226,7 @@ impl UsageService {
 
     /// The meter for the gateway; `None` when metering is off.
     pub fn meter(&self) -> Option<meter::Meter> {
-        let meter = self.recorder.as_ref().map(|r| r.meter())?;
+        let meter = self.recorder.as_ref().map(|r| meter::Meter::new(r.handle()))?;
         Some(match &self.in_flight {
             Some((book, _)) => meter.with_in_flight(book.clone()),
             None => meter,

@@ -32,7 +32,7 @@
 //!   write, the replay position) lives outside the task and survives the restart.
 
 use super::aggregate::{Added, Aggregate, KeepRecords};
-use super::meter::Pending;
+use super::pending::Pending;
 use super::prices::PriceTable;
 use super::spool::Spool;
 use super::supervisor::supervise;
@@ -333,9 +333,9 @@ impl Recorder {
         self.handle.ledger_lock()
     }
 
-    /// A meter feeding this recorder (for the gateway).
-    pub fn meter(&self) -> super::meter::Meter {
-        super::meter::Meter::new(self.handle.clone())
+    /// The handle meters feed this recorder through (for the gateway's meter).
+    pub(crate) fn handle(&self) -> RecorderHandle {
+        self.handle.clone()
     }
 
     /// Counts one finished call as the gateway's meter does, without a gateway: for embedders

@@ -14,7 +14,8 @@
 //! Every other byte is passed through unchanged. Events are forwarded as soon as their
 //! terminating blank line arrives; a chunk holding several events goes out as one chunk.
 
-use super::meter::{parse_usage, CallMeter, Observed};
+use super::meter::CallMeter;
+use super::pending::{parse_usage, Observed};
 use crate::error::ServiceError;
 use aigw_domain::usage::{TokenUsage, UsageOutcome};
 use bytes::{Bytes, BytesMut};

@@ -1,0 +1,46 @@
+//! The provider's answer, recorded: a JSON answer or a failure at once, a stream wrapped in a
+//! [`MeteredStream`] that records it when it ends or is dropped.
+
+use super::meter::CallMeter;
+use super::pending::Observed;
+use super::sse::MeteredStream;
+use crate::error::ServiceError;
+use crate::gateway::reply::ChatReply;
+use aigw_domain::usage::UsageOutcome;
+
+impl CallMeter {
+    /// Records the outcome of the provider call and returns its answer; a stream comes back
+    /// wrapped so that it is recorded when it ends or is dropped.
+    ///
+    /// # Errors
+    /// The provider's error, unchanged.
+    pub fn finish(
+        mut self,
+        reply: Result<ChatReply, ServiceError>,
+    ) -> Result<ChatReply, ServiceError> {
+        match reply {
+            Ok(ChatReply::Json { status, body }) => {
+                let outcome =
+                    if status < 400 { UsageOutcome::Ok } else { UsageOutcome::UpstreamError };
+                self.record(outcome, Observed::Json(body.clone()));
+                Ok(ChatReply::Json { status, body })
+            }
+            Ok(ChatReply::Stream { status, content_type, body }) => {
+                let strip = !self.caller_wants_usage;
+                Ok(ChatReply::Stream {
+                    status,
+                    content_type,
+                    body: Box::pin(MeteredStream::new(body, self, strip)),
+                })
+            }
+            Err(e) => {
+                let outcome = match e {
+                    ServiceError::UpstreamTimeout { .. } => UsageOutcome::Timeout,
+                    _ => UsageOutcome::UpstreamError,
+                };
+                self.record(outcome, Observed::Nothing);
+                Err(e)
+            }
+        }
+    }
+}

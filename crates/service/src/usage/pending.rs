@@ -1,0 +1,219 @@
+//! A metered call's record before it is finished ([`Pending`]), what was seen of the
+//! provider's answer ([`Observed`]), and how its `usage` is read and, failing that, estimated.
+//! The meter fills it while the call runs; the recorder finishes it.
+
+use super::in_flight::InFlightTicket;
+use super::prices::PriceTable;
+use super::tokens;
+use crate::limits::key_rates::TokenReservation;
+use crate::limits::reservation::Reservation;
+use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What was seen of the provider's answer.
+#[derive(Debug)]
+pub(crate) enum Observed {
+    /// No answer (failure before any byte, or cancelled while waiting).
+    Nothing,
+    /// A complete JSON answer.
+    Json(Bytes),
+    /// A stream, as far as it went: the `usage` it reported, if any, and its text.
+    Stream {
+        /// The `usage` of a chunk, if one came.
+        usage: Option<TokenUsage>,
+        /// The concatenated text of the deltas (for an estimate).
+        completion: String,
+    },
+}
+
+/// A metered call waiting to become a [`UsageRecord`] in the recorder.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) request_id: String,
+    pub(crate) api_key_id: String,
+    pub(crate) user_id: String,
+    pub(crate) model: String,
+    pub(crate) provider: String,
+    pub(crate) streamed: bool,
+    pub(crate) started_at: DateTime<Utc>,
+    pub(crate) outcome: UsageOutcome,
+    pub(crate) latency_ms: u64,
+    /// The request body as the caller sent it (for a prompt estimate).
+    pub(crate) request: Bytes,
+    pub(crate) observed: Observed,
+    /// The team the key is scoped to, and the member charged (see [`UsageRecord`]).
+    pub(crate) team_id: Option<String>,
+    pub(crate) member_id: Option<String>,
+    /// Per level the call counts against (key, member, team): its budget reservation,
+    /// settled to the record's cost, and its `tpm_limit` reservation, settled to the record's
+    /// total tokens.
+    pub(crate) held: Vec<(Option<Reservation>, Option<TokenReservation>)>,
+    /// The call's place among the node's calls in flight; it leaves them with the record.
+    pub(crate) in_flight: Option<InFlightTicket>,
+}
+
+/// The `usage` object of an OpenAI answer or chunk.
+#[derive(Debug, Deserialize)]
+struct UsageField {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: Option<u64>,
+}
+
+impl UsageField {
+    fn into_usage(self) -> TokenUsage {
+        let sum = self.prompt_tokens.saturating_add(self.completion_tokens);
+        TokenUsage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: self.total_tokens.unwrap_or(sum),
+        }
+    }
+}
+
+/// An answer, of which only `usage` is read: kept as the raw text of its value (borrowed from
+/// the answer, no tree), then read as a [`UsageField`] by [`UsageOnly::usage`].
+#[derive(Debug, Deserialize)]
+struct UsageOnly<'a> {
+    #[serde(default, borrow)]
+    usage: Option<&'a serde_json::value::RawValue>,
+}
+
+impl UsageOnly<'_> {
+    /// The answer's `usage`; one that is null or not a usage object reads as absent rather
+    /// than failing the answer's parse.
+    fn usage(&self) -> Option<UsageField> {
+        self.usage.and_then(|raw| serde_json::from_str::<UsageField>(raw.get()).ok())
+    }
+}
+
+/// Reads a `usage` object (`prompt_tokens`, `completion_tokens`, optional `total_tokens`).
+pub(crate) fn parse_usage(value: &Value) -> Option<TokenUsage> {
+    UsageField::deserialize(value).ok().map(UsageField::into_usage)
+}
+
+impl Pending {
+    /// The call's tokens when they need no estimate: the provider's `usage`, or none at all for
+    /// a failure before any answer (`upstream_error`: nothing was generated). `None` when
+    /// finishing the record takes a tokenizer estimate, which a long prompt makes slow. Only
+    /// `usage` is read from a JSON answer (serde skips the rest without building a tree).
+    pub(crate) fn known_usage(&self) -> Option<TokenUsage> {
+        let failed = self.outcome == UsageOutcome::UpstreamError;
+        match &self.observed {
+            Observed::Json(body) => {
+                let reported =
+                    serde_json::from_slice::<UsageOnly<'_>>(body).ok().and_then(|a| a.usage());
+                match reported {
+                    Some(usage) => Some(usage.into_usage()),
+                    None => failed.then(TokenUsage::default),
+                }
+            }
+            Observed::Stream { usage, .. } => *usage,
+            Observed::Nothing => failed.then(TokenUsage::default),
+        }
+    }
+
+    /// The final record: `known` tokens ([`Pending::known_usage`]) when given, else an
+    /// estimate with the model's tokenizer (marked `estimated`), priced from `prices`; the
+    /// call's budget and token reservations are settled to it, and the call leaves the node's
+    /// calls in flight. Also says whether the call may have a row among the calls in flight
+    /// (see [`aigw_domain::ledger::UsageFlush::tracked`]).
+    ///
+    /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
+    /// what was streamed so far, estimated.
+    pub(crate) fn finish(
+        mut self,
+        prices: &PriceTable,
+        known: Option<TokenUsage>,
+    ) -> (UsageRecord, bool) {
+        let held = std::mem::take(&mut self.held);
+        let tracked = self.in_flight.take().is_some_and(InFlightTicket::leave);
+        let (usage, estimated) = match known {
+            Some(usage) => (usage, false),
+            None => (self.estimate(), true),
+        };
+        let price = prices.get(&self.model);
+        let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
+        for (reservation, tokens_reserved) in held {
+            if let Some(reservation) = reservation {
+                reservation.settle(cost_micros, usage.total_tokens);
+            }
+            if let Some(reserved) = tokens_reserved {
+                reserved.settle(usage.total_tokens);
+            }
+        }
+        let record = UsageRecord {
+            request_id: self.request_id,
+            api_key_id: self.api_key_id,
+            user_id: self.user_id,
+            model: self.model,
+            provider: self.provider,
+            streamed: self.streamed,
+            outcome: self.outcome,
+            tokens: usage,
+            estimated,
+            cost_micros,
+            priced: price.is_some(),
+            latency_ms: self.latency_ms,
+            started_at: self.started_at,
+            team_id: self.team_id,
+            member_id: self.member_id,
+        };
+        (record, tracked)
+    }
+}
+
+impl Pending {
+    /// The call's tokens counted with the model's tokenizer: the prompt, plus what came of
+    /// the answer (a JSON answer's message, or the text streamed so far).
+    fn estimate(&self) -> TokenUsage {
+        let encoding = tokens::encoding_for_model(&self.model);
+        let prompt = serde_json::from_slice::<Value>(&self.request)
+            .map(|body| tokens::count_prompt(encoding, &body))
+            .unwrap_or(0);
+        let completion = match &self.observed {
+            Observed::Json(body) => {
+                let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+                tokens::count_completion_json(encoding, &answer)
+            }
+            Observed::Stream { completion, .. } => tokens::count_text(encoding, completion),
+            Observed::Nothing => 0,
+        };
+        TokenUsage::new(prompt, completion)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reported(answer: &str) -> Option<TokenUsage> {
+        serde_json::from_str::<UsageOnly<'_>>(answer).ok()?.usage().map(UsageField::into_usage)
+    }
+
+    #[test]
+    fn only_a_usage_object_counts_and_nothing_else_fails_the_answer() {
+        let usage = reported(
+            r#"{"id":"x","choices":[{"message":{"content":"a \"quoted\" \u00e9"}}],
+                "usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16,"details":{}}}"#,
+        );
+        assert_eq!(usage, Some(TokenUsage::new(12, 4)));
+        assert_eq!(
+            reported(r#"{"usage":{"prompt_tokens":1,"completion_tokens":2}}"#),
+            Some(TokenUsage::new(1, 2)),
+            "total_tokens defaults to the sum"
+        );
+        for answer in [
+            r#"{"choices":[]}"#,
+            r#"{"usage":null}"#,
+            r#"{"usage":"twelve"}"#,
+            r#"{"usage":{"prompt_tokens":-1,"completion_tokens":2}}"#,
+            r#"{"usage":[1,2]}"#,
+        ] {
+            assert_eq!(reported(answer), None, "{answer}");
+        }
+    }
+}
