@@ -127,8 +127,17 @@ impl SmtpServer {
             else {
                 continue;
             };
-            let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+            // In the order they arrived: by the time each file was written (a Maildir name's
+            // microseconds are not zero-padded, so the names do not sort by time).
+            let mut paths: Vec<_> = entries
+                .flatten()
+                .map(|e| {
+                    let written = e.metadata().and_then(|m| m.modified()).ok();
+                    (written, e.path())
+                })
+                .collect();
             paths.sort();
+            let paths = paths.into_iter().map(|(_, path)| path);
             for path in paths {
                 let raw = std::fs::read(&path).unwrap();
                 let parsed = mail_parser::MessageParser::default().parse(&raw).unwrap();
