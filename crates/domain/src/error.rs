@@ -161,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_codes_keep_their_statuses() {
+    fn contract_codes_keep_their_statuses() {
         assert_eq!(ErrorCode::InvalidRequest.http_status(), 400);
         assert_eq!(ErrorCode::Unauthorized.http_status(), 401);
         assert_eq!(ErrorCode::Forbidden.http_status(), 403);

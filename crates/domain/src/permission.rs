@@ -166,7 +166,7 @@ mod tests {
     }
 
     #[test]
-    fn storage_round_trips_in_seed_order() {
+    fn storage_round_trips_in_contract_order() {
         let set = PermissionSet::parse_request(&names(&["write", "ai_gateway", "write"]));
         let set = set.unwrap_or_else(|_| PermissionSet::from_iter([]));
         assert_eq!(set.to_storage(), "ai_gateway,write");

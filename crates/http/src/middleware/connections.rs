@@ -1,5 +1,5 @@
 //! Caps per client address, so that no single address can fill `server.max_connections`
-//! (docs/security.md, "Slow and greedy clients").
+//! (docs/safeguards.md, "Slow and greedy clients").
 //!
 //! - **Open connections** (`server.max_connections_per_address`): checked when a connection
 //!   is accepted, before anything is read from it. A connection from an address that already

@@ -1,7 +1,7 @@
 //! The database going away, PostgreSQL only: clean 503s, no hang, and the
 //! service recovers by itself when the database returns. Cached credentials are served for at
 //! most `credential_cache.max_feed_lag_ms` (2 s) after the change feed was last read
-//! (docs/security.md "Credential cache").
+//! (docs/safeguards.md "Credential cache").
 
 use crate::common;
 

@@ -13,7 +13,7 @@
 //!   [`crate::email`]), and the keys are returned ([`LeakedKey`]).
 //!
 //! What is not an aigw key (prefix, length, alphabet or CRC32 checksum wrong) is answered a
-//! false positive without any database read. The security policy (docs/security.md, "Leaked
+//! false positive without any database read. The security policy (docs/safeguards.md, "Leaked
 //! keys") says how aigw is registered with GitHub.
 
 mod keys;
