@@ -1,0 +1,488 @@
+"""The console's scenarios in headless Chromium. Every page load is checked by the harness
+(CSP header without unsafe-inline/unsafe-eval, no console error, axe-core serious/critical,
+one <main id=main> and one <h1>) and screenshotted in light/dark on desktop/phone."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from html.parser import HTMLParser
+
+import pytest
+
+from harness import (
+    BASE,
+    PASSWORD,
+    By,
+    api,
+    chat,
+    http,
+    page_exists,
+    poll,
+    register_api,
+    transferred,
+    unique_email,
+)
+
+XSS = "<img src=x onerror=alert(1)>"
+NAV = ["/keys", "/usage", "/teams", "/sessions", "/account"]
+
+
+def require(*paths):
+    missing = [p for p in paths if not page_exists(p)]
+    if missing:
+        pytest.skip(f"console page(s) not in this build (404): {', '.join(missing)}")
+
+
+def set_checkboxes(b, name, wanted):
+    for box in b.find_all(f"input[type=checkbox][name={name}]"):
+        if box.is_selected() != (box.get_attribute("value") in wanted):
+            box.click()
+    got = {x.get_attribute("value") for x in b.find_all(f"input[name={name}]:checked")}
+    assert got == set(wanted), f"checked {got}, wanted {wanted}"
+
+
+def select_some(b, css, preferred):
+    """Selects `preferred` when it is an option of the select `css`, else its last option;
+    returns the value chosen."""
+    from selenium.webdriver.support.ui import Select
+
+    sel = Select(b.find(css))
+    values = [o.get_attribute("value") for o in sel.options]
+    value = preferred if preferred in values else values[-1]
+    sel.select_by_value(value)
+    return value
+
+
+def create_key_in_browser(b, name, permissions, page="key-created"):
+    b.follow("a#new-key", "keys-new")
+    b.fill("#name", name)
+    set_checkboxes(b, "permissions", permissions)
+    b.submit("#name", page)
+    secret = b.find("code#secret").text.strip()
+    assert secret, "no secret shown after creating a key"
+    assert b.find("#secret-warning").is_displayed(), "the secret's warning is not shown"
+    return secret
+
+
+def key_row(b, name):
+    rows = [r for r in b.find_all("table#keys tr[data-key-id]") if r.find_element(By.CSS_SELECTOR, "td.name").text == name]
+    assert len(rows) == 1, f"{len(rows)} rows named {name!r} in table#keys: {b.text('table#keys')!r}"
+    return rows[0]
+
+
+def usage_state(b):
+    def html(css):
+        els = b.find_all(css)
+        return els[0].get_attribute("innerHTML") if els else None
+
+    def text(css):
+        els = b.find_all(css)
+        return els[0].text if els else None
+
+    missing = [c for c in ("#totals", "svg#chart-cost", "svg#chart-tokens", "#by-model", "#by-key", "table#requests") if not b.find_all(c)]
+    assert not missing, f"/usage lacks {missing}"
+    return {
+        "totals": text("#totals"),
+        "chart-cost": html("svg#chart-cost"),
+        "chart-tokens": html("svg#chart-tokens"),
+        "by-model": text("#by-model"),
+        "by-key": text("#by-key"),
+        "requests": len(b.find_all("table#requests tbody tr")),
+        "requests-text": text("table#requests"),
+    }
+
+
+# ----------------------------------------------------------------------------- scenarios
+
+
+def test_root_redirects_to_login_and_login_error(browser):
+    require("/login", "/register")
+    b = browser
+    b.visit("/", "login")
+    assert b.path == "/login", f"/ without a session went to {b.driver.current_url}"
+    for css in ("#email", "#password", "button[type=submit]"):
+        assert b.find_all(css), f"/login lacks {css}"
+    email = unique_email("wrong")
+    register_api(email)
+    b.fill("#email", email)
+    b.fill("#password", "not the right passphrase")
+    b.submit("button[type=submit]", "login-error", expect_status="any")
+    err = b.find_all('div.error[role=alert]#error')
+    assert err and err[0].is_displayed() and err[0].text.strip(), "a wrong password shows no div#error[role=alert]"
+    assert b.path in ("/login", "/login/"), f"a wrong password left /login for {b.path}"
+    # A refused registration (password too short) shows the API's message.
+    b.visit("/register", "register")
+    b.fill("#email", unique_email("short"))
+    b.fill("#password", "short")
+    b.submit("button[type=submit]", "register-error", expect_status="any")
+    err = b.find_all("#error[role=alert]")
+    assert err and "password" in err[0].text.lower(), f"short password: {err[0].text if err else 'no #error'}"
+
+
+def test_key_lifecycle_chat_usage_rotate_revoke(browser):
+    require("/register", "/keys", "/keys/new")
+    b = browser
+    email = unique_email("keys")
+    b.visit("/register", "register")
+    b.fill("#email", email)
+    b.fill("#password", PASSWORD)
+    if b.find_all("#name"):
+        b.fill("#name", "Kim Keys")
+    b.submit("button[type=submit]", "keys-empty")
+    assert b.path == "/keys", f"registration landed on {b.driver.current_url}, not /keys"
+    missing = [h for h in NAV if not b.find_all(f'a[href="{h}"]')] + ([] if b.find_all("button#logout") else ["button#logout"])
+    assert not missing, f"the nav lacks {missing}"
+    assert not b.find_all('a[href="/admin/users"]'), "a user (not an admin) sees the admin link"
+    assert b.find_all("table#keys") or b.find_all("a#new-key"), "/keys has neither table#keys nor a#new-key"
+
+    has_usage = page_exists("/usage")
+    before = None
+    if has_usage:
+        b.visit("/usage", "usage-empty")
+        before = usage_state(b)
+        b.visit("/keys", "keys-empty", shots=False, axe=False)
+
+    name = "ci gateway key"
+    secret = create_key_in_browser(b, name, ["ai_gateway", "read"])
+    assert secret not in b.driver.current_url, "the secret is in the URL"
+    # The copy button: clipboard permission granted, since headless Chromium has no user to ask.
+    b.cdp("Browser.grantPermissions", {"origin": BASE, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    copy = b.find("button#copy-secret")
+    assert "copied" not in copy.text.lower()
+    copy.click()
+    b.wait(lambda d: "copied" in b.find("button#copy-secret").text.lower(), 5, "the copy button never says Copied")
+    b.check_page("key-created-copied", axe=True, shots=True)
+    clip = b.driver.execute_async_script(
+        "const done = arguments[arguments.length-1];"
+        "navigator.clipboard.readText().then(done, e => done('ERR ' + e));"
+    )
+    if not clip.startswith("ERR "):
+        assert clip.strip() == secret, f"the clipboard holds {clip!r}, not the secret"
+    else:
+        print(f"(clipboard not readable here: {clip})")
+
+    status, body = chat(secret)
+    assert status == 200, f"chat with the new key: {status} {body}"
+
+    if has_usage:
+        after = {}
+
+        def changed():
+            b.visit("/usage", "usage", shots=False, axe=False)
+            after.update(usage_state(b))
+            return (
+                after["totals"] != before["totals"]
+                and after["requests"] >= 1
+                and "echo" in (after["by-model"] or "")
+                and after["chart-tokens"] != before["chart-tokens"]
+            )
+
+        assert poll(changed, 12, 0.7), f"/usage did not change within 12 s: before {before}, after {after}"
+        assert "echo" in after["requests-text"], after["requests-text"]
+        assert name in (after["by-key"] or ""), f"#by-key does not name the key: {after['by-key']!r}"
+        b.check_page("usage")
+    else:
+        print("SKIPPED the usage part: /usage is not in this build")
+
+    b.visit("/keys", "keys")
+    row = key_row(b, name)
+    key_id = row.get_attribute("data-key-id")
+    assert secret not in b.driver.page_source, "the key list shows the full secret"
+    b.visit(f"/keys/{key_id}", "key-detail")
+    assert secret not in b.driver.page_source, "the key's page shows the full secret"
+
+    b.fill("#grace_period_secs", "300")
+    b.submit("form#rotate", "key-rotated")
+    new_secret = b.find("code#secret").text.strip()
+    assert new_secret and new_secret != secret, "rotation shows no new secret"
+    assert chat(new_secret)[0] == 200, "the rotated secret is refused"
+    assert chat(secret)[0] == 200, "the old secret is refused during its grace period"
+
+    b.visit(f"/keys/{key_id}", "key-detail-rotated", shots=False)
+    b.submit("form#revoke", "key-revoked")
+    assert poll(lambda: chat(new_secret)[0] == 401, 5, 0.2), f"revoked key still answers {chat(new_secret)}"
+    assert chat(secret)[0] == 401, "the old (grace period) secret of a revoked key is still accepted"
+
+    b.visit(f"/keys/{key_id}", "key-detail-revoked", shots=False)
+    b.submit("form#delete", "keys-after-delete")
+    b.visit("/keys", "keys-after-delete", shots=False)
+    assert not b.find_all(f'tr[data-key-id="{key_id}"]'), "a deleted key is still listed"
+
+
+def test_xss_in_display_name_and_key_name(browsers, admin_credentials):
+    require("/register", "/keys", "/keys/new")
+    b = browsers("xss")
+    email = unique_email("xss")
+    b.visit("/register", "register", shots=False)
+    b.fill("#email", email)
+    b.fill("#password", PASSWORD)
+    b.fill("#name", XSS)
+    b.submit("button[type=submit]", "xss-keys", shots=False)
+
+    def no_img(where):
+        imgs = b.driver.execute_script("return document.querySelectorAll('img').length")
+        assert imgs == 0, f"{where}: {imgs} img element(s) created"
+
+    no_img("/keys")
+    create_key_in_browser(b, XSS, ["ai_gateway"], page="xss-key-created")
+    no_img("key created")
+    b.visit("/keys", "xss-keys-list", shots=False)
+    no_img("/keys")
+    row = key_row(b, XSS)
+    assert row.find_element(By.CSS_SELECTOR, "td.name").text == XSS
+    shown = bool(b.elements_with_text(XSS))
+    if page_exists("/account"):
+        b.visit("/account", "xss-account", shots=False)
+        no_img("/account")
+        shown_here = bool(b.elements_with_text(XSS))
+        value = b.find("#display_name").get_attribute("value")
+        assert value == XSS, f"#display_name holds {value!r}"
+        shown = shown or shown_here or value == XSS
+    assert shown, "the display name is shown nowhere"
+    if page_exists("/admin/users"):
+        a = browsers("admin")
+        a.login(*admin_credentials)
+        a.visit("/admin/users?q=" + urllib.parse.quote(email), "xss-admin-users", shots=False)
+        imgs = a.driver.execute_script("return document.querySelectorAll('img').length")
+        assert imgs == 0, f"/admin/users: {imgs} img element(s) created"
+        rows = [r for r in a.find_all("table#users tr[data-user-id]") if email in r.text]
+        assert rows, f"/admin/users?q={email} lists no row with it"
+        if XSS not in rows[0].text:
+            print("(note: /admin/users does not show the display name)")
+
+
+def test_team_owner_adds_member_and_budget(browsers):
+    require("/teams")
+    owner, member = unique_email("owner"), unique_email("member")
+    register_api(owner)
+    member_token = register_api(member)
+    b = browsers("owner")
+    b.login(owner)
+    b.visit("/teams", "teams-empty")
+    b.fill("#team_name", "Platform team")
+    b.submit("form#create-team", "team-created")
+    if not re.fullmatch(r"/teams/[^/]+", b.path):
+        links = [a for a in b.find_all("table#teams a") if "Platform team" in a.text]
+        assert links, f"the new team is not listed in table#teams: {b.text('table#teams')!r}"
+        b.follow(links[0], "team-created")
+    team_path = b.path
+    assert re.fullmatch(r"/teams/[^/]+", team_path), team_path
+    b.fill("#member_email", member)
+    select_some(b, "#member_role", "member")
+    b.submit("form#add-member", "team-member-added")
+    b.visit(team_path, "team-after-add", shots=False, axe=False)
+    assert member in b.text("table#members"), f"table#members lacks {member}: {b.text('table#members')!r}"
+    b.fill("#team_max_budget_usd", "25")
+    period = select_some(b, "#team_budget_period", "monthly")
+    b.submit("form#team-policy", "team-policy-set")
+    b.visit(team_path, "team")
+    budget = b.text("#team-budget")
+    assert "25" in budget, f"#team-budget does not show the 25 USD limit: {budget!r}"
+    for css in ("table#team-keys", "#usage-by-member", "#usage-by-key"):
+        assert b.find_all(css), f"{team_path} lacks {css}"
+    b.visit("/teams", "teams")
+    assert "Platform team" in b.text("table#teams")
+    # The member sees the team (through the API).
+    status, doc = api("GET", "/teams", token=member_token)
+    assert status == 200 and "Platform team" in str(doc), f"the member's GET /teams: {status} {doc}"
+    print(f"team budget period chosen: {period}")
+
+
+def test_admin_disables_user_whose_session_ends(browsers, admin_credentials):
+    require("/admin/users")
+    victim = unique_email("victim")
+    register_api(victim)
+    v = browsers("victim")
+    v.login(victim)
+    assert v.path == "/keys", f"the victim's login landed on {v.path}"
+    a = browsers("admin")
+    a.login(*admin_credentials)
+    assert a.find_all('a[href="/admin/users"]'), "the admin's nav lacks a[href=/admin/users]"
+    a.visit("/admin/users", "admin-users")
+    a.fill("#q", victim)
+    a.submit("#q", "admin-users-search", shots=False)
+    rows = [r for r in a.find_all("table#users tr[data-user-id]") if victim in r.text]
+    assert len(rows) == 1, f"searching {victim} finds {len(rows)} rows: {a.text('table#users')!r}"
+    uid = rows[0].get_attribute("data-user-id")
+    a.submit(f'tr[data-user-id="{uid}"] form.disable-user', "admin-users-disabled", shots=False)
+    a.visit("/admin/users?q=" + urllib.parse.quote(victim), "admin-users-disabled", shots=False, axe=False)
+    assert a.find_all(f'tr[data-user-id="{uid}"] form.enable-user'), "the disabled user's row has no form.enable-user"
+    v.visit("/keys", "victim-after-disable", shots=False)
+    assert v.path == "/login", f"the disabled user's next page load is {v.driver.current_url}, not /login"
+    # Enabled again, the user can log in.
+    a.submit(f'tr[data-user-id="{uid}"] form.enable-user', "admin-users-enabled", shots=False)
+    v.login(victim)
+    assert v.path == "/keys", f"the re-enabled user's login landed on {v.path}"
+    # The other admin pages render (and pass the page checks).
+    for path, page, marker in (
+        ("/admin/keys", "admin-keys", "table#all-keys"),
+        ("/admin/invitations", "admin-invitations", "table#invitations"),
+        ("/admin/audit", "admin-audit", "table#audit"),
+    ):
+        if not page_exists(path):
+            print(f"SKIPPED {path}: not in this build")
+            continue
+        a.visit(path, page)
+        assert a.find_all(marker), f"{path} lacks {marker}"
+    # A plain user does not get the admin pages.
+    v.visit("/admin/users", "admin-users-as-user", expect_status="any", shots=False, axe=False)
+    assert not v.find_all("table#users"), "a plain user sees /admin/users"
+
+
+def test_sessions_account_password_logout(browser):
+    require("/account", "/sessions")
+    b = browser
+    email = unique_email("account")
+    register_api(email)
+    b.login(email)
+    b.visit("/sessions", "sessions")
+    rows = b.find_all("table#sessions tbody tr")
+    assert rows, "table#sessions has no row"
+    assert len(b.find_all("form.end-session")) >= 1, "no form.end-session"
+    b.visit("/account", "account")
+    b.fill("#display_name", "Renamed Person")
+    b.submit("form#name-form", "account-renamed")
+    assert b.find_all("#flash[role=status]"), "no #flash[role=status] after renaming"
+    b.visit("/account", "account-after-rename", shots=False, axe=False)
+    assert b.find("#display_name").get_attribute("value") == "Renamed Person"
+    new_password = "another long browser passphrase"
+    b.fill("#current_password", PASSWORD)
+    b.fill("#new_password", new_password)
+    b.submit("form#password-form", "account-password-changed")
+    if b.path != "/login":
+        b.submit("button#logout", "logged-out")
+    assert b.path == "/login", f"after logout: {b.driver.current_url}"
+    b.visit("/", "root-after-logout", shots=False, axe=False)
+    assert b.path == "/login"
+    b.login(email, new_password)
+    assert b.path == "/keys", f"login with the new password landed on {b.path}"
+
+
+def test_post_without_csrf_token_is_refused(browser):
+    require("/keys/new")
+    b = browser
+    email = unique_email("csrf")
+    register_api(email)
+    b.login(email)
+    b.visit("/keys/new", "keys-new", shots=False, axe=False)
+    form = b.find("#name").find_element(By.XPATH, "ancestor::form")
+    assert form.find_elements(By.CSS_SELECTOR, "input[type=hidden][name=csrf]"), "the form has no hidden csrf input"
+    action = form.get_attribute("action") or b.driver.current_url
+    path = urllib.parse.urlsplit(action).path
+    cookie = b.cookies_header()
+    for csrf in (None, "forged"):
+        fields = {"name": "forged key", "permissions": "read"}
+        if csrf:
+            fields["csrf"] = csrf
+        req = urllib.request.Request(
+            BASE + path,
+            data=urllib.parse.urlencode(fields).encode(),
+            method="POST",
+            headers={"Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                status, body = r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            status, body = e.code, e.read().decode(errors="replace")
+        assert status >= 400 or 'id="secret"' not in body, f"POST {path} with csrf={csrf!r} created a key ({status})"
+    b.visit("/keys", "keys-after-csrf", shots=False, axe=False)
+    assert "forged key" not in b.text("main"), "a POST without a valid csrf token created a key"
+
+
+def test_login_page_weight():
+    require("/login")
+
+    class Assets(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.urls = []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "script" and a.get("src"):
+                self.urls.append(a["src"])
+            elif tag == "link" and a.get("href") and ({"stylesheet", "icon", "preload", "modulepreload"} & set((a.get("rel") or "").split())):
+                self.urls.append(a["href"])
+            elif tag == "img" and a.get("src"):
+                self.urls.append(a["src"])
+
+    status, headers, body = transferred("/login")
+    assert status == 200, status
+    sizes = {"/login": (len(body), headers.get("Content-Encoding") or "identity")}
+    _, _, plain = http("GET", "/login", headers={"Accept-Encoding": "identity"})
+    parser = Assets()
+    parser.feed(plain.decode(errors="replace"))
+    queue = list(parser.urls)
+    seen = set()
+    while queue:
+        url = urllib.parse.urljoin(BASE + "/login", queue.pop(0))
+        if url in seen or not url.startswith(BASE):
+            continue
+        seen.add(url)
+        path = url[len(BASE):]
+        st, h, b = transferred(path)
+        assert st == 200, f"{path}: HTTP {st}"
+        sizes[path] = (len(b), h.get("Content-Encoding") or "identity")
+        if path.split("?")[0].endswith(".css"):
+            _, _, css = http("GET", path, headers={"Accept-Encoding": "identity"})
+            queue += re.findall(r"url\(\s*['\"]?([^'\")]+)", css.decode(errors="replace"))
+    total = sum(n for n, _ in sizes.values())
+    print(f"\nlogin page first load: {total} bytes ({total / 1000:.1f} KB) over {len(sizes)} responses:")
+    for path, (n, enc) in sizes.items():
+        print(f"  {n:8d}  {enc:8s}  {path}")
+    assert total <= 150_000, f"the login page's first load is {total} bytes, over 150 KB"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_console_disabled_answers_404():
+    binary, config = os.environ.get("AIGW_BROWSER_BIN"), os.environ.get("AIGW_BROWSER_CONFIG")
+    if not binary or not config:
+        pytest.skip("AIGW_BROWSER_BIN/AIGW_BROWSER_CONFIG not set (scripts/browser_test.sh sets them)")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as data:
+        env = dict(
+            os.environ,
+            AIGW__CONSOLE__ENABLED="false",
+            AIGW__SERVER__LISTEN=f"127.0.0.1:{port}",
+            AIGW__SERVER__DATA_DIR=data,
+        )
+        # SQLite: this second node gets its own (fresh) database file in its own data dir.
+        if os.environ.get("AIGW_BROWSER_BACKEND") == "sqlite":
+            env["AIGW__DATABASE__URL"] = f"sqlite://{data}/aigw.db"
+        log = open(os.path.join(data, "server.log"), "w+")
+        proc = subprocess.Popen([binary, "--config", config], env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            up = poll(lambda: proc.poll() is None and http("GET", "/healthz", base=base)[0] == 200 if _listening(port) else False, 20, 0.2)
+            log.seek(0)
+            assert up, f"the console-disabled server did not start: {log.read()[-2000:]}"
+            for path in ("/", "/login", "/keys"):
+                status, _, _ = http("GET", path, base=base, follow=False)
+                assert status == 404, f"[console] enabled = false: GET {path} answers {status}, not 404"
+            assert http("GET", "/healthz", base=base)[0] == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+
+
+def _listening(port):
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
