@@ -236,7 +236,9 @@ class Browser:
             el = el.find_element(By.XPATH, "ancestor::form")
         if el.tag_name == "form":
             buttons = el.find_elements(By.CSS_SELECTOR, "button[type=submit], input[type=submit], button:not([type])")
-            assert buttons, f"[{self.label}] form {target} has no submit button"
+            if not buttons:  # a search form submitted with Enter
+                form = el
+                return self.click(None, page, action=lambda: self.driver.execute_script("arguments[0].requestSubmit()", form), **kw)
             el = buttons[0]
         return self.click(el, page, **kw)
 
@@ -244,11 +246,11 @@ class Browser:
         """Clicks a link (CSS selector or element) and checks the page it opens."""
         return self.click(self.find(target) if isinstance(target, str) else target, page, **kw)
 
-    def click(self, el, page, **kw):
+    def click(self, el, page, action=None, **kw):
         self.drain_logs()
         old = self.find("html")
         with self.alerts_fail(page):
-            el.click()
+            (action or el.click)()
             self.wait(EC.staleness_of(old), 15, f"[{self.label}] no new page after clicking for {page}")
         return self.loaded(page, **kw)
 
