@@ -47,6 +47,11 @@ impl ApiError {
         }
     }
 
+    /// The message and details the envelope carries (the console shows them on a page).
+    pub(crate) fn message_and_details(&self) -> (&str, &Value) {
+        (&self.message, &self.details)
+    }
+
     /// This error with `cause` for the access log (never sent to the client).
     fn caused_by(mut self, cause: String) -> Self {
         self.cause = Some(cause);

@@ -13,6 +13,7 @@
 //! (`extract::parse_json` and a few request bodies of `dto`); everything else is
 //! `pub(crate)`.
 
+pub mod console;
 pub mod dto;
 mod error;
 pub mod extract;

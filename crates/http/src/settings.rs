@@ -43,10 +43,26 @@ pub struct Settings {
     /// `[secret_scanning]`: GitHub's secret-scanning reports of leaked API keys (see
     /// `aigw_service::leaks`).
     pub secret_scanning: aigw_service::leaks::SecretScanningConfig,
+    /// `[console]`: the browser console at `/` (see `crate::console`).
+    pub console: ConsoleSettings,
     /// The clock the use cases read: the system clock; not a setting (a test sets an
     /// adjustable one to move time forward).
     #[serde(skip)]
     pub clock: aigw_service::Clock,
+}
+
+/// `[console]`: the browser console (see `crate::console`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// Serve the console at `/` (default true).
+    pub enabled: bool,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
 }
 
 /// `[telemetry]`.

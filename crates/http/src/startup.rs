@@ -260,6 +260,13 @@ impl Application {
             None
         };
         let upkeep = telemetry.spawn_upkeep();
+        let console = settings.console.enabled.then(|| {
+            web::Data::new(crate::console::ConsoleContext::new(
+                settings.server.environment != crate::settings::Environment::Development,
+                &settings.auth,
+                auth.tokens().key_materials(),
+            ))
+        });
         let state = web::Data::new(AppState {
             auth,
             gateway,
@@ -313,6 +320,12 @@ impl Application {
                 .configure(|cfg| {
                     if metrics_here {
                         routes::configure_metrics(cfg);
+                    }
+                })
+                // Last: the console's scope takes every path the API's routes did not.
+                .configure(|cfg| {
+                    if let Some(console) = &console {
+                        crate::console::configure(cfg, console.clone());
                     }
                 })
                 .default_service(web::to(routes::no_route))

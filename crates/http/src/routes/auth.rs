@@ -97,7 +97,7 @@ pub(crate) async fn login(
 }
 
 /// Where `req` comes from: the client address (trusted-proxy rules) and `User-Agent`.
-pub(super) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
+pub(crate) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
     let user_agent = req.headers().get(actix_web::http::header::USER_AGENT);
     ClientInfo::new(
         Some(state.limits.client_ip(req).to_string()),

@@ -20,6 +20,7 @@ mod budget_walkarounds;
 mod budgets;
 mod chat;
 mod connection_caps;
+mod console;
 mod credential_cache;
 mod credentials;
 mod db_faults;

@@ -7,6 +7,7 @@ use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache::{self, TeamStanding};
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
+use crate::paging::{page_of, Page, PageRequest, Paging};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
@@ -192,6 +193,48 @@ impl AuthService {
         let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
         // With a use this node noted but has not written yet (see `credential_cache`).
         Ok(rows.iter().map(|row| self.view_of(row)).collect())
+    }
+
+    /// One page of the caller's API keys (not team keys), newest first: what the console
+    /// lists, a page costing the same whatever the number of keys.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `limit` or `cursor`; [`ServiceError::Unavailable`] when
+    /// the database is down.
+    pub async fn list_api_keys_page(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        page: &PageRequest,
+    ) -> Result<Page<ApiKeyView>, ServiceError> {
+        let Paging { limit, before } = page.parse()?;
+        let user_id = principal.user_id().to_owned();
+        let rows = self
+            .db
+            .run(move |conn| {
+                Ok(api_keys::page_for_user(conn, &user_id, before.as_deref(), limit + 1)?)
+            })
+            .await?;
+        Ok(page_of(rows, limit, |r| &r.id, |r| self.view_of(r)))
+    }
+
+    /// One of the caller's keys (not a team key).
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] when the caller has no key `id`;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn api_key(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        id: &str,
+    ) -> Result<ApiKeyView, ServiceError> {
+        let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let row = self
+            .db
+            .run(move |conn| {
+                Ok(api_keys::find_for(conn, &key_id, api_keys::KeyOwner::User(&user_id))?)
+            })
+            .await?;
+        row.map(|r| self.view_of(&r)).ok_or_else(|| not_found(id))
     }
 
     /// Revokes one of the caller's keys (idempotent: revoking again keeps the first time).

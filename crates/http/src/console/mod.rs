@@ -1,0 +1,51 @@
+//! The console: aigw in the browser, at `/` (the API stays under `/api/v1`).
+//!
+//! Server-rendered HTML (minijinja templates, auto-escaped, compiled into the binary), one
+//! stylesheet and one small script from this origin, and forms that post back here: no
+//! framework, nothing loaded from elsewhere, and every page works without the script (which
+//! adds copy buttons and confirmations). The pages call the same use cases as the API, with
+//! the same who-may-call-what checks and rate limits, so nothing is allowed in the console
+//! that the API refuses. How the session and its cookies work, and how forms are protected,
+//! is in [`session`]; `console.enabled = false` turns it all off (every console path then
+//! answers 404 like any unknown path).
+
+pub(crate) mod assets;
+pub(crate) mod keys;
+pub(crate) mod render;
+pub(crate) mod session;
+pub(crate) mod sign_in;
+pub(crate) mod templates;
+pub(crate) mod view;
+
+use actix_web::{middleware::from_fn, web};
+pub(crate) use session::ConsoleContext;
+
+/// Registers the console's routes, with `context` as their app data.
+pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<ConsoleContext>) {
+    let get = web::get;
+    let post = web::post;
+    cfg.service(
+        web::scope("")
+            .app_data(context)
+            .wrap(from_fn(session::renewed_cookies))
+            .wrap(actix_web::middleware::Compress::default())
+            .route("/console/assets/console.css", get().to(assets::css))
+            .route("/console/assets/console.js", get().to(assets::js))
+            .route("/", get().to(sign_in::home))
+            .route("/login", get().to(sign_in::login_form))
+            .route("/login", post().to(sign_in::login))
+            .route("/login/mfa", post().to(sign_in::login_mfa))
+            .route("/register", get().to(sign_in::register_form))
+            .route("/register", post().to(sign_in::register))
+            .route("/password-reset", get().to(sign_in::password_reset_form))
+            .route("/password-reset", post().to(sign_in::password_reset))
+            .route("/logout", post().to(sign_in::logout))
+            .route("/keys", get().to(keys::list))
+            .route("/keys/new", get().to(keys::new_form))
+            .route("/keys/new", post().to(keys::create))
+            .route("/keys/{id}", get().to(keys::show))
+            .route("/keys/{id}/rotate", post().to(keys::rotate))
+            .route("/keys/{id}/revoke", post().to(keys::revoke))
+            .route("/keys/{id}/delete", post().to(keys::delete)),
+    );
+}

@@ -1,0 +1,18 @@
+//! Every template of the console (`templates/console/`), compiled into the binary.
+
+/// `(name, source)` of each template.
+pub(crate) const TEMPLATES: &[(&str, &str)] = &[
+    ("base.html", include_str!("../../templates/console/base.html")),
+    ("macros.html", include_str!("../../templates/console/macros.html")),
+    ("message.html", include_str!("../../templates/console/message.html")),
+    // Before and around a session.
+    ("login.html", include_str!("../../templates/console/login.html")),
+    ("login_mfa.html", include_str!("../../templates/console/login_mfa.html")),
+    ("register.html", include_str!("../../templates/console/register.html")),
+    ("password_reset.html", include_str!("../../templates/console/password_reset.html")),
+    // API keys.
+    ("keys.html", include_str!("../../templates/console/keys.html")),
+    ("key_new.html", include_str!("../../templates/console/key_new.html")),
+    ("key_secret.html", include_str!("../../templates/console/key_secret.html")),
+    ("key_show.html", include_str!("../../templates/console/key_show.html")),
+];

@@ -1,0 +1,293 @@
+//! The browser console over HTTP, as a browser without a script engine would use it: cookies,
+//! redirects, forms and their CSRF tokens, the security headers, escaping, paging, and the
+//! setting that turns it off. (The real browser runs in `scripts/browser_test.sh`.)
+
+use crate::common;
+use common::{spawn_app, spawn_app_with, test_settings, Auth, Backend, TestApp, PASSWORD};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// A cookie-keeping client that does not follow redirects.
+struct Browser<'a> {
+    app: &'a TestApp,
+    client: reqwest::Client,
+    jar: BTreeMap<String, String>,
+}
+
+/// One answer, with what the tests read of it.
+struct Page {
+    status: u16,
+    location: Option<String>,
+    headers: reqwest::header::HeaderMap,
+    set_cookies: Vec<String>,
+    text: String,
+}
+
+impl Page {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    /// The value of the hidden `csrf` field of the first form.
+    fn csrf(&self) -> String {
+        let start = self.text.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+        self.text[start..].split('"').next().unwrap().to_owned()
+    }
+
+    /// The `Set-Cookie` of `name`.
+    fn cookie(&self, name: &str) -> Option<&str> {
+        self.set_cookies.iter().map(String::as_str).find(|c| c.starts_with(&format!("{name}=")))
+    }
+}
+
+impl<'a> Browser<'a> {
+    fn new(app: &'a TestApp) -> Self {
+        let client =
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Self { app, client, jar: BTreeMap::new() }
+    }
+
+    async fn send(&mut self, builder: reqwest::RequestBuilder) -> Page {
+        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let builder =
+            if cookies.is_empty() { builder } else { builder.header("cookie", cookies.join("; ")) };
+        let response = builder.send().await.expect("request failed");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let set_cookies: Vec<String> =
+            headers.get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+        for raw in &set_cookies {
+            let cookie = actix_web::cookie::Cookie::parse(raw.clone()).unwrap();
+            if cookie.value().is_empty()
+                || cookie.max_age() == Some(actix_web::cookie::time::Duration::ZERO)
+            {
+                self.jar.remove(cookie.name());
+            } else {
+                self.jar.insert(cookie.name().to_owned(), cookie.value().to_owned());
+            }
+        }
+        let location = headers.get("location").map(|v| v.to_str().unwrap().to_owned());
+        let text = response.text().await.unwrap();
+        Page { status, location, headers, set_cookies, text }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let builder = self.client.get(self.app.url(path));
+        self.send(builder).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let builder = self.client.post(self.app.url(path)).form(form);
+        self.send(builder).await
+    }
+
+    async fn log_in(&mut self, email: &str, password: &str) -> Page {
+        self.post("/login", &[("email", email), ("password", password), ("next", "/keys")]).await
+    }
+}
+
+/// The CSP of every page: nothing inline, nothing from elsewhere, never framed.
+fn assert_strict_policy(page: &Page) {
+    let csp = page.header("content-security-policy");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
+    assert_eq!(page.header("x-frame-options"), "DENY");
+    assert_eq!(page.header("cache-control"), "no-store");
+}
+
+async fn signs_in_with_cookies_no_script_can_read(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("console").await;
+    let mut browser = Browser::new(&app);
+
+    let home = browser.get("/").await;
+    assert_eq!((home.status, home.location.as_deref()), (303, Some("/login")));
+    let keys = browser.get("/keys").await;
+    assert_eq!((keys.status, keys.location.as_deref()), (303, Some("/login?next=%2Fkeys")));
+    let form = browser.get("/login").await;
+    assert_eq!(form.status, 200);
+    assert_strict_policy(&form);
+
+    let wrong = browser.log_in(&user.email, "not the password at all").await;
+    assert_eq!(wrong.status, 401, "{}", wrong.text);
+    assert!(wrong.text.contains("invalid e-mail or password"), "{}", wrong.text);
+    assert!(wrong.set_cookies.is_empty());
+
+    let done = browser.log_in(&user.email, &user.password).await;
+    assert_eq!((done.status, done.location.as_deref()), (303, Some("/keys")), "{}", done.text);
+    for name in ["aigw_access", "aigw_refresh"] {
+        let cookie = done.cookie(name).unwrap_or_else(|| panic!("{name}: {:?}", done.set_cookies));
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+            assert!(cookie.contains(attribute), "{cookie}");
+        }
+        // Development serves plain HTTP on localhost: no `Secure` there (production sets it).
+        assert!(!cookie.contains("Secure"), "{cookie}");
+    }
+    let keys = browser.get("/keys").await;
+    assert_eq!(keys.status, 200, "{}", keys.text);
+    assert_strict_policy(&keys);
+    assert!(keys.text.contains(&user.email));
+
+    // The console's session is an ordinary one: listed by the API, ended by logout.
+    let sessions = app.get("/api/v1/auth/sessions", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 2, "{sessions}");
+    let csrf = keys.csrf();
+    let out = browser.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!((out.status, out.location.as_deref()), (303, Some("/login")));
+    assert!(browser.jar.is_empty(), "{:?}", browser.jar);
+    let sessions = app.get("/api/v1/auth/sessions", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 1, "{sessions}");
+}
+
+async fn forms_without_the_sessions_csrf_token_change_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("csrf").await;
+    let other = app.new_user("csrf-other").await;
+    let mut browser = Browser::new(&app);
+    browser.log_in(&user.email, &user.password).await;
+    let mut other_browser = Browser::new(&app);
+    other_browser.log_in(&other.email, &other.password).await;
+    let others_token = other_browser.get("/keys/new").await.csrf();
+    let own_token = browser.get("/keys/new").await.csrf();
+    assert_ne!(own_token, others_token);
+
+    let fields = |csrf: &'static str| {
+        vec![("csrf", csrf), ("name", "sneaky"), ("permissions", "ai_gateway")]
+    };
+    let missing = browser.post("/keys/new", &fields("")).await;
+    assert_eq!(missing.status, 403, "{}", missing.text);
+    let leaked: &'static str = Box::leak(others_token.into_boxed_str());
+    let foreign = browser.post("/keys/new", &fields(leaked)).await;
+    assert_eq!(foreign.status, 403, "{}", foreign.text);
+    // Another site's page: refused by its Origin even with the right token.
+    let own: &'static str = Box::leak(own_token.into_boxed_str());
+    let cross_site = browser
+        .client
+        .post(app.url("/keys/new"))
+        .form(&fields(own))
+        .header("origin", "https://evil.example");
+    assert_eq!(browser.send(cross_site).await.status, 403);
+    let listed = app.get("/api/v1/auth/api-keys", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(listed["api_keys"], json!([]), "{listed}");
+
+    // The right token from this origin creates the key and shows its secret once.
+    let same_site = browser
+        .client
+        .post(app.url("/keys/new"))
+        .form(&fields(own))
+        .header("origin", app.address.clone());
+    let created = browser.send(same_site).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let start = created.text.find("id=\"secret\"").expect("the secret on the page");
+    let after = &created.text[start..];
+    let secret = after[after.find('>').unwrap() + 1..].split('<').next().unwrap().to_owned();
+    assert!(secret.starts_with("aigw_"), "{secret}");
+    let chat = app
+        .post(
+            "/api/v1/ai/chat/completions",
+            Auth::Bearer(&secret),
+            &json!({"model": "echo", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(chat.status, 200, "{}", chat.text);
+}
+
+async fn user_text_is_shown_as_text(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let xss = "<img src=x onerror=alert(1)>";
+    let email = common::unique_email("xss");
+    let mut browser = Browser::new(&app);
+    let registered = browser
+        .post("/register", &[("email", &email), ("password", PASSWORD), ("name", xss)])
+        .await;
+    assert_eq!(
+        (registered.status, registered.location.as_deref()),
+        (303, Some("/keys")),
+        "{}",
+        registered.text
+    );
+    let csrf = browser.get("/keys/new").await.csrf();
+    let created =
+        browser.post("/keys/new", &[("csrf", &csrf), ("name", xss), ("permissions", "read")]).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let keys = browser.get("/keys").await;
+    assert!(keys.text.contains("&lt;img src=x onerror=alert(1)&gt;"), "{}", keys.text);
+    assert!(!keys.text.contains(xss), "{}", keys.text);
+    // A bad field is named, and the form comes back with what was typed.
+    let refused = browser.post("/keys/new", &[("csrf", &csrf), ("name", "no permissions")]).await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert!(refused.text.contains("permissions"), "{}", refused.text);
+    assert!(refused.text.contains("value=\"no permissions\""), "{}", refused.text);
+}
+
+async fn an_ended_session_sends_the_browser_to_the_login_page(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("disabled").await;
+    let admin = app.new_user("admin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &admin.email, aigw_domain::Role::Admin).await.unwrap();
+    let mut browser = Browser::new(&app);
+    browser.log_in(&user.email, &user.password).await;
+    assert_eq!(browser.get("/keys").await.status, 200);
+
+    // Without the access cookie the refresh cookie renews the session (both cookies rotate).
+    let refresh = browser.jar.get("aigw_refresh").cloned().unwrap();
+    browser.jar.remove("aigw_access");
+    let renewed = browser.get("/keys").await;
+    assert_eq!(renewed.status, 200, "{}", renewed.text);
+    assert!(renewed.cookie("aigw_access").is_some() && renewed.cookie("aigw_refresh").is_some());
+    assert_ne!(browser.jar.get("aigw_refresh"), Some(&refresh));
+
+    let admin_token =
+        app.login(&admin.email, &admin.password).await["token"].as_str().unwrap().to_owned();
+    let path = format!("/api/v1/admin/users/{}", user.id);
+    let patched = app
+        .request(reqwest::Method::PATCH, &path, Auth::Bearer(&admin_token))
+        .json(&json!({"disabled": true}));
+    app.send(patched).await.data(200);
+    let next = browser.get("/keys").await;
+    assert_eq!((next.status, next.location.as_deref()), (303, Some("/login?next=%2Fkeys")));
+    assert!(browser.jar.is_empty(), "{:?}", browser.jar);
+}
+
+async fn key_pages_are_cut_by_cursor(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("paged").await;
+    for i in 0..53 {
+        let body = json!({"name": format!("key {i:02}"), "permissions": ["read"]});
+        app.post("/api/v1/auth/api-keys", Auth::Bearer(&user.token), &body).await.data(201);
+    }
+    let mut browser = Browser::new(&app);
+    browser.log_in(&user.email, &user.password).await;
+    let first = browser.get("/keys").await;
+    assert_eq!(first.text.matches("data-key-id=").count(), 50);
+    assert!(first.text.contains(">key 52<") && !first.text.contains(">key 02<"));
+    let start = first.text.find("rel=\"next\" href=\"").expect("a next link") + 17;
+    let next = first.text[start..].split('"').next().unwrap().to_owned();
+    let second = browser.get(&next.replace("&#x2f;", "/").replace("&amp;", "&")).await;
+    assert_eq!(second.text.matches("data-key-id=").count(), 3, "{}", second.text);
+    assert!(!second.text.contains("rel=\"next\""));
+    let bad = browser.get("/keys?cursor=not-a-cursor").await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert!(bad.text.contains("cursor"), "{}", bad.text);
+}
+
+async fn the_console_can_be_turned_off(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.console.enabled = false).await;
+    for path in ["/", "/login", "/keys", "/console/assets/console.css"] {
+        let reply = app.get(path, Auth::None).await;
+        reply.error(404, "not_found");
+    }
+    assert_eq!(app.get("/healthz", Auth::None).await.status, 200);
+}
+
+backend_tests!(
+    signs_in_with_cookies_no_script_can_read,
+    forms_without_the_sessions_csrf_token_change_nothing,
+    user_text_is_shown_as_text,
+    an_ended_session_sends_the_browser_to_the_login_page,
+    key_pages_are_cut_by_cursor,
+    the_console_can_be_turned_off,
+);
