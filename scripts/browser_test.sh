@@ -114,8 +114,9 @@ mkdir -p "$logs"
 failed=()
 passed=()
 
-run_backend() { # backend name, database URL (empty: SQLite in the data dir)
+run_backend() { # backend name, database URL (empty: SQLite in the data dir), pytest args
   local backend=$1 url=$2 dir="$work/$1" port started
+  shift 2
   port=$(free_port)
   mkdir -p "$dir"
   rm -rf "${shots:?}/$backend"

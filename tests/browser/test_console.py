@@ -2,6 +2,7 @@
 (CSP header without unsafe-inline/unsafe-eval, no console error, axe-core serious/critical,
 one <main id=main> and one <h1>) and screenshotted in light/dark on desktop/phone."""
 
+import json
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from harness import (
     BASE,
+    EC,
     PASSWORD,
     By,
     api,
@@ -57,6 +59,15 @@ def select_some(b, css, preferred):
     value = preferred if preferred in values else values[-1]
     sel.select_by_value(value)
     return value
+
+
+def register_in_browser(b, email, name, page, shots=True):
+    """Registers through /register; the browser lands on the page after it (checked as `page`)."""
+    b.visit("/register", "register", shots=shots)
+    b.fill("#email", email)
+    b.fill("#password", PASSWORD)
+    b.fill("#name", name)
+    b.submit("button[type=submit]", page, shots=shots)
 
 
 def create_key_in_browser(b, name, permissions, page="key-created"):
@@ -101,6 +112,39 @@ def usage_state(b):
 # ----------------------------------------------------------------------------- scenarios
 
 
+def test_console_form_post_is_not_refused_as_cross_site(browser):
+    """A form posted from the console's own page must pass its origin check. Chromium sends
+    `Origin: null` on a form POST from a page whose Referrer-Policy is no-referrer (the Fetch
+    standard's rule), so a check that refuses `null` refuses every console form."""
+    require("/login")
+    if os.environ.get("AIGW_BROWSER_FORCE_ORIGIN"):
+        pytest.skip("AIGW_BROWSER_FORCE_ORIGIN is set: the browser's own Origin header is overridden")
+    b = browser
+    email = unique_email("origin")
+    register_api(email)
+    b.visit("/login", "login", shots=False, axe=False)
+    b.fill("#email", email)
+    b.fill("#password", PASSWORD)
+    b.drain_logs()
+    old = b.find("html")
+    b.find("button[type=submit]").click()
+    b.wait(EC.staleness_of(old), 15, "no page after posting the login form")
+    b.wait(lambda d: d.execute_script("return document.readyState") == "complete", 15)
+    origin = None
+    for entry in b.driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent" and msg["params"]["request"]["method"] == "POST":
+            origin = {k.lower(): v for k, v in msg["params"]["request"]["headers"].items()}.get("origin")
+    text = b.text("main")
+    assert "sent from another site" not in text, (
+        f"POST /login from the console's own login page was refused as cross-site ({b.driver.current_url}: {text!r}). "
+        f"The browser sent Origin: {origin!r}; the page's Referrer-Policy is "
+        f"{http('GET', '/login')[1].get('Referrer-Policy')!r} (Chromium sends Origin: null on a form POST "
+        "from a no-referrer page, and the origin check refuses null)"
+    )
+    assert b.path == "/keys", f"login landed on {b.driver.current_url}: {text!r}"
+
+
 def test_root_redirects_to_login_and_login_error(browser):
     require("/login", "/register")
     b = browser
@@ -120,6 +164,8 @@ def test_root_redirects_to_login_and_login_error(browser):
     b.visit("/register", "register")
     b.fill("#email", unique_email("short"))
     b.fill("#password", "short")
+    # The browser's own minlength check would stop the form: the server's answer is the test.
+    b.driver.execute_script("document.getElementById('password').removeAttribute('minlength')")
     b.submit("button[type=submit]", "register-error", expect_status="any")
     err = b.find_all("#error[role=alert]")
     assert err and "password" in err[0].text.lower(), f"short password: {err[0].text if err else 'no #error'}"
@@ -128,13 +174,7 @@ def test_root_redirects_to_login_and_login_error(browser):
 def test_key_lifecycle_chat_usage_rotate_revoke(browser):
     require("/register", "/keys", "/keys/new")
     b = browser
-    email = unique_email("keys")
-    b.visit("/register", "register")
-    b.fill("#email", email)
-    b.fill("#password", PASSWORD)
-    if b.find_all("#name"):
-        b.fill("#name", "Kim Keys")
-    b.submit("button[type=submit]", "keys-empty")
+    register_in_browser(b, unique_email("keys"), "Kim Keys", "keys-empty")
     assert b.path == "/keys", f"registration landed on {b.driver.current_url}, not /keys"
     missing = [h for h in NAV if not b.find_all(f'a[href="{h}"]')] + ([] if b.find_all("button#logout") else ["button#logout"])
     assert not missing, f"the nav lacks {missing}"
@@ -205,6 +245,13 @@ def test_key_lifecycle_chat_usage_rotate_revoke(browser):
     assert chat(secret)[0] == 200, "the old secret is refused during its grace period"
 
     b.visit(f"/keys/{key_id}", "key-detail-rotated", shots=False)
+    # Dismissing the confirmation sends nothing.
+    revoke = b.find("form#revoke")
+    question = revoke.get_attribute("data-confirm")
+    assert question, "form#revoke asks for no confirmation"
+    revoke.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    b.accept_confirm(question, accept=False)
+    assert b.path == f"/keys/{key_id}" and chat(new_secret)[0] == 200, "a dismissed revocation revoked the key"
     b.submit("form#revoke", "key-revoked")
     assert poll(lambda: chat(new_secret)[0] == 401, 5, 0.2), f"revoked key still answers {chat(new_secret)}"
     assert chat(secret)[0] == 401, "the old (grace period) secret of a revoked key is still accepted"
@@ -219,11 +266,7 @@ def test_xss_in_display_name_and_key_name(browsers, admin_credentials):
     require("/register", "/keys", "/keys/new")
     b = browsers("xss")
     email = unique_email("xss")
-    b.visit("/register", "register", shots=False)
-    b.fill("#email", email)
-    b.fill("#password", PASSWORD)
-    b.fill("#name", XSS)
-    b.submit("button[type=submit]", "xss-keys", shots=False)
+    register_in_browser(b, email, XSS, "xss-keys", shots=False)
 
     def no_img(where):
         imgs = b.driver.execute_script("return document.querySelectorAll('img').length")
@@ -237,7 +280,10 @@ def test_xss_in_display_name_and_key_name(browsers, admin_credentials):
     row = key_row(b, XSS)
     assert row.find_element(By.CSS_SELECTOR, "td.name").text == XSS
     shown = bool(b.elements_with_text(XSS))
-    if page_exists("/account"):
+    if not page_exists("/account"):
+        print("SKIPPED the display-name part: /account is not in this build")
+        shown = True
+    else:
         b.visit("/account", "xss-account", shots=False)
         no_img("/account")
         shown_here = bool(b.elements_with_text(XSS))
