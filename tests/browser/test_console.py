@@ -262,6 +262,49 @@ def test_key_lifecycle_chat_usage_rotate_revoke(browser):
     assert not b.find_all(f'tr[data-key-id="{key_id}"]'), "a deleted key is still listed"
 
 
+def test_key_form_limits_validation_and_paging(browser):
+    require("/keys", "/keys/new")
+    b = browser
+    email = unique_email("limits")
+    token = register_api(email)
+    b.login(email)
+    # A refused form keeps what was typed and names the field.
+    b.visit("/keys/new", "keys-new", shots=False, axe=False)
+    b.fill("#name", "limited key")
+    b.fill("#max_budget_usd", "lots")
+    b.submit("#name", "keys-new-error", expect_status="any")
+    err = b.find_all("#error[role=alert]")
+    assert err and "max_budget_usd" in err[0].text, f"a budget of 'lots': {err[0].text if err else 'no #error'}"
+    assert b.find("#max_budget_usd").get_attribute("aria-invalid") == "true", "the refused field is not aria-invalid"
+    assert b.find("#name").get_attribute("value") == "limited key", "the form lost the name typed"
+    # Every limit, then the key's page shows them.
+    b.fill("#max_budget_usd", "5")
+    select_some(b, "#budget_period", "weekly")
+    b.fill("#rpm_limit", "60")
+    b.fill("#tpm_limit", "10000")
+    b.fill("#allowed_models", "echo, gpt-*")
+    b.driver.execute_script("document.getElementById('expires_at').value = '2099-01-31'")
+    set_checkboxes(b, "permissions", ["ai_gateway"])
+    b.submit("#name", "key-created-limits", shots=False)
+    secret = b.find("code#secret").text.strip()
+    assert chat(secret)[0] == 200
+    b.follow(b.driver.find_element(By.LINK_TEXT, "The key's page"), "key-detail-limits")
+    details = b.text("main")
+    for shown in ("60", "10000", "echo", "gpt-*", "2099-01-31", "$5"):
+        assert shown in details, f"the key's page does not show {shown!r}: {details!r}"
+    # Paging: 55 keys are two pages of /keys (50, then 5), each key once.
+    for i in range(54):
+        status, doc = api("POST", "/auth/api-keys", {"name": f"bulk {i:02d}", "permissions": ["read"]}, token)
+        assert status == 201, f"key {i}: {status} {doc}"
+    b.visit("/keys", "keys-paged", shots=False)
+    first = [r.get_attribute("data-key-id") for r in b.find_all("table#keys tr[data-key-id]")]
+    assert b.find_all("a[rel=next]"), f"/keys with 55 keys shows {len(first)} rows and no a[rel=next]"
+    b.follow("a[rel=next]", "keys-page-2", shots=False)
+    second = [r.get_attribute("data-key-id") for r in b.find_all("table#keys tr[data-key-id]")]
+    assert not b.find_all("a[rel=next]"), "the last page has a[rel=next]"
+    assert len(first) + len(second) == 55 and not set(first) & set(second), f"pages of {len(first)} and {len(second)} rows"
+
+
 def test_xss_in_display_name_and_key_name(browsers, admin_credentials):
     require("/register", "/keys", "/keys/new")
     b = browsers("xss")
