@@ -108,12 +108,13 @@ pub(crate) fn html(status: StatusCode, body: String) -> HttpResponse {
     response.insert_header((header::CONTENT_TYPE, "text/html; charset=utf-8")).body(body)
 }
 
-/// The headers of every console answer: the policy, no caching, no framing, no sniffing, no
-/// referrer.
+/// The headers of every console answer: the policy, no caching, no framing, no sniffing, and
+/// no referrer to other sites (`same-origin`: the console's own forms then carry a real
+/// `Origin`, which [`crate::console::session::same_origin`] checks).
 pub(crate) fn secure_headers(response: &mut actix_web::HttpResponseBuilder) {
     response
         .insert_header((header::CONTENT_SECURITY_POLICY, CSP))
-        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header((header::REFERRER_POLICY, "same-origin"))
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .insert_header((header::X_FRAME_OPTIONS, "DENY"))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"));

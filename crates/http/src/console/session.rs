@@ -11,9 +11,10 @@
 //!
 //! Every state-changing request is a form `POST` that must carry the session's CSRF token,
 //! `HMAC-SHA256(key, session id)` in hex, the key derived (HKDF-SHA256) from the JWT signing
-//! key material every node shares; a `POST` whose `Origin` names another host, or whose
-//! `Sec-Fetch-Site` is `cross-site`, is refused before anything else (this also covers the
-//! forms used before a session exists: login, registration, password reset).
+//! key material every node shares; a `POST` that another site made the browser send
+//! (`Sec-Fetch-Site` other than `same-origin`, or an `Origin` of another host) is refused
+//! before anything else (this also covers the forms used before a session exists: login,
+//! registration, password reset).
 
 use crate::console::render::{self, Shown};
 use crate::error::ApiError;
@@ -311,39 +312,41 @@ pub(crate) async fn renewed_cookies(
     Ok(response)
 }
 
-/// Refuses a `POST` that another site made the browser send: an `Origin` whose host is not
-/// this request's host, or `Sec-Fetch-Site: cross-site`. A request without either (a client
-/// that is not a browser) passes; the CSRF token still guards every signed-in form.
+/// Refuses a `POST` that another site made the browser send. A browser that sends
+/// `Sec-Fetch-Site` must say `same-origin` (or `none`: typed or bookmarked); else an `Origin`
+/// it sends must name this request's host. A request with neither (a client that is not a
+/// browser) passes; the CSRF token still guards every signed-in form. The console's pages are
+/// sent with `Referrer-Policy: same-origin`, under which browsers send a real `Origin` on
+/// their own forms (`no-referrer` would make it `null`).
 ///
 /// # Errors
 /// A 403 page.
 pub(crate) fn same_origin(req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
-    let cross_site = req
-        .headers()
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
-    let host = req.connection_info().host().to_ascii_lowercase();
-    let foreign_origin = req.headers().get(header::ORIGIN).is_some_and(|origin| {
-        let origin = origin.to_str().unwrap_or("null");
-        match url::Url::parse(origin) {
-            Ok(url) => {
+    let headers = req.headers();
+    let allowed = match headers.get("sec-fetch-site") {
+        Some(site) => {
+            let site = site.as_bytes();
+            site.eq_ignore_ascii_case(b"same-origin") || site.eq_ignore_ascii_case(b"none")
+        }
+        None => headers.get(header::ORIGIN).is_none_or(|origin| {
+            let host = req.connection_info().host().to_ascii_lowercase();
+            url::Url::parse(origin.to_str().unwrap_or("null")).is_ok_and(|url| {
                 let authority = match (url.host_str(), url.port()) {
                     (Some(h), Some(p)) => format!("{h}:{p}"),
                     (Some(h), None) => h.to_owned(),
                     _ => String::new(),
                 };
-                authority.to_ascii_lowercase() != host
-            }
-            Err(_) => true,
-        }
-    });
-    if cross_site || foreign_origin {
+                authority.to_ascii_lowercase() == host
+            })
+        }),
+    };
+    if allowed {
+        Ok(())
+    } else {
         Err(Box::new(render::failure(
             minijinja::Value::UNDEFINED,
             &Shown::new(StatusCode::FORBIDDEN, "This form was sent from another site."),
         )))
-    } else {
-        Ok(())
     }
 }
 

@@ -6,12 +6,12 @@ use crate::console::render::{page, see_other, Shown};
 use crate::console::session::{ConsoleContext, Viewer};
 use crate::console::view::{CsrfOnly, Form};
 use crate::observe::metric;
-use crate::routes::auth::client_info;
+use crate::routes::auth::{client_info, count_login, failures_counted};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
-use aigw_service::{LoginOutcome, LogoutScope, Policy, SecondFactor, ServiceError, TokenSet};
+use aigw_service::{LoginOutcome, LogoutScope, Policy, SecondFactor, TokenSet};
 use minijinja::value::merge_maps;
 use minijinja::{context, Value};
 use serde::Deserialize;
@@ -119,26 +119,10 @@ pub(crate) async fn login(
         state.limits.refuse_if_failing(&req).await?;
         state.limits.login(&req, &form.email).await?;
         let client = client_info(&state, &req);
-        match state.auth.login(&form.email, form.password, &client).await {
-            Err(e @ ServiceError::Unauthorized { .. }) => {
-                state.limits.count_failure(&req).await;
-                Err(e.into())
-            }
-            other => other.map_err(crate::error::ApiError::from),
-        }
+        failures_counted(&state, &req, state.auth.login(&form.email, form.password, &client)).await
     }
     .await;
-    let outcome = match &result {
-        Ok(LoginOutcome::MfaRequired(_)) => "mfa_required",
-        Ok(_) => "ok",
-        Err(e) => match actix_web::ResponseError::status_code(e).as_u16() {
-            401 => "invalid",
-            429 => "rate_limited",
-            400..=499 => "bad_request",
-            _ => "error",
-        },
-    };
-    state.telemetry.metrics.count(metric::LOGINS_TOTAL, &[("outcome", outcome)]);
+    count_login(&state, &result);
     match result {
         Ok(LoginOutcome::Tokens(tokens)) => {
             state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
@@ -179,13 +163,8 @@ pub(crate) async fn login_mfa(
             SecondFactor::from_fields(Some(code), None)?
         };
         let client = client_info(&state, &req);
-        match state.auth.complete_mfa_login(&form.mfa_token, &factor, &client).await {
-            Err(e @ ServiceError::Unauthorized { .. }) => {
-                state.limits.count_failure(&req).await;
-                Err(e.into())
-            }
-            other => other.map_err(crate::error::ApiError::from),
-        }
+        let completed = state.auth.complete_mfa_login(&form.mfa_token, &factor, &client);
+        failures_counted(&state, &req, completed).await
     }
     .await;
     match result {

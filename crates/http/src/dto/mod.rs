@@ -567,8 +567,39 @@ impl From<CreatedApiKey> for CreatedApiKeyDto {
 /// `GET /auth/api-keys` answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ApiKeyListData {
-    /// The caller's keys, newest first.
+    /// The caller's keys, newest first: all of them, or one page when `limit` or `cursor` was
+    /// given.
     pub(crate) api_keys: Vec<ApiKeyDto>,
+    /// On a paged answer: the `cursor` of the next page; `null` on the last page. Absent when
+    /// the list was not paged.
+    #[serde(skip_serializing_if = "Paged::is_whole")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub(crate) next_cursor: Paged,
+}
+
+/// The `next_cursor` of a list that may be paged: not paged (field absent), or the next
+/// page's cursor (`null` on the last page).
+#[derive(Debug)]
+pub(crate) enum Paged {
+    /// The whole list was answered.
+    Whole,
+    /// One page; the cursor of the next one, if any.
+    Page(Option<String>),
+}
+
+impl Paged {
+    fn is_whole(&self) -> bool {
+        matches!(self, Paged::Whole)
+    }
+}
+
+impl Serialize for Paged {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Paged::Page(Some(cursor)) => serializer.serialize_str(cursor),
+            _ => serializer.serialize_none(),
+        }
+    }
 }
 
 /// `DELETE /auth/api-keys/{id}` answer.

@@ -2,16 +2,18 @@
 
 use crate::dto::{
     ApiKeyDto, ApiKeyListData, BodyErrors, CreateApiKeyRequest, CreatedApiKeyDto, DeletedData,
-    Envelope, ErrorEnvelope, RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
+    Envelope, ErrorEnvelope, Paged, RotateApiKeyRequest, ServerErrors, UpdateApiKeyRequest,
 };
 use crate::error::ApiError;
-use crate::extract::{parse_json, After, Authorized, JsonBody, OptionalJsonBody, PathId, RawJson};
+use crate::extract::{
+    parse_json, query_params, After, Authorized, JsonBody, OptionalJsonBody, PathId, RawJson,
+};
 use crate::idempotency;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
-use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey};
+use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey, PageRequest};
 
 /// Create an API key (access token only). The full key is in this answer and never again.
 #[utoipa::path(post, path = "/api/v1/auth/api-keys", tag = "api-keys", request_body = CreateApiKeyRequest,
@@ -54,25 +56,39 @@ fn render_created(created: &CreatedApiKey) -> Vec<u8> {
     serde_json::to_vec(&Envelope::ok(CreatedApiKeyDto::from(created.clone()))).unwrap_or_default()
 }
 
-/// The caller's API keys, newest first (access token, or API key with `read`).
+/// The caller's API keys, newest first (access token, or API key with `read`): all of them,
+/// or, with `limit` or `cursor`, one page and the `next_cursor` of the next.
 #[utoipa::path(get, path = "/api/v1/auth/api-keys", tag = "api-keys",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Keys per page, 1 to 200 (default 50 when only `cursor` is given); without `limit` and `cursor` every key is answered"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<ApiKeyListData>),
+        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         ServerErrors))]
 pub(crate) async fn list(
     state: web::Data<AppState>,
+    req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    let keys = state.auth.list_api_keys(&caller).await?;
+    let mut params = query_params(&req, &["limit", "cursor"])?;
+    let (keys, next_cursor) = if params.is_empty() {
+        (state.auth.list_api_keys(&caller).await?, Paged::Whole)
+    } else {
+        let page = PageRequest { limit: params.remove("limit"), cursor: params.remove("cursor") };
+        let page = state.auth.list_api_keys_page(&caller, &page).await?;
+        (page.items, Paged::Page(page.next_cursor))
+    };
     let usage = state.usage.usage_30d(caller.user_id(), None).await?;
     let spend = state.usage.period_spend(caller.user_id(), &keys).await?;
     let api_keys = keys
         .into_iter()
         .map(|k| ApiKeyDto::from(k).with_usage(&usage).with_spend(&spend))
         .collect();
-    Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyListData { api_keys })))
+    Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyListData { api_keys, next_cursor })))
 }
 
 /// The key object of one key, with its usage and its spend in the current period.

@@ -66,17 +66,7 @@ pub(crate) async fn login(
         failures_counted(&state, &req, login).await
     }
     .await;
-    let outcome = match &result {
-        Ok(LoginOutcome::MfaRequired(_)) => "mfa_required",
-        Ok(_) => "ok",
-        Err(e) => match e.status_code().as_u16() {
-            401 => "invalid",
-            429 => "rate_limited",
-            400..=499 => "bad_request",
-            _ => "error",
-        },
-    };
-    state.telemetry.metrics.count(metric::LOGINS_TOTAL, &[("outcome", outcome)]);
+    let outcome = count_login(&state, &result);
     match result {
         Ok(LoginOutcome::Tokens(set)) => {
             state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
@@ -96,6 +86,26 @@ pub(crate) async fn login(
     }
 }
 
+/// Counts a login attempt in `aigw_logins_total` by its outcome (`ok`, `mfa_required`,
+/// `invalid`, `rate_limited`, `bad_request`, `error`), which it returns.
+pub(crate) fn count_login(
+    state: &AppState,
+    result: &Result<LoginOutcome, ApiError>,
+) -> &'static str {
+    let outcome = match result {
+        Ok(LoginOutcome::MfaRequired(_)) => "mfa_required",
+        Ok(_) => "ok",
+        Err(e) => match e.status_code().as_u16() {
+            401 => "invalid",
+            429 => "rate_limited",
+            400..=499 => "bad_request",
+            _ => "error",
+        },
+    };
+    state.telemetry.metrics.count(metric::LOGINS_TOTAL, &[("outcome", outcome)]);
+    outcome
+}
+
 /// Where `req` comes from: the client address (trusted-proxy rules) and `User-Agent`.
 pub(crate) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
     let user_agent = req.headers().get(actix_web::http::header::USER_AGENT);
@@ -107,7 +117,7 @@ pub(crate) fn client_info(state: &AppState, req: &HttpRequest) -> ClientInfo {
 
 /// Awaits a credential check and counts a refusal (401) against the client IP's
 /// `auth_failure` quota.
-pub(super) async fn failures_counted<T>(
+pub(crate) async fn failures_counted<T>(
     state: &AppState,
     req: &HttpRequest,
     check: impl std::future::Future<Output = Result<T, ServiceError>>,

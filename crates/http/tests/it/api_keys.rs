@@ -16,6 +16,7 @@ backend_tests!(
     create_validates_name,
     list_is_newest_first_without_secrets,
     list_shows_only_own_keys,
+    list_pages_by_cursor_when_asked,
     revoke_sets_revoked_at_and_refuses_the_key,
     delete_removes_the_key,
     other_users_key_is_not_found,
@@ -393,5 +394,41 @@ async fn revocation_and_deletion_hold_on_every_node_at_once(backend: Backend) {
     // No waiting: the other node refuses both keys immediately.
     for made in [&revoked, &deleted] {
         node_b.me(Auth::Bearer(made["key"].as_str().unwrap())).await.unauthorized();
+    }
+}
+
+async fn list_pages_by_cursor_when_asked(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("paged-keys").await;
+    for name in ["one", "two", "three"] {
+        let body = json!({"name": name, "permissions": ["read"]});
+        app.create_key_raw(Auth::Bearer(&user.token), &body).await.data(201);
+    }
+    let names = |data: &Value| -> Vec<String> {
+        data["api_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Without paging parameters: every key, and no cursor field (as before paging existed).
+    let whole = app.get("/api/v1/auth/api-keys", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(names(&whole), ["three", "two", "one"]);
+    assert!(whole.get("next_cursor").is_none(), "{whole}");
+
+    let first = app.get("/api/v1/auth/api-keys?limit=2", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(names(&first), ["three", "two"]);
+    let cursor = first["next_cursor"].as_str().expect("a cursor").to_owned();
+    let path = format!("/api/v1/auth/api-keys?limit=2&cursor={cursor}");
+    let last = app.get(&path, Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(names(&last), ["one"]);
+    assert_eq!(last["next_cursor"], Value::Null, "{last}");
+
+    for bad in ["limit=0", "limit=201", "limit=x", "cursor=garbage"] {
+        let field = bad.split('=').next().unwrap();
+        app.get(&format!("/api/v1/auth/api-keys?{bad}"), Auth::Bearer(&user.token))
+            .await
+            .invalid(field);
     }
 }

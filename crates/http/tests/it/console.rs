@@ -94,6 +94,7 @@ fn assert_strict_policy(page: &Page) {
     assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
     assert_eq!(page.header("x-frame-options"), "DENY");
     assert_eq!(page.header("cache-control"), "no-store");
+    assert_eq!(page.header("referrer-policy"), "same-origin");
 }
 
 async fn signs_in_with_cookies_no_script_can_read(backend: Backend) {
@@ -168,6 +169,12 @@ async fn forms_without_the_sessions_csrf_token_change_nothing(backend: Backend) 
         .form(&fields(own))
         .header("origin", "https://evil.example");
     assert_eq!(browser.send(cross_site).await.status, 403);
+    for (name, value) in
+        [("origin", "null"), ("sec-fetch-site", "cross-site"), ("sec-fetch-site", "same-site")]
+    {
+        let sent = browser.client.post(app.url("/keys/new")).form(&fields(own)).header(name, value);
+        assert_eq!(browser.send(sent).await.status, 403, "{name}: {value}");
+    }
     let listed = app.get("/api/v1/auth/api-keys", Auth::Bearer(&user.token)).await.data(200);
     assert_eq!(listed["api_keys"], json!([]), "{listed}");
 
@@ -176,7 +183,8 @@ async fn forms_without_the_sessions_csrf_token_change_nothing(backend: Backend) 
         .client
         .post(app.url("/keys/new"))
         .form(&fields(own))
-        .header("origin", app.address.clone());
+        .header("origin", app.address.clone())
+        .header("sec-fetch-site", "same-origin");
     let created = browser.send(same_site).await;
     assert_eq!(created.status, 201, "{}", created.text);
     let start = created.text.find("id=\"secret\"").expect("the secret on the page");
