@@ -285,7 +285,7 @@ class Browser:
         where = f"[{self.label}] {page} ({self.driver.current_url})"
         assert headers is not None, f"{where}: no document response in the performance log"
         if expect_status is None:
-            assert status < 400, f"{where}: HTTP {status}"
+            assert status < 400, f"{where}: HTTP {status}: {self.body_text()!r}"
         elif expect_status != "any":
             assert status == expect_status, f"{where}: HTTP {status}, expected {expect_status}"
         csp = headers.get("content-security-policy")
@@ -310,6 +310,9 @@ class Browser:
         self.axe_and_shots(page, where, axe, shots)
         self.assert_console_clean(where)
         self.no_alert(where)
+
+    def body_text(self, limit=300):
+        return self.driver.execute_script("return document.body ? document.body.innerText : ''")[:limit]
 
     def document_response(self):
         """(status, lower-cased headers) of the last top-level document response since the
