@@ -245,20 +245,42 @@ pub fn revoke(
     })
 }
 
-/// Up to `limit` keys of every user (of `owner` when given), newest first (by id), after id
-/// `before` when given.
+/// Up to `limit` keys of every user (of `owner` when given; whose `key_prefix` starts with
+/// `key_prefix` when given), newest first (by id), after id `before` when given.
+///
+/// The prefix is a range, `key_prefix >= p AND key_prefix < p || U+10FFFF`, compared byte by
+/// byte (SQLite's BINARY collation; `COLLATE "C"` on PostgreSQL, whatever the database's
+/// collation), so the index `api_keys (key_prefix, id)` serves it and the case of base62 is
+/// kept. (A prefix followed by U+10FFFF itself would fall outside; key prefixes are ASCII.)
 ///
 /// # Errors
 /// On database failure.
 pub fn list_all(
     conn: &mut DbConnection,
     owner: Option<&str>,
+    key_prefix: Option<&str>,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ApiKeyRow>, PersistenceError> {
+    use diesel::dsl::sql;
+    use diesel::sql_types::{Bool, Text};
     let mut query = api_keys::table.select(ApiKeyRecord::as_select()).into_boxed();
     if let Some(owner) = owner {
         query = query.filter(api_keys::user_id.eq(owner.to_owned()));
+    }
+    if let Some(prefix) = key_prefix {
+        let (low, high) = (prefix.to_owned(), format!("{prefix}{}", char::MAX));
+        query = match conn {
+            DbConnection::Postgres(_) => query.filter(
+                sql::<Bool>("api_keys.key_prefix COLLATE \"C\" >= ")
+                    .bind::<Text, _>(low)
+                    .sql(" AND api_keys.key_prefix COLLATE \"C\" < ")
+                    .bind::<Text, _>(high),
+            ),
+            DbConnection::Sqlite(_) => {
+                query.filter(api_keys::key_prefix.ge(low).and(api_keys::key_prefix.lt(high)))
+            }
+        };
     }
     if let Some(before) = before {
         query = query.filter(api_keys::id.lt(before.to_owned()));

@@ -45,6 +45,27 @@ pub fn find_by_id(conn: &mut DbConnection, id: &str) -> Result<Option<UserRow>, 
         .map(UserRow::from))
 }
 
+/// The users with the given ids (those that exist, in no particular order); the caller
+/// bounds how many ids it asks for.
+///
+/// # Errors
+/// On database failure.
+pub fn find_by_ids(
+    conn: &mut DbConnection,
+    ids: &[String],
+) -> Result<Vec<UserRow>, PersistenceError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(users::table
+        .filter(users::id.eq_any(ids.to_vec()))
+        .select(UserRecord::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(UserRow::from)
+        .collect())
+}
+
 /// Replaces a user's password hash (re-hashing with raised parameters) at `now` (UTC).
 ///
 /// # Errors

@@ -9,6 +9,7 @@
 //! is in [`session`]; `console.enabled = false` turns it all off (every console path then
 //! answers 404 like any unknown path).
 
+pub(crate) mod admin;
 pub(crate) mod assets;
 pub(crate) mod keys;
 pub(crate) mod render;
@@ -46,6 +47,17 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/keys/{id}", get().to(keys::show))
             .route("/keys/{id}/rotate", post().to(keys::rotate))
             .route("/keys/{id}/revoke", post().to(keys::revoke))
-            .route("/keys/{id}/delete", post().to(keys::delete)),
+            .route("/keys/{id}/delete", post().to(keys::delete))
+            // Platform administration (role admin).
+            .route("/admin/users", get().to(admin::users))
+            .route("/admin/users/{id}/disable", post().to(admin::disable_user))
+            .route("/admin/users/{id}/enable", post().to(admin::enable_user))
+            .route("/admin/users/{id}/role", post().to(admin::set_role))
+            .route("/admin/keys", get().to(admin::keys))
+            .route("/admin/keys/{id}/revoke", post().to(admin::revoke_key))
+            .route("/admin/invitations", get().to(admin::invitations))
+            .route("/admin/invitations", post().to(admin::create_invitation))
+            .route("/admin/invitations/{id}/revoke", post().to(admin::revoke_invitation))
+            .route("/admin/audit", get().to(admin::audit)),
     );
 }

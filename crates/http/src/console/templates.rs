@@ -15,4 +15,13 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     ("key_new.html", include_str!("../../templates/console/key_new.html")),
     ("key_secret.html", include_str!("../../templates/console/key_secret.html")),
     ("key_show.html", include_str!("../../templates/console/key_show.html")),
+    // Platform administration.
+    ("admin_users.html", include_str!("../../templates/console/admin_users.html")),
+    ("admin_keys.html", include_str!("../../templates/console/admin_keys.html")),
+    ("admin_invitations.html", include_str!("../../templates/console/admin_invitations.html")),
+    (
+        "admin_invitation_secret.html",
+        include_str!("../../templates/console/admin_invitation_secret.html"),
+    ),
+    ("admin_audit.html", include_str!("../../templates/console/admin_audit.html")),
 ];

@@ -92,17 +92,19 @@ pub(crate) async fn update_user(
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }
 
-/// Every user's API keys (one user's with `user_id`), newest first, cursor-paged.
+/// Every user's API keys (one user's with `user_id`; those whose visible prefix starts with
+/// `key_prefix`), newest first, cursor-paged.
 #[utoipa::path(get, path = "/api/v1/admin/api-keys", tag = "admin",
     params(
         ("user_id" = Option<String>, Query, description = "Only this user's keys"),
+        ("key_prefix" = Option<String>, Query, min_length = 1, max_length = 12, pattern = "^[A-Za-z0-9_]{1,12}$", description = "Only keys whose `key_prefix` (their first 12 characters, e.g. `aigw_AbC1234`) starts with this; case-sensitive, 1 to 12 letters, digits or `_`"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Keys per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<AdminApiKeyListData>),
-        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
+        (status = 400, description = "Bad key_prefix, limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
@@ -111,9 +113,10 @@ pub(crate) async fn list_api_keys(
     req: HttpRequest,
     AdminCaller(admin): AdminCaller,
 ) -> Result<HttpResponse, ApiError> {
-    let mut params = query_params(&req, &["user_id", "limit", "cursor"])?;
+    let mut params = query_params(&req, &["user_id", "key_prefix", "limit", "cursor"])?;
     let page = page_request(&mut params);
-    let keys = state.auth.admin_list_api_keys(&admin, params.remove("user_id"), &page).await?;
+    let (user_id, key_prefix) = (params.remove("user_id"), params.remove("key_prefix"));
+    let keys = state.auth.admin_list_api_keys(&admin, user_id, key_prefix, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyListData::from(keys))))
 }
 

@@ -186,6 +186,66 @@ async fn admins_see_and_revoke_every_key(backend: Backend) {
     app.post_empty("/api/v1/admin/api-keys/nope/revoke", auth).await.not_found("api_key", "nope");
 }
 
+async fn admins_find_keys_by_their_prefix(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let admin = new_admin(&app, "finder").await;
+    let user = app.new_user("prefixed").await;
+    let auth = Auth::Bearer(&admin.token);
+    let first = app.create_key(&user.token, &["read"], None).await;
+    let second = app.create_key(&user.token, &["read"], None).await;
+    let other = app.new_user("other-prefixed").await;
+    app.create_key(&other.token, &["read"], None).await;
+    let ids = |page: &Value| -> Vec<String> {
+        page["api_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // The whole visible prefix, and a shorter start of it, find the key (and only the keys
+    // that start so: 5 random base62 characters after `aigw_` make another match unlikely).
+    let prefix = first["key_prefix"].as_str().unwrap();
+    assert_eq!(prefix.len(), 12);
+    assert!(first["key"].as_str().unwrap().starts_with(prefix));
+    for start in [prefix, &prefix[..10]] {
+        let page =
+            app.get(&format!("/api/v1/admin/api-keys?key_prefix={start}"), auth).await.data(200);
+        assert_eq!(ids(&page), vec![first["id"].as_str().unwrap().to_owned()], "{start}: {page}");
+    }
+    // With the owner: both of that user's keys, newest first, paged.
+    let path = format!("/api/v1/admin/api-keys?key_prefix=aigw_&user_id={}&limit=1", user.id);
+    let page = app.get(&path, auth).await.data(200);
+    assert_eq!(ids(&page), vec![second["id"].as_str().unwrap().to_owned()]);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let rest = app.get(&format!("{path}&cursor={cursor}"), auth).await.data(200);
+    assert_eq!(ids(&rest), vec![first["id"].as_str().unwrap().to_owned()]);
+    assert_eq!(rest["next_cursor"], Value::Null);
+    // Case counts (base62), and no character is a wildcard.
+    let swapped: String =
+        prefix
+            .chars()
+            .map(|c| {
+                if c.is_ascii_lowercase() {
+                    c.to_ascii_uppercase()
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            })
+            .collect();
+    let page =
+        app.get(&format!("/api/v1/admin/api-keys?key_prefix={swapped}"), auth).await.data(200);
+    assert_eq!(page["api_keys"], json!([]), "{page}");
+    for bad in ["", "aigw%25", "aigw-", "aigw_%C3%A9", "aigw_01234567", "%20aigw"] {
+        app.get(&format!("/api/v1/admin/api-keys?key_prefix={bad}"), auth)
+            .await
+            .invalid("key_prefix");
+    }
+    app.get("/api/v1/admin/api-keys?key_prefix=aigw_", Auth::Bearer(&user.token))
+        .await
+        .forbidden("admin", "user");
+}
+
 /// The error a wrong password gets, for comparing.
 async fn wrong_password_error(app: &TestApp, email: &str) -> Value {
     app.login_raw(email, "not the password at all").await.unauthorized()
@@ -281,6 +341,7 @@ backend_tests!(
     users_are_listed_newest_first_by_pages,
     admins_change_roles_but_not_their_own,
     admins_see_and_revoke_every_key,
+    admins_find_keys_by_their_prefix,
     disabling_ends_sessions_and_refuses_keys_until_enabled,
     disabling_and_demoting_hold_on_another_node_within_a_second,
 );

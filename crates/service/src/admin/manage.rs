@@ -30,6 +30,27 @@ pub struct UserUpdate {
     pub disabled: Option<bool>,
 }
 
+/// Most users [`AuthService::admin_users_by_id`] reads at once (the largest page).
+pub const MAX_USERS_BY_ID: usize = 200;
+
+/// A key-prefix filter: 1 to [`KEY_PREFIX_LEN`](aigw_domain::api_key::KEY_PREFIX_LEN)
+/// characters of the keys' alphabet (ASCII letters, digits, `_`).
+fn check_key_prefix(prefix: &str) -> Result<(), FieldError> {
+    let len = prefix.chars().count();
+    let alphabet = prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if (1..=aigw_domain::api_key::KEY_PREFIX_LEN).contains(&len) && alphabet {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "key_prefix",
+            format!(
+                "must be the start of an API key: 1 to {} letters, digits or _",
+                aigw_domain::api_key::KEY_PREFIX_LEN
+            ),
+        ))
+    }
+}
+
 fn user_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "user", id: id.chars().take(MAX_ECHOED_ID).collect() }
 }
@@ -191,24 +212,54 @@ impl AuthService {
         Ok(UserView::from(&row))
     }
 
-    /// Every API key (of `user_id` when given), newest first. Never a secret.
+    /// Every API key (of `user_id` when given; whose visible `key_prefix` starts with
+    /// `key_prefix` when given), newest first. Never a secret.
     ///
     /// # Errors
-    /// [`ServiceError::Invalid`] on `limit` or `cursor`.
+    /// [`ServiceError::Invalid`] on `key_prefix` (not 1 to 12 letters, digits or `_`),
+    /// `limit` or `cursor`.
     pub async fn admin_list_api_keys(
         &self,
         _admin: &Admin,
         user_id: Option<String>,
+        key_prefix: Option<String>,
         page: &PageRequest,
     ) -> Result<Page<ApiKeyView>, ServiceError> {
+        if let Some(prefix) = &key_prefix {
+            check_key_prefix(prefix)?;
+        }
         let Paging { limit, before } = page.parse()?;
         let rows = self
             .db
             .run(move |conn| {
-                Ok(api_keys::list_all(conn, user_id.as_deref(), before.as_deref(), limit + 1)?)
+                Ok(api_keys::list_all(
+                    conn,
+                    user_id.as_deref(),
+                    key_prefix.as_deref(),
+                    before.as_deref(),
+                    limit + 1,
+                )?)
             })
             .await?;
         Ok(page_of(rows, limit, |r| &r.id, |r| ApiKeyView::from(r)))
+    }
+
+    /// The users with ids `ids` that exist (at most [`MAX_USERS_BY_ID`] ids; more is refused),
+    /// in no particular order: the owners of a page of keys.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `ids` when there are too many.
+    pub async fn admin_users_by_id(
+        &self,
+        _admin: &Admin,
+        ids: &[String],
+    ) -> Result<Vec<UserView>, ServiceError> {
+        if ids.len() > MAX_USERS_BY_ID {
+            return Err(FieldError::new("ids", format!("at most {MAX_USERS_BY_ID}")).into());
+        }
+        let wanted = ids.to_vec();
+        let rows = self.db.run(move |conn| Ok(users::find_by_ids(conn, &wanted)?)).await?;
+        Ok(rows.iter().map(UserView::from).collect())
     }
 
     /// Revokes any user's key (idempotent: revoking again keeps the first time); refused on
