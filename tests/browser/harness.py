@@ -236,12 +236,12 @@ class Browser:
         """Clicks the submit button of `target` (a CSS selector or an element: a form, a field
         inside one, or the button itself) and checks the page the browser lands on."""
         el = self.find(target) if isinstance(target, str) else target
-        if el.tag_name not in ("button", "form") and el.get_attribute("type") not in ("submit", "image"):
+        if self.tag(el) not in ("button", "form") and el.get_attribute("type") not in ("submit", "image"):
             el = el.find_element(By.XPATH, "ancestor::form")
-        if el.tag_name == "button":
+        if self.tag(el) == "button":
             form = el.find_elements(By.XPATH, "ancestor::form")
             kw.setdefault("confirm", form[0].get_attribute("data-confirm") if form else None)
-        if el.tag_name == "form":
+        if self.tag(el) == "form":
             kw.setdefault("confirm", el.get_attribute("data-confirm"))
             buttons = el.find_elements(By.CSS_SELECTOR, "button[type=submit], input[type=submit], button:not([type])")
             if not buttons:  # a search form submitted with Enter
@@ -249,6 +249,13 @@ class Browser:
                 return self.click(None, page, action=lambda: self.driver.execute_script("arguments[0].requestSubmit()", form), **kw)
             el = buttons[0]
         return self.click(el, page, **kw)
+
+    def tag(self, el):
+        """The element's tag name. Not WebElement.tag_name: chromedriver builds that from
+        `element.prefix`, which a form control named "prefix" shadows on its form (/admin/keys)."""
+        return self.driver.execute_script(
+            "return Object.getOwnPropertyDescriptor(Element.prototype, 'localName').get.call(arguments[0])", el
+        )
 
     def follow(self, target, page, **kw):
         """Clicks a link (CSS selector or element) and checks the page it opens."""
