@@ -15,4 +15,7 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     ("key_new.html", include_str!("../../templates/console/key_new.html")),
     ("key_secret.html", include_str!("../../templates/console/key_secret.html")),
     ("key_show.html", include_str!("../../templates/console/key_show.html")),
+    // Teams (a team-key form and secret reuse `key_new.html` and `key_secret.html`).
+    ("teams.html", include_str!("../../templates/console/teams.html")),
+    ("team.html", include_str!("../../templates/console/team.html")),
 ];

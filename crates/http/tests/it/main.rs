@@ -21,6 +21,7 @@ mod budgets;
 mod chat;
 mod connection_caps;
 mod console;
+mod console_teams;
 mod credential_cache;
 mod credentials;
 mod db_faults;
