@@ -15,6 +15,7 @@ pub(crate) mod keys;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
+pub(crate) mod teams;
 pub(crate) mod templates;
 pub(crate) mod view;
 
@@ -58,6 +59,22 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/admin/invitations", get().to(admin::invitations))
             .route("/admin/invitations", post().to(admin::create_invitation))
             .route("/admin/invitations/{id}/revoke", post().to(admin::revoke_invitation))
-            .route("/admin/audit", get().to(admin::audit)),
+            .route("/admin/audit", get().to(admin::audit))
+            // Teams: the viewer's teams, a team's page and the forms of its owners and admins.
+            .route("/teams", get().to(teams::list))
+            .route("/teams", post().to(teams::create))
+            .route("/teams/{id}", get().to(teams::show))
+            .route("/teams/{id}/policy", post().to(teams::update_policy))
+            .route("/teams/{id}/delete", post().to(teams::delete))
+            .route("/teams/{id}/members", post().to(teams::add_member))
+            .route("/teams/{id}/members/{user_id}/role", post().to(teams::update_member_role))
+            .route("/teams/{id}/members/{user_id}/remove", post().to(teams::remove_member))
+            .route(
+                "/teams/{id}/invitations/{invitation_id}/revoke",
+                post().to(teams::revoke_invitation),
+            )
+            .route("/teams/{id}/keys/new", get().to(teams::new_key_form))
+            .route("/teams/{id}/keys/new", post().to(teams::create_key))
+            .route("/teams/{id}/keys/{key_id}/revoke", post().to(teams::revoke_key)),
     );
 }

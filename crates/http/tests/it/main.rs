@@ -22,6 +22,7 @@ mod chat;
 mod connection_caps;
 mod console;
 mod console_admin;
+mod console_teams;
 mod credential_cache;
 mod credentials;
 mod db_faults;
