@@ -9,12 +9,15 @@
 //! is in [`session`]; `console.enabled = false` turns it all off (every console path then
 //! answers 404 like any unknown path).
 
+pub(crate) mod account;
 pub(crate) mod assets;
+pub(crate) mod chart;
 pub(crate) mod keys;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
 pub(crate) mod templates;
+pub(crate) mod usage;
 pub(crate) mod view;
 
 use actix_web::{middleware::from_fn, web};
@@ -46,6 +49,14 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/keys/{id}", get().to(keys::show))
             .route("/keys/{id}/rotate", post().to(keys::rotate))
             .route("/keys/{id}/revoke", post().to(keys::revoke))
-            .route("/keys/{id}/delete", post().to(keys::delete)),
+            .route("/keys/{id}/delete", post().to(keys::delete))
+            // Usage charts, sessions and the account.
+            .route("/usage", get().to(usage::show))
+            .route("/sessions", get().to(account::sessions))
+            .route("/sessions/{id}/end", post().to(account::end_session))
+            .route("/account", get().to(account::show))
+            .route("/account/name", post().to(account::update_name))
+            .route("/account/password", post().to(account::change_password))
+            .route("/account/verification", post().to(account::request_verification)),
     );
 }

@@ -15,4 +15,9 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     ("key_new.html", include_str!("../../templates/console/key_new.html")),
     ("key_secret.html", include_str!("../../templates/console/key_secret.html")),
     ("key_show.html", include_str!("../../templates/console/key_show.html")),
+    // Usage charts, sessions and the account.
+    ("chart.html", include_str!("../../templates/console/chart.html")),
+    ("usage.html", include_str!("../../templates/console/usage.html")),
+    ("sessions.html", include_str!("../../templates/console/sessions.html")),
+    ("account.html", include_str!("../../templates/console/account.html")),
 ];

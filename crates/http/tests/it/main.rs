@@ -21,6 +21,7 @@ mod budgets;
 mod chat;
 mod connection_caps;
 mod console;
+mod console_usage;
 mod credential_cache;
 mod credentials;
 mod db_faults;
