@@ -10,13 +10,16 @@
 //! answers 404 like any unknown path).
 
 pub(crate) mod admin;
+pub(crate) mod account;
 pub(crate) mod assets;
+pub(crate) mod chart;
 pub(crate) mod keys;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
 pub(crate) mod teams;
 pub(crate) mod templates;
+pub(crate) mod usage;
 pub(crate) mod view;
 
 use actix_web::{middleware::from_fn, web};
@@ -75,6 +78,14 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             )
             .route("/teams/{id}/keys/new", get().to(teams::new_key_form))
             .route("/teams/{id}/keys/new", post().to(teams::create_key))
-            .route("/teams/{id}/keys/{key_id}/revoke", post().to(teams::revoke_key)),
+            .route("/teams/{id}/keys/{key_id}/revoke", post().to(teams::revoke_key))
+            // Usage charts, sessions and the account.
+            .route("/usage", get().to(usage::show))
+            .route("/sessions", get().to(account::sessions))
+            .route("/sessions/{id}/end", post().to(account::end_session))
+            .route("/account", get().to(account::show))
+            .route("/account/name", post().to(account::update_name))
+            .route("/account/password", post().to(account::change_password))
+            .route("/account/verification", post().to(account::request_verification)),
     );
 }

@@ -23,6 +23,7 @@ mod connection_caps;
 mod console;
 mod console_admin;
 mod console_teams;
+mod console_usage;
 mod credential_cache;
 mod credentials;
 mod db_faults;
