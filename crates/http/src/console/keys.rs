@@ -77,7 +77,7 @@ pub(crate) struct NewKeyForm {
 }
 
 /// Empty → `None`; else parsed as `T`, or a 400 naming `field`.
-fn optional<T: std::str::FromStr>(field: &str, raw: &str) -> Result<Option<T>, Shown> {
+pub(crate) fn optional<T: std::str::FromStr>(field: &str, raw: &str) -> Result<Option<T>, Shown> {
     let raw = raw.trim();
     if raw.is_empty() {
         return Ok(None);
@@ -97,8 +97,17 @@ impl crate::console::view::CsrfField for NewKeyForm {
 }
 
 impl NewKeyForm {
+    /// What the form shows before anything is typed: `ai_gateway`, a monthly period.
+    pub(crate) fn defaults() -> Self {
+        Self {
+            permissions: vec!["ai_gateway".to_owned()],
+            budget_period: "monthly".to_owned(),
+            ..Self::default()
+        }
+    }
+
     /// The use case's request: an expiry day means the end of that UTC day.
-    fn request(&self) -> Result<NewApiKey, Shown> {
+    pub(crate) fn request(&self) -> Result<NewApiKey, Shown> {
         let expires_at = match self.expires_at.trim() {
             "" => None,
             day => Some(format!("{day}T23:59:59Z")),
@@ -154,12 +163,7 @@ async fn new_key_page(
 
 /// `GET /keys/new`.
 pub(crate) async fn new_form(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
-    let defaults = NewKeyForm {
-        permissions: vec!["ai_gateway".to_owned()],
-        budget_period: "monthly".to_owned(),
-        ..NewKeyForm::default()
-    };
-    new_key_page(&state, &viewer, StatusCode::OK, &defaults, None).await
+    new_key_page(&state, &viewer, StatusCode::OK, &NewKeyForm::defaults(), None).await
 }
 
 /// `POST /keys/new`: creates the key and shows its secret, once.

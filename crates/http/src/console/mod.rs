@@ -10,12 +10,16 @@
 //! answers 404 like any unknown path).
 
 pub(crate) mod admin;
+pub(crate) mod account;
 pub(crate) mod assets;
+pub(crate) mod chart;
 pub(crate) mod keys;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
+pub(crate) mod teams;
 pub(crate) mod templates;
+pub(crate) mod usage;
 pub(crate) mod view;
 
 use actix_web::{middleware::from_fn, web};
@@ -58,6 +62,30 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/admin/invitations", get().to(admin::invitations))
             .route("/admin/invitations", post().to(admin::create_invitation))
             .route("/admin/invitations/{id}/revoke", post().to(admin::revoke_invitation))
-            .route("/admin/audit", get().to(admin::audit)),
+            .route("/admin/audit", get().to(admin::audit))
+            // Teams: the viewer's teams, a team's page and the forms of its owners and admins.
+            .route("/teams", get().to(teams::list))
+            .route("/teams", post().to(teams::create))
+            .route("/teams/{id}", get().to(teams::show))
+            .route("/teams/{id}/policy", post().to(teams::update_policy))
+            .route("/teams/{id}/delete", post().to(teams::delete))
+            .route("/teams/{id}/members", post().to(teams::add_member))
+            .route("/teams/{id}/members/{user_id}/role", post().to(teams::update_member_role))
+            .route("/teams/{id}/members/{user_id}/remove", post().to(teams::remove_member))
+            .route(
+                "/teams/{id}/invitations/{invitation_id}/revoke",
+                post().to(teams::revoke_invitation),
+            )
+            .route("/teams/{id}/keys/new", get().to(teams::new_key_form))
+            .route("/teams/{id}/keys/new", post().to(teams::create_key))
+            .route("/teams/{id}/keys/{key_id}/revoke", post().to(teams::revoke_key))
+            // Usage charts, sessions and the account.
+            .route("/usage", get().to(usage::show))
+            .route("/sessions", get().to(account::sessions))
+            .route("/sessions/{id}/end", post().to(account::end_session))
+            .route("/account", get().to(account::show))
+            .route("/account/name", post().to(account::update_name))
+            .route("/account/password", post().to(account::change_password))
+            .route("/account/verification", post().to(account::request_verification)),
     );
 }

@@ -52,6 +52,9 @@ pub(crate) struct ConsoleContext {
     pub(crate) registration: &'static str,
     /// `auth.password_min_chars`.
     pub(crate) password_min_chars: usize,
+    /// Whether `auth.email_verification` is `optional` or `required` (the account page then
+    /// offers a new verification link).
+    pub(crate) email_verification: bool,
 }
 
 impl std::fmt::Debug for ConsoleContext {
@@ -83,6 +86,8 @@ impl ConsoleContext {
             refresh_ttl_secs: auth.refresh_token_ttl_secs,
             registration,
             password_min_chars: auth.password_min_chars,
+            email_verification: auth.email_verification
+                != aigw_service::config::EmailVerification::Off,
         }
     }
 
@@ -282,6 +287,13 @@ impl ResponseError for NoViewer {
 /// ([`renewed_cookies`]).
 #[derive(Clone)]
 struct Renewed(Vec<Cookie<'static>>);
+
+/// Drops the cookies of tokens renewed while serving `req`, for a handler whose answer sets
+/// (or removes) the session's cookies itself: a password change's fresh token set, the end
+/// of the current session.
+pub(crate) fn forget_renewed(req: &HttpRequest) {
+    req.extensions_mut().remove::<Renewed>();
+}
 
 /// Middleware of the console's scope: adds the cookies of a token set renewed during the
 /// request, and removes the one-time notice once a page has shown it.

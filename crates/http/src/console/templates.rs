@@ -24,4 +24,12 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/console/admin_invitation_secret.html"),
     ),
     ("admin_audit.html", include_str!("../../templates/console/admin_audit.html")),
+    // Teams (a team-key form and secret reuse `key_new.html` and `key_secret.html`).
+    ("teams.html", include_str!("../../templates/console/teams.html")),
+    ("team.html", include_str!("../../templates/console/team.html")),
+    // Usage charts, sessions and the account.
+    ("chart.html", include_str!("../../templates/console/chart.html")),
+    ("usage.html", include_str!("../../templates/console/usage.html")),
+    ("sessions.html", include_str!("../../templates/console/sessions.html")),
+    ("account.html", include_str!("../../templates/console/account.html")),
 ];

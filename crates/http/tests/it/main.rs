@@ -22,6 +22,8 @@ mod chat;
 mod connection_caps;
 mod console;
 mod console_admin;
+mod console_teams;
+mod console_usage;
 mod credential_cache;
 mod credentials;
 mod db_faults;

@@ -163,6 +163,9 @@ pub struct UsageService {
     db: Db,
     recorder: Option<Arc<Recorder>>,
     in_flight: Option<(in_flight::InFlight, Arc<tokio::task::JoinHandle<()>>)>,
+    /// Whether calls are metered and one row per call is written (`usage.enabled` and
+    /// `usage.request_records = "database"`).
+    keeps_request_records: bool,
 }
 
 impl UsageService {
@@ -183,6 +186,8 @@ impl UsageService {
     ) -> Result<Self, ServiceError> {
         let prices = PriceTable::from_providers(providers)?;
         let flush_interval = Duration::from_millis(config.flush_interval_ms.max(10));
+        let keeps_request_records =
+            config.enabled && config.request_records == RequestRecords::Database;
         let (recorder, in_flight) = if config.enabled {
             let keep_records = match config.request_records {
                 RequestRecords::Database => KeepRecords::Database,
@@ -221,7 +226,13 @@ impl UsageService {
         // The tokenizer's tables (about 19 MiB resident for cl100k) load when first needed:
         // an estimate for a provider that reports no usage, a key's budget or token limit, or
         // the echo model. A node whose providers report usage never loads them.
-        Ok(Self { db, recorder, in_flight })
+        Ok(Self { db, recorder, in_flight, keeps_request_records })
+    }
+
+    /// Whether [`UsageService::requests`] can answer anything: calls are metered and kept one
+    /// row each (`usage.request_records = "database"`); otherwise only the daily sums exist.
+    pub fn keeps_request_records(&self) -> bool {
+        self.keeps_request_records
     }
 
     /// The meter for the gateway; `None` when metering is off.

@@ -1,0 +1,323 @@
+//! The console's team pages over HTTP, as a browser without a script engine uses them: an
+//! owner sets a team up (members, roles, policy, invitations, a team key), a plain member sees
+//! the policy and cannot change it, a stranger gets 404, team names are shown as text.
+
+use crate::common;
+use common::{spawn_app, spawn_app_with, Auth, Backend, TestApp, User};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// A cookie-keeping client that does not follow redirects.
+struct Browser<'a> {
+    app: &'a TestApp,
+    client: reqwest::Client,
+    jar: BTreeMap<String, String>,
+}
+
+/// One answer, with what the tests read of it.
+struct Page {
+    status: u16,
+    location: Option<String>,
+    text: String,
+}
+
+impl Page {
+    /// The value of the first hidden `csrf` field.
+    fn csrf(&self) -> String {
+        let start = self.text.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+        self.text[start..].split('"').next().unwrap().to_owned()
+    }
+
+    /// The text of the element with id `id`, up to its first closing `</tag>`.
+    fn element(&self, tag: &str, id: &str) -> &str {
+        let start = self
+            .text
+            .find(&format!("<{tag} id=\"{id}\""))
+            .unwrap_or_else(|| panic!("no {tag}#{id} in {}", self.text));
+        let rest = &self.text[start..];
+        let end = rest.find(&format!("</{tag}>")).unwrap_or(rest.len());
+        &rest[..end]
+    }
+}
+
+impl<'a> Browser<'a> {
+    fn new(app: &'a TestApp) -> Self {
+        let client =
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Self { app, client, jar: BTreeMap::new() }
+    }
+
+    async fn send(&mut self, builder: reqwest::RequestBuilder) -> Page {
+        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let builder =
+            if cookies.is_empty() { builder } else { builder.header("cookie", cookies.join("; ")) };
+        let response = builder.send().await.expect("request failed");
+        let status = response.status().as_u16();
+        for raw in response.headers().get_all("set-cookie") {
+            let cookie =
+                actix_web::cookie::Cookie::parse(raw.to_str().unwrap().to_owned()).unwrap();
+            if cookie.value().is_empty()
+                || cookie.max_age() == Some(actix_web::cookie::time::Duration::ZERO)
+            {
+                self.jar.remove(cookie.name());
+            } else {
+                self.jar.insert(cookie.name().to_owned(), cookie.value().to_owned());
+            }
+        }
+        let location = response.headers().get("location").map(|v| v.to_str().unwrap().to_owned());
+        let text = response.text().await.unwrap();
+        Page { status, location, text }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let builder = self.client.get(self.app.url(path));
+        self.send(builder).await
+    }
+
+    /// Posts `form` with the CSRF token of `page`'s forms.
+    async fn post(&mut self, path: &str, csrf: &str, form: &[(&str, &str)]) -> Page {
+        let mut fields = vec![("csrf", csrf)];
+        fields.extend_from_slice(form);
+        let builder = self.client.post(self.app.url(path)).form(&fields);
+        self.send(builder).await
+    }
+
+    async fn log_in(app: &'a TestApp, user: &User) -> Self {
+        let mut browser = Self::new(app);
+        let form = [("email", user.email.as_str()), ("password", user.password.as_str())];
+        let builder = browser.client.post(app.url("/login")).form(&form);
+        let done = browser.send(builder).await;
+        assert_eq!(done.status, 303, "{}", done.text);
+        browser
+    }
+}
+
+/// Creates team `name` in the console; its id.
+async fn create_team(browser: &mut Browser<'_>, name: &str) -> String {
+    let csrf = browser.get("/teams").await.csrf();
+    let created = browser.post("/teams", &csrf, &[("name", name)]).await;
+    assert_eq!(created.status, 303, "{}", created.text);
+    let location = created.location.unwrap();
+    location.strip_prefix("/teams/").expect("the team's page").to_owned()
+}
+
+/// The policy form's fields with `changes` over the defaults of an empty policy.
+fn policy<'a>(name: &'a str, changes: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut fields = vec![
+        ("name", name),
+        ("max_budget_usd", ""),
+        ("budget_period", "total"),
+        ("member_budget_usd", ""),
+        ("rpm_limit", ""),
+        ("tpm_limit", ""),
+        ("allowed_models", ""),
+    ];
+    for (field, value) in changes {
+        fields.retain(|(f, _)| f != field);
+        fields.push((field, value));
+    }
+    fields
+}
+
+async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let owner = app.new_user("ct-owner").await;
+    let ada = app.new_user("ct-ada").await;
+    let mut browser = Browser::log_in(&app, &owner).await;
+    let id = create_team(&mut browser, "data").await;
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.text.contains("The team is created"), "{}", page.text);
+    let csrf = page.csrf();
+    let listed = browser.get("/teams").await;
+    let row = listed.element("table", "teams");
+    assert!(row.contains(&format!("href=\"/teams/{id}\"")) && row.contains("owner"), "{row}");
+
+    // A registered user joins at once; their role changes.
+    let path = format!("/teams/{id}/members");
+    let added = browser.post(&path, &csrf, &[("email", &ada.email), ("role", "member")]).await;
+    assert_eq!(added.status, 303, "{}", added.text);
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert!(page.text.contains("joined the team as member"), "{}", page.text);
+    assert!(page.element("table", "members").contains(&ada.email), "{}", page.text);
+    let role = format!("/teams/{id}/members/{}/role", ada.id);
+    let changed = browser.post(&role, &csrf, &[("role", "admin")]).await;
+    assert_eq!(changed.status, 303, "{}", changed.text);
+    let members =
+        app.get(&format!("/api/v1/teams/{id}/members"), Auth::Bearer(&owner.token)).await.data(200);
+    let ada_row = members["members"].as_array().unwrap().iter().find(|m| m["user_id"] == ada.id);
+    assert_eq!(ada_row.unwrap()["role"], "admin", "{members}");
+    // The last owner stays one: the API's refusal is shown, nothing changes.
+    let own_role = format!("/teams/{id}/members/{}/role", owner.id);
+    let refused = browser.post(&own_role, &csrf, &[("role", "member")]).await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert!(refused.text.contains("at least one owner"), "{}", refused.text);
+
+    // An address without an account is invited.
+    let stranger = common::unique_email("ct-invited");
+    let invited = browser.post(&path, &csrf, &[("email", &stranger), ("role", "member")]).await;
+    assert_eq!(invited.status, 303, "{}", invited.text);
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert!(page.text.contains("it is invited"), "{}", page.text);
+    assert!(page.element("table", "team-invitations").contains(&stranger), "{}", page.text);
+
+    // The policy: the API's GET of the team then shows it, and the page shows the budget.
+    let fields = policy(
+        "data",
+        &[("max_budget_usd", "50"), ("budget_period", "monthly"), ("rpm_limit", "100")],
+    );
+    let saved = browser.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    assert_eq!(saved.status, 303, "{}", saved.text);
+    let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(
+        (&team["max_budget_usd"], &team["budget_period"], &team["rpm_limit"]),
+        (&json!(50.0), &json!("monthly"), &json!(100)),
+        "{team}"
+    );
+    let page = browser.get(&format!("/teams/{id}")).await;
+    let budget = page.element("div", "team-budget");
+    assert!(budget.contains("$50.00") && budget.contains("<meter"), "{budget}");
+    assert!(page.text.contains("id=\"team_max_budget_usd\""), "{}", page.text);
+    // A field that is not a number comes back named, with what was typed.
+    let fields = policy("data", &[("max_budget_usd", "lots"), ("budget_period", "monthly")]);
+    let bad = browser.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert!(
+        bad.text.contains("value=\"lots\"") && bad.text.contains("aria-invalid"),
+        "{}",
+        bad.text
+    );
+
+    // A team key: its secret shown once, and it calls the gateway.
+    let new_key = browser.get(&format!("/teams/{id}/keys/new")).await;
+    assert_eq!(new_key.status, 200, "{}", new_key.text);
+    assert!(!new_key.text.contains("id=\"team_id\""), "{}", new_key.text);
+    let created = browser
+        .post(
+            &format!("/teams/{id}/keys/new"),
+            &csrf,
+            &[("name", "nightly"), ("permissions", "ai_gateway"), ("budget_period", "monthly")],
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let secret = created.element("code", "secret");
+    let secret = secret[secret.find('>').unwrap() + 1..].to_owned();
+    assert!(secret.starts_with("aigw_"), "{secret}");
+    assert!(created.text.contains("data-copy=\"secret\""), "{}", created.text);
+    let chat = app.chat(Auth::Bearer(&secret), &common::chat_body("echo", "hi")).await;
+    assert_eq!(chat.status, 200, "{}", chat.text);
+    // Its call is in the usage tables once recorded: the team's, under the key's name.
+    let usage = format!("/api/v1/teams/{id}/usage?group_by=api_key");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app.get(&usage, Auth::Bearer(&owner.token)).await.data(200)["rows"] == json!([]) {
+        assert!(std::time::Instant::now() < deadline, "the call's usage was not recorded");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert!(page.element("table", "team-keys").contains("nightly"), "{}", page.text);
+    let by_key = page.element("table", "usage-by-key");
+    assert!(by_key.contains("nightly") && by_key.contains(">1<"), "{by_key}");
+    assert!(page.element("table", "usage-by-member").contains("Team keys"), "{}", page.text);
+
+    // Deleting the team.
+    let deleted = browser.post(&format!("/teams/{id}/delete"), &csrf, &[]).await;
+    assert_eq!((deleted.status, deleted.location.as_deref()), (303, Some("/teams")));
+    app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token))
+        .await
+        .error(404, "not_found");
+}
+
+async fn a_plain_member_cannot_change_the_policy(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let owner = app.new_user("ct-boss").await;
+    let member = app.new_user("ct-plain").await;
+    let body = json!({"name": "ops", "max_budget_usd": 20.0, "budget_period": "weekly"});
+    let team = app.post("/api/v1/teams", Auth::Bearer(&owner.token), &body).await.data(201);
+    let id = team["id"].as_str().unwrap().to_owned();
+    let add = json!({"email": member.email, "role": "member"});
+    app.post(&format!("/api/v1/teams/{id}/members"), Auth::Bearer(&owner.token), &add)
+        .await
+        .data(201);
+
+    let mut browser = Browser::log_in(&app, &member).await;
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.element("table", "members").contains(&owner.email), "{}", page.text);
+    assert!(page.element("div", "team-budget").contains("$20.00"), "{}", page.text);
+    for form in
+        ["id=\"team-policy\"", "id=\"add-member\"", "id=\"team-keys\"", "id=\"delete-team\""]
+    {
+        assert!(!page.text.contains(form), "{form} shown to a plain member");
+    }
+    assert!(page.element("dl", "team-policy-view").contains("$20.00"), "{}", page.text);
+
+    let csrf = page.csrf();
+    let fields = policy("ops", &[("max_budget_usd", "9999"), ("budget_period", "weekly")]);
+    let refused = browser.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert!(refused.text.contains("requires team_admin"), "{}", refused.text);
+    let role = format!("/teams/{id}/members/{}/role", member.id);
+    let promoted = browser.post(&role, &csrf, &[("role", "owner")]).await;
+    assert_eq!(promoted.status, 403, "{}", promoted.text);
+    let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!((&team["max_budget_usd"], &team["role"]), (&json!(20.0), &json!("owner")));
+    let members =
+        app.get(&format!("/api/v1/teams/{id}/members"), Auth::Bearer(&owner.token)).await.data(200);
+    let own = members["members"].as_array().unwrap().iter().find(|m| m["user_id"] == member.id);
+    assert_eq!(own.unwrap()["role"], "member", "{members}");
+
+    // A member may leave.
+    let left = browser.post(&format!("/teams/{id}/members/{}/remove", member.id), &csrf, &[]).await;
+    assert_eq!((left.status, left.location.as_deref()), (303, Some("/teams")), "{}", left.text);
+    assert_eq!(browser.get(&format!("/teams/{id}")).await.status, 404);
+}
+
+async fn team_names_are_text_and_strangers_get_404(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let owner = app.new_user("ct-xss").await;
+    let stranger = app.new_user("ct-stranger").await;
+    let xss = "<img src=x onerror=alert(1)>";
+    let mut browser = Browser::log_in(&app, &owner).await;
+    let id = create_team(&mut browser, xss).await;
+    for path in ["/teams".to_owned(), format!("/teams/{id}")] {
+        let page = browser.get(&path).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        assert!(page.text.contains("&lt;img src=x onerror=alert(1)&gt;"), "{}", page.text);
+        assert!(!page.text.contains(xss), "{}", page.text);
+    }
+
+    let mut other = Browser::log_in(&app, &stranger).await;
+    let page = other.get(&format!("/teams/{id}")).await;
+    assert_eq!(page.status, 404, "{}", page.text);
+    assert!(page.text.contains("team not found"), "{}", page.text);
+    assert!(!page.text.contains("onerror=alert"), "{}", page.text);
+    let csrf = other.get("/teams").await.csrf();
+    let fields = policy("mine now", &[]);
+    let refused = other.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    assert_eq!(refused.status, 404, "{}", refused.text);
+    let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(team["name"], xss);
+}
+
+async fn team_creation_kept_to_admins_is_refused_on_the_page(backend: Backend) {
+    let app = spawn_app_with(backend, |s| {
+        s.auth.team_creation = aigw_service::TeamCreation::Admins;
+    })
+    .await;
+    let user = app.new_user("ct-noteam").await;
+    let mut browser = Browser::log_in(&app, &user).await;
+    let csrf = browser.get("/teams").await.csrf();
+    let refused = browser.post("/teams", &csrf, &[("name", "skunkworks")]).await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert!(refused.text.contains("requires admin"), "{}", refused.text);
+    assert!(refused.text.contains("value=\"skunkworks\""), "{}", refused.text);
+    let teams = app.get("/api/v1/teams", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!(teams["teams"], json!([]), "{teams}");
+}
+
+backend_tests!(
+    an_owner_sets_a_team_up_in_the_console,
+    a_plain_member_cannot_change_the_policy,
+    team_names_are_text_and_strangers_get_404,
+    team_creation_kept_to_admins_is_refused_on_the_page,
+);
