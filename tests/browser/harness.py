@@ -156,10 +156,6 @@ class Browser:
         )
         self.set_device("desktop")
         self.set_scheme("light")
-        if os.environ.get("AIGW_BROWSER_FORCE_ORIGIN"):
-            # Development aid only: sends the page's origin as Origin on every request (so form
-            # POSTs pass the console's origin check even where Chromium would send Origin: null).
-            self.cdp("Network.setExtraHTTPHeaders", {"headers": {"Origin": BASE}})
         self.pages = []
 
     # -- plumbing
