@@ -159,6 +159,17 @@ def test_root_redirects_to_login_and_login_error(browser):
     err = b.find_all('div.error[role=alert]#error')
     assert err and err[0].is_displayed() and err[0].text.strip(), "a wrong password shows no div#error[role=alert]"
     assert b.path in ("/login", "/login/"), f"a wrong password left /login for {b.path}"
+    # The password-reset form answers the same whether or not an account has the address.
+    b.visit("/login", "login", shots=False, axe=False)
+    b.follow('a[href="/password-reset"]', "password-reset")
+    b.fill("#email", email)
+    b.submit("#email", "password-reset-sent")
+    known = b.text("main").replace(email, "<e-mail>")
+    b.visit("/password-reset", "password-reset", shots=False, axe=False)
+    unknown_email = unique_email("nobody")
+    b.fill("#email", unknown_email)
+    b.submit("#email", "password-reset-sent", shots=False, axe=False)
+    assert b.text("main").replace(unknown_email, "<e-mail>") == known, "the reset page tells known addresses from unknown ones"
     # A refused registration (password too short) shows the API's message.
     b.visit("/register", "register")
     b.fill("#email", unique_email("short"))
@@ -518,6 +529,8 @@ def test_sessions_account_password_logout(browsers):
     assert b.path == "/login"
     b.login(email, new_password)
     assert b.path == "/keys", f"login with the new password landed on {b.path}"
+    b.visit("/", "root-signed-in", shots=False, axe=False)
+    assert b.path == "/keys", f"/ with a session went to {b.driver.current_url}, not /keys"
 
 
 def test_post_without_csrf_token_is_refused(browser):
