@@ -9,8 +9,8 @@
 //! is in [`session`]; `console.enabled = false` turns it all off (every console path then
 //! answers 404 like any unknown path).
 
-pub(crate) mod admin;
 pub(crate) mod account;
+pub(crate) mod admin;
 pub(crate) mod assets;
 pub(crate) mod chart;
 pub(crate) mod keys;

@@ -6,7 +6,7 @@ use crate::console::render::{page, see_other, Shown};
 use crate::console::session::{ConsoleContext, Viewer};
 use crate::console::view::{CsrfOnly, Form};
 use crate::observe::metric;
-use crate::routes::auth::{client_info, count_login, failures_counted};
+use crate::routes::attempts::{client_info, count_login, failures_counted};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};

@@ -2,7 +2,7 @@
 //! `POST /api/v1/auth/password`. Reading: an access token or a key with `read`; changing: an
 //! access token only.
 
-use super::auth::failures_counted;
+use super::attempts::failures_counted;
 use crate::dto::account::{
     AuditListData, ChangePasswordRequest, EndedSessionData, SessionDto, SessionListData,
     UpdateMeRequest,

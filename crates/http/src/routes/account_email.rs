@@ -90,7 +90,7 @@ pub(crate) async fn change(
     let JsonBody(body) = body.into_inner()?;
     state.limits.by_user(&req, Policy::EmailSend, caller.user_id()).await?;
     let change = state.auth.request_email_change(&caller, &body.email, body.password);
-    let pending = super::auth::failures_counted(&state, &req, change).await?;
+    let pending = super::attempts::failures_counted(&state, &req, change).await?;
     let data =
         EmailSentData { email: pending.email, expires_at: format_timestamp(pending.expires_at) };
     Ok(HttpResponse::Accepted().json(Envelope::ok(data)))

@@ -1,7 +1,7 @@
 //! `/api/v1/auth/mfa…` (the caller's TOTP second factor) and `POST /api/v1/auth/login/mfa`
 //! (completing a login whose password was right). See docs/mfa.md.
 
-use super::auth::{client_info, failures_counted};
+use super::attempts::{client_info, failures_counted};
 use crate::dto::mfa::{
     LoginMfaRequest, MfaConfirmRequest, MfaDisabledData, MfaEnrollmentData, MfaRecoveryCodesData,
     MfaStatusData, MfaVerifyRequest,

@@ -5,6 +5,7 @@ pub(crate) mod account_email;
 pub(crate) mod account_pages;
 pub(crate) mod admin;
 pub(crate) mod api_keys;
+pub(crate) mod attempts;
 pub(crate) mod auth;
 pub(crate) mod chat;
 pub(crate) mod health;
