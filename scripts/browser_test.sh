@@ -172,11 +172,15 @@ run_backend() { # backend name, database URL (empty: SQLite in the data dir), py
 
 run_backend sqlite "" "$@"
 if [ " ${failed[*]:-} " != *" sqlite "* ]; then
-  # The README's screenshots: a passing SQLite run's main pages, light desktop and dark phone.
+  # The README's screenshots: a passing SQLite run's main pages, light desktop and dark phone,
+  # cut to one screen (900 and 844 pixels high).
   mkdir -p docs/screenshots
   for page in keys usage team admin-users; do
-    for variant in light-desktop dark-phone; do
-      [ -f "$shots/sqlite/$page-$variant.png" ] && cp "$shots/sqlite/$page-$variant.png" docs/screenshots/
+    for variant in light-desktop:900 dark-phone:844; do
+      file="$page-${variant%:*}.png"
+      if [ -f "$shots/sqlite/$file" ]; then
+        python3 tests/browser/png_crop.py "${variant#*:}" "$shots/sqlite/$file" "docs/screenshots/$file"
+      fi
     done
   done
 fi
