@@ -32,9 +32,11 @@ skip() {
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 
 # --- Chromium and chromedriver (Debian's packages, the same build).
-find_tools() {
+find_tools() { # AIGW_BROWSER_CHROMIUM / AIGW_BROWSER_CHROMEDRIVER name others
   chromium=${AIGW_BROWSER_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
   chromedriver=${AIGW_BROWSER_CHROMEDRIVER:-$(command -v chromedriver || true)}
+  [ -n "$chromium" ] && [ -x "$chromium" ] || chromium=""
+  [ -n "$chromedriver" ] && [ -x "$chromedriver" ] || chromedriver=""
 }
 find_tools
 if { [ -z "$chromium" ] || [ -z "$chromedriver" ]; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
