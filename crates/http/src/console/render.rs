@@ -20,6 +20,8 @@ fn environment() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     ENV.get_or_init(|| {
         let mut env = Environment::new();
+        // `error.field` on a page without an error is undefined, not a failure.
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
         for (name, source) in TEMPLATES {
             if let Err(e) = env.add_template(name, source) {
                 tracing::error!(template = name, error = %e, "console template does not compile");

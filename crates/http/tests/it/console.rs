@@ -106,9 +106,12 @@ async fn signs_in_with_cookies_no_script_can_read(backend: Backend) {
     assert_eq!((home.status, home.location.as_deref()), (303, Some("/login")));
     let keys = browser.get("/keys").await;
     assert_eq!((keys.status, keys.location.as_deref()), (303, Some("/login?next=%2Fkeys")));
-    let form = browser.get("/login").await;
-    assert_eq!(form.status, 200);
-    assert_strict_policy(&form);
+    // Every page before a session renders, with the strict policy.
+    for path in ["/login", "/register", "/password-reset", "/login?next=%2Fusage"] {
+        let form = browser.get(path).await;
+        assert_eq!(form.status, 200, "{path}: {}", form.text);
+        assert_strict_policy(&form);
+    }
 
     let wrong = browser.log_in(&user.email, "not the password at all").await;
     assert_eq!(wrong.status, 401, "{}", wrong.text);
