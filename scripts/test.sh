@@ -139,6 +139,16 @@ fi
 if command -v python3 >/dev/null 2>&1; then
   AIGW_BIN=target/debug/aigw scripts/fuzz_api.sh
 fi
+# The web console in headless Chromium (tests/browser), on SQLite and on PostgreSQL, against
+# the same binary; skipped with a notice when PyPI, the npm registry or chromium is out of reach.
+if command -v python3 >/dev/null 2>&1; then
+  scripts/browser_test.sh target/debug/aigw
+elif ci; then
+  log "FAIL: CI=true but python3 is missing (needed for the browser tests)"
+  exit 1
+else
+  log "!!! python3 not found: the browser tests were SKIPPED !!!"
+fi
 if [ ${#skip_args[@]} -gt 0 ]; then
   log "REMINDER: the PostgreSQL tests were SKIPPED (no PostgreSQL found)."
 fi
