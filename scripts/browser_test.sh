@@ -6,8 +6,9 @@
 # aigw on a free loopback port and a platform admin made with `aigw admin create-user`.
 # Every page load is checked (CSP header without unsafe-inline/unsafe-eval, no browser console
 # error, axe-core serious/critical violations) and screenshotted (light/dark, desktop 1440x900
-# and phone 390x844) under target/browser-screenshots/<backend>/; the main ones of a passing
-# SQLite run are copied to docs/screenshots/.
+# and phone 390x844) under target/browser-screenshots/<backend>/; with
+# AIGW_BROWSER_UPDATE_SCREENSHOTS=1 the main ones of a passing SQLite run replace those in
+# docs/screenshots/ (the README's).
 #
 #   scripts/browser_test.sh [path to the aigw binary (default target/debug/aigw)] [pytest args]
 #
@@ -173,9 +174,10 @@ run_backend() { # backend name, database URL (empty: SQLite in the data dir), py
 }
 
 run_backend sqlite "" "$@"
-if [ " ${failed[*]:-} " != *" sqlite "* ]; then
-  # The README's screenshots: a passing SQLite run's main pages, light desktop and dark phone,
-  # cut to one screen (900 and 844 pixels high).
+if [ "${AIGW_BROWSER_UPDATE_SCREENSHOTS:-}" = 1 ] && [ " ${failed[*]:-} " != *" sqlite "* ]; then
+  # The README's screenshots, when asked for: a passing SQLite run's main pages, light desktop
+  # and dark phone, cut to one screen (900 and 844 pixels high). A plain test run leaves the
+  # working tree as it was.
   mkdir -p docs/screenshots
   for page in keys usage team admin-users; do
     for variant in light-desktop:900 dark-phone:844; do

@@ -23,7 +23,13 @@ import urllib.parse
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, TimeoutException, UnexpectedAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    StaleElementReferenceException,
+    TimeoutException,
+    UnexpectedAlertPresentException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -58,6 +64,25 @@ def unique_email(tag):
 
 # ---------------------------------------------------------------- plain HTTP (no browser)
 
+
+
+def gone(el):
+    """A wait condition: `el` has left the document (the browser is on another page). Like
+    `staleness_of`, but chromedriver sometimes reports an element of a page being replaced as
+    "Node with given id does not belong to the document" rather than as stale."""
+
+    def check(_driver):
+        try:
+            el.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e):
+                return True
+            raise
+
+    return check
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
@@ -266,7 +291,7 @@ class Browser:
             (action or el.click)()
             if confirm:
                 self.accept_confirm(confirm)
-            self.wait(EC.staleness_of(old), 15, f"[{self.label}] no new page after clicking for {page}")
+            self.wait(gone(old), 15, f"[{self.label}] no new page after clicking for {page}")
         return self.loaded(page, **kw)
 
     def accept_confirm(self, expected, accept=True):
