@@ -149,6 +149,14 @@ def test_root_redirects_to_login_and_login_error(browser):
     b = browser
     b.visit("/", "login")
     assert b.path == "/login", f"/ without a session went to {b.driver.current_url}"
+    # Navigation Timing of that first load (the redirect included): a figure for the report,
+    # printed with -s; the weight limit is asserted in test_login_page_weight.
+    timing = b.driver.execute_script(
+        "const n = performance.getEntriesByType('navigation')[0];"
+        "return n ? [n.domInteractive, n.loadEventEnd] : null;"
+    )
+    if timing:
+        print(f"\nfirst load of / -> /login: interactive at {timing[0]:.0f} ms, loaded at {timing[1]:.0f} ms")
     for css in ("#email", "#password", "button[type=submit]"):
         assert b.find_all(css), f"/login lacks {css}"
     email = unique_email("wrong")
