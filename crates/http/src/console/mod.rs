@@ -27,7 +27,7 @@ pub(crate) use session::ConsoleContext;
 
 /// Registers the console's routes, with `context` as their app data.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<ConsoleContext>) {
-    let get = web::get;
+    let get = crate::routes::get_or_head;
     let post = web::post;
     cfg.service(
         web::scope("")
@@ -36,6 +36,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .wrap(actix_web::middleware::Compress::default())
             .route("/console/assets/console.css", get().to(assets::css))
             .route("/console/assets/console.js", get().to(assets::js))
+            .route("/favicon.ico", get().to(assets::favicon))
             .route("/", get().to(sign_in::home))
             .route("/login", get().to(sign_in::login_form))
             .route("/login", post().to(sign_in::login))

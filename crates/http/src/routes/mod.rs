@@ -342,7 +342,7 @@ pub(crate) fn configure_metrics(cfg: &mut web::ServiceConfig) {
 
 /// `GET`, and `HEAD` answered by the same handler (actix sends no body for `HEAD`), so load
 /// balancers that probe with `HEAD` work.
-fn get_or_head() -> actix_web::Route {
+pub(crate) fn get_or_head() -> actix_web::Route {
     web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
 }
 

@@ -106,6 +106,10 @@ async fn signs_in_with_cookies_no_script_can_read(backend: Backend) {
     assert_eq!((home.status, home.location.as_deref()), (303, Some("/login")));
     let keys = browser.get("/keys").await;
     assert_eq!((keys.status, keys.location.as_deref()), (303, Some("/login?next=%2Fkeys")));
+    // HEAD works where GET does; browsers' icon request gets an empty answer, not a 404.
+    let head = browser.send(browser.client.head(app.url("/login"))).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(browser.get("/favicon.ico").await.status, 204);
     // Every page before a session renders, with the strict policy.
     for path in ["/login", "/register", "/password-reset", "/login?next=%2Fusage"] {
         let form = browser.get(path).await;
