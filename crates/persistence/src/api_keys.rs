@@ -60,35 +60,6 @@ pub fn list_for_user(
         .collect())
 }
 
-/// Up to `limit` keys of `user_id` (not team keys), newest first (by id), after id `before`
-/// when given. Served by the index on `(user_id, id)`, so a page costs the same whatever the
-/// number of keys.
-///
-/// # Errors
-/// On database failure.
-pub fn page_for_user(
-    conn: &mut DbConnection,
-    user_id: &str,
-    before: Option<&str>,
-    limit: i64,
-) -> Result<Vec<ApiKeyRow>, PersistenceError> {
-    let mut query = api_keys::table
-        .filter(api_keys::user_id.eq(user_id.to_owned()))
-        .filter(api_keys::team_owned.eq(false))
-        .select(ApiKeyRecord::as_select())
-        .into_boxed();
-    if let Some(before) = before {
-        query = query.filter(api_keys::id.lt(before.to_owned()));
-    }
-    Ok(query
-        .order(api_keys::id.desc())
-        .limit(limit)
-        .load(conn)?
-        .into_iter()
-        .map(ApiKeyRow::from)
-        .collect())
-}
-
 /// The key whose current secret, or whose secret replaced by the last rotation, has digest
 /// `key_hash`, if any (its owner exists: `user_id` is a cascading foreign key). Compare
 /// `key_hash` with the row's to tell which.
@@ -124,27 +95,26 @@ pub fn find_for(
         .map(ApiKeyRow::from))
 }
 
-/// Up to `limit` team keys of team `team_id`, newest first (by id), after id `before`.
+/// Up to `limit` keys of `owner` (a user's own keys, or a team's team keys), newest first (by
+/// id), after id `before` when given. Served by the indexes on `(user_id, id)` and
+/// `(team_id, id)`, so a page costs the same whatever the number of keys.
 ///
 /// # Errors
 /// On database failure.
-pub fn list_for_team(
+pub fn page_for(
     conn: &mut DbConnection,
-    team_id: &str,
+    owner: KeyOwner<'_>,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ApiKeyRow>, PersistenceError> {
-    let mut query = api_keys::table
-        .filter(api_keys::team_id.eq(team_id.to_owned()))
-        .filter(api_keys::team_owned.eq(true))
-        .select(ApiKeyRecord::as_select())
-        .into_boxed();
+    let mut query = owned_by!(api_keys::table.into_boxed(), owner);
     if let Some(before) = before {
         query = query.filter(api_keys::id.lt(before.to_owned()));
     }
     Ok(query
         .order(api_keys::id.desc())
         .limit(limit)
+        .select(ApiKeyRecord::as_select())
         .load(conn)?
         .into_iter()
         .map(ApiKeyRow::from)

@@ -211,7 +211,12 @@ impl AuthService {
         let rows = self
             .db
             .run(move |conn| {
-                Ok(api_keys::page_for_user(conn, &user_id, before.as_deref(), limit + 1)?)
+                Ok(api_keys::page_for(
+                    conn,
+                    api_keys::KeyOwner::User(&user_id),
+                    before.as_deref(),
+                    limit + 1,
+                )?)
             })
             .await?;
         Ok(page_of(rows, limit, |r| &r.id, |r| self.view_of(r)))

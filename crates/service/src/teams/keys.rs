@@ -58,7 +58,7 @@ impl AuthService {
             .db
             .run(move |conn| {
                 let before = paging.before.as_deref();
-                Ok(api_keys::list_for_team(conn, &team_id, before, limit + 1)?)
+                Ok(api_keys::page_for(conn, api_keys::KeyOwner::Team(&team_id), before, limit + 1)?)
             })
             .await?;
         Ok(page_of(rows, limit, |r| &r.id, |r| self.view_of(r)))
