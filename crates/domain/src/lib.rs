@@ -20,6 +20,7 @@
 //! - [`mfa`]: the second factor's formats: TOTP codes, recovery codes, MFA challenge tokens
 //!   and how a session was made (`amr`);
 //! - [`change`]: the kinds of credential change that the change feed carries to every node;
+//! - [`id`]: typed ids of users, API keys, teams and sessions;
 //! - [`error`]: the stable, machine-readable error codes of the contract;
 //! - [`validation`]: the `field` / `issue` pair that every `invalid_request` error names;
 //! - [`time`]: how timestamps are rendered (RFC 3339, UTC, `Z`);
@@ -42,6 +43,7 @@ pub mod claims;
 pub mod credential;
 pub mod digest;
 pub mod error;
+pub mod id;
 pub mod invitation;
 pub mod key_policy;
 pub mod ledger;
@@ -64,6 +66,7 @@ pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
 pub use credential::{CredentialError, PresentedCredential};
 pub use digest::TokenDigest;
 pub use error::ErrorCode;
+pub use id::{ApiKeyId, SessionId, TeamId, UserId};
 pub use key_policy::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;

@@ -6,8 +6,8 @@
 //! gateway, refresh rotation and usage recorder, all through [`Metrics`]); capacity gauges
 //! (database pool, argon2 queue, change-feed lag, Redis, usage queue) are read when the
 //! exposition is rendered. [`CATALOGUE`] names every metric with its labels and help text;
-//! docs/operations.md lists the same (a test compares them). The code of this crate names a
-//! metric through its constant in `metric`; `aigw_service` records its own by name.
+//! docs/operations.md lists the same (a test compares them). Code names a metric only through
+//! its constant: `metric` here, `aigw_service::metrics::name` in the use cases.
 
 use aigw_service::{AuthService, Metrics, RateLimiter, UsageService};
 use metrics::Recorder;
@@ -33,29 +33,21 @@ pub enum Kind {
 pub type MetricSpec = (&'static str, Kind, &'static [&'static str], &'static str);
 
 /// The metric names, one constant per row of [`CATALOGUE`] (the name without `aigw_`, in
-/// capitals): the code that records a metric names it through these.
+/// capitals): the code that records a metric names it through these. Those the use cases
+/// record are `aigw_service::metrics::name`'s, named here too.
 pub(crate) mod metric {
+    pub(crate) use aigw_service::metrics::name::*;
     pub(crate) const HTTP_REQUESTS_TOTAL: &str = "aigw_http_requests_total";
     pub(crate) const HTTP_REQUEST_DURATION_SECONDS: &str = "aigw_http_request_duration_seconds";
     pub(crate) const AUTHENTICATIONS_TOTAL: &str = "aigw_authentications_total";
     pub(crate) const LOGINS_TOTAL: &str = "aigw_logins_total";
-    pub(crate) const REFRESH_TOTAL: &str = "aigw_refresh_total";
     pub(crate) const SESSIONS_CREATED_TOTAL: &str = "aigw_sessions_created_total";
     pub(crate) const SESSIONS_REVOKED_TOTAL: &str = "aigw_sessions_revoked_total";
-    pub(crate) const API_KEYS_CREATED_TOTAL: &str = "aigw_api_keys_created_total";
-    pub(crate) const API_KEYS_REVOKED_TOTAL: &str = "aigw_api_keys_revoked_total";
     pub(crate) const CONNECTIONS_REFUSED_TOTAL: &str = "aigw_connections_refused_total";
-    pub(crate) const LIMIT_REFUSALS_TOTAL: &str = "aigw_limit_refusals_total";
     pub(crate) const RATE_LIMITED_TOTAL: &str = "aigw_rate_limited_total";
     pub(crate) const RATE_LIMIT_MEMORY_FALLBACKS_TOTAL: &str =
         "aigw_rate_limit_memory_fallbacks_total";
     pub(crate) const REDIS_UP: &str = "aigw_redis_up";
-    pub(crate) const UPSTREAM_REQUESTS_TOTAL: &str = "aigw_upstream_requests_total";
-    pub(crate) const UPSTREAM_DURATION_SECONDS: &str = "aigw_upstream_duration_seconds";
-    pub(crate) const UPSTREAM_TTFB_SECONDS: &str = "aigw_upstream_ttfb_seconds";
-    pub(crate) const GATEWAY_OVERHEAD_SECONDS: &str = "aigw_gateway_overhead_seconds";
-    pub(crate) const TOKENS_TOTAL: &str = "aigw_tokens_total";
-    pub(crate) const COST_USD_MICROS_TOTAL: &str = "aigw_cost_usd_micros_total";
     pub(crate) const DB_POOL_CONNECTIONS_IN_USE: &str = "aigw_db_pool_connections_in_use";
     pub(crate) const DB_POOL_WAITING: &str = "aigw_db_pool_waiting";
     pub(crate) const DB_POOL_SIZE: &str = "aigw_db_pool_size";
@@ -111,6 +103,8 @@ pub const CATALOGUE: &[MetricSpec] = &[
         "Tokens metered into the usage ledger, by provider, model and kind (prompt, completion)"),
     (metric::COST_USD_MICROS_TOTAL, Kind::Counter, &["provider", "model"],
         "Cost metered into the usage ledger, in micro-USD, by provider and model"),
+    (metric::EMAILS_TOTAL, Kind::Counter, &["kind", "outcome"],
+        "Account messages by kind (verify_email, change_email, email_changed, password_reset, password_changed, key_leaked) and outcome (sent, retried, failed, dropped)"),
     (metric::DB_POOL_CONNECTIONS_IN_USE, Kind::Gauge, &[], "Database connections in use"),
     (metric::DB_POOL_WAITING, Kind::Gauge, &[], "Database calls waiting for a connection"),
     (metric::DB_POOL_SIZE, Kind::Gauge, &[], "Most database connections (database.max_connections)"),
@@ -266,6 +260,19 @@ mod tests {
             for label in *labels {
                 assert!(row.contains(&format!("`{label}`")), "{name} lacks label {label}: {row}");
             }
+        }
+    }
+
+    /// Every metric docs/operations.md lists is in the catalogue (so it has its help text).
+    #[test]
+    fn the_catalogue_has_every_metric_the_doc_lists() {
+        let doc = include_str!("../../../docs/operations.md");
+        for row in doc.lines().filter(|l| l.starts_with("| `aigw_")) {
+            let name = row.split('`').nth(1).unwrap_or_default();
+            assert!(
+                CATALOGUE.iter().any(|(n, ..)| *n == name),
+                "docs/operations.md lists {name}, which CATALOGUE lacks"
+            );
         }
     }
 

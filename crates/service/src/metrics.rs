@@ -14,6 +14,34 @@
 //! few per request.
 
 use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder};
+
+/// The names of the metrics this crate records, one constant each (the name without `aigw_`,
+/// in capitals). The HTTP layer's catalogue gives each its kind, labels and help text
+/// (docs/operations.md lists them); a use case names a metric only through these.
+pub mod name {
+    /// Counter `{outcome}`: refresh-token exchanges.
+    pub const REFRESH_TOTAL: &str = "aigw_refresh_total";
+    /// Counter: API keys created.
+    pub const API_KEYS_CREATED_TOTAL: &str = "aigw_api_keys_created_total";
+    /// Counter `{how}`: API keys revoked or deleted.
+    pub const API_KEYS_REVOKED_TOTAL: &str = "aigw_api_keys_revoked_total";
+    /// Counter `{scope, reason}`: gateway calls refused by a limit of the key or its team.
+    pub const LIMIT_REFUSALS_TOTAL: &str = "aigw_limit_refusals_total";
+    /// Counter `{provider, model, status_class}`: calls to upstream providers.
+    pub const UPSTREAM_REQUESTS_TOTAL: &str = "aigw_upstream_requests_total";
+    /// Histogram `{provider, model}`, seconds: upstream latency to the answer's last byte.
+    pub const UPSTREAM_DURATION_SECONDS: &str = "aigw_upstream_duration_seconds";
+    /// Histogram `{provider, model}`, seconds: upstream time to the answer's head.
+    pub const UPSTREAM_TTFB_SECONDS: &str = "aigw_upstream_ttfb_seconds";
+    /// Histogram `{provider}`, seconds: a chat call's time in aigw before the upstream call.
+    pub const GATEWAY_OVERHEAD_SECONDS: &str = "aigw_gateway_overhead_seconds";
+    /// Counter `{provider, model, kind}`: tokens metered.
+    pub const TOKENS_TOTAL: &str = "aigw_tokens_total";
+    /// Counter `{provider, model}`, micro-USD: cost metered.
+    pub const COST_USD_MICROS_TOTAL: &str = "aigw_cost_usd_micros_total";
+    /// Counter `{kind, outcome}`: account messages sent, retried, failed or dropped.
+    pub const EMAILS_TOTAL: &str = "aigw_emails_total";
+}
 use std::sync::Arc;
 
 /// A cheap-to-clone handle to the server's metrics recorder.

@@ -100,9 +100,8 @@ pub(crate) async fn completions(
     let (reply, limits) =
         state.gateway.chat_completion_since(&caller, &request_id, body, arrived, &forward).await?;
     // A key with its own rpm_limit / tpm_limit: OpenAI's x-ratelimit-* headers.
-    let with_limits = |status: u16| {
-        let mut builder =
-            HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
+    let with_limits = |status: http::StatusCode| {
+        let mut builder = HttpResponse::build(actix_status(status));
         for header in limits.iter().flat_map(rate_limit_headers) {
             builder.insert_header(header);
         }
@@ -121,6 +120,13 @@ pub(crate) async fn completions(
                 .streaming(body)
         }
     })
+}
+
+/// `status` (the `http` crate's type, which service and the upstream clients use) as
+/// actix-web's (the same type of an older `http` release): every code from 100 to 999 is
+/// valid in both, so the fallback is never taken.
+fn actix_status(status: http::StatusCode) -> StatusCode {
+    StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY)
 }
 
 /// The models this gateway routes that the key may call (API key with `ai_gateway`; only

@@ -20,6 +20,7 @@ pub mod verification;
 use crate::auth::AuthService;
 use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
+use crate::metrics::name as metric;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
 use aigw_persistence::account_tokens::{self, AccountTokenRow};
 use aigw_persistence::DbConnection;
@@ -111,7 +112,7 @@ impl AuthService {
             None => None,
             Some(Err(_)) => {
                 let labels = [("kind", kind.as_str()), ("outcome", "dropped")];
-                self.metrics.count("aigw_emails_total", &labels);
+                self.metrics.count(metric::EMAILS_TOTAL, &labels);
                 tracing::warn!(kind = kind.as_str(), "account mail job dropped: too many running");
                 return;
             }

@@ -10,6 +10,7 @@ use crate::admin::audit::Event;
 use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
+use crate::metrics::name as metric;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
@@ -164,7 +165,7 @@ impl AuthService {
     pub async fn refresh(&self, presented: &str) -> Result<TokenSet, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
         let Some(presented) = RefreshTokenSecret::parse(presented) else {
-            self.metrics.count("aigw_refresh_total", &[("outcome", "invalid")]);
+            self.metrics.count(metric::REFRESH_TOTAL, &[("outcome", "invalid")]);
             return Err(invalid());
         };
         let digest = presented.digest().into_string();
@@ -186,7 +187,7 @@ impl AuthService {
             Err(ServiceError::Unauthorized { .. }) => "invalid",
             Err(_) => "error",
         };
-        self.metrics.count("aigw_refresh_total", &[("outcome", label)]);
+        self.metrics.count(metric::REFRESH_TOTAL, &[("outcome", label)]);
         match outcome? {
             Refreshed::Rotated { user, session } => {
                 self.token_set(&user, &session, &successor, now)

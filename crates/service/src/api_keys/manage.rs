@@ -7,6 +7,7 @@ use crate::auth::{AuthService, Authorized, Principal};
 use crate::credential_cache::{self, TeamStanding};
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
+use crate::metrics::name as metric;
 use crate::paging::{page_of, Page, PageRequest, Paging};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
@@ -176,7 +177,7 @@ impl AuthService {
             })
             .await?;
         self.cache.key_created(&key_hash);
-        self.metrics.count("aigw_api_keys_created_total", &[]);
+        self.metrics.count(metric::API_KEYS_CREATED_TOTAL, &[]);
         tracing::info!(event = "api_key_created", key_id = %created.view.id, user_id = %principal.user_id(), team_id = ?created.view.team_id, "API key created");
         Ok(created)
     }
@@ -292,7 +293,7 @@ impl AuthService {
             .await?
             .ok_or_else(|| not_found(id))?;
         self.publish(vec![change]).await;
-        self.metrics.count("aigw_api_keys_revoked_total", &[("how", "revoke")]);
+        self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "revoke")]);
         tracing::info!(event = "api_key_revoked", key_id = %row.id, user_id = %row.user_id, "API key revoked");
         Ok(ApiKeyView::from(&row))
     }
@@ -503,7 +504,7 @@ impl AuthService {
             .await?
             .ok_or_else(|| not_found(id))?;
         self.publish(vec![change]).await;
-        self.metrics.count("aigw_api_keys_revoked_total", &[("how", "delete")]);
+        self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "delete")]);
         tracing::info!(event = "api_key_deleted", key_id = %id, user_id = %principal.user_id(), "API key deleted");
         Ok(())
     }

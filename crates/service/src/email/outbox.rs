@@ -4,7 +4,7 @@
 use super::config::EmailConfig;
 use super::message::{Mail, Rendered, Templates};
 use super::transport::{SendError, Transport};
-use crate::metrics::Metrics;
+use crate::metrics::{name as metric, Metrics};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +60,7 @@ impl Mailer {
                 mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m) => m,
             };
             let kind = mail.kind.as_str();
-            self.metrics.count("aigw_emails_total", &[("kind", kind), ("outcome", "dropped")]);
+            self.metrics.count(metric::EMAILS_TOTAL, &[("kind", kind), ("outcome", "dropped")]);
             tracing::warn!(kind, "e-mail dropped: the queue is full");
         }
     }
@@ -100,7 +100,7 @@ impl Sender {
                 Ok(rendered) => self.deliver(&rendered).await,
                 Err(e) => {
                     self.metrics
-                        .count("aigw_emails_total", &[("kind", kind), ("outcome", "failed")]);
+                        .count(metric::EMAILS_TOTAL, &[("kind", kind), ("outcome", "failed")]);
                     tracing::error!(kind, error = %e, "e-mail not rendered");
                 }
             }
@@ -115,20 +115,21 @@ impl Sender {
         for attempt in 1..=self.max_attempts {
             match self.transport.send(message).await {
                 Ok(()) => {
-                    self.metrics.count("aigw_emails_total", &[("kind", kind), ("outcome", "sent")]);
+                    self.metrics
+                        .count(metric::EMAILS_TOTAL, &[("kind", kind), ("outcome", "sent")]);
                     tracing::debug!(kind, attempt, "e-mail sent");
                     return;
                 }
                 Err(SendError::Transient(e)) if attempt < self.max_attempts => {
                     self.metrics
-                        .count("aigw_emails_total", &[("kind", kind), ("outcome", "retried")]);
+                        .count(metric::EMAILS_TOTAL, &[("kind", kind), ("outcome", "retried")]);
                     tracing::warn!(kind, attempt, error = %e, retry_in_ms = delay.as_millis() as u64, "e-mail not sent; trying again");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_BACKOFF);
                 }
                 Err(e) => {
                     self.metrics
-                        .count("aigw_emails_total", &[("kind", kind), ("outcome", "failed")]);
+                        .count(metric::EMAILS_TOTAL, &[("kind", kind), ("outcome", "failed")]);
                     tracing::error!(kind, attempt, error = %e, "e-mail given up");
                     return;
                 }

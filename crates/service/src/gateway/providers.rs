@@ -30,7 +30,7 @@ use crate::gateway::reply::ChatReply;
 use crate::gateway::upstream_pool::ConnectionPool;
 use crate::limits::key_limits::KeyLimits;
 use crate::limits::key_rates::RateStatus;
-use crate::metrics::Metrics;
+use crate::metrics::{name as metric, Metrics};
 use crate::usage::meter::Meter;
 use crate::usage::tokens;
 use aigw_domain::access::op;
@@ -456,16 +456,23 @@ impl Gateway {
             _ => return,
         };
         self.metrics
-            .count("aigw_limit_refusals_total", &[("scope", scope.as_str()), ("reason", reason)]);
+            .count(metric::LIMIT_REFUSALS_TOTAL, &[("scope", scope.as_str()), ("reason", reason)]);
     }
 
     /// Records the time from the request's arrival to now as the gateway's overhead.
     fn overhead(&self, provider: &str, arrived: Instant) {
         self.metrics
-            .histogram("aigw_gateway_overhead_seconds", &[("provider", provider)])
+            .histogram(metric::GATEWAY_OVERHEAD_SECONDS, &[("provider", provider)])
             .record(arrived.elapsed().as_secs_f64());
     }
 
+    /// Sends `body` to the call's provider and returns its answer: a 2xx as it came (JSON
+    /// read whole, or a stream passed through), anything else as the matching error.
+    ///
+    /// # Errors
+    /// [`ServiceError::UpstreamTimeout`] when the answer's head or body takes longer than
+    /// `gateway.timeout_secs`; [`ServiceError::UpstreamRejected`] for a 4xx other than 401,
+    /// 403 and 407; [`ServiceError::Upstream`] for everything else that is not a 2xx.
     async fn forward(
         &self,
         call: UpstreamCall<'_>,
@@ -477,52 +484,23 @@ impl Gateway {
             provider: provider.name.clone(),
             model,
         };
-        let name = provider.name.clone();
-        let failed = |reason: String| ServiceError::Upstream { provider: name.clone(), reason };
-        let timed_out = || ServiceError::UpstreamTimeout { provider: provider.name.clone() };
-        let url = provider.chat_url.clone().ok_or_else(|| failed("no upstream URL".to_owned()))?;
-        // Built on its map: `http::request::Builder` parses every name and value again.
-        let mut request = http::Request::new(body);
-        *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = url;
-        let map = request.headers_mut();
-        map.reserve(5 + headers.len());
-        map.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
-        map.insert(
-            http::header::ACCEPT,
-            http::HeaderValue::from_static(if stream {
-                "text/event-stream"
-            } else {
-                "application/json"
-            }),
-        );
-        map.insert(http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT));
-        if let Some(authorization) = &provider.authorization {
-            map.insert(http::header::AUTHORIZATION, authorization.clone());
-        }
-        for (name, value) in headers {
-            let name = http::HeaderName::from_bytes(name.as_bytes())
-                .map_err(|e| failed(format!("request not built: {name}: {e}")))?;
-            let value = http::HeaderValue::from_str(value)
-                .map_err(|e| failed(format!("request not built: {name}: {e}")))?;
-            map.append(name, value);
-        }
+        let request = upstream_request(&provider, body, stream, headers)?;
         self.overhead(&provider.name, arrived);
         let sent = Instant::now();
         let response =
             match tokio::time::timeout(self.timeout, self.client.send(&provider, request)).await {
                 Err(_) | Ok(Err(SendError::Timeout)) => {
                     labels.finished("timeout", sent);
-                    return Err(timed_out());
+                    return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
                 }
                 Ok(Err(SendError::Failed(reason))) => {
                     labels.finished("error", sent);
-                    return Err(failed(format!("request failed: {reason}")));
+                    return Err(provider.failed(format!("request failed: {reason}")));
                 }
                 Ok(Ok(r)) => r,
             };
         let UpstreamResponse { status, headers: response_headers, body: response_body } = response;
-        labels.histogram("aigw_upstream_ttfb_seconds").record(sent.elapsed().as_secs_f64());
+        labels.histogram(metric::UPSTREAM_TTFB_SECONDS).record(sent.elapsed().as_secs_f64());
         let class = crate::metrics::status_class(status.as_u16());
         let content_type = response_headers
             .get(http::header::CONTENT_TYPE)
@@ -532,71 +510,22 @@ impl Gateway {
         if status.is_success() && stream && content_type.starts_with("text/event-stream") {
             // A stream is counted once its head is in; its duration when it ends.
             labels.count(class);
-            let idle = self.timeout;
-            let cap = self.max_response_bytes;
-            let provider_name = provider.name.clone();
-            let chunks = stream::unfold(Some((response_body, 0usize)), move |state| {
-                let provider_name = provider_name.clone();
-                let labels = labels.clone();
-                async move {
-                    let (mut upstream, seen) = state?;
-                    match tokio::time::timeout(idle, upstream.next()).await {
-                        Ok(None) => {
-                            labels.duration(sent);
-                            None
-                        }
-                        Ok(Some(Ok(chunk))) if seen + chunk.len() > cap => Some((
-                            Err(ServiceError::Upstream {
-                                provider: provider_name,
-                                reason: format!("stream longer than {cap} bytes; cut"),
-                            }),
-                            None,
-                        )),
-                        Ok(Some(Ok(chunk))) => {
-                            let seen = seen + chunk.len();
-                            Some((Ok(chunk), Some((upstream, seen))))
-                        }
-                        Ok(Some(Err(e))) => Some((
-                            Err(ServiceError::Upstream {
-                                provider: provider_name,
-                                reason: format!("stream broke: {e}"),
-                            }),
-                            None,
-                        )),
-                        Err(_) => Some((
-                            Err(ServiceError::UpstreamTimeout { provider: provider_name }),
-                            None,
-                        )),
-                    }
-                }
-            });
-            return Ok(ChatReply::Stream {
-                status: status.as_u16(),
-                content_type,
-                body: chunks.boxed(),
-            });
+            let body = self.pass_stream(&provider, response_body, labels, sent);
+            return Ok(ChatReply::Stream { status, content_type, body });
         }
         let retry_after = response_headers
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        let cap = self.max_response_bytes;
-        let read = async {
-            let mut body = bytes::BytesMut::new();
-            let mut chunks = response_body;
-            while let Some(chunk) = chunks.next().await {
-                let chunk = chunk.map_err(|e| failed(format!("reading the answer failed: {e}")))?;
-                if body.len() + chunk.len() > cap {
-                    return Err(failed(format!("answer larger than {cap} bytes")));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(body.freeze())
-        };
-        let bytes = match tokio::time::timeout(self.timeout, read).await {
+        let bytes = match tokio::time::timeout(
+            self.timeout,
+            read_answer(&provider, response_body, self.max_response_bytes),
+        )
+        .await
+        {
             Err(_) => {
                 labels.finished("timeout", sent);
-                return Err(timed_out());
+                return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
             }
             Ok(result) => {
                 labels.finished(if result.is_ok() { class } else { "error" }, sent);
@@ -604,49 +533,172 @@ impl Gateway {
             }
         };
         if status.is_success() {
-            return Ok(ChatReply::Json { status: status.as_u16(), body: bytes });
+            return Ok(ChatReply::Json { status, body: bytes });
         }
-        let error = serde_json::from_slice::<Value>(&bytes).ok();
-        let field = |name: &str| {
-            error.as_ref().and_then(|v| v.pointer(&format!("/error/{name}"))).and_then(
-                |v| match v {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                },
-            )
-        };
-        let message = field("message").unwrap_or_default();
-        match status.as_u16() {
-            // The gateway's own key, account or proxy is wrong: the caller can do nothing.
-            401 | 403 | 407 => Err(failed(format!("upstream answered {status}: {message}"))),
-            code @ 400..=499 => {
-                // Never pass the provider's own key on, should the upstream quote it.
-                let scrub = |s: String| match provider.api_key() {
-                    Some(k) if !k.is_empty() => s.replace(k, "***"),
-                    _ => s,
-                };
-                let message: String = scrub(message).chars().take(2000).collect();
-                Err(ServiceError::UpstreamRejected(Box::new(UpstreamRejection {
-                    provider: provider.name.clone(),
-                    status: code,
-                    message: if message.is_empty() {
-                        format!("the upstream provider answered {status}")
-                    } else {
-                        message
-                    },
-                    kind: field("type").map(scrub),
-                    code: field("code").map(scrub),
-                    param: field("param").map(scrub),
-                    retry_after_secs: if code == 429 {
-                        Some(retry_after.unwrap_or(1))
-                    } else {
+        Err(upstream_refusal(&provider, status, &bytes, retry_after))
+    }
+
+    /// The upstream's server-sent events, passed on chunk by chunk: cut with an error after
+    /// `gateway.max_response_bytes` in all or when no chunk comes for `gateway.timeout_secs`;
+    /// the call's duration is recorded when it ends.
+    fn pass_stream(
+        &self,
+        provider: &Provider,
+        upstream: BoxStream<'static, Result<Bytes, String>>,
+        labels: UpstreamLabels,
+        sent: Instant,
+    ) -> BoxStream<'static, Result<Bytes, ServiceError>> {
+        let idle = self.timeout;
+        let cap = self.max_response_bytes;
+        let provider_name = provider.name.clone();
+        let chunks = stream::unfold(Some((upstream, 0usize)), move |state| {
+            let provider_name = provider_name.clone();
+            let labels = labels.clone();
+            async move {
+                let (mut upstream, seen) = state?;
+                match tokio::time::timeout(idle, upstream.next()).await {
+                    Ok(None) => {
+                        labels.duration(sent);
                         None
-                    },
-                })))
+                    }
+                    Ok(Some(Ok(chunk))) if seen + chunk.len() > cap => Some((
+                        Err(ServiceError::Upstream {
+                            provider: provider_name,
+                            reason: format!("stream longer than {cap} bytes; cut"),
+                        }),
+                        None,
+                    )),
+                    Ok(Some(Ok(chunk))) => {
+                        let seen = seen + chunk.len();
+                        Some((Ok(chunk), Some((upstream, seen))))
+                    }
+                    Ok(Some(Err(e))) => Some((
+                        Err(ServiceError::Upstream {
+                            provider: provider_name,
+                            reason: format!("stream broke: {e}"),
+                        }),
+                        None,
+                    )),
+                    Err(_) => {
+                        Some((Err(ServiceError::UpstreamTimeout { provider: provider_name }), None))
+                    }
+                }
             }
-            _ => Err(failed(format!("upstream answered {status}: {message}"))),
+        });
+        chunks.boxed()
+    }
+}
+
+/// The upstream request of a chat call: `POST {base_url}/chat/completions` with `body`, its
+/// JSON content type, the `Accept` of a stream or of JSON, aigw's `User-Agent`, the
+/// provider's key and the caller's `headers` to pass on ([`FORWARDED_HEADERS`]).
+///
+/// # Errors
+/// [`ServiceError::Upstream`] when the provider has no URL (`echo`) or a passed header is not
+/// a valid header name or value.
+fn upstream_request(
+    provider: &Provider,
+    body: Bytes,
+    stream: bool,
+    headers: &[(&'static str, String)],
+) -> Result<http::Request<Bytes>, ServiceError> {
+    let url = provider.chat_url.clone().ok_or_else(|| provider.failed("no upstream URL".into()))?;
+    // Built on its map: `http::request::Builder` parses every name and value again.
+    let mut request = http::Request::new(body);
+    *request.method_mut() = http::Method::POST;
+    *request.uri_mut() = url;
+    let map = request.headers_mut();
+    map.reserve(5 + headers.len());
+    map.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    map.insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(if stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
+    );
+    map.insert(http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT));
+    if let Some(authorization) = &provider.authorization {
+        map.insert(http::header::AUTHORIZATION, authorization.clone());
+    }
+    for (name, value) in headers {
+        let not_built =
+            |e: &dyn std::fmt::Display| provider.failed(format!("request not built: {name}: {e}"));
+        let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| not_built(&e))?;
+        let value = http::HeaderValue::from_str(value).map_err(|e| not_built(&e))?;
+        map.append(name, value);
+    }
+    Ok(request)
+}
+
+/// Reads a whole (non-streamed) answer body, up to `cap` bytes.
+///
+/// # Errors
+/// [`ServiceError::Upstream`] when the body breaks off or is larger than `cap`.
+async fn read_answer(
+    provider: &Provider,
+    mut chunks: BoxStream<'static, Result<Bytes, String>>,
+    cap: usize,
+) -> Result<Bytes, ServiceError> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk =
+            chunk.map_err(|e| provider.failed(format!("reading the answer failed: {e}")))?;
+        if body.len() + chunk.len() > cap {
+            return Err(provider.failed(format!("answer larger than {cap} bytes")));
         }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// The error a non-2xx answer (`status`, its body `bytes`) becomes: a 4xx other than 401, 403
+/// and 407 is passed to the caller as [`ServiceError::UpstreamRejected`] with the upstream's
+/// message, `type`, `code` and `param` (the provider's own key scrubbed from them) and, for a
+/// 429, its `Retry-After` in seconds (1 when absent); everything else is
+/// [`ServiceError::Upstream`] (the gateway's own key, account or proxy is wrong, a redirect,
+/// a 5xx).
+fn upstream_refusal(
+    provider: &Provider,
+    status: http::StatusCode,
+    bytes: &[u8],
+    retry_after: Option<u64>,
+) -> ServiceError {
+    let error = serde_json::from_slice::<Value>(bytes).ok();
+    let field = |name: &str| {
+        error.as_ref().and_then(|v| v.pointer(&format!("/error/{name}"))).and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+    };
+    let message = field("message").unwrap_or_default();
+    match status.as_u16() {
+        // The gateway's own key, account or proxy is wrong: the caller can do nothing.
+        401 | 403 | 407 => provider.failed(format!("upstream answered {status}: {message}")),
+        code @ 400..=499 => {
+            // Never pass the provider's own key on, should the upstream quote it.
+            let scrub = |s: String| match provider.api_key() {
+                Some(k) if !k.is_empty() => s.replace(k, "***"),
+                _ => s,
+            };
+            let message: String = scrub(message).chars().take(2000).collect();
+            ServiceError::UpstreamRejected(Box::new(UpstreamRejection {
+                provider: provider.name.clone(),
+                status: code,
+                message: if message.is_empty() {
+                    format!("the upstream provider answered {status}")
+                } else {
+                    message
+                },
+                kind: field("type").map(scrub),
+                code: field("code").map(scrub),
+                param: field("param").map(scrub),
+                retry_after_secs: if code == 429 { Some(retry_after.unwrap_or(1)) } else { None },
+            }))
+        }
+        _ => provider.failed(format!("upstream answered {status}: {message}")),
     }
 }
 
@@ -657,6 +709,11 @@ impl Provider {
     /// The provider's own key, from its `Authorization` value.
     fn api_key(&self) -> Option<&str> {
         self.authorization.as_ref()?.to_str().ok()?.strip_prefix("Bearer ")
+    }
+
+    /// A failed call to this provider ([`ServiceError::Upstream`], a 502), for `reason`.
+    fn failed(&self, reason: String) -> ServiceError {
+        ServiceError::Upstream { provider: self.name.clone(), reason }
     }
 }
 
@@ -689,14 +746,14 @@ impl UpstreamLabels {
     /// Counts the call with `class` (`2xx`…, `error`, `timeout`).
     fn count(&self, class: &str) {
         self.metrics.count(
-            "aigw_upstream_requests_total",
+            metric::UPSTREAM_REQUESTS_TOTAL,
             &[("provider", &self.provider), ("model", &self.model), ("status_class", class)],
         );
     }
 
     /// Records the call's latency, from `sent` to now.
     fn duration(&self, sent: Instant) {
-        self.histogram("aigw_upstream_duration_seconds").record(sent.elapsed().as_secs_f64());
+        self.histogram(metric::UPSTREAM_DURATION_SECONDS).record(sent.elapsed().as_secs_f64());
     }
 
     /// Counts the call with `class` and records its latency from `sent`.
@@ -754,7 +811,10 @@ fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bool) -> Chat
             }],
             "usage": usage
         });
-        return ChatReply::Json { status: 200, body: Bytes::from(reply.to_string()) };
+        return ChatReply::Json {
+            status: http::StatusCode::OK,
+            body: Bytes::from(reply.to_string()),
+        };
     }
     let event = |event: Value| Ok(Bytes::from(format!("data: {event}\n\n")));
     let chunk = |delta: Value, finish: Value| {
@@ -783,7 +843,7 @@ fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bool) -> Chat
     }
     events.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
     ChatReply::Stream {
-        status: 200,
+        status: http::StatusCode::OK,
         content_type: "text/event-stream".to_owned(),
         body: stream::iter(events).boxed(),
     }

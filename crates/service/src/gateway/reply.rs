@@ -11,14 +11,14 @@ pub enum ChatReply {
     /// A complete JSON body, returned unchanged with `status`.
     Json {
         /// HTTP status (2xx).
-        status: u16,
+        status: http::StatusCode,
         /// The upstream's body, byte for byte.
         body: Bytes,
     },
     /// A server-sent-events stream, passed through chunk by chunk.
     Stream {
         /// HTTP status (2xx).
-        status: u16,
+        status: http::StatusCode,
         /// The upstream's `Content-Type` (normally `text/event-stream`).
         content_type: String,
         /// The chunks; an error ends the stream (the connection is then closed).

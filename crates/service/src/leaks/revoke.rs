@@ -23,6 +23,7 @@ use crate::api_keys::manage::revoke_in_transaction;
 use crate::auth::AuthService;
 use crate::credential_cache;
 use crate::error::ServiceError;
+use crate::metrics::name as metric;
 use aigw_domain::{ApiKeySecret, AuditAction, CredentialChangeKind};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::leak_reports::{self, LeakReportRow};
@@ -310,7 +311,7 @@ impl AuthService {
             self.publish(changes).await;
         }
         for key in &leaked {
-            self.metrics.count("aigw_api_keys_revoked_total", &[("how", "leak")]);
+            self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
             tracing::warn!(
                 event = "api_key_leaked",
                 key_id = %key.key_id,

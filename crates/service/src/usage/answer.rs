@@ -20,8 +20,8 @@ impl CallMeter {
     ) -> Result<ChatReply, ServiceError> {
         match reply {
             Ok(ChatReply::Json { status, body }) => {
-                let outcome =
-                    if status < 400 { UsageOutcome::Ok } else { UsageOutcome::UpstreamError };
+                let failed = status.is_client_error() || status.is_server_error();
+                let outcome = if failed { UsageOutcome::UpstreamError } else { UsageOutcome::Ok };
                 self.record(outcome, Observed::Json(body.clone()));
                 Ok(ChatReply::Json { status, body })
             }

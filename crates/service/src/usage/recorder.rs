@@ -38,6 +38,7 @@ use super::spool::Spool;
 use super::supervisor::supervise;
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::metrics::name as metric;
 use aigw_domain::ledger::UsageFlush;
 use aigw_domain::usage::UsageRecord;
 use aigw_persistence::usage::FlushApplied;
@@ -455,11 +456,11 @@ impl Context {
                     let labels = [("provider", provider), ("model", model)];
                     let [p, m] = labels;
                     let tokens =
-                        |kind| metrics.counter("aigw_tokens_total", &[p, m, ("kind", kind)]);
+                        |kind| metrics.counter(metric::TOKENS_TOTAL, &[p, m, ("kind", kind)]);
                     [
                         tokens("prompt"),
                         tokens("completion"),
-                        metrics.counter("aigw_cost_usd_micros_total", &labels),
+                        metrics.counter(metric::COST_USD_MICROS_TOTAL, &labels),
                     ]
                 });
             p.increment(prompt);
