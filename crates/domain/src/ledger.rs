@@ -7,6 +7,7 @@
 //! A flush carries an id (a UUIDv7) recorded in the same transaction as its sums: a flush
 //! applied twice (a replay of the spool file after a crash or an outage) counts once.
 
+use crate::id::{ApiKeyId, TeamId, UserId};
 use crate::usage::UsageRecord;
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
@@ -73,19 +74,19 @@ impl UsageSums {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RollupKey {
     /// The API key.
-    pub api_key_id: String,
+    pub api_key_id: ApiKeyId,
     /// The requested model.
     pub model: String,
     /// The UTC day of the calls' start.
     pub day: NaiveDate,
     /// The key's owner.
-    pub user_id: String,
+    pub user_id: UserId,
     /// The team the key is scoped to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub team_id: Option<String>,
+    pub team_id: Option<TeamId>,
     /// The member charged in the team.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub member_id: Option<String>,
+    pub member_id: Option<UserId>,
     /// The provider that served the calls.
     pub provider: String,
 }

@@ -8,6 +8,7 @@
 //!   ([`ModelPrice::cost_micros`]).
 //! - Days are UTC calendar days; a range is inclusive of both ends ([`DayRange`]).
 
+use crate::id::{ApiKeyId, TeamId, UserId};
 use crate::validation::FieldError;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
@@ -80,9 +81,9 @@ pub struct UsageRecord {
     /// The request's id (the `x-request-id` of the answer, a UUIDv7); unique in the ledger.
     pub request_id: String,
     /// The API key that made the call.
-    pub api_key_id: String,
+    pub api_key_id: ApiKeyId,
     /// The key's owner.
-    pub user_id: String,
+    pub user_id: UserId,
     /// The `model` of the request.
     pub model: String,
     /// The provider that served it (`echo` for the built-in model).
@@ -105,11 +106,11 @@ pub struct UsageRecord {
     pub started_at: DateTime<Utc>,
     /// The team the key is scoped to, whose budget the call counted against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub team_id: Option<String>,
+    pub team_id: Option<TeamId>,
     /// The member whose team budget the call counted against: the key's owner for a member's
     /// team-scoped key, `None` for a team key and outside teams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub member_id: Option<String>,
+    pub member_id: Option<UserId>,
 }
 
 impl UsageRecord {

@@ -218,15 +218,16 @@ impl FromRequest for RawJson {
     }
 }
 
-/// The `{id}` segment of a route's path, percent-decoded (as `web::Path<String>` gives it).
-/// Taken as `After<PathId>`, so a bad credential is still a 401 first.
+/// The `{id}` segment of a route's path, percent-decoded (as `web::Path<String>` gives it),
+/// as the id type `T` of what the route names (`TeamId`, `ApiKeyId`, …; text by default).
+/// Taken as `After<PathId<T>>`, so a bad credential is still a 401 first.
 ///
 /// # Errors
 /// 400 `invalid_request` on `id` when the segment contains U+0000 (`%00`).
 #[derive(Debug)]
-pub(crate) struct PathId(pub(crate) String);
+pub(crate) struct PathId<T = String>(pub(crate) T);
 
-impl FromRequest for PathId {
+impl<T: From<String>> FromRequest for PathId<T> {
     type Error = ApiError;
     type Future = std::future::Ready<Result<Self, ApiError>>;
 
@@ -237,21 +238,21 @@ impl FromRequest for PathId {
             .and_then(|id| {
                 let id = id.into_inner();
                 aigw_domain::validation::refuse_nul("id", &id)?;
-                Ok(PathId(id))
+                Ok(PathId(T::from(id)))
             });
         std::future::ready(id)
     }
 }
 
 /// A path's `{id}` and a second segment under it (`{member_id}`, `{key_id}`,
-/// `{invitation_id}`), both free of U+0000 (see [`PathId`]).
+/// `{invitation_id}`), both free of U+0000, as the id types `A` and `B` (see [`PathId`]).
 ///
 /// # Errors
 /// 400 `invalid_request` on the segment's name (`id`, `key_id`, …) when it contains U+0000.
 #[derive(Debug)]
-pub(crate) struct PathIds(pub(crate) String, pub(crate) String);
+pub(crate) struct PathIds<A = String, B = String>(pub(crate) A, pub(crate) B);
 
-impl FromRequest for PathIds {
+impl<A: From<String>, B: From<String>> FromRequest for PathIds<A, B> {
     type Error = ApiError;
     type Future = std::future::Ready<Result<Self, ApiError>>;
 
@@ -266,7 +267,7 @@ impl FromRequest for PathIds {
                 let inner_name = names.get(1).copied().unwrap_or("id");
                 aigw_domain::validation::refuse_nul("id", &id)?;
                 aigw_domain::validation::refuse_nul(inner_name, &inner)?;
-                Ok(PathIds(id, inner))
+                Ok(PathIds(A::from(id), B::from(inner)))
             });
         std::future::ready(ids)
     }

@@ -75,8 +75,8 @@ impl UsageRecordRow {
     pub fn into_record(self) -> UsageRecord {
         UsageRecord {
             request_id: self.request_id,
-            api_key_id: self.api_key_id,
-            user_id: self.user_id,
+            api_key_id: self.api_key_id.into(),
+            user_id: self.user_id.into(),
             model: self.model,
             provider: self.provider,
             streamed: self.streamed,
@@ -622,14 +622,14 @@ fn add_daily(
     sums: UsageSums,
 ) {
     let row =
-        rows.entry((key.api_key_id.clone(), key.model.clone(), key.day)).or_insert_with(|| {
+        rows.entry((key.api_key_id.to_string(), key.model.clone(), key.day)).or_insert_with(|| {
             DailyRow {
-                api_key_id: key.api_key_id.clone(),
+                api_key_id: key.api_key_id.to_string(),
                 model: key.model.clone(),
                 day: format_day(key.day),
-                user_id: key.user_id.clone(),
-                team_id: key.team_id.clone(),
-                member_id: key.member_id.clone(),
+                user_id: key.user_id.to_string(),
+                team_id: key.team_id.as_deref().map(str::to_owned),
+                member_id: key.member_id.as_deref().map(str::to_owned),
                 ..DailyRow::default()
             }
         });

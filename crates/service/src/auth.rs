@@ -11,7 +11,9 @@ use crate::password::PasswordHasher;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
 use aigw_domain::access::{authorize, CallerCredential, Operation, RouteOperation};
-use aigw_domain::{PasswordPolicy, PermissionSet, PresentedCredential, Role};
+use aigw_domain::{
+    ApiKeyId, PasswordPolicy, PermissionSet, PresentedCredential, Role, SessionId, UserId,
+};
 use aigw_persistence::models::ApiKeyPolicy;
 use std::sync::Arc;
 
@@ -21,9 +23,9 @@ pub enum Principal {
     /// A user holding an access token of session `session_id`.
     User {
         /// The user's id.
-        user_id: String,
+        user_id: UserId,
         /// The session the access token belongs to (`sid`).
-        session_id: String,
+        session_id: SessionId,
         /// The role claim.
         role: Role,
         /// Whether the session was made with a second factor (`amr` has `otp`).
@@ -32,9 +34,9 @@ pub enum Principal {
     /// An API key.
     ApiKey {
         /// The key's id.
-        key_id: String,
+        key_id: ApiKeyId,
         /// The key's owner.
-        user_id: String,
+        user_id: UserId,
         /// The key's permissions.
         permissions: PermissionSet,
         /// The key's models, budget and rate limits, shared with the credential
@@ -47,7 +49,7 @@ pub enum Principal {
 
 impl Principal {
     /// The user behind the credential.
-    pub fn user_id(&self) -> &str {
+    pub fn user_id(&self) -> &UserId {
         match self {
             Principal::User { user_id, .. } | Principal::ApiKey { user_id, .. } => user_id,
         }
@@ -293,8 +295,8 @@ impl AuthService {
                 let second_factor =
                     aigw_domain::mfa::SessionAmr::from_values(amr).has_second_factor();
                 Ok(Principal::User {
-                    user_id: claims.sub,
-                    session_id: claims.sid,
+                    user_id: claims.sub.into(),
+                    session_id: claims.sid.into(),
                     role,
                     second_factor,
                 })

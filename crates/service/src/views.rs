@@ -1,14 +1,14 @@
 //! What the use cases return: plain data, rendered by the HTTP layer.
 
-use aigw_domain::{PermissionSet, Role};
+use aigw_domain::{ApiKeyId, PermissionSet, Role, SessionId, TeamId, UserId};
 use aigw_persistence::models::{ApiKeyPolicy, ApiKeyRow, UserRow};
 use chrono::{DateTime, Utc};
 
 /// A user as shown to its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserView {
-    /// UUIDv7 string.
-    pub id: String,
+    /// The user's id.
+    pub id: UserId,
     /// Normalised e-mail address.
     pub email: String,
     /// Display name.
@@ -28,7 +28,7 @@ pub struct UserView {
 impl From<&UserRow> for UserView {
     fn from(row: &UserRow) -> Self {
         Self {
-            id: row.id.clone(),
+            id: row.id.as_str().into(),
             email: row.email.clone(),
             name: row.name.clone(),
             role: row.role,
@@ -55,16 +55,16 @@ pub struct TokenSet {
     /// Opaque refresh token (`aigwr_…`).
     pub refresh_token: String,
     /// The session the tokens belong to.
-    pub session_id: String,
+    pub session_id: SessionId,
 }
 
 /// An API key as listed (never the secret).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyView {
-    /// UUIDv7 string.
-    pub id: String,
+    /// The key's id.
+    pub id: ApiKeyId,
     /// The owner's user id.
-    pub user_id: String,
+    pub user_id: UserId,
     /// Label.
     pub name: String,
     /// First 12 characters of the key.
@@ -84,7 +84,7 @@ pub struct ApiKeyView {
     /// Last rotation, UTC.
     pub rotated_at: Option<DateTime<Utc>>,
     /// The team the key is scoped to.
-    pub team_id: Option<String>,
+    pub team_id: Option<TeamId>,
     /// Whether it is a team key (owned by the team; `user_id` then is who created it).
     pub team_owned: bool,
 }
@@ -92,8 +92,8 @@ pub struct ApiKeyView {
 impl From<&ApiKeyRow> for ApiKeyView {
     fn from(row: &ApiKeyRow) -> Self {
         Self {
-            id: row.id.clone(),
-            user_id: row.user_id.clone(),
+            id: row.id.as_str().into(),
+            user_id: row.user_id.as_str().into(),
             name: row.name.clone(),
             key_prefix: row.key_prefix.clone(),
             permissions: row.permissions.clone(),
@@ -103,7 +103,7 @@ impl From<&ApiKeyRow> for ApiKeyView {
             last_used_at: row.last_used_at,
             policy: row.policy.clone(),
             rotated_at: row.rotated_at,
-            team_id: row.team_id.clone(),
+            team_id: row.team_id.as_deref().map(TeamId::from),
             team_owned: row.team_owned,
         }
     }

@@ -113,8 +113,8 @@ fn main() -> anyhow::Result<()> {
                             let i = (n as usize).wrapping_mul(31).wrapping_add(t);
                             recorder.record(UsageRecord {
                                 request_id: format!("{base}-{n:x}"),
-                                api_key_id: key_ids[i % keys].clone(),
-                                user_id: "bench-user".to_owned(),
+                                api_key_id: key_ids[i % keys].as_str().into(),
+                                user_id: "bench-user".into(),
                                 model: model_names[i % models].clone(),
                                 provider: "bench".to_owned(),
                                 streamed: false,

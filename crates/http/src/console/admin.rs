@@ -10,7 +10,7 @@ use crate::console::view::{key_status, when, CsrfField, CsrfOnly, Form};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use aigw_domain::{AuditAction, Role};
+use aigw_domain::{ApiKeyId, AuditAction, Role, UserId};
 use aigw_service::admin::audit::AuditEventView;
 use aigw_service::admin::manage::OpenInvitation;
 use aigw_service::admin::Admin;
@@ -83,7 +83,7 @@ async fn account_id(state: &AppState, admin: &Admin, raw: &str) -> Result<String
         .items
         .into_iter()
         .find(|u| u.email == wanted)
-        .map(|u| u.id)
+        .map(|u| u.id.into_string())
         .ok_or(ServiceError::NotFound { resource: "user", id: wanted.chars().take(64).collect() })
 }
 
@@ -193,7 +193,7 @@ async fn change_user(
     state: &AppState,
     req: &HttpRequest,
     viewer: &Viewer,
-    id: &str,
+    id: &UserId,
     form: Form<UserForm>,
     change: UserChange,
 ) -> HttpResponse {
@@ -248,7 +248,7 @@ pub(crate) async fn disable_user(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<UserId>,
     form: Form<UserForm>,
 ) -> HttpResponse {
     change_user(&state, &req, &viewer, &id, form, UserChange::Disable).await
@@ -259,7 +259,7 @@ pub(crate) async fn enable_user(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<UserId>,
     form: Form<UserForm>,
 ) -> HttpResponse {
     change_user(&state, &req, &viewer, &id, form, UserChange::Enable).await
@@ -271,7 +271,7 @@ pub(crate) async fn set_role(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<UserId>,
     form: Form<UserForm>,
 ) -> HttpResponse {
     change_user(&state, &req, &viewer, &id, form, UserChange::Role).await
@@ -295,7 +295,7 @@ fn admin_key_row(key: &ApiKeyView, owners: &HashMap<String, String>) -> Value {
     context! {
         id => key.id,
         owner_id => key.user_id,
-        owner_email => owners.get(&key.user_id),
+        owner_email => owners.get(key.user_id.as_str()),
         name => key.name,
         prefix => key.key_prefix,
         status => key_status(key),
@@ -318,14 +318,19 @@ async fn find_keys(
     let key_prefix = Some(prefix.to_owned()).filter(|p| !p.is_empty());
     let page = page_request(query.cursor.as_ref());
     let keys = state.auth.admin_list_api_keys(admin, owner_id, key_prefix, &page).await?;
-    let ids: Vec<String> =
-        keys.items.iter().map(|k| k.user_id.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let ids: Vec<String> = keys
+        .items
+        .iter()
+        .map(|k| k.user_id.to_string())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let owners: HashMap<String, String> = state
         .auth
         .admin_users_by_id(admin, &ids)
         .await?
         .into_iter()
-        .map(|u| (u.id, u.email))
+        .map(|u| (u.id.into_string(), u.email))
         .collect();
     let rows = keys.items.iter().map(|k| admin_key_row(k, &owners)).collect();
     let next = keys.next_cursor.map(|c| {
@@ -400,7 +405,7 @@ pub(crate) async fn revoke_key(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<ApiKeyId>,
     form: Form<RevokeKeyForm>,
 ) -> HttpResponse {
     let form = match form.checked(&req, &viewer) {

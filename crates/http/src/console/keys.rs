@@ -8,6 +8,7 @@ use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
+use aigw_domain::ApiKeyId;
 use aigw_service::{KeyPolicyRequest, NewApiKey, PageRequest, ServiceError};
 use minijinja::context;
 use serde::Deserialize;
@@ -38,7 +39,8 @@ pub(crate) async fn list(
     .await;
     match result {
         Ok((keys, spend)) => {
-            let rows: Vec<_> = keys.items.iter().map(|k| key_row(k, spend.get(&k.id))).collect();
+            let rows: Vec<_> =
+                keys.items.iter().map(|k| key_row(k, spend.get(k.id.as_str()))).collect();
             let next = keys.next_cursor.map(|c| format!("/keys?cursor={c}"));
             viewer.page(
                 StatusCode::OK,
@@ -198,7 +200,7 @@ pub(crate) async fn create(
 pub(crate) async fn show(
     state: web::Data<AppState>,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<ApiKeyId>,
 ) -> HttpResponse {
     let result = async {
         let caller = viewer.authorized::<op::ReadAccount>()?;
@@ -209,7 +211,7 @@ pub(crate) async fn show(
     .await;
     match result {
         Ok((key, spend)) => {
-            let row = key_row(&key, spend.get(&key.id));
+            let row = key_row(&key, spend.get(key.id.as_str()));
             let models = key.policy.allowed_models.as_ref().map(|m| m.as_slice().join(", "));
             viewer.page(
                 StatusCode::OK,
@@ -241,7 +243,7 @@ pub(crate) async fn rotate(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<ApiKeyId>,
     form: Form<RotateForm>,
 ) -> HttpResponse {
     let form = match form.checked(&req, &viewer) {
@@ -271,7 +273,7 @@ pub(crate) async fn revoke(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<ApiKeyId>,
     form: Form<crate::console::view::CsrfOnly>,
 ) -> HttpResponse {
     if let Err(refused) = form.checked(&req, &viewer) {
@@ -295,7 +297,7 @@ pub(crate) async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<ApiKeyId>,
     form: Form<crate::console::view::CsrfOnly>,
 ) -> HttpResponse {
     if let Err(refused) = form.checked(&req, &viewer) {

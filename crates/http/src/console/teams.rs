@@ -11,7 +11,7 @@ use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
-use aigw_domain::{BudgetPeriod, TeamRole};
+use aigw_domain::{ApiKeyId, BudgetPeriod, TeamId, TeamRole, UserId};
 use aigw_service::teams::{MemberAdded, NewMember, NewTeam, TeamPatch, TeamView};
 use aigw_service::usage::{UsageQuery, UsageSummary};
 use aigw_service::{ApiKeyPatch, ApiKeyView, PageRequest, ServiceError};
@@ -322,7 +322,7 @@ fn owns(viewer: &Viewer, team: &TeamView) -> bool {
 async fn read_team(
     state: &AppState,
     viewer: &Viewer,
-    id: &str,
+    id: &TeamId,
     query: &TeamQuery,
 ) -> Result<(TeamView, Lists), ServiceError> {
     let reader = viewer.authorized::<op::ReadAccount>()?;
@@ -376,7 +376,7 @@ fn usage_rows(summary: &UsageSummary, label: impl Fn(&str) -> String) -> Vec<Val
 async fn team_page(
     state: &AppState,
     viewer: &Viewer,
-    id: &str,
+    id: &TeamId,
     query: &TeamQuery,
     status: StatusCode,
     typed: Typed,
@@ -547,7 +547,7 @@ async fn team_page(
 pub(crate) async fn show(
     state: web::Data<AppState>,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<TeamId>,
     query: web::Query<TeamQuery>,
 ) -> HttpResponse {
     team_page(&state, &viewer, &id, &query, StatusCode::OK, Typed::default()).await
@@ -558,7 +558,7 @@ pub(crate) async fn show(
 async fn answer(
     state: &AppState,
     viewer: &Viewer,
-    id: &str,
+    id: &TeamId,
     done: Result<String, Typed>,
     anchor: &str,
 ) -> HttpResponse {
@@ -580,7 +580,7 @@ pub(crate) async fn update_policy(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<TeamId>,
     form: Form<PolicyForm>,
 ) -> HttpResponse {
     let form = match form.checked(&req, &viewer) {
@@ -616,7 +616,7 @@ pub(crate) async fn add_member(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<TeamId>,
     form: Form<AddMemberForm>,
 ) -> HttpResponse {
     let form = match form.checked(&req, &viewer) {
@@ -672,7 +672,7 @@ pub(crate) async fn update_member_role(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    path: web::Path<(String, String)>,
+    path: web::Path<(TeamId, UserId)>,
     form: Form<RoleForm>,
 ) -> HttpResponse {
     let (id, user_id) = path.into_inner();
@@ -712,7 +712,7 @@ pub(crate) async fn remove_member(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    path: web::Path<(String, String)>,
+    path: web::Path<(TeamId, UserId)>,
     form: Form<CsrfOnly>,
 ) -> HttpResponse {
     let (id, user_id) = path.into_inner();
@@ -741,7 +741,7 @@ pub(crate) async fn revoke_invitation(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    path: web::Path<(String, String)>,
+    path: web::Path<(TeamId, String)>,
     form: Form<CsrfOnly>,
 ) -> HttpResponse {
     let (id, invitation_id) = path.into_inner();
@@ -765,7 +765,7 @@ pub(crate) async fn revoke_key(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    path: web::Path<(String, String)>,
+    path: web::Path<(TeamId, ApiKeyId)>,
     form: Form<CsrfOnly>,
 ) -> HttpResponse {
     let (id, key_id) = path.into_inner();
@@ -789,7 +789,7 @@ pub(crate) async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<TeamId>,
     form: Form<CsrfOnly>,
 ) -> HttpResponse {
     if let Err(refused) = form.checked(&req, &viewer) {
@@ -841,7 +841,7 @@ fn new_team_key_page(
 pub(crate) async fn new_key_form(
     state: web::Data<AppState>,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<TeamId>,
 ) -> HttpResponse {
     let team = match viewer.authorized::<op::ReadAccount>() {
         Ok(reader) => state.auth.get_team(&reader, &id).await,
@@ -861,7 +861,7 @@ pub(crate) async fn create_key(
     state: web::Data<AppState>,
     req: HttpRequest,
     viewer: Viewer,
-    id: web::Path<String>,
+    id: web::Path<TeamId>,
     form: Form<NewKeyForm>,
 ) -> HttpResponse {
     let form = match form.checked(&req, &viewer) {

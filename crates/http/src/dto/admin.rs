@@ -31,7 +31,7 @@ pub(crate) struct AdminUserDto {
 impl From<UserView> for AdminUserDto {
     fn from(u: UserView) -> Self {
         Self {
-            id: u.id,
+            id: u.id.into(),
             email: u.email,
             name: u.name,
             role: u.role.as_str().to_owned(),
@@ -132,8 +132,8 @@ pub(crate) struct AdminApiKeyDto {
 impl From<ApiKeyView> for AdminApiKeyDto {
     fn from(k: ApiKeyView) -> Self {
         Self {
-            id: k.id,
-            user_id: k.user_id,
+            id: k.id.into(),
+            user_id: k.user_id.into(),
             name: k.name,
             key_prefix: k.key_prefix,
             permissions: k.permissions.names(),

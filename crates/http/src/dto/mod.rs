@@ -351,7 +351,7 @@ pub(crate) struct UserDto {
 impl From<UserView> for UserDto {
     fn from(u: UserView) -> Self {
         Self {
-            id: u.id,
+            id: u.id.into(),
             email: u.email,
             name: u.name,
             role: u.role.as_str().to_owned(),
@@ -515,7 +515,7 @@ impl From<ApiKeyView> for ApiKeyDto {
     /// The key object with no usage yet (a new key); see [`ApiKeyDto::with_usage`].
     fn from(k: ApiKeyView) -> Self {
         Self {
-            id: k.id,
+            id: k.id.into(),
             name: k.name,
             key_prefix: k.key_prefix,
             permissions: k.permissions.names(),
@@ -541,9 +541,9 @@ impl From<ApiKeyView> for ApiKeyDto {
                 .and_then(|p| p.reset_at(aigw_domain::time::now()))
                 .map(format_timestamp),
             rotated_at: k.rotated_at.map(format_timestamp),
-            team_id: k.team_id,
+            team_id: k.team_id.map(String::from),
             team_owned: k.team_owned,
-            created_by: k.user_id,
+            created_by: k.user_id.into(),
         }
     }
 }

@@ -151,7 +151,7 @@ impl From<UsageRecord> for UsageRecordDto {
     fn from(r: UsageRecord) -> Self {
         Self {
             request_id: r.request_id,
-            api_key_id: r.api_key_id,
+            api_key_id: r.api_key_id.into(),
             model: r.model,
             provider: r.provider,
             streamed: r.streamed,

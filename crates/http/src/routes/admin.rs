@@ -11,6 +11,7 @@ use crate::error::ApiError;
 use crate::extract::{query_params, AdminCaller, After, JsonBody, PathId};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
+use aigw_domain::{ApiKeyId, UserId};
 use aigw_service::{PageRequest, UserUpdate};
 use std::collections::HashMap;
 
@@ -57,7 +58,7 @@ pub(crate) async fn list_users(
 pub(crate) async fn get_user(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
-    id: After<PathId>,
+    id: After<PathId<UserId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let user = state.auth.admin_get_user(&admin, &id).await?;
@@ -82,7 +83,7 @@ pub(crate) async fn get_user(
 pub(crate) async fn update_user(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
-    id: After<PathId>,
+    id: After<PathId<UserId>>,
     body: After<JsonBody<UpdateUserRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
@@ -134,7 +135,7 @@ pub(crate) async fn list_api_keys(
 pub(crate) async fn revoke_api_key(
     state: web::Data<AppState>,
     AdminCaller(admin): AdminCaller,
-    id: After<PathId>,
+    id: After<PathId<ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let key = state.auth.admin_revoke_api_key(&admin, &id).await?;

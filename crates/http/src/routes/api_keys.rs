@@ -13,6 +13,7 @@ use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
+use aigw_domain::ApiKeyId;
 use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey, PageRequest};
 
 /// Create an API key (access token only). The full key is in this answer and never again.
@@ -121,7 +122,7 @@ async fn key_object(
 pub(crate) async fn update(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
-    id: After<PathId>,
+    id: After<PathId<ApiKeyId>>,
     body: After<JsonBody<UpdateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
@@ -150,7 +151,7 @@ pub(crate) async fn update(
 pub(crate) async fn rotate(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
-    id: After<PathId>,
+    id: After<PathId<ApiKeyId>>,
     body: After<OptionalJsonBody<RotateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
@@ -174,7 +175,7 @@ pub(crate) async fn rotate(
 pub(crate) async fn revoke(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
-    id: After<PathId>,
+    id: After<PathId<ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let key = state.auth.revoke_api_key(&caller, &id).await?;
@@ -195,9 +196,9 @@ pub(crate) async fn revoke(
 pub(crate) async fn delete(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
-    id: After<PathId>,
+    id: After<PathId<ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     state.auth.delete_api_key(&caller, &id).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id, deleted: true })))
+    Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id: id.into(), deleted: true })))
 }

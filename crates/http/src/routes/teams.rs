@@ -18,6 +18,7 @@ use crate::extract::{
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
+use aigw_domain::{ApiKeyId, TeamId, UserId};
 use aigw_service::teams::{MemberPatch, NewMember};
 use aigw_service::usage::UsageQuery;
 use aigw_service::{NewApiKey, PageRequest};
@@ -87,7 +88,7 @@ pub(crate) async fn list(
 pub(crate) async fn get(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let team = state.auth.get_team(&caller, &id).await?;
@@ -111,7 +112,7 @@ pub(crate) async fn get(
 pub(crate) async fn update(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
     body: After<JsonBody<UpdateTeamRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
@@ -136,11 +137,11 @@ pub(crate) async fn update(
 pub(crate) async fn delete(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     state.auth.delete_team(&caller, &id).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id, deleted: true })))
+    Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: id.into(), deleted: true })))
 }
 
 /// A team's members, cursor-paged.
@@ -162,7 +163,7 @@ pub(crate) async fn list_members(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let page = page_request(&req)?;
@@ -187,7 +188,7 @@ pub(crate) async fn list_members(
 pub(crate) async fn add_member(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
     body: After<JsonBody<AddMemberRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
@@ -215,7 +216,7 @@ pub(crate) async fn add_member(
 pub(crate) async fn update_member(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, UserId>>,
     body: After<JsonBody<UpdateMemberRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, member) = ids.into_inner()?;
@@ -242,11 +243,11 @@ pub(crate) async fn update_member(
 pub(crate) async fn remove_member(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, UserId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, member) = ids.into_inner()?;
     state.auth.remove_team_member(&caller, &id, &member).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: member, deleted: true })))
+    Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: member.into(), deleted: true })))
 }
 
 /// A team's open invitations, newest first (owners and admins).
@@ -268,7 +269,7 @@ pub(crate) async fn list_invitations(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let page = page_request(&req)?;
@@ -293,7 +294,7 @@ pub(crate) async fn list_invitations(
 pub(crate) async fn revoke_invitation(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, String>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, invitation) = ids.into_inner()?;
     state.auth.revoke_team_invitation(&caller, &id, &invitation).await?;
@@ -317,7 +318,7 @@ pub(crate) async fn revoke_invitation(
 pub(crate) async fn create_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::CreateApiKey>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
     body: After<JsonBody<CreateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
@@ -353,7 +354,7 @@ pub(crate) async fn list_keys(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadAccount>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let page = page_request(&req)?;
@@ -381,7 +382,7 @@ pub(crate) async fn list_keys(
 pub(crate) async fn update_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, ApiKeyId>>,
     body: After<JsonBody<UpdateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
@@ -408,7 +409,7 @@ pub(crate) async fn update_key(
 pub(crate) async fn rotate_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::UpdateApiKey>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, ApiKeyId>>,
     body: After<OptionalJsonBody<RotateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
@@ -435,7 +436,7 @@ pub(crate) async fn rotate_key(
 pub(crate) async fn revoke_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
     let key = state.auth.revoke_team_api_key(&caller, &id, &key_id).await?;
@@ -459,11 +460,11 @@ pub(crate) async fn revoke_key(
 pub(crate) async fn delete_key(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ChangeApiKey>,
-    ids: After<PathIds>,
+    ids: After<PathIds<TeamId, ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
     state.auth.delete_team_api_key(&caller, &id, &key_id).await?;
-    Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: key_id, deleted: true })))
+    Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: key_id.into(), deleted: true })))
 }
 
 /// A team's usage over a range of UTC days, grouped by `day` (default), `model`, `member` or
@@ -487,7 +488,7 @@ pub(crate) async fn usage(
     state: web::Data<AppState>,
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadUsage>,
-    id: After<PathId>,
+    id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let mut params = query_params(&req, &["from", "to", "group_by"])?;

@@ -10,8 +10,8 @@ use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
-use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, UserName};
+use aigw_domain::{AuditAction, SessionId, UserId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::SessionRow;
 use aigw_persistence::{sessions, transaction, users};
@@ -57,7 +57,7 @@ impl SessionView {
 /// token: the table refuses keys, so the second arm is never taken).
 fn session_caller(
     principal: &Authorized<op::ManageAccount>,
-) -> Result<(String, String), ServiceError> {
+) -> Result<(UserId, SessionId), ServiceError> {
     match principal.principal() {
         Principal::User { user_id, session_id, .. } => Ok((user_id.clone(), session_id.clone())),
         Principal::ApiKey { .. } => Err(ServiceError::Forbidden {

@@ -147,7 +147,7 @@ impl AuthService {
             expires_at: access.expires_at,
             expires_in: access.expires_in,
             refresh_token: refresh.expose().to_owned(),
-            session_id,
+            session_id: session_id.into(),
         })
     }
 
@@ -367,7 +367,7 @@ impl AuthService {
                     let mut revoked = match scope {
                         LogoutScope::Local => {
                             if sessions::revoke_session(conn, &session_id, "logout", now)? {
-                                vec![session_id.clone()]
+                                vec![session_id.to_string()]
                             } else {
                                 Vec::new()
                             }

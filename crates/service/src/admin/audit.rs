@@ -204,7 +204,7 @@ impl AuthService {
         action: Option<String>,
         page: &PageRequest,
     ) -> Result<Page<AuditEventView>, ServiceError> {
-        list(&self.db, Some(principal.user_id().to_owned()), action, page).await
+        list(&self.db, Some(principal.user_id().to_string()), action, page).await
     }
 
     /// Every event (of account `user_id` when given), newest first.

@@ -15,6 +15,7 @@ use crate::views::{ApiKeyView, UserView};
 use aigw_domain::access::{authorize_as, CallerCredential, Operation};
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
+use aigw_domain::{ApiKeyId, UserId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::{api_keys, sessions, transaction, users};
 
@@ -78,7 +79,7 @@ impl AuthService {
             .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })?;
         self.require_admin_second_factor(principal).await?;
         Ok(Admin {
-            user_id: principal.user_id().to_owned(),
+            user_id: principal.user_id().to_string(),
             actor: crate::admin::audit::actor_of(principal).to_owned(),
         })
     }
@@ -108,7 +109,11 @@ impl AuthService {
     ///
     /// # Errors
     /// [`ServiceError::NotFound`] (`user`).
-    pub async fn admin_get_user(&self, _admin: &Admin, id: &str) -> Result<UserView, ServiceError> {
+    pub async fn admin_get_user(
+        &self,
+        _admin: &Admin,
+        id: &UserId,
+    ) -> Result<UserView, ServiceError> {
         let wanted = id.to_owned();
         let row = self.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         row.as_ref().map(UserView::from).ok_or_else(|| user_not_found(id))
@@ -126,7 +131,7 @@ impl AuthService {
     pub async fn admin_update_user(
         &self,
         admin: &Admin,
-        id: &str,
+        id: &UserId,
         update: UserUpdate,
     ) -> Result<UserView, ServiceError> {
         if update.role.is_none() && update.disabled.is_none() {
@@ -270,7 +275,7 @@ impl AuthService {
     pub async fn admin_revoke_api_key(
         &self,
         admin: &Admin,
-        id: &str,
+        id: &ApiKeyId,
     ) -> Result<ApiKeyView, ServiceError> {
         self.revoke_api_key_of(id, None, admin.actor()).await
     }

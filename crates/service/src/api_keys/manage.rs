@@ -11,10 +11,10 @@ use crate::metrics::name as metric;
 use crate::paging::{page_of, Page, PageRequest, Paging};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
-use aigw_domain::AuditAction;
 use aigw_domain::{
     time, ApiKeySecret, BudgetPeriod, CredentialChangeKind, FieldError, PermissionSet, UserName,
 };
+use aigw_domain::{ApiKeyId, AuditAction, TeamId, UserId};
 use aigw_persistence::models::ApiKeyRow;
 use aigw_persistence::{api_keys, transaction};
 use chrono::Duration;
@@ -49,9 +49,9 @@ pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Owner {
     /// A user's own key.
-    User(String),
+    User(UserId),
     /// A team key, by team id.
-    Team(String),
+    Team(TeamId),
 }
 
 impl Owner {
@@ -122,7 +122,7 @@ impl AuthService {
         let secret = ApiKeySecret::generate(&mut OsRng);
         let row = ApiKeyRow {
             id: uuid::Uuid::now_v7().to_string(),
-            user_id: principal.user_id().to_owned(),
+            user_id: principal.user_id().to_string(),
             name: name.into_string(),
             key_prefix: secret.key_prefix().to_owned(),
             key_hash: secret.digest().into_string(),
@@ -231,7 +231,7 @@ impl AuthService {
     pub async fn api_key(
         &self,
         principal: &Authorized<op::ReadAccount>,
-        id: &str,
+        id: &ApiKeyId,
     ) -> Result<ApiKeyView, ServiceError> {
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let row = self
@@ -251,7 +251,7 @@ impl AuthService {
     pub async fn revoke_api_key(
         &self,
         principal: &Authorized<op::ChangeApiKey>,
-        id: &str,
+        id: &ApiKeyId,
     ) -> Result<ApiKeyView, ServiceError> {
         let owner = Owner::User(principal.user_id().to_owned());
         self.revoke_api_key_of(id, Some(owner), actor_of(principal)).await
@@ -261,7 +261,7 @@ impl AuthService {
     /// until every live node has applied it.
     pub(crate) async fn revoke_api_key_of(
         &self,
-        id: &str,
+        id: &ApiKeyId,
         owner: Option<Owner>,
         actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
@@ -309,7 +309,7 @@ impl AuthService {
     pub async fn update_api_key(
         &self,
         principal: &Authorized<op::UpdateApiKey>,
-        id: &str,
+        id: &ApiKeyId,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
         let owner = Owner::User(principal.user_id().to_owned());
@@ -321,7 +321,7 @@ impl AuthService {
         &self,
         owner: Owner,
         principal: &Principal,
-        id: &str,
+        id: &ApiKeyId,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
         let now = time::now();
@@ -380,7 +380,7 @@ impl AuthService {
     pub async fn rotate_api_key(
         &self,
         principal: &Authorized<op::UpdateApiKey>,
-        id: &str,
+        id: &ApiKeyId,
         grace_period_secs: Option<i64>,
     ) -> Result<CreatedApiKey, ServiceError> {
         let owner = Owner::User(principal.user_id().to_owned());
@@ -392,7 +392,7 @@ impl AuthService {
         &self,
         owner: Owner,
         principal: &Principal,
-        id: &str,
+        id: &ApiKeyId,
         grace_period_secs: Option<i64>,
     ) -> Result<CreatedApiKey, ServiceError> {
         let grace = grace_period_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
@@ -468,7 +468,7 @@ impl AuthService {
     pub async fn delete_api_key(
         &self,
         principal: &Authorized<op::ChangeApiKey>,
-        id: &str,
+        id: &ApiKeyId,
     ) -> Result<(), ServiceError> {
         let owner = Owner::User(principal.user_id().to_owned());
         self.delete_api_key_of(owner, principal.principal(), id).await
@@ -479,7 +479,7 @@ impl AuthService {
         &self,
         owner: Owner,
         principal: &Principal,
-        id: &str,
+        id: &ApiKeyId,
     ) -> Result<(), ServiceError> {
         let key_id = id.to_owned();
         let user_id = principal.user_id().to_owned();
@@ -568,8 +568,8 @@ impl AuthService {
         };
         self.cache.note_key_use(found, now);
         Ok(Principal::ApiKey {
-            key_id: found.key_id.clone(),
-            user_id: found.user_id.clone(),
+            key_id: found.key_id.as_str().into(),
+            user_id: found.user_id.as_str().into(),
             permissions: found.permissions.clone(),
             policy: found.policy.clone(),
             team,

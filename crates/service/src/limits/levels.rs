@@ -4,7 +4,7 @@
 //! own counters, named by [`CounterSubject`]; a call is admitted only when every level admits
 //! it (`crate::limits::key_limits`).
 
-use aigw_domain::{CounterSubject, LimitScope};
+use aigw_domain::{CounterSubject, LimitScope, TeamId, UserId};
 use aigw_persistence::models::ApiKeyPolicy;
 use aigw_persistence::teams::{MemberRow, TeamRow};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeamScope {
     /// The team's id.
-    pub team_id: String,
+    pub team_id: TeamId,
     /// The team's counter name (`team:<id>`).
     pub(crate) counter: String,
     /// The team's limits.
@@ -29,7 +29,7 @@ pub struct TeamScope {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberScope {
     /// The member's user id.
-    pub user_id: String,
+    pub user_id: UserId,
     /// The member's counter name (`member:<team id>:<user id>`).
     pub(crate) counter: String,
     /// The member's limits: only `max_budget_micros`, `budget_period` and `budget_mode` (the
@@ -42,7 +42,7 @@ impl TeamScope {
     pub(crate) fn new(team: TeamRow, member: Option<&MemberRow>) -> Self {
         let member = member.map(|m| MemberScope {
             counter: CounterSubject::Member { team_id: &team.id, user_id: &m.user_id }.name(),
-            user_id: m.user_id.clone(),
+            user_id: m.user_id.as_str().into(),
             policy: ApiKeyPolicy {
                 max_budget_micros: m.budget_micros.or(team.member_budget_micros),
                 budget_period: team.policy.budget_period,
@@ -52,7 +52,7 @@ impl TeamScope {
         });
         Self {
             counter: CounterSubject::Team(&team.id).name(),
-            team_id: team.id,
+            team_id: team.id.into(),
             policy: team.policy,
             member,
         }

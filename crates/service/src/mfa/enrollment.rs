@@ -37,7 +37,7 @@ impl AuthService {
         let secret = TotpSecret::generate();
         let now = self.clock.now();
         let row = TotpRow {
-            user_id: user_id.clone(),
+            user_id: user_id.to_string(),
             secret_sealed: secret.seal(&self.totp_sealer(), &user_id)?,
             created_at: now.naive_utc(),
             enabled_at: None,

@@ -32,7 +32,7 @@ use crate::error::ServiceError;
 use crate::views::TokenSet;
 use aigw_domain::access::op;
 use aigw_domain::mfa::{RecoveryCode, TotpCode};
-use aigw_domain::FieldError;
+use aigw_domain::{FieldError, UserId};
 use chrono::{DateTime, Utc};
 
 /// The answer to every refused password-and-code check (disable, regenerate): it never says
@@ -160,7 +160,7 @@ pub enum LoginOutcome {
 
 /// The user id of a caller the table let change their account (an access token; the table
 /// refuses keys, so the error arm is never taken).
-fn account_owner(principal: &Authorized<op::ManageAccount>) -> Result<String, ServiceError> {
+fn account_owner(principal: &Authorized<op::ManageAccount>) -> Result<UserId, ServiceError> {
     match principal.principal() {
         Principal::User { user_id, .. } => Ok(user_id.clone()),
         Principal::ApiKey { .. } => Err(ServiceError::Forbidden {

@@ -10,6 +10,7 @@ use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
+use aigw_domain::{ApiKeyId, TeamId};
 use aigw_persistence::api_keys;
 
 impl AuthService {
@@ -33,10 +34,10 @@ impl AuthService {
     pub async fn create_team_api_key(
         &self,
         principal: &Authorized<op::CreateApiKey>,
-        id: &str,
+        id: &TeamId,
         request: NewApiKey,
     ) -> Result<CreatedApiKey, ServiceError> {
-        self.create_key(principal, request, Some((id.to_owned(), true)), None).await
+        self.create_key(principal, request, Some((id.to_string(), true)), None).await
     }
 
     /// The team keys of team `id`, newest first, a page at a time (its owners and admins).
@@ -47,7 +48,7 @@ impl AuthService {
     pub async fn list_team_api_keys(
         &self,
         principal: &Authorized<op::ReadAccount>,
-        id: &str,
+        id: &TeamId,
         page: &PageRequest,
     ) -> Result<Page<ApiKeyView>, ServiceError> {
         let paging = page.parse()?;
@@ -71,12 +72,12 @@ impl AuthService {
     pub async fn update_team_api_key(
         &self,
         principal: &Authorized<op::UpdateApiKey>,
-        id: &str,
-        key_id: &str,
+        id: &TeamId,
+        key_id: &ApiKeyId,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
         self.manages_team(principal, id).await?;
-        self.update_api_key_of(Owner::Team(id.to_owned()), principal, key_id, patch).await
+        self.update_api_key_of(Owner::Team(id.clone()), principal, key_id, patch).await
     }
 
     /// Rotates team key `key_id` of team `id`, as [`AuthService::rotate_api_key`].
@@ -86,12 +87,12 @@ impl AuthService {
     pub async fn rotate_team_api_key(
         &self,
         principal: &Authorized<op::UpdateApiKey>,
-        id: &str,
-        key_id: &str,
+        id: &TeamId,
+        key_id: &ApiKeyId,
         grace_period_secs: Option<i64>,
     ) -> Result<CreatedApiKey, ServiceError> {
         self.manages_team(principal, id).await?;
-        let owner = Owner::Team(id.to_owned());
+        let owner = Owner::Team(id.clone());
         self.rotate_api_key_of(owner, principal, key_id, grace_period_secs).await
     }
 
@@ -103,11 +104,11 @@ impl AuthService {
     pub async fn revoke_team_api_key(
         &self,
         principal: &Authorized<op::ChangeApiKey>,
-        id: &str,
-        key_id: &str,
+        id: &TeamId,
+        key_id: &ApiKeyId,
     ) -> Result<ApiKeyView, ServiceError> {
         self.manages_team(principal, id).await?;
-        let owner = Some(Owner::Team(id.to_owned()));
+        let owner = Some(Owner::Team(id.clone()));
         self.revoke_api_key_of(key_id, owner, crate::admin::audit::actor_of(principal)).await
     }
 
@@ -118,10 +119,10 @@ impl AuthService {
     pub async fn delete_team_api_key(
         &self,
         principal: &Authorized<op::ChangeApiKey>,
-        id: &str,
-        key_id: &str,
+        id: &TeamId,
+        key_id: &ApiKeyId,
     ) -> Result<(), ServiceError> {
         self.manages_team(principal, id).await?;
-        self.delete_api_key_of(Owner::Team(id.to_owned()), principal, key_id).await
+        self.delete_api_key_of(Owner::Team(id.clone()), principal, key_id).await
     }
 }

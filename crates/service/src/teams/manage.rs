@@ -10,6 +10,7 @@ use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
+use aigw_domain::TeamId;
 use aigw_domain::{time, BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
 use aigw_persistence::teams::{self, TeamChanges, TeamRow};
 use aigw_persistence::{api_keys, budgets, transaction};
@@ -68,7 +69,7 @@ impl AuthService {
         let row = TeamRow {
             id: uuid::Uuid::now_v7().to_string(),
             name,
-            created_by: user_id.clone(),
+            created_by: user_id.to_string(),
             created_at: now,
             updated_at: now,
             policy,
@@ -119,7 +120,7 @@ impl AuthService {
     pub async fn get_team(
         &self,
         principal: &Authorized<op::ReadAccount>,
-        id: &str,
+        id: &TeamId,
     ) -> Result<TeamView, ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
@@ -149,7 +150,7 @@ impl AuthService {
     pub async fn update_team(
         &self,
         principal: &Authorized<op::ManageAccount>,
-        id: &str,
+        id: &TeamId,
         patch: TeamPatch,
     ) -> Result<TeamView, ServiceError> {
         let name = match patch.name {
@@ -222,7 +223,7 @@ impl AuthService {
     pub async fn delete_team(
         &self,
         principal: &Authorized<op::ManageAccount>,
-        id: &str,
+        id: &TeamId,
     ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let now = time::now();

@@ -11,6 +11,7 @@ use crate::paging::{page_of, Page, PageRequest};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
+use aigw_domain::{TeamId, UserId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::teams::{self, MemberRow, TeamInvitationRow};
 use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
@@ -75,7 +76,7 @@ impl AuthService {
     pub async fn add_team_member(
         &self,
         principal: &Authorized<op::ManageAccount>,
-        id: &str,
+        id: &TeamId,
         request: NewMember,
     ) -> Result<MemberAdded, ServiceError> {
         let email = Email::parse(&request.email)?.as_str().to_owned();
@@ -100,10 +101,10 @@ impl AuthService {
                     let Some(user) = users::find_by_email(conn, &email)? else {
                         let invitation = TeamInvitationRow {
                             id: uuid::Uuid::now_v7().to_string(),
-                            team_id: team_id.clone(),
+                            team_id: team_id.to_string(),
                             email: email.clone(),
                             role,
-                            created_by: user_id.clone(),
+                            created_by: user_id.to_string(),
                             created_at: now,
                             accepted_at: None,
                             revoked_at: None,
@@ -153,7 +154,7 @@ impl AuthService {
     pub async fn list_team_members(
         &self,
         principal: &Authorized<op::ReadAccount>,
-        id: &str,
+        id: &TeamId,
         page: &PageRequest,
     ) -> Result<Page<MemberView>, ServiceError> {
         let paging = page.parse()?;
@@ -186,8 +187,8 @@ impl AuthService {
     pub async fn update_team_member(
         &self,
         principal: &Authorized<op::ManageAccount>,
-        id: &str,
-        member_id: &str,
+        id: &TeamId,
+        member_id: &UserId,
         patch: MemberPatch,
     ) -> Result<MemberView, ServiceError> {
         let role = patch.role.as_deref().map(|r| TeamRole::parse(r, "role")).transpose()?;
@@ -263,8 +264,8 @@ impl AuthService {
     pub async fn remove_team_member(
         &self,
         principal: &Authorized<op::ManageAccount>,
-        id: &str,
-        member_id: &str,
+        id: &TeamId,
+        member_id: &UserId,
     ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         self.remove_member(principal, id, member_id, admin).await
@@ -330,7 +331,7 @@ impl AuthService {
     pub async fn list_team_invitations(
         &self,
         principal: &Authorized<op::ReadAccount>,
-        id: &str,
+        id: &TeamId,
         page: &PageRequest,
     ) -> Result<Page<TeamInvitationView>, ServiceError> {
         let paging = page.parse()?;
@@ -356,7 +357,7 @@ impl AuthService {
     pub async fn revoke_team_invitation(
         &self,
         principal: &Authorized<op::ManageAccount>,
-        id: &str,
+        id: &TeamId,
         invitation_id: &str,
     ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;

@@ -7,6 +7,7 @@ use crate::error::ServiceError;
 use crate::usage::{GroupBy, UsageQuery, UsageSummary};
 use aigw_domain::access::op;
 use aigw_domain::usage::DayRange;
+use aigw_domain::TeamId;
 use aigw_domain::{BudgetPeriod, CounterSubject};
 use aigw_persistence::models::ApiKeyPolicy;
 use aigw_persistence::usage::{self as ledger, TeamUsageGroup};
@@ -69,7 +70,7 @@ impl AuthService {
     pub async fn team_usage(
         &self,
         principal: &Authorized<op::ReadUsage>,
-        id: &str,
+        id: &TeamId,
         query: UsageQuery,
     ) -> Result<UsageSummary, ServiceError> {
         let today = aigw_domain::time::now().date_naive();

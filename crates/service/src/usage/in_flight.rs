@@ -290,8 +290,8 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
     let to_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
     UsageRecord {
         request_id: call.request_id.clone(),
-        api_key_id: call.api_key_id.clone(),
-        user_id: call.user_id.clone(),
+        api_key_id: call.api_key_id.as_str().into(),
+        user_id: call.user_id.as_str().into(),
         model: call.model.clone(),
         provider: call.provider.clone(),
         streamed: call.streamed,
@@ -302,7 +302,7 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
         priced: call.priced,
         latency_ms: 0,
         started_at: call.started_at,
-        team_id: call.team_id.clone(),
-        member_id: call.member_id.clone(),
+        team_id: call.team_id.as_deref().map(Into::into),
+        member_id: call.member_id.as_deref().map(Into::into),
     }
 }

@@ -351,10 +351,13 @@ impl UsageService {
         let mut by_start: HashMap<chrono::NaiveDate, Vec<String>> = HashMap::new();
         for key in keys {
             let start = key.policy.budget_period.and_then(|p| p.start_day(now)).unwrap_or(ever);
-            by_start.entry(start).or_default().push(key.id.clone());
+            by_start.entry(start).or_default().push(key.id.to_string());
         }
-        let (user_id, today, single) =
-            (user_id.to_owned(), now.date_naive(), (keys.len() == 1).then(|| keys[0].id.clone()));
+        let (user_id, today, single) = (
+            user_id.to_owned(),
+            now.date_naive(),
+            (keys.len() == 1).then(|| keys[0].id.to_string()),
+        );
         self.db
             .run(move |conn| {
                 let mut spend = HashMap::new();

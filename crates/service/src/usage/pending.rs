@@ -8,6 +8,7 @@ use super::tokens;
 use crate::limits::key_rates::TokenReservation;
 use crate::limits::reservation::Reservation;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use aigw_domain::{ApiKeyId, TeamId, UserId};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -33,8 +34,8 @@ pub(crate) enum Observed {
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) request_id: String,
-    pub(crate) api_key_id: String,
-    pub(crate) user_id: String,
+    pub(crate) api_key_id: ApiKeyId,
+    pub(crate) user_id: UserId,
     pub(crate) model: String,
     pub(crate) provider: String,
     pub(crate) streamed: bool,
@@ -45,8 +46,8 @@ pub(crate) struct Pending {
     pub(crate) request: Bytes,
     pub(crate) observed: Observed,
     /// The team the key is scoped to, and the member charged (see [`UsageRecord`]).
-    pub(crate) team_id: Option<String>,
-    pub(crate) member_id: Option<String>,
+    pub(crate) team_id: Option<TeamId>,
+    pub(crate) member_id: Option<UserId>,
     /// Per level the call counts against (key, member, team): its budget reservation,
     /// settled to the record's cost, and its `tpm_limit` reservation, settled to the record's
     /// total tokens.

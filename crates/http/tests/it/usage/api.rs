@@ -149,8 +149,8 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
     let old_day = today() - chrono::Duration::days(5);
     let old = UsageRecord {
         request_id: uuid::Uuid::now_v7().to_string(),
-        api_key_id: key_id.clone(),
-        user_id: user.id.clone(),
+        api_key_id: key_id.as_str().into(),
+        user_id: user.id.as_str().into(),
         model: "echo".into(),
         provider: "echo".into(),
         streamed: false,
