@@ -283,46 +283,15 @@ impl diesel::serialize::ToSql<diesel::sql_types::Timestamp, diesel::sqlite::Sqli
 const SQLITE_TIMESTAMP_FORMAT: &str = "%F %T%.f";
 
 /// `at` as `YYYY-MM-DD HH:MM:SS` and, unless whole, `.` and 3, 6 or 9 digits of the second
-/// (the fewest that hold it): what `at.format(SQLITE_TIMESTAMP_FORMAT)` writes, which it falls
-/// back to outside the years 0 to 9999.
+/// (the fewest that hold it): `at.format(SQLITE_TIMESTAMP_FORMAT)`, with the format parsed
+/// once.
 fn sqlite_timestamp_text(at: &NaiveDateTime) -> String {
-    use chrono::{Datelike, Timelike};
-    let year = match u32::try_from(at.year()) {
-        Ok(year) if year <= 9999 => year,
-        _ => return at.format(SQLITE_TIMESTAMP_FORMAT).to_string(),
-    };
-    fn digits(out: &mut String, n: u32, width: u32) {
-        for place in (0..width).rev() {
-            let digit = (n / 10u32.pow(place)) % 10;
-            out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
-        }
-    }
-    let mut out = String::with_capacity(29);
-    digits(&mut out, year, 4);
-    out.push('-');
-    digits(&mut out, at.month(), 2);
-    out.push('-');
-    digits(&mut out, at.day(), 2);
-    out.push(' ');
-    digits(&mut out, at.hour(), 2);
-    out.push(':');
-    digits(&mut out, at.minute(), 2);
-    out.push(':');
-    // chrono holds a leap second as `:59` with 1e9 nanoseconds or more, and writes it `:60`.
-    let leap = u32::from(at.nanosecond() >= 1_000_000_000);
-    digits(&mut out, at.second() + leap, 2);
-    let nano = at.nanosecond() % 1_000_000_000;
-    if nano != 0 {
-        out.push('.');
-        if nano.is_multiple_of(1_000_000) {
-            digits(&mut out, nano / 1_000_000, 3);
-        } else if nano.is_multiple_of(1_000) {
-            digits(&mut out, nano / 1_000, 6);
-        } else {
-            digits(&mut out, nano, 9);
-        }
-    }
-    out
+    use chrono::format::{Item, StrftimeItems};
+    // A constant format, which parses (the test below compares with `format`'s text).
+    static ITEMS: std::sync::LazyLock<Vec<Item<'static>>> = std::sync::LazyLock::new(|| {
+        StrftimeItems::new(SQLITE_TIMESTAMP_FORMAT).parse().unwrap_or_default()
+    });
+    at.format_with_items(ITEMS.iter()).to_string()
 }
 
 /// The PostgreSQL insert of a whole chunk: one statement of fixed text whatever the number of
