@@ -145,15 +145,17 @@ async fn connections_over_the_per_address_cap_are_closed_at_once(backend: Backen
     assert!(ok(&get_on(&mut held[0], "/healthz").await));
     // Closing one of the eight frees its slot (the server sees the close a moment later).
     drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
+    let served_again = || async {
         let mut again = connect_from(HOST, port).await;
-        if ok(&get_on(&mut again, "/healthz").await) {
-            break;
+        let answer = get_on(&mut again, "/healthz").await;
+        if ok(&answer) {
+            Ok(())
+        } else {
+            Err(answer)
         }
-        assert!(Instant::now() < deadline, "the closed connection's slot never came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    let what = "the closed connection's slot never came back";
+    eventually(what, Duration::from_secs(3), served_again).await;
     assert!(refused(port, "max_connections_per_address").await >= 1);
 }
 
@@ -182,20 +184,28 @@ async fn stalled_bodies_from_one_address_leave_healthz_to_others(backend: Backen
     let app = spawn_app_with(backend, |s| s.server.workers = Some(2)).await;
     let port = port_of(&app);
     let started = Instant::now();
+    // Eight probes, one each time another eighth of the uploads is open (the rest once the
+    // server stopped taking them, if it did).
+    const PROBES: usize = 8;
+    let (probe, mut probe_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let probes = tokio::spawn(async move {
         let mut took = Vec::new();
-        for _ in 0..8 {
+        while probe_rx.recv().await.is_some() {
             let (answer, t) =
                 tokio::time::timeout(Duration::from_secs(3), get_from(OTHER, port, "/healthz"))
                     .await
                     .unwrap_or((None, Duration::from_secs(3)));
             took.push((ok(&answer), t));
-            tokio::time::sleep(Duration::from_millis(400)).await;
         }
         took
     });
     let mut stalled = Vec::with_capacity(STALLED);
-    for _ in 0..STALLED {
+    let mut asked = 0;
+    for i in 0..STALLED {
+        if i % (STALLED / PROBES) == 0 {
+            probe.send(()).unwrap();
+            asked += 1;
+        }
         // A connect that waits means the server stopped accepting: the probes will tell.
         match tokio::time::timeout(Duration::from_secs(2), stalled_body(HOST, port)).await {
             Ok(stream) => stalled.push(stream),
@@ -203,7 +213,12 @@ async fn stalled_bodies_from_one_address_leave_healthz_to_others(backend: Backen
         }
     }
     let opened = started.elapsed();
+    for _ in asked..PROBES {
+        probe.send(()).unwrap();
+    }
+    drop(probe);
     let took = probes.await.unwrap();
+    assert_eq!(took.len(), PROBES);
     eprintln!("{} stalled uploads opened in {opened:?}; probes: {took:?}", stalled.len());
     for (i, (served, t)) in took.iter().enumerate() {
         assert!(*served && *t < Duration::from_secs(1), "probe {i}: served {served} in {t:?}");
