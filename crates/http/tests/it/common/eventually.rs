@@ -1,7 +1,9 @@
 //! Waiting for something the server does in the background (a usage record written, a change
 //! feed applied, a process started): every test polls through [`eventually`] or
-//! [`eventually_blocking`], never with a sleep of its own. Time that must pass for a rule
-//! (a token's lifetime, a grace window) is moved on an adjustable [`aigw_service::Clock`].
+//! [`eventually_blocking`], never with a sleep of its own. Time that must pass for a rule that
+//! reads the [`aigw_service::Clock`] (a token's lifetime, a grace window) is moved on an
+//! adjustable one (`spawn_app_with_clock`, `advance`); the few sleeps left in the tests say
+//! why real time must pass (`// Real time:`).
 
 use std::fmt::Debug;
 use std::future::Future;
