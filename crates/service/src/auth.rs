@@ -285,7 +285,7 @@ impl AuthService {
         })?;
         match credential {
             PresentedCredential::AccessToken(token) => {
-                let claims = self.tokens.verify(&token)?;
+                let claims = self.tokens.verify(&token, self.clock.now())?;
                 self.ensure_session_live(&claims.sid).await?;
                 // aigw signs only roles it knows: another is a token it did not issue.
                 let role = claims.role.parse().map_err(|()| {

@@ -251,21 +251,22 @@ impl TokenIssuer {
         })
     }
 
-    /// Verifies an access token and returns its claims.
+    /// Verifies an access token at `now` (the caller's [`crate::Clock`]) and returns its claims.
     ///
     /// One pass over the token: its header is decoded once (for `kid` and `alg`), the
     /// signature checked with the key that `kid` names (jsonwebtoken's `crypto::verify`), and
     /// the claims decoded once into [`AccessClaims`], whose fields are all required and typed
     /// (a claim of the wrong JSON type is an error, not an absence: GHSA-h395-gr6q-cpjc). Then
-    /// `exp` and `nbf` are checked with the configured leeway (`exp < now - leeway` is expired,
-    /// `nbf > now + leeway` not yet valid, as jsonwebtoken's own validation does), `iss` and
-    /// `aud` for equality and `typ` for `access` (RFC 8725 §3.8-3.11).
+    /// `exp` and `nbf` are checked against `now` (whole seconds) with the configured leeway
+    /// (`exp < now - leeway` is expired, `nbf > now + leeway` not yet valid, as
+    /// jsonwebtoken's own validation does), `iss` and `aud` for equality and `typ` for
+    /// `access` (RFC 8725 §3.8-3.11).
     ///
     /// # Errors
     /// [`ServiceError::Unauthorized`] for every failure: bad shape, unknown `kid`, algorithm
     /// other than the key's, bad signature, expired, not yet valid, wrong `iss`/`aud`, missing
     /// required claim, or `typ` other than `access`.
-    pub fn verify(&self, token: &str) -> Result<AccessClaims, ServiceError> {
+    pub fn verify(&self, token: &str, now: DateTime<Utc>) -> Result<AccessClaims, ServiceError> {
         use base64::Engine as _;
         let invalid = || ServiceError::invalid_credential("the access token is invalid");
         let b64 = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -291,7 +292,7 @@ impl TokenIssuer {
         let claims: AccessClaims =
             serde_json::from_slice(&b64.decode(payload).map_err(|_| invalid())?)
                 .map_err(|_| invalid())?;
-        let now = i64::try_from(jsonwebtoken::get_current_timestamp()).unwrap_or(i64::MAX);
+        let now = now.timestamp();
         let leeway = i64::try_from(self.leeway_secs).unwrap_or(i64::MAX);
         if claims.exp < now.saturating_sub(leeway) {
             return Err(ServiceError::expired_credential("the access token has expired"));

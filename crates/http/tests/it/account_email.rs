@@ -2,7 +2,7 @@
 //! (aiosmtpd): each test reads the message the server received and follows its token.
 
 use crate::common;
-use crate::credential_cache::eventually;
+use crate::credential_cache::reply_eventually;
 
 use common::smtp::SmtpServer;
 use common::{spawn_app_with, unique_email, Auth, Backend, Reply, TestApp, PASSWORD};
@@ -130,7 +130,7 @@ async fn required_verification_holds_back_keys_and_the_gateway(backend: Backend)
     verify(&app, &token).await.data(200);
     // The other node learns it through the change feed.
     let body = common::chat_body("echo", "hi");
-    eventually(
+    reply_eventually(
         Duration::from_secs(2),
         "chat after verification",
         || strict.chat(Auth::Bearer(&key), &body),
@@ -227,7 +227,22 @@ async fn a_reset_request_answers_alike_for_known_and_unknown_addresses(backend: 
         "mean answer time: known {known_mean:?}, unknown {unknown_mean:?}"
     );
     smtp.wait_for(&user.email, RESET_SUBJECT, 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every mail job has ended once the known address's TRIES mails are accounted for (sent,
+    // or dropped with too many jobs running): no more for anyone.
+    let accounted = || async {
+        let series = crate::observability::scrape(&app).await;
+        let count = |outcome| {
+            let labels = [("kind", "password_reset"), ("outcome", outcome)];
+            crate::observability::value(&series, "aigw_emails_total", &labels)
+        };
+        match count("sent") + count("dropped") + count("failed") {
+            n if n >= f64::from(TRIES) => Ok(n),
+            n => Err(n),
+        }
+    };
+    let mails =
+        crate::common::eventually("mails unaccounted", Duration::from_secs(20), accounted).await;
+    assert_eq!(mails, f64::from(TRIES), "one mail per request for the known address only");
     assert_eq!(smtp.count_to(&unknown), 0, "nothing goes to an address without an account");
 }
 
@@ -435,7 +450,16 @@ async fn mail_is_retried_until_the_server_answers() {
     .await;
     let user = app.new_user("retry").await;
     ask_reset(&app, &user.email).await.data(202);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A first try has failed (nothing listens yet) before the server starts.
+    let failed_once = || async {
+        let series = crate::observability::scrape(&app).await;
+        let labels = [("kind", "password_reset"), ("outcome", "retried")];
+        match crate::observability::value(&series, "aigw_emails_total", &labels) {
+            n if n >= 1.0 => Ok(()),
+            n => Err(n),
+        }
+    };
+    crate::common::eventually("no try failed", Duration::from_secs(10), failed_once).await;
     let smtp = SmtpServer::start_on(port);
     let mail = smtp.wait_for(&user.email, RESET_SUBJECT, 1).await;
     assert!(mail.token("aigwp_").starts_with("aigwp_"));

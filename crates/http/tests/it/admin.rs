@@ -2,7 +2,7 @@
 //! across two), and the operator commands that make the first admin.
 
 use crate::common;
-use crate::credential_cache::eventually;
+use crate::credential_cache::reply_eventually;
 
 use aigw_domain::Role;
 use common::{spawn_app, test_settings, Auth, Backend, Reply, TestApp, User};
@@ -310,18 +310,24 @@ async fn disabling_and_demoting_hold_on_another_node_within_a_second(backend: Ba
     patch(&a, &user_path(&user.id), Auth::Bearer(&admin.token), &json!({"disabled": true}))
         .await
         .data(200);
-    let refused = eventually(WITHIN, "disabled key", || b.me(Auth::Raw(&key)), |r| r.status == 401)
-        .await
-        .unauthorized();
+    let refused =
+        reply_eventually(WITHIN, "disabled key", || b.me(Auth::Raw(&key)), |r| r.status == 401)
+            .await
+            .unauthorized();
     assert_eq!(refused["details"]["hint"], json!("the account is disabled"));
-    eventually(WITHIN, "disabled session", || b.me(Auth::Bearer(&user.token)), |r| r.status == 401)
-        .await
-        .unauthorized();
+    reply_eventually(
+        WITHIN,
+        "disabled session",
+        || b.me(Auth::Bearer(&user.token)),
+        |r| r.status == 401,
+    )
+    .await
+    .unauthorized();
 
     patch(&a, &user_path(&other_admin.id), Auth::Bearer(&admin.token), &json!({"role": "user"}))
         .await
         .data(200);
-    eventually(
+    reply_eventually(
         WITHIN,
         "demoted admin",
         || b.get("/api/v1/admin/users", Auth::Bearer(&other_admin.token)),
@@ -332,7 +338,7 @@ async fn disabling_and_demoting_hold_on_another_node_within_a_second(backend: Ba
     patch(&a, &user_path(&user.id), Auth::Bearer(&admin.token), &json!({"disabled": false}))
         .await
         .data(200);
-    eventually(WITHIN, "re-enabled key", || b.me(Auth::Raw(&key)), |r| r.status == 200).await;
+    reply_eventually(WITHIN, "re-enabled key", || b.me(Auth::Raw(&key)), |r| r.status == 200).await;
     drop(b);
 }
 

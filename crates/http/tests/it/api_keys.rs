@@ -367,12 +367,12 @@ async fn last_used_at_is_recorded(backend: Backend) {
 }
 
 async fn key_with_future_expiry_expires(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let (app, clock) = spawn_app_with_clock(backend, |_| {}).await;
     let user = app.new_user("expires").await;
     let made = app.create_key(&user.token, &["read"], Some(&in_secs(3))).await;
     let key = made["key"].as_str().unwrap();
     app.me(Auth::Bearer(key)).await.data(200);
-    tokio::time::sleep(std::time::Duration::from_millis(3300)).await;
+    advance(&clock, 3300);
     let reply = app.me(Auth::Bearer(key)).await;
     reply.unauthorized();
     // Still listed, with its expiry.

@@ -15,7 +15,7 @@ use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 backend_tests!(
     many_completions_per_call_stay_within_the_budget,
@@ -125,17 +125,18 @@ async fn fire(nodes: [&TestApp; 2], key: &str, body: &Value, n: usize) -> usize 
 /// The ledger's spend of the key `id`, USD, once it holds `calls` records (what the
 /// upstream billed for each answered call).
 async fn spent(app: &TestApp, token: &str, calls: usize) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let records = eventually("every answered call recorded", Duration::from_secs(10), || async {
         let page = app.get("/api/v1/usage/requests?limit=100", Auth::Bearer(token)).await;
         let records = page.data(200)["requests"].as_array().cloned().unwrap_or_default();
         if records.len() >= calls {
-            assert_eq!(records.len(), calls, "one record per answered call: {records:?}");
-            return records.iter().map(|r| r["cost_usd"].as_f64().unwrap()).sum();
+            Ok(records)
+        } else {
+            Err(format!("{} of {calls} records", records.len()))
         }
-        assert!(Instant::now() < deadline, "{} of {calls} records", records.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    assert_eq!(records.len(), calls, "one record per answered call: {records:?}");
+    records.iter().map(|r| r["cost_usd"].as_f64().unwrap()).sum()
 }
 
 fn assert_within_budget(spent: f64, budget: f64, what: &str) {
@@ -218,9 +219,18 @@ async fn calls_survive_as(
     let slow = slow_call(1500, TWENTIETH);
     let running = fire([a, b], &key, &slow, 20);
     let later = async {
-        // The running calls are written as calls in flight within a flush interval.
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(in_flight_rows(&nodes.a).await, 20, "the running calls are in the database");
+        // The running calls (1.5 s each) are written as calls in flight within a flush
+        // interval (20 ms), long before they end.
+        let rows = || async {
+            let rows = in_flight_rows(&nodes.a).await;
+            if rows == 20 {
+                Ok(())
+            } else {
+                Err(rows)
+            }
+        };
+        eventually("the running calls are in the database", Duration::from_millis(1000), rows)
+            .await;
         meddle.await;
         fire([a, b], &key, &slow_call(0, TWENTIETH), 20).await
     };
@@ -228,11 +238,18 @@ async fn calls_survive_as(
     assert_eq!(first, 20, "twenty calls of $0.0398 fit in $0.80");
     let spent = spent(&nodes.a, token, first + second).await;
     // Once recorded, the calls leave the database's calls in flight.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while in_flight_rows(&nodes.a).await > 0 {
-        assert!(Instant::now() < deadline, "calls in flight left after they were recorded");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let none_left = || async {
+        match in_flight_rows(&nodes.a).await {
+            0 => Ok(()),
+            left => Err(left),
+        }
+    };
+    eventually(
+        "no calls in flight left after they were recorded",
+        Duration::from_secs(5),
+        none_left,
+    )
+    .await;
     (spent, second)
 }
 

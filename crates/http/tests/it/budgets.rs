@@ -10,7 +10,7 @@ use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 backend_tests!(
     fifty_concurrent_calls_spend_at_most_the_budget,
@@ -171,22 +171,27 @@ async fn an_exhausted_budget_answers_429_with_details_and_retry_after(backend: B
     assert!(refused.header("retry-after").is_some());
     // The key's spend shows in its key object once the ledger has it.
     let id = made["id"].as_str().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let list = app.list_keys(Auth::Bearer(&user.token)).await.data(200);
-        let spent = list["api_keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|k| k["id"] == json!(id))
-            .map(|k| k["spend_usd"].as_f64().unwrap())
-            .unwrap();
+    let shown = || async {
+        let spent = key_spend(&app, &user.token, id).await;
         if (spent - cost).abs() < 1e-9 {
-            break;
+            Ok(())
+        } else {
+            Err(spent)
         }
-        assert!(Instant::now() < deadline, "spend_usd stayed {spent}, expected {cost}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    eventually(&format!("spend_usd never became {cost}"), Duration::from_secs(5), shown).await;
+}
+
+/// Key `id`'s `spend_usd` as its owner (`token`) lists it.
+async fn key_spend(app: &TestApp, token: &str, id: &str) -> f64 {
+    let list = app.list_keys(Auth::Bearer(token)).await.data(200);
+    list["api_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == json!(id))
+        .map(|k| k["spend_usd"].as_f64().unwrap())
+        .unwrap()
 }
 
 async fn answers_and_streams_settle_to_their_real_cost(backend: Backend) {
@@ -210,18 +215,18 @@ async fn answers_and_streams_settle_to_their_real_cost(backend: Backend) {
     streamed["stream"] = json!(true);
     for (round, request) in [&body, &streamed, &body, &streamed].into_iter().enumerate() {
         // Each call waits for the previous one's settlement (asynchronous, after the answer).
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
+        let passed = || async {
             let reply = app.chat(Auth::Bearer(key), request).await;
             if reply.status == 200 {
-                if request["stream"] == json!(true) {
-                    assert!(reply.text.contains("data: [DONE]"), "{}", reply.text);
-                }
-                break;
+                return Ok(reply);
             }
             reply.error(429, "budget_exceeded");
-            assert!(Instant::now() < deadline, "call {round} never passed: no settlement");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(reply.status)
+        };
+        let what = format!("call {round} never passed: no settlement");
+        let reply = eventually(&what, Duration::from_secs(5), passed).await;
+        if request["stream"] == json!(true) {
+            assert!(reply.text.contains("data: [DONE]"), "{}", reply.text);
         }
     }
     // Without max_tokens the worst case is the default cap (4096 tokens, 4 USD): refused.
@@ -249,6 +254,8 @@ async fn patching_the_budget_takes_effect_at_once(backend: Backend) {
 pub(crate) async fn early_in_a_minute() {
     let second = chrono::Utc::now().timestamp().rem_euclid(60);
     if second > 45 {
+        // Real time: the keys' rate windows are minutes of the system time, which the limits
+        // read directly, not through the settings' `Clock`.
         tokio::time::sleep(Duration::from_secs(u64::try_from(61 - second).unwrap())).await;
     }
 }
@@ -367,36 +374,28 @@ async fn tpm_limit_on_one_node(backend: Backend, tweak: fn(&mut aigw_http::setti
     // A smaller call fits once the first has settled to its real tokens.
     let mut small = chat_body("priced", "hi");
     small["max_tokens"] = json!(20);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let fits = || async {
         let reply = app.chat(Auth::Bearer(key), &small).await;
         if reply.status == 200 {
-            break;
+            return Ok(());
         }
         reply.error(429, "rate_limit_exceeded");
-        assert!(Instant::now() < deadline, "the first call never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(reply.status)
+    };
+    eventually("the first call never settled", Duration::from_secs(5), fits).await;
 }
 
 /// Waits until key `id`'s `spend_usd` (from the ledger) reaches `usd`.
 pub(crate) async fn wait_for_spend(app: &TestApp, token: &str, id: &str, usd: f64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let list = app.list_keys(Auth::Bearer(token)).await.data(200);
-        let spent = list["api_keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|k| k["id"] == json!(id))
-            .map(|k| k["spend_usd"].as_f64().unwrap())
-            .unwrap();
+    let reached = || async {
+        let spent = key_spend(app, token, id).await;
         if spent >= usd - 1e-9 {
-            return;
+            Ok(())
+        } else {
+            Err(spent)
         }
-        assert!(Instant::now() < deadline, "spend_usd stayed {spent}, expected {usd}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    eventually(&format!("spend_usd never reached {usd}"), Duration::from_secs(5), reached).await;
 }
 
 async fn node_counters_open_from_the_ledger_and_follow_patches(backend: Backend) {

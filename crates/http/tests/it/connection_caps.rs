@@ -145,15 +145,17 @@ async fn connections_over_the_per_address_cap_are_closed_at_once(backend: Backen
     assert!(ok(&get_on(&mut held[0], "/healthz").await));
     // Closing one of the eight frees its slot (the server sees the close a moment later).
     drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
+    let served_again = || async {
         let mut again = connect_from(HOST, port).await;
-        if ok(&get_on(&mut again, "/healthz").await) {
-            break;
+        let answer = get_on(&mut again, "/healthz").await;
+        if ok(&answer) {
+            Ok(())
+        } else {
+            Err(answer)
         }
-        assert!(Instant::now() < deadline, "the closed connection's slot never came back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    let what = "the closed connection's slot never came back";
+    eventually(what, Duration::from_secs(3), served_again).await;
     assert!(refused(port, "max_connections_per_address").await >= 1);
 }
 
@@ -190,6 +192,8 @@ async fn stalled_bodies_from_one_address_leave_healthz_to_others(backend: Backen
                     .await
                     .unwrap_or((None, Duration::from_secs(3)));
             took.push((ok(&answer), t));
+            // Real time: the probes are spread over the seconds the stalled uploads are open
+            // and held (until `server.body_read_timeout_secs`, 10 s of real time).
             tokio::time::sleep(Duration::from_millis(400)).await;
         }
         took

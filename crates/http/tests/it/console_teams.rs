@@ -208,11 +208,14 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert_eq!(chat.status, 200, "{}", chat.text);
     // Its call is in the usage tables once recorded: the team's, under the key's name.
     let usage = format!("/api/v1/teams/{id}/usage?group_by=api_key");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while app.get(&usage, Auth::Bearer(&owner.token)).await.data(200)["rows"] == json!([]) {
-        assert!(std::time::Instant::now() < deadline, "the call's usage was not recorded");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let recorded = || async {
+        match app.get(&usage, Auth::Bearer(&owner.token)).await.data(200)["rows"].take() {
+            rows if rows == json!([]) => Err(rows),
+            _ => Ok(()),
+        }
+    };
+    let within = std::time::Duration::from_secs(10);
+    common::eventually("the call's usage was not recorded", within, recorded).await;
     let page = browser.get(&format!("/teams/{id}")).await;
     assert!(page.element("table", "team-keys").contains("nightly"), "{}", page.text);
     let by_key = page.element("table", "usage-by-key");

@@ -6,7 +6,7 @@ use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
 use common::{spawn_app_with, Auth, Backend, TestApp, PASSWORD};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A cookie-keeping client that does not follow redirects.
 struct Browser<'a> {
@@ -131,15 +131,15 @@ async fn priced_app(
 
 /// Polls `GET /usage` (deadline 60 s) until the caller's totals count `n` requests.
 async fn wait_for_usage(app: &TestApp, token: &str, n: u64) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let arrived = || async {
         let data = app.get("/api/v1/usage", Auth::Bearer(token)).await.data(200);
         if data["totals"]["requests"].as_u64() >= Some(n) {
-            return data;
+            Ok(data)
+        } else {
+            Err(data)
         }
-        assert!(Instant::now() < deadline, "usage did not arrive: {data}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    common::eventually("usage did not arrive", Duration::from_secs(60), arrived).await
 }
 
 /// A call of `model` with `key`, answered 200.

@@ -11,7 +11,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use serde_json::Value;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How soon every other node must refuse a revoked credential.
 const WITHIN: Duration = Duration::from_secs(1);
@@ -31,7 +31,7 @@ async fn on_db<T: Send + 'static>(
 }
 
 /// Polls `probe` until `done` holds, failing after `within`; returns the last reply.
-pub(crate) async fn eventually<F, Fut>(
+pub(crate) async fn reply_eventually<F, Fut>(
     within: Duration,
     what: &str,
     probe: F,
@@ -41,20 +41,15 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Reply>,
 {
-    let deadline = Instant::now() + within;
-    loop {
+    let check = || async {
         let reply = probe().await;
         if done(&reply) {
-            return reply;
+            Ok(reply)
+        } else {
+            Err(format!("still {} {}", reply.status, reply.text))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: still {} {} after {within:?}",
-            reply.status,
-            reply.text
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    common::eventually(what, within, check).await
 }
 
 async fn change_feed_status(app: &TestApp) -> Value {
@@ -65,15 +60,16 @@ async fn change_feed_status(app: &TestApp) -> Value {
 
 /// Waits (10 s at most) until `/readyz` reports the change feed as `status`; returns it.
 async fn feed_becomes(app: &TestApp, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let check = || async {
         let feed = change_feed_status(app).await;
         if feed["status"] == status {
-            return feed;
+            Ok(feed)
+        } else {
+            Err(feed)
         }
-        assert!(Instant::now() < deadline, "change feed never became {status}: {feed}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    let what = format!("change feed never became {status}");
+    common::eventually(&what, Duration::from_secs(10), check).await
 }
 
 async fn revoked_or_deleted_key_is_refused_on_a_warm_sibling_within_a_second(backend: Backend) {
@@ -92,7 +88,7 @@ async fn revoked_or_deleted_key_is_refused_on_a_warm_sibling_within_a_second(bac
             _ => a.delete_key(Auth::Bearer(&user.token), id).await.data(200),
         };
         a.me(Auth::Raw(key)).await.unauthorized();
-        eventually(WITHIN, action, || b.me(Auth::Raw(key)), |r| r.status == 401)
+        reply_eventually(WITHIN, action, || b.me(Auth::Raw(key)), |r| r.status == 401)
             .await
             .unauthorized();
     }
@@ -140,7 +136,7 @@ async fn changed_key_is_refused_on_a_warm_sibling_within_a_second(backend: Backe
         .unwrap();
     })
     .await;
-    eventually(WITHIN, "changed key", || b.me(Auth::Raw(&key)), |r| r.status == 403)
+    reply_eventually(WITHIN, "changed key", || b.me(Auth::Raw(&key)), |r| r.status == 403)
         .await
         .forbidden("read", "ai_gateway");
     a.me(Auth::Raw(&key)).await.forbidden("read", "ai_gateway");
@@ -160,9 +156,14 @@ async fn logged_out_session_is_refused_on_a_warm_sibling_within_a_second(backend
     // Global logout on A ends both sessions, on B too.
     a.logout(&user.token, Some(&serde_json::json!({"scope": "global"}))).await.data(200);
     for token in [&user.token, &other_token] {
-        eventually(WITHIN, "logged-out session", || b.me(Auth::Bearer(token)), |r| r.status == 401)
-            .await
-            .unauthorized();
+        reply_eventually(
+            WITHIN,
+            "logged-out session",
+            || b.me(Auth::Bearer(token)),
+            |r| r.status == 401,
+        )
+        .await
+        .unauthorized();
     }
     drop(b);
 }
@@ -249,7 +250,7 @@ async fn last_used_at_reaches_the_database_from_any_node(backend: Backend) {
     let made = a.create_key(&user.token, &["read"], None).await;
     b.me(Auth::Raw(made["key"].as_str().unwrap())).await.data(200);
     // Node A learns of B's use from the database, once B has written it.
-    let listed = eventually(
+    let listed = reply_eventually(
         Duration::from_secs(5),
         "last_used_at written by node B",
         || a.list_keys(Auth::Bearer(&user.token)),

@@ -51,19 +51,15 @@ async fn timed<F: std::future::Future<Output = Reply>>(f: F) -> (Reply, Duration
 /// Polls `/readyz` until it answers `status`; returns how long that took.
 async fn readyz_becomes(app: &TestApp, status: u16, within: Duration) -> Duration {
     let started = Instant::now();
-    loop {
+    let answers = || async {
         let reply = app.get("/readyz", Auth::None).await;
         if reply.status == status {
-            return started.elapsed();
+            Ok(started.elapsed())
+        } else {
+            Err(format!("{} {}", reply.status, reply.text))
         }
-        assert!(
-            started.elapsed() < within,
-            "/readyz still {} after {within:?}: {}",
-            reply.status,
-            reply.text
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    eventually(&format!("/readyz did not answer {status}"), within, answers).await
 }
 
 /// A SQLite connection holding the write lock until dropped (sent `()`).
@@ -296,6 +292,7 @@ async fn database_work_runs_on_at_most_pool_size_threads(backend: Backend) {
         let db = db.clone();
         async move {
             db.run(|_conn| {
+                // Real time: each call holds its connection a while, so that the 40 overlap.
                 std::thread::sleep(Duration::from_millis(5));
                 let thread = std::thread::current();
                 Ok((thread.id(), thread.name().map(str::to_owned)))

@@ -164,7 +164,7 @@ async fn unknown_or_missing_kid_is_401(backend: Backend) {
 }
 
 async fn access_token_expires_after_its_lifetime(backend: Backend) {
-    let app = spawn_app_with(backend, |s| {
+    let (app, clock) = spawn_app_with_clock(backend, |s| {
         s.auth.access_token_ttl_secs = 1;
         s.auth.leeway_secs = 0;
     })
@@ -175,7 +175,7 @@ async fn access_token_expires_after_its_lifetime(backend: Backend) {
     let token = data["token"].as_str().unwrap().to_owned();
     let claims = jwt_part(&token, 1);
     assert_eq!(claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(), 1);
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    advance(&clock, 2200);
     app.me(Auth::Bearer(&token)).await.unauthorized();
     // The refresh token still gets a new access token.
     let refreshed = app.refresh_raw(data["refresh_token"].as_str().unwrap()).await.data(200);

@@ -36,6 +36,36 @@ async fn key_with(app: &TestApp, token: &str, policy: Value) -> (String, String)
     (made["id"].as_str().unwrap().to_owned(), made["key"].as_str().unwrap().to_owned())
 }
 
+/// Where a test's key counters are: the database's or Redis'.
+#[derive(Clone, Copy)]
+enum Counted<'a> {
+    Database,
+    Redis(&'a RedisCounters),
+}
+
+/// The requests and tokens counted in the rate windows of the test's one key (leases
+/// included) in the shared counters.
+async fn windows(app: &TestApp, counted: Counted<'_>) -> (i64, i64) {
+    let Counted::Redis(counters) = counted else {
+        use aigw_persistence::pool::{DatabaseUrl, Pool, PoolOptions};
+        use aigw_persistence::schema::key_rate_windows as w;
+        use diesel::{QueryDsl, RunQueryDsl};
+        let url = DatabaseUrl::parse(&app.database_url).unwrap();
+        let rows: Vec<(i64, i64)> = tokio::task::spawn_blocking(move || {
+            let mut conn =
+                Pool::new(&url, &PoolOptions::default()).unwrap().dedicated_connection().unwrap();
+            w::table.select((w::requests, w::tokens)).load(&mut conn).unwrap()
+        })
+        .await
+        .unwrap();
+        return rows.iter().fold((0, 0), |(r, t), row| (r + row.0, t + row.1));
+    };
+    let field = |w: &std::collections::HashMap<String, String>, name: &str| {
+        w.get(name).map_or(0, |v| v.parse::<i64>().unwrap())
+    };
+    counters.hashes(":w:").values().fold((0, 0), |(r, t), w| (r + field(w, "r"), t + field(w, "t")))
+}
+
 /// Calls `n` times one after the other, alternating between `nodes`: every call must pass;
 /// then one more on each node must answer 429 `code`.
 async fn spend_exactly(nodes: &[&TestApp], key: &str, n: usize, code: &str) {
@@ -78,7 +108,7 @@ async fn rpm_limit_of_100_calls(backend: Backend, tweak: Tweak<'_>) {
 /// first call sees them counted (and its own lease). Once both leases have ended (1 s), what
 /// they did not use is back in the window: the next call's headers count the two calls'
 /// requests and real tokens, and its own upper bound.
-async fn give_back(backend: Backend, tweak: Tweak<'_>) {
+async fn give_back(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
     let app = spawn_app_with(backend, tweak).await;
     let node_b = app.spawn_sibling(tweak).await;
     let user = app.new_user("lease-back").await;
@@ -105,8 +135,15 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>) {
     assert_eq!(second.status, 200, "{}", second.text);
     assert_eq!(remaining(&second), (rpm - 17, tpm - 17 * bound));
     // Leases end 1 s after they were taken, found by a sweep every 250 ms; their give-back
-    // is written in the background: 2.5 s leaves room for a loaded machine.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // is written in the background: then the counters hold the two calls only.
+    let given_back = || async {
+        match windows(&app, counted).await {
+            (2, tokens) if tokens == 2 * used => Ok(()),
+            other => Err(other),
+        }
+    };
+    let what = "the leases were not given back (requests, tokens)";
+    eventually(what, Duration::from_secs(10), given_back).await;
     let third = app.chat(Auth::Bearer(&key), &body).await;
     assert_eq!(third.status, 200, "{}", third.text);
     // Without the give-back: 1000 - 48 + 15 requests, tpm - 48 bounds + 15 bounds tokens.
@@ -117,7 +154,7 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>) {
 /// busy key's calls do not wait for the counters: after 9 of node A's calls (its lease of 16
 /// has 7 left), node B's first call sees A's current and next leases counted (16 + at least
 /// 16: twice as many when A used the first one fast) and its own (16, one used).
-async fn next_lease(backend: Backend, tweak: Tweak<'_>) {
+async fn next_lease(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
     let app = spawn_app_with(backend, tweak).await;
     let node_b = app.spawn_sibling(tweak).await;
     let user = app.new_user("lease-next").await;
@@ -130,8 +167,14 @@ async fn next_lease(backend: Backend, tweak: Tweak<'_>) {
         assert_eq!(reply.status, 200, "call {i}: {}", reply.text);
         assert_eq!(header_i64(&reply, "x-ratelimit-remaining-requests"), rpm - 1 - i);
     }
-    // The next lease is granted in the background (the leases last 1 s).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The next lease is granted in the background: the counters hold both of A's leases.
+    let granted = || async {
+        match windows(&app, counted).await {
+            (32.., _) => Ok(()),
+            other => Err(other),
+        }
+    };
+    eventually("node A's next lease was not granted", Duration::from_secs(5), granted).await;
     let on_b = node_b.chat(Auth::Bearer(&key), &body).await;
     assert_eq!(on_b.status, 200, "{}", on_b.text);
     // Without the next lease: rpm - 16 - 1.
@@ -153,17 +196,17 @@ async fn database_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes(ba
 }
 
 async fn database_leases_give_back_what_they_did_not_use(backend: Backend) {
-    give_back(backend, &priced_providers).await;
+    give_back(backend, &priced_providers, Counted::Database).await;
 }
 
 async fn database_leases_ask_for_the_next_one_when_half_used(backend: Backend) {
-    next_lease(backend, &priced_providers).await;
+    next_lease(backend, &priced_providers, Counted::Database).await;
 }
 
 async fn redis_leases_ask_for_the_next_one_when_half_used(backend: Backend) {
     let Some(redis) = RedisServer::start() else { return };
     let counters = RedisCounters::new(&redis);
-    next_lease(backend, &|s| counters.apply(s)).await;
+    next_lease(backend, &|s| counters.apply(s), Counted::Redis(&counters)).await;
     assert_eq!(counters.hashes(":w:").len(), 1, "counted in Redis");
 }
 
@@ -186,6 +229,6 @@ async fn redis_leases_spend_an_rpm_limit_of_100_calls_exactly_on_two_nodes(backe
 async fn redis_leases_give_back_what_they_did_not_use(backend: Backend) {
     let Some(redis) = RedisServer::start() else { return };
     let counters = RedisCounters::new(&redis);
-    give_back(backend, &|s| counters.apply(s)).await;
+    give_back(backend, &|s| counters.apply(s), Counted::Redis(&counters)).await;
     assert_eq!(counters.hashes(":w:").len(), 1, "counted in Redis");
 }

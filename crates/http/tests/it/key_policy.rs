@@ -6,7 +6,6 @@ use crate::common;
 use aigw_service::{ProviderConfig, ProviderKind};
 use common::*;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 backend_tests!(
     create_accepts_and_shows_the_policy_fields,
@@ -283,8 +282,8 @@ async fn patch_is_for_access_tokens_and_own_keys_only(backend: Backend) {
 }
 
 async fn patch_reaches_the_other_node_at_once(backend: Backend) {
-    let app = spawn_app(backend).await;
-    let node_b = app.spawn_sibling(|_| {}).await;
+    let (app, clock) = spawn_app_with_clock(backend, |_| {}).await;
+    let node_b = app.spawn_sibling(|s| s.clock = clock.clone()).await;
     let user = app.new_user("patchnodes").await;
     let made = app.create_key(&user.token, &["read", "ai_gateway"], None).await;
     let (id, secret) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
@@ -298,12 +297,12 @@ async fn patch_reaches_the_other_node_at_once(backend: Backend) {
     app.patch_key(Auth::Bearer(&user.token), id, &json!({"expires_at": in_secs(1)}))
         .await
         .data(200);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    advance(&clock, 1100);
     node_b.me(Auth::Bearer(secret)).await.unauthorized();
 }
 
 async fn rotate_keeps_the_id_and_the_old_secret_until_the_grace_ends(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let (app, clock) = spawn_app_with_clock(backend, |_| {}).await;
     let user = app.new_user("rotate").await;
     let made = app.create_key_raw(Auth::Bearer(&user.token), &full_policy()).await.data(201);
     let (id, old) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
@@ -331,7 +330,7 @@ async fn rotate_keeps_the_id_and_the_old_secret_until_the_grace_ends(backend: Ba
     assert_eq!(list["api_keys"].as_array().unwrap().len(), 1);
     assert_eq!(list["api_keys"][0]["key_prefix"], rotated["key_prefix"]);
     // After the grace period the old secret is refused, saying why.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    advance(&clock, 2100);
     let error = app.me(Auth::Bearer(old)).await.unauthorized();
     assert!(
         error["details"]["hint"].as_str().unwrap().contains("rotated"),
@@ -395,8 +394,8 @@ async fn rotate_refuses_revoked_keys_bad_grace_and_api_keys(backend: Backend) {
 }
 
 async fn rotated_secret_dies_on_the_other_node_too(backend: Backend) {
-    let app = spawn_app(backend).await;
-    let node_b = app.spawn_sibling(|_| {}).await;
+    let (app, clock) = spawn_app_with_clock(backend, |_| {}).await;
+    let node_b = app.spawn_sibling(|s| s.clock = clock.clone()).await;
     let user = app.new_user("rotatenodes").await;
     let made = app.create_key(&user.token, &["read"], None).await;
     let (id, old) = (made["id"].as_str().unwrap(), made["key"].as_str().unwrap());
@@ -409,7 +408,7 @@ async fn rotated_secret_dies_on_the_other_node_too(backend: Backend) {
     let new = rotated["key"].as_str().unwrap();
     node_b.me(Auth::Bearer(new)).await.data(200);
     node_b.me(Auth::Bearer(old)).await.data(200);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    advance(&clock, 1100);
     let error = node_b.me(Auth::Bearer(old)).await.unauthorized();
     assert!(error["details"]["hint"].as_str().unwrap().contains("rotated"), "{error}");
     node_b.me(Auth::Bearer(new)).await.data(200);

@@ -3,7 +3,7 @@
 //! an admin's pasted list, and the operator's `aigw admin revoke-leaked`.
 
 use crate::common;
-use crate::credential_cache::eventually;
+use crate::credential_cache::reply_eventually;
 
 use aigw_domain::Role;
 use base64::Engine;
@@ -147,11 +147,15 @@ async fn key_events(app: &TestApp, admin: &str, action: &str, key_id: &str) -> V
 
 /// Waits (10 s at most) until `app` trusts its caches (its change feed is fresh).
 async fn feed_is_fresh(app: &TestApp) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while app.get("/readyz", Auth::None).await.json()["change_feed"]["status"] != "ok" {
-        assert!(Instant::now() < deadline, "the change feed never became fresh");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let fresh = || async {
+        let feed = app.get("/readyz", Auth::None).await.json()["change_feed"].take();
+        if feed["status"] == "ok" {
+            Ok(())
+        } else {
+            Err(feed)
+        }
+    };
+    common::eventually("the change feed never became fresh", Duration::from_secs(10), fresh).await;
 }
 
 async fn a_signed_report_revokes_the_key_on_every_node_within_a_second(backend: Backend) {
@@ -172,7 +176,7 @@ async fn a_signed_report_revokes_the_key_on_every_node_within_a_second(backend: 
     assert_eq!(labels(&reply), vec![(sha256_hex(key), "true_positive".to_owned())]);
     assert!(!reply.text.contains(key), "the answer carries the secret: {}", reply.text);
     a.me(Auth::Raw(key)).await.unauthorized();
-    eventually(WITHIN, "leaked key on node B", || b.me(Auth::Raw(key)), |r| r.status == 401)
+    reply_eventually(WITHIN, "leaked key on node B", || b.me(Auth::Raw(key)), |r| r.status == 401)
         .await
         .unauthorized();
     let took = answered.elapsed();
@@ -235,7 +239,7 @@ async fn the_answer_labels_true_and_false_positives(backend: Backend) {
 
     // An expired key is revoked too: a PATCH of its expiry would otherwise revive it.
     let expired_key = expired_soon["key"].as_str().unwrap();
-    eventually(
+    reply_eventually(
         Duration::from_secs(3),
         "expiry",
         || app.me(Auth::Raw(expired_key)),
@@ -418,9 +422,14 @@ async fn the_operator_command_revokes_a_pasted_list(backend: Backend) {
     assert!(lines[0].contains(&sha256_hex(&key)) && !stdout.contains(&key), "{stdout}");
     assert!(lines[1].starts_with("false_positive not_an_api_key "), "{stdout}");
     assert!(lines[2].starts_with("revoked 1 key(s), report "), "{stdout}");
-    eventually(WITHIN, "operator's revocation", || app.me(Auth::Raw(&key)), |r| r.status == 401)
-        .await
-        .unauthorized();
+    reply_eventually(
+        WITHIN,
+        "operator's revocation",
+        || app.me(Auth::Raw(&key)),
+        |r| r.status == 401,
+    )
+    .await
+    .unauthorized();
     let admin = new_admin(&app, "operator-auditor").await;
     let reported = key_events(&app, &admin.token, "api_key_leak_reported", id).await;
     assert_eq!(reported[0]["actor"], json!("operator"));

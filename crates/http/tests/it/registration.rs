@@ -41,7 +41,9 @@ async fn only_allowed_domains_register(backend: Backend) {
 }
 
 async fn invitations_are_single_use_for_one_email(backend: Backend) {
-    let app = spawn_app_with(backend, |s| s.auth.registration = RegistrationMode::Invite).await;
+    let (app, clock) =
+        common::spawn_app_with_clock(backend, |s| s.auth.registration = RegistrationMode::Invite)
+            .await;
     let admin = operator_admin(&app).await;
     let email = common::unique_email("invited");
     let created = app
@@ -82,7 +84,7 @@ async fn invitations_are_single_use_for_one_email(backend: Backend) {
         )
         .await
         .data(201);
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    common::advance(&clock, 2100);
     let late = register(&soon, expiring["invitation"].as_str());
     app.register_raw(&late).await.invalid("invitation");
 

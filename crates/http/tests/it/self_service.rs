@@ -1,7 +1,7 @@
 //! Self-service: a user's sessions, name and password.
 
 use crate::common;
-use crate::credential_cache::eventually;
+use crate::credential_cache::reply_eventually;
 
 use common::{spawn_app, Auth, Backend, Reply, TestApp};
 use serde_json::{json, Value};
@@ -148,11 +148,16 @@ async fn an_ended_session_and_a_new_name_reach_another_node_within_a_second(back
     let listed = a.get("/api/v1/auth/sessions", Auth::Bearer(token)).await.data(200);
     let first_id = listed["sessions"][1]["id"].as_str().unwrap().to_owned();
     a.delete(&format!("/api/v1/auth/sessions/{first_id}"), Auth::Bearer(token)).await.data(200);
-    eventually(WITHIN, "ended session", || b.me(Auth::Bearer(&user.token)), |r| r.status == 401)
-        .await
-        .unauthorized();
+    reply_eventually(
+        WITHIN,
+        "ended session",
+        || b.me(Auth::Bearer(&user.token)),
+        |r| r.status == 401,
+    )
+    .await
+    .unauthorized();
     patch_me(&a, Auth::Bearer(token), &json!({"name": "Renamed"})).await.data(200);
-    eventually(
+    reply_eventually(
         WITHIN,
         "new name",
         || b.me(Auth::Bearer(token)),

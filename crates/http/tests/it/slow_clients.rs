@@ -101,6 +101,8 @@ async fn stalled_connections_are_capped_and_cut(backend: Backend) {
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: loc").await.unwrap();
         stalled.push(s);
     }
+    // Real time: actix accepts the eight on its own threads (nothing tells when it has), and
+    // the head timeout it enforces runs on the real clock.
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A ninth client is not served until the stalled ones are cut by the head timeout.
     let started = Instant::now();

@@ -71,9 +71,19 @@ async fn calls_reuse_one_kept_alive_upstream_connection() {
 async fn connections_the_upstream_closed_when_idle_cost_no_call() {
     let upstream = KeepAliveUpstream::closing_idle_after(Duration::from_millis(100)).await;
     let (app, key) = app_with(&upstream).await;
-    for _ in 0..3 {
+    for call in 1..=3 {
         json_call(&app, &key).await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // The upstream closes the idle connection before the next call.
+        let closed = || {
+            let ended = upstream.ended();
+            std::future::ready(if ended.len() >= call { Ok(()) } else { Err(ended) })
+        };
+        eventually(
+            "the upstream did not close its idle connection",
+            Duration::from_secs(5),
+            closed,
+        )
+        .await;
     }
     assert_eq!(upstream.connections(), 3, "{:?}", upstream.seen());
 }
@@ -100,11 +110,11 @@ async fn an_abandoned_stream_closes_its_connection_and_the_next_call_gets_anothe
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_ne!(seen[0].connection, seen[1].connection, "{seen:?}");
     // The abandoned stream's connection is closed, not kept for later.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !upstream.ended().contains(&seen[0].connection) {
-        assert!(tokio::time::Instant::now() < deadline, "the abandoned connection stayed open");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let closed = || {
+        let ended = upstream.ended();
+        std::future::ready(if ended.contains(&seen[0].connection) { Ok(()) } else { Err(ended) })
+    };
+    eventually("the abandoned connection stayed open", Duration::from_secs(10), closed).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;
 use aigw_domain::AuditAction;
-use aigw_domain::{time, CredentialChangeKind, Email, FieldError, Role, UserName};
+use aigw_domain::{CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{invitations, transaction, users, DbConnection, PersistenceError};
 
@@ -115,7 +115,7 @@ impl AuthService {
         };
         self.password_policy.check_new(&password)?;
         let password_hash = self.passwords.hash(password).await?;
-        let now = time::now();
+        let now = self.clock.now();
         Ok(UserRow {
             id: uuid::Uuid::now_v7().to_string(),
             email: email.as_str().to_owned(),
@@ -183,7 +183,7 @@ impl AuthService {
                     (Some(_), _) => "account_disabled",
                 };
                 let id = user.as_ref().map(|u| u.id.as_str());
-                let event = Event::new(AuditAction::LoginFailed, id, None, time::now())
+                let event = Event::new(AuditAction::LoginFailed, id, None, self.clock.now())
                     .details(serde_json::json!({"email": email, "reason": reason}));
                 self.record_alone(event).await;
                 return Err(ServiceError::rejected(LOGIN_FAILED));
@@ -195,7 +195,7 @@ impl AuthService {
         if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
             return Ok(LoginOutcome::MfaRequired(challenge));
         }
-        let now = time::now();
+        let now = self.clock.now();
         let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored_session = session.clone();
         let event = Event::new(AuditAction::LoginSucceeded, Some(&user.id), Some(&user.id), now)
@@ -223,7 +223,7 @@ impl AuthService {
         let id = user_id.to_owned();
         let result = async {
             let hash = self.passwords.hash(password).await?;
-            let now = time::now();
+            let now = self.clock.now();
             let change = self
                 .db
                 .run(move |conn| {

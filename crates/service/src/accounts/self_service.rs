@@ -10,8 +10,7 @@ use crate::error::ServiceError;
 use crate::password::Verification;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
-use aigw_domain::{time, CredentialChangeKind, UserName};
-use aigw_domain::{AuditAction, SessionId, UserId};
+use aigw_domain::{AuditAction, CredentialChangeKind, SessionId, UserId, UserName};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::SessionRow;
 use aigw_persistence::{sessions, transaction, users};
@@ -81,7 +80,7 @@ impl AuthService {
             Principal::User { session_id, .. } => Some(session_id.clone()),
             Principal::ApiKey { .. } => None,
         };
-        let now = time::now();
+        let now = self.clock.now();
         let rows =
             self.db.run(move |conn| Ok(sessions::list_live_for_user(conn, &user_id, now)?)).await?;
         Ok(rows.into_iter().map(|row| SessionView::of(row, current.as_deref())).collect())
@@ -100,7 +99,7 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         let (user_id, _) = session_caller(principal)?;
         let wanted = id.to_owned();
-        let now = time::now();
+        let now = self.clock.now();
         let event =
             Event::new(AuditAction::SessionEnded, Some(&user_id), Some(&user_id), now).target(id);
         let change = self
@@ -139,7 +138,7 @@ impl AuthService {
     ) -> Result<UserView, ServiceError> {
         let (user_id, _) = session_caller(principal)?;
         let name = UserName::parse(name, "name")?.into_string();
-        let now = time::now();
+        let now = self.clock.now();
         let (user, change) = self
             .db
             .run(move |conn| {
@@ -190,7 +189,7 @@ impl AuthService {
             .check_new(&new_password)
             .map_err(|e| aigw_domain::FieldError::new("new_password", e.issue))?;
         let hash = self.passwords.hash(new_password).await?;
-        let now = time::now();
+        let now = self.clock.now();
         let (token, refresh) = Self::first_refresh_token(&session_id, now);
         let event = Event::new(AuditAction::PasswordChanged, Some(&user_id), Some(&user_id), now)
             .target(&user_id);

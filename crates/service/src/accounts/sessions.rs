@@ -14,7 +14,7 @@ use crate::metrics::name as metric;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
-use aigw_domain::{time, CredentialChangeKind, RefreshTokenSecret};
+use aigw_domain::{CredentialChangeKind, RefreshTokenSecret};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
 use aigw_persistence::{sessions, transaction, users, DbConnection};
@@ -177,7 +177,7 @@ impl AuthService {
         // Sealed with the presented token's digest as associated data (see `seal`).
         let sealed =
             if grace_secs > 0 { self.sealer.seal(&digest, successor.expose()) } else { None };
-        let now = time::now();
+        let now = self.clock.now();
         let outcome = self.rotate(digest, sealed, successor_hash, grace_secs, now).await;
         let label = match &outcome {
             Ok(Refreshed::Rotated { .. }) => "rotated",
@@ -352,7 +352,7 @@ impl AuthService {
         let (user_id, session_id) = (user_id.clone(), session_id.clone());
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
-        let now = time::now();
+        let now = self.clock.now();
         let scope_name = match scope {
             LogoutScope::Local => "local",
             LogoutScope::Global => "global",

@@ -113,7 +113,7 @@ impl AuthService {
         self.ensure_email_verified(principal).await?;
         let name = UserName::parse(&request.name, "name")?;
         let permissions = PermissionSet::parse_request(&request.permissions)?;
-        let now = time::now();
+        let now = self.clock.now();
         let expires_at = match request.expires_at.as_deref() {
             None => None,
             Some(raw) => Some(parse_future_timestamp(raw, now)?),
@@ -266,7 +266,7 @@ impl AuthService {
         actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         let key_id = id.to_owned();
-        let now = time::now();
+        let now = self.clock.now();
         let event = Event::new(AuditAction::ApiKeyRevoked, None, Some(actor), now).target(id);
         let (row, change) = self
             .db
@@ -324,7 +324,7 @@ impl AuthService {
         id: &ApiKeyId,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
-        let now = time::now();
+        let now = self.clock.now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
         let key_id = id.to_owned();
         let event = Event::new(AuditAction::ApiKeyUpdated, None, Some(actor_of(principal)), now)
@@ -403,7 +403,7 @@ impl AuthService {
             )
             .into());
         }
-        let now = time::now();
+        let now = self.clock.now();
         let secret = ApiKeySecret::generate(&mut OsRng);
         let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
         let key_id = id.to_owned();
@@ -483,7 +483,7 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         let key_id = id.to_owned();
         let user_id = principal.user_id().to_owned();
-        let now = time::now();
+        let now = self.clock.now();
         let event =
             Event::new(AuditAction::ApiKeyDeleted, Some(&user_id), Some(actor_of(principal)), now)
                 .target(id);
@@ -520,7 +520,7 @@ impl AuthService {
         let Some(found) = entry.value.as_ref() else {
             return Err(ServiceError::invalid_credential("the API key is invalid"));
         };
-        let now = time::now();
+        let now = self.clock.now();
         if found.revoked {
             return Err(ServiceError::revoked_credential("the API key has been revoked"));
         }

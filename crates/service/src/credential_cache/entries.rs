@@ -184,8 +184,9 @@ mod tests {
         assert!(cache.get(&"d".to_owned(), 5, 4).is_none(), "entry of an older generation trusted");
         let short: Entries<String, Value> =
             Entries::new(100, Duration::from_secs(60), Duration::from_millis(0));
-        short.insert("absent".into(), None, (0, 0), Instant::now());
-        std::thread::sleep(Duration::from_millis(2));
+        // Read 2 ms ago: past a TTL of zero.
+        let read_at = Instant::now() - Duration::from_millis(2);
+        short.insert("absent".into(), None, (0, 0), read_at);
         assert!(short.get(&"absent".to_owned(), 0, 0).is_none(), "negative entry outlived its TTL");
     }
 }

@@ -177,7 +177,7 @@ async fn serve(
                 "data: {{\"id\":\"chatcmpl-ka\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"w{i} \"}},\"finish_reason\":null}}]}}\n\n"
             );
             stream.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes()).await?;
-            tokio::time::sleep(pause).await;
+            super::upstream::slow_down(pause).await;
         }
         let done = "data: [DONE]\n\n";
         stream.write_all(format!("{:x}\r\n{done}\r\n0\r\n\r\n", done.len()).as_bytes()).await?;

@@ -3,10 +3,13 @@
 //! reqwest, and offers a fake OpenAI-compatible upstream.
 #![allow(unreachable_pub)]
 
+pub mod eventually;
 pub mod keep_alive;
 pub mod proxy;
 pub mod smtp;
 pub mod upstream;
+
+pub use eventually::{eventually, eventually_blocking, listening};
 
 use aigw_http::settings::Settings;
 use aigw_http::startup::Application;
@@ -196,6 +199,26 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 
 pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
     spawn_app_routed(backend, |url| url.to_owned(), tweak).await
+}
+
+/// [`spawn_app_with`] on an adjustable [`aigw_service::Clock`], returned for the test to move
+/// (share it with a sibling: `spawn_sibling(|s| s.clock = clock.clone())`).
+pub async fn spawn_app_with_clock(
+    backend: Backend,
+    tweak: impl FnOnce(&mut Settings),
+) -> (TestApp, aigw_service::Clock) {
+    let clock = aigw_service::Clock::adjustable();
+    let app = spawn_app_with(backend, |s| {
+        s.clock = clock.clone();
+        tweak(s);
+    })
+    .await;
+    (app, clock)
+}
+
+/// Moves `clock` forward by `millis` milliseconds.
+pub fn advance(clock: &aigw_service::Clock, millis: i64) {
+    assert!(clock.advance(chrono::Duration::milliseconds(millis)), "a system clock cannot move");
 }
 
 /// The host and port of a `postgres://` URL (for a proxy in front of it).

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A message the server received.
 #[derive(Debug, Clone)]
@@ -99,11 +99,8 @@ impl SmtpServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting aiosmtpd with {python}: {e}"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "aiosmtpd did not start on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let what = format!("aiosmtpd did not start on {port}");
+        super::eventually_blocking(&what, Duration::from_secs(20), || super::listening(port));
         Self { port, child, maildir }
     }
 
@@ -161,23 +158,20 @@ impl SmtpServer {
     /// Waits (up to 10 s) for the `n`-th message (counting from 1) to `to` whose subject
     /// contains `subject`.
     pub async fn wait_for(&self, to: &str, subject: &str, n: usize) -> ReceivedMail {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let matching: Vec<ReceivedMail> = self
-                .messages()
-                .into_iter()
-                .filter(|m| m.to == to && m.subject.contains(subject))
-                .collect();
-            if matching.len() >= n {
-                return matching[n - 1].clone();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no message {n} to {to} about {subject:?}; received: {:?}",
-                self.messages().iter().map(|m| (&m.to, &m.subject)).collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let arrived = || {
+            let messages = self.messages();
+            let mut matching =
+                messages.iter().filter(|m| m.to == to && m.subject.contains(subject));
+            std::future::ready(match matching.nth(n - 1) {
+                Some(message) => Ok(message.clone()),
+                None => Err(messages
+                    .iter()
+                    .map(|m| (m.to.clone(), m.subject.clone()))
+                    .collect::<Vec<_>>()),
+            })
+        };
+        let what = format!("no message {n} to {to} about {subject:?} (received below)");
+        super::eventually(&what, Duration::from_secs(10), arrived).await
     }
 
     /// How many messages `to` received.

@@ -100,6 +100,13 @@ impl FakeUpstream {
     }
 }
 
+/// Waits `pause`, as a slow upstream does before it writes.
+pub async fn slow_down(pause: Duration) {
+    // Real time: a slow upstream is slow on the wire, and what the gateway does meanwhile
+    // (its timeouts, the calls in flight it writes, streaming) runs on the real clock.
+    tokio::time::sleep(pause).await;
+}
+
 /// The prompt tokens `up-bill` bills for `request`: one per 4 bytes of the compact JSON of
 /// `messages` and of every other field a provider renders into the prompt (`tools`,
 /// `functions`, `response_format`, `tool_choice`), as English text and JSON average.
@@ -292,7 +299,7 @@ async fn handle(
         "up-huge" => Some(canned("200 OK", "", format!("{{\"pad\":\"{}\"}}", "x".repeat(2 * 1024 * 1024)))),
         "up-bill" => {
             let delay = parsed["metadata"]["delay_ms"].as_str().and_then(|d| d.parse().ok());
-            tokio::time::sleep(Duration::from_millis(delay.unwrap_or(0))).await;
+            slow_down(Duration::from_millis(delay.unwrap_or(0))).await;
             let cap = parsed["max_completion_tokens"].as_u64().or(parsed["max_tokens"].as_u64());
             let completion = parsed["n"].as_u64().unwrap_or(1) * cap.unwrap_or(16);
             let prompt = billed_prompt(&parsed);
@@ -311,10 +318,7 @@ async fn handle(
         return stream.shutdown().await;
     }
     match model.as_str() {
-        "up-hang" => {
-            tokio::time::sleep(Duration::from_secs(120)).await;
-            Ok(())
-        }
+        "up-hang" => std::future::pending().await,
         "up-500" => {
             let msg = "{\"error\":{\"message\":\"upstream exploded\",\"type\":\"server_error\"}}";
             let response = format!(
@@ -339,7 +343,7 @@ async fn handle(
             let events = stream_events(&model, pieces, include_usage);
             for (i, event) in events.iter().enumerate() {
                 if model == "up-slow" && i > 0 {
-                    tokio::time::sleep(SLOW_PIECE_DELAY).await;
+                    slow_down(SLOW_PIECE_DELAY).await;
                 }
                 if model == "up-break" && i == 3 {
                     // Gone mid-stream: no terminating chunk.

@@ -3,6 +3,7 @@
 //! streams a killed process was serving are billed at their reservation after it restarts.
 
 use crate::binary::{free_port, register_with_key, wait_until_healthy, BIN};
+use crate::common;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -100,28 +101,30 @@ fn ledger_ids(dir: &Path) -> Vec<String> {
     ids
 }
 
-/// Polls `check` every 50 ms until it holds; fails with `what` after 30 s.
+/// Calls in flight in the database file itself (each running stream's row).
+fn calls_in_flight(dir: &Path) -> i64 {
+    use diesel::{Connection, QueryDsl, RunQueryDsl};
+    let mut conn =
+        diesel::SqliteConnection::establish(&dir.join("data/aigw.db").to_string_lossy()).unwrap();
+    aigw_persistence::schema::calls_in_flight::table.count().get_result(&mut conn).unwrap()
+}
+
+/// Polls `check` until it holds; fails with `what` after 30 s.
 async fn poll_until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let holds = || {
+        let holds = check();
+        async move { holds.await.then_some(()).ok_or("not yet") }
+    };
+    common::eventually(what, Duration::from_secs(30), holds).await;
 }
 
 fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "aigw did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let exited = || child.try_wait().unwrap().ok_or("running");
+    common::eventually_blocking("aigw did not exit", Duration::from_secs(20), exited)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,8 +252,11 @@ prices = {{ "up-slow" = {{ input_per_million = 1000.0, output_per_million = 2000
     });
     let (mut ids, streams): (Vec<String>, Vec<_>) =
         futures_util::future::join_all(open).await.into_iter().unzip();
-    // More than one flush interval: the calls in flight are in the database.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The calls in flight are in the database (written within a flush interval).
+    poll_until("the calls in flight were not written", || async {
+        calls_in_flight(dir.path()) == 40
+    })
+    .await;
     child.kill().unwrap();
     child.wait().unwrap();
     drop(streams);
@@ -259,16 +265,17 @@ prices = {{ "up-slow" = {{ input_per_million = 1000.0, output_per_million = 2000
     let mut child = start_with(dir.path(), port, 100, &extra);
     wait_until_healthy(&client, &base).await;
     ids.sort();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let records = loop {
+    let billed = || async {
         let page = usage_requests(&client, &base, &token).await;
         let records = page["data"]["requests"].as_array().cloned().unwrap_or_default();
         if records.len() >= ids.len() {
-            break records;
+            Ok(records)
+        } else {
+            Err(page)
         }
-        assert!(Instant::now() < deadline, "the interrupted streams were not billed: {page}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let what = "the interrupted streams were not billed";
+    let records = common::eventually(what, Duration::from_secs(30), billed).await;
     let mut recorded: Vec<String> =
         records.iter().map(|r| r["request_id"].as_str().unwrap().to_owned()).collect();
     recorded.sort();
@@ -332,7 +339,17 @@ async fn kill_9_under_load_loses_at_most_the_calls_of_the_last_flush_interval() 
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The load runs across several flushes before the kill.
+    let flushed = || async {
+        let ready: Value =
+            client.get(format!("{base}/readyz")).send().await.unwrap().json().await.unwrap();
+        match ready["usage"]["flushes"].as_u64() {
+            Some(4..) => Ok(()),
+            _ => Err(ready),
+        }
+    };
+    common::eventually("the recorder did not flush 4 times", Duration::from_secs(30), flushed)
+        .await;
     child.kill().unwrap();
     let killed_at = Instant::now();
     child.wait().unwrap();

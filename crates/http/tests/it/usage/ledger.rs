@@ -5,7 +5,7 @@ use crate::common::*;
 use aigw_service::usage::config::RequestRecords;
 use futures_util::StreamExt;
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Sends `n` echo calls with `key`, `concurrency` at a time, alternately to each of `nodes`;
 /// returns how many each node answered 200.
@@ -35,20 +35,42 @@ async fn echo_load(nodes: &[&TestApp], key: &str, n: usize, concurrency: usize) 
     answered.iter().map(|a| a.load(std::sync::atomic::Ordering::Relaxed)).collect()
 }
 
-/// The calls in `GET /usage`'s totals of the user of `token`, once it equals `expected` (or
-/// after 30 s), then again two flush intervals later: nothing is counted twice either.
-async fn settled_total(app: &TestApp, token: &str, expected: u64) -> (u64, u64) {
+/// The calls in `GET /usage`'s totals of the user of `token` (read on `nodes[0]`) once they
+/// equal `expected` (30 s at most), then again once every node has written all it metered
+/// (nothing queued or spooled, `expected` calls recorded in all): nothing is counted twice
+/// either.
+async fn settled_total(nodes: &[&TestApp], token: &str, expected: u64) -> (u64, u64) {
     let read = || async {
-        let data = app.get("/api/v1/usage", Auth::Bearer(token)).await.data(200);
+        let data = nodes[0].get("/api/v1/usage", Auth::Bearer(token)).await.data(200);
         data["totals"]["requests"].as_u64().unwrap()
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = read().await;
-    while seen != expected && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        seen = read().await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let counted = || async {
+        let seen = read().await;
+        if seen == expected {
+            Ok(seen)
+        } else {
+            Err(seen)
+        }
+    };
+    let what = format!("GET /usage never counted {expected} calls");
+    let seen = eventually(&what, Duration::from_secs(30), counted).await;
+    let all_written = || async {
+        let mut recorded = 0;
+        for node in nodes {
+            let usage = node.get("/readyz", Auth::None).await.json()["usage"].take();
+            if usage["queued"] != json!(0) || usage["spooled"] != json!(0) {
+                return Err(usage);
+            }
+            recorded += usage["recorded"].as_u64().unwrap();
+        }
+        if recorded >= expected {
+            Ok(())
+        } else {
+            Err(json!({ "recorded": recorded }))
+        }
+    };
+    eventually("the nodes did not write all they metered", Duration::from_secs(30), all_written)
+        .await;
     (seen, read().await)
 }
 
@@ -87,7 +109,7 @@ async fn ten_thousand_concurrent_calls_on_two_postgres_nodes_are_summed_exactly(
     let answered = echo_load(&[&a, &b], key, 10_000, 64).await;
     let total: u64 = answered.iter().sum();
     assert_eq!(total, 10_000, "every call was answered: {answered:?}");
-    let (first, later) = settled_total(&a, &user.token, total).await;
+    let (first, later) = settled_total(&[&a, &b], &user.token, total).await;
     assert_eq!((first, later), (total, total), "the ledger sums every answered call once");
     assert_eq!(
         record_rows(&a).await,
@@ -114,7 +136,7 @@ async fn with_records_off_the_sums_stay_exact_and_no_request_is_listed(backend: 
         let key = app.create_key(&user.token, &["ai_gateway", "read"], None).await;
         let answered = echo_load(&[&app], key["key"].as_str().unwrap(), 300, 16).await;
         assert_eq!(answered, [300]);
-        assert_eq!(settled_total(&app, &user.token, 300).await, (300, 300), "{backend:?}");
+        assert_eq!(settled_total(&[&app], &user.token, 300).await, (300, 300), "{backend:?}");
         let page = app.get("/api/v1/usage/requests", Auth::Bearer(&user.token)).await.data(200);
         assert_eq!(page["requests"], json!([]), "{backend:?}: no per-request records");
         assert_eq!(record_rows(&app).await, 0);
@@ -145,15 +167,11 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
         let node: String = {
             use aigw_persistence::schema::credential_feed_nodes as n;
             use diesel::{OptionalExtension, QueryDsl, RunQueryDsl};
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            loop {
+            let reported = || {
                 let found = n::table.select(n::node_id).first(&mut conn).optional().unwrap();
-                if let Some(node) = found {
-                    break node;
-                }
-                assert!(std::time::Instant::now() < deadline, "the app's node never reported");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+                found.ok_or("no node")
+            };
+            eventually_blocking("the app's node never reported", Duration::from_secs(10), reported)
         };
         let call = |id: &str| CallInFlight {
             request_id: id.to_owned(),

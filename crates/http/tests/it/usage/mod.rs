@@ -13,7 +13,7 @@ mod recording;
 use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
 use common::*;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Models of the fake upstream routed by [`app_with_upstream`].
 pub const UPSTREAM_MODELS: [&str; 7] =
@@ -77,35 +77,31 @@ pub async fn all_records(app: &TestApp, auth: Auth<'_>) -> Vec<Value> {
 
 /// Polls (deadline 60 s) until the caller has at least `n` usage records; returns them.
 pub async fn wait_for_records(app: &TestApp, auth: Auth<'_>, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let arrived = || async {
         let records = all_records(app, auth).await;
         if records.len() >= n {
-            return records;
+            Ok(records)
+        } else {
+            Err(format!("only {} of {n} usage records arrived: {records:?}", records.len()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} usage records arrived: {records:?}",
-            records.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    eventually("the usage records did not arrive", Duration::from_secs(60), arrived).await
 }
 
 /// Waits for the one record of request `request_id` and checks it is the only one.
 pub async fn the_record(app: &TestApp, auth: Auth<'_>, request_id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let recorded = || async {
         let records = all_records(app, auth).await;
         let matching: Vec<&Value> =
             records.iter().filter(|r| r["request_id"] == json!(request_id)).collect();
         if let [record] = matching.as_slice() {
-            return (*record).clone();
+            return Ok((*record).clone());
         }
         assert!(matching.len() < 2, "more than one record for {request_id}: {records:?}");
-        assert!(Instant::now() < deadline, "no usage record for {request_id}: {records:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(records)
+    };
+    eventually(&format!("no usage record for {request_id}"), Duration::from_secs(60), recorded)
+        .await
 }
 
 /// Asserts a record's outcome, tokens and `estimated` flag (tokens `None`: not checked).

@@ -16,26 +16,36 @@ const OUTAGE: Duration = Duration::from_secs(5);
 
 /// Takes the database away for [`OUTAGE`]; returns when it is back.
 async fn outage(app: &TestApp, taken: tokio::sync::oneshot::Sender<()>) {
+    // SQLite: the thread holding the write lock, and the sender that lets it commit.
+    let mut holder = None;
     match app.backend {
-        Backend::Postgres => {
-            pg_set_reachable(&app.database_url, false).await;
-            let _ = taken.send(());
-            tokio::time::sleep(OUTAGE).await;
-            pg_set_reachable(&app.database_url, true).await;
-        }
+        Backend::Postgres => pg_set_reachable(&app.database_url, false).await,
         Backend::Sqlite => {
             use diesel::connection::SimpleConnection;
             use diesel::Connection;
             let path = app.database_url.trim_start_matches("sqlite://").to_owned();
-            tokio::task::spawn_blocking(move || {
+            let (held, held_rx) = tokio::sync::oneshot::channel();
+            let (release, released) = tokio::sync::oneshot::channel::<()>();
+            let thread = tokio::task::spawn_blocking(move || {
                 let mut conn = diesel::SqliteConnection::establish(&path).unwrap();
                 conn.batch_execute("PRAGMA busy_timeout = 10000; BEGIN EXCLUSIVE;").unwrap();
-                let _ = taken.send(());
-                std::thread::sleep(OUTAGE);
+                let _ = held.send(());
+                let _ = released.blocking_recv();
                 conn.batch_execute("COMMIT;").unwrap();
-            })
-            .await
-            .unwrap();
+            });
+            held_rx.await.unwrap();
+            holder = Some((release, thread));
+        }
+    }
+    let _ = taken.send(());
+    // Real time: the outage is a window of the machine's database; the pool's acquire
+    // timeout, the recorder's retries and the load around it all run on the real clock.
+    tokio::time::sleep(OUTAGE).await;
+    match holder {
+        None => pg_set_reachable(&app.database_url, true).await,
+        Some((release, thread)) => {
+            let _ = release.send(());
+            thread.await.unwrap();
         }
     }
 }
@@ -44,6 +54,7 @@ async fn database_away_for_five_seconds_under_load_loses_no_record(backend: Back
     let upstream = FakeUpstream::start().await;
     let (app, user, key, _) = app_with_upstream(backend, &upstream.base_url, |s| {
         s.database.acquire_timeout_secs = 1;
+        s.providers[0].models.push("up-bill".into());
     })
     .await;
     // A first call records the key's use (`last_used_at`), so the load below writes nothing
@@ -65,7 +76,7 @@ async fn database_away_for_five_seconds_under_load_loses_no_record(backend: Back
             })
         })
         .collect();
-    // Steady load on the echo model throughout (bounded: it stops after the outage).
+    // Steady load on `up-bill` throughout (bounded: it stops after the outage).
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<_> = (0..4)
         .map(|_| {
@@ -77,9 +88,10 @@ async fn database_away_for_five_seconds_under_load_loses_no_record(backend: Back
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    let reply = app
-                        .chat(Auth::Bearer(&key), &chat_body("echo", &format!("load {i}")))
-                        .await;
+                    // Paced by the upstream, which answers each after 20 ms.
+                    let body = json!({"model": "up-bill", "metadata": {"delay_ms": "20"},
+                        "messages": [{"role": "user", "content": format!("load {i}")}]});
+                    let reply = app.chat(Auth::Bearer(&key), &body).await;
                     match reply.status {
                         200 => made
                             .lock()
@@ -90,13 +102,24 @@ async fn database_away_for_five_seconds_under_load_loses_no_record(backend: Back
                         503 => refused += 1,
                         other => panic!("unexpected {other}: {}", reply.text),
                     }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 refused
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The streams are under way (authenticated) and the load runs before the outage starts.
+    let under_way = || async {
+        let requests = upstream.requests();
+        let streams =
+            requests.iter().filter(|r| r.body.windows(9).any(|w| w == b"\"up-slow\"")).count();
+        let load = made_during.lock().unwrap().len();
+        if streams >= 20 && load >= 4 {
+            Ok(())
+        } else {
+            Err(format!("{streams} streams, {load} load calls"))
+        }
+    };
+    eventually("the streams and the load did not start", Duration::from_secs(10), under_way).await;
     let (taken, taken_rx) = tokio::sync::oneshot::channel();
     let away = {
         let app = app.clone();
@@ -105,16 +128,26 @@ async fn database_away_for_five_seconds_under_load_loses_no_record(backend: Back
     taken_rx.await.unwrap();
     // While the database is away the recorder spools: /readyz shows it (and stays ready on
     // SQLite, whose reads still work).
-    let deadline = Instant::now() + OUTAGE;
-    let mut spooled = 0;
-    while spooled == 0 && Instant::now() < deadline {
-        let ready = app.get("/readyz", Auth::None).await.json();
-        spooled = ready["usage"]["spooled"].as_u64().unwrap_or(0);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(spooled > 0, "records made during the outage must go to the spool");
+    let spooled = || async {
+        let usage = app.get("/readyz", Auth::None).await.json()["usage"].take();
+        match usage["spooled"].as_u64() {
+            Some(1..) => Ok(()),
+            _ => Err(usage),
+        }
+    };
+    eventually("records made during the outage must go to the spool", OUTAGE, spooled).await;
     away.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The load goes on after the outage, answered again.
+    let before = made_during.lock().unwrap().len();
+    let answered_again = || async {
+        let after = made_during.lock().unwrap().len() - before;
+        if after >= 8 {
+            Ok(())
+        } else {
+            Err(after)
+        }
+    };
+    eventually("no call answered after the outage", Duration::from_secs(15), answered_again).await;
     stop.store(true, Ordering::Relaxed);
     for stream in streams {
         made.push(stream.await.unwrap());
@@ -135,13 +168,13 @@ async fn database_away_for_five_seconds_under_load_loses_no_record(backend: Back
         app.get("/api/v1/usage", Auth::Bearer(&user.token)).await.data(200)["totals"].clone();
     assert_eq!(totals["requests"], json!(made.len()), "rollups count each record once");
     // And the spool is empty again.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let drained = || async {
         let ready = app.get("/readyz", Auth::None).await.json();
         if ready["usage"]["spooled"] == json!(0) && ready["usage"]["status"] == json!("ok") {
-            break;
+            Ok(())
+        } else {
+            Err(ready)
         }
-        assert!(Instant::now() < deadline, "the spool did not drain: {ready}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    eventually("the spool did not drain", Duration::from_secs(30), drained).await;
 }
