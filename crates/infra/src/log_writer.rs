@@ -343,13 +343,12 @@ impl<W: Write> Drop for BatchWriterGuard<W> {
 mod tests {
     use super::*;
 
-    /// An output that keeps what it is given, shared with the test; each write may be slowed.
+    /// An output that keeps what it is given, shared with the test.
     #[derive(Clone, Default)]
-    struct Kept(Arc<Mutex<Vec<u8>>>, Duration);
+    struct Kept(Arc<Mutex<Vec<u8>>>);
 
     impl Write for Kept {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            std::thread::sleep(self.1);
             self.0.lock().unwrap().extend_from_slice(b);
             Ok(b.len())
         }
@@ -438,11 +437,11 @@ mod tests {
         assert_all_whole_in_order(&kept, 4, 2000);
     }
 
-    /// With a writer that would not write for a minute and a slow output, a thread whose
-    /// shard is full writes it to the output itself, in order, and nothing is dropped.
+    /// With a writer that would not write for a minute, a thread whose shard is full writes it
+    /// to the output itself, in order, and nothing is dropped.
     #[test]
     fn a_full_shard_is_written_by_its_thread() {
-        let kept = Kept(Arc::default(), Duration::from_millis(1));
+        let kept = Kept::default();
         let limits = Limits {
             interval: Duration::from_secs(60),
             early_write: usize::MAX,
@@ -461,6 +460,17 @@ mod tests {
         assert_all_whole_in_order(&kept, 1, 101);
     }
 
+    /// Waits up to 5 s for `done`, panicking with `what`.
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            // Real time: the writer's thread runs on its own clock (its flush interval and
+            // the idle intervals after which it sleeps), which the test cannot move.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// A line logged after a pause (the writer asleep without a timer) is written within a few
     /// intervals; a line logged after the guard is gone is written at once.
     #[test]
@@ -470,15 +480,10 @@ mod tests {
             Limits { interval: Duration::from_millis(5), idle_intervals: 2, ..Limits::default() };
         let (mut writer, guard) = BatchWriter::start(kept.clone(), limits, "test-log").unwrap();
         writer.write_all(b"first\n").unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(guard.shared.parked.load(Ordering::SeqCst), "the writer did not go to sleep");
+        wait_until("the writer did not go to sleep", || guard.shared.parked.load(Ordering::SeqCst));
         assert_eq!(lines_of(&kept), ["first"]);
         writer.write_all(b"second\n").unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while lines_of(&kept).len() < 2 {
-            assert!(std::time::Instant::now() < deadline, "the second line was not written");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until("the second line was not written", || lines_of(&kept).len() == 2);
         drop(guard);
         writer.write_all(b"after\n").unwrap();
         assert_eq!(lines_of(&kept), ["first", "second", "after"]);

@@ -264,6 +264,8 @@ mod tests {
     struct Upstream {
         url: http::Uri,
         seen: Arc<Mutex<Seen>>,
+        /// Told each time a connection ends.
+        ended_one: Arc<tokio::sync::Notify>,
     }
 
     impl Upstream {
@@ -273,7 +275,8 @@ mod tests {
             listener.set_nonblocking(true).unwrap();
             let url = format!("http://{}/v1/chat/completions", listener.local_addr().unwrap());
             let seen = Arc::new(Mutex::new(Seen::default()));
-            let shared = seen.clone();
+            let ended_one = Arc::new(tokio::sync::Notify::new());
+            let (shared, tell) = (seen.clone(), ended_one.clone());
             std::thread::spawn(move || {
                 let runtime =
                     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -281,7 +284,7 @@ mod tests {
                     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                     loop {
                         let (stream, _) = listener.accept().await.unwrap();
-                        let seen = shared.clone();
+                        let (seen, tell) = (shared.clone(), tell.clone());
                         let number = {
                             let mut seen = seen.lock().unwrap();
                             seen.connections += 1;
@@ -290,11 +293,12 @@ mod tests {
                         tokio::spawn(async move {
                             serve(stream, number, &seen, close_idle_after).await;
                             seen.lock().unwrap().ended.push(number);
+                            tell.notify_one();
                         });
                     }
                 });
             });
-            Self { url: url.parse().unwrap(), seen }
+            Self { url: url.parse().unwrap(), seen, ended_one }
         }
 
         fn connections(&self) -> usize {
@@ -307,6 +311,16 @@ mod tests {
 
         fn ended(&self) -> Vec<usize> {
             self.seen.lock().unwrap().ended.clone()
+        }
+
+        /// Waits up to 10 s for connection `number` to end (woken by each connection's end,
+        /// no polling: a `notify_one` before the wait leaves a permit).
+        async fn has_ended(&self, number: usize) {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !self.ended().contains(&number) {
+                let woken = tokio::time::timeout_at(deadline, self.ended_one.notified()).await;
+                assert!(woken.is_ok(), "connection {number} did not end within 10 s");
+            }
         }
     }
 
@@ -414,15 +428,6 @@ mod tests {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
     }
 
-    /// Waits up to 10 s for `done`.
-    async fn eventually(mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < deadline, "not within 10 s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     #[test]
     fn calls_of_one_thread_reuse_one_connection() {
         let upstream = Upstream::start(None);
@@ -443,8 +448,9 @@ mod tests {
         for _ in 0..2 {
             let pool = pool.clone();
             let (url, seen) = (upstream.url.clone(), upstream.seen.clone());
+            let ended_one = upstream.ended_one.clone();
             std::thread::spawn(move || {
-                let upstream = Upstream { url, seen };
+                let upstream = Upstream { url, seen, ended_one };
                 current_thread().block_on(async {
                     for _ in 0..2 {
                         call(&pool, &upstream, "json").await;
@@ -485,7 +491,7 @@ mod tests {
             call(&pool, &upstream, "json").await;
             // And the next call reuses the second connection, not the half-read one.
             call(&pool, &upstream, "json").await;
-            eventually(|| upstream.ended().contains(&0)).await;
+            upstream.has_ended(0).await;
         });
         let connections: Vec<usize> = upstream.requests().iter().map(|(c, _)| *c).collect();
         assert_eq!(connections, [0, 1, 1]);
@@ -497,7 +503,7 @@ mod tests {
         let pool = Arc::new(pool());
         current_thread().block_on(async {
             call(&pool, &upstream, "json").await;
-            eventually(|| upstream.ended().contains(&0)).await;
+            upstream.has_ended(0).await;
             // The idle connection is closed now: the call goes out on a new one.
             assert_eq!(call(&pool, &upstream, "json").await, ANSWER);
         });
@@ -525,18 +531,20 @@ mod tests {
 
     #[test]
     fn connections_idle_too_long_are_not_reused() {
+        // An idle timeout of zero: every idle connection is too old by the next call (the
+        // reuse of younger ones is the first test's), so no clock needs to pass.
         let upstream = Upstream::start(None);
-        let pool = Arc::new(pool().with_idle_timeout(Duration::from_millis(100)));
+        let pool = Arc::new(pool().with_idle_timeout(Duration::ZERO));
         current_thread().block_on(async {
             call(&pool, &upstream, "json").await;
             call(&pool, &upstream, "json").await;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            call(&pool, &upstream, "json").await;
             // The old connection was closed, not kept.
-            eventually(|| upstream.ended().contains(&0)).await;
+            upstream.has_ended(0).await;
+            call(&pool, &upstream, "json").await;
+            upstream.has_ended(1).await;
         });
         let connections: Vec<usize> = upstream.requests().iter().map(|(c, _)| *c).collect();
-        assert_eq!(connections, [0, 0, 1]);
+        assert_eq!(connections, [0, 1, 2]);
     }
 
     #[test]

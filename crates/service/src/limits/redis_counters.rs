@@ -338,7 +338,7 @@ mod tests {
             let spawned = std::process::Command::new(&binary)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
-                .stdout(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .spawn();
             let Ok(child) = spawned else {
@@ -346,12 +346,17 @@ mod tests {
                 eprintln!("!!! {binary} not found: SKIPPING the Redis script test !!!");
                 return None;
             };
-            let server = Self { port, child };
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(std::time::Instant::now() < deadline, "{binary} did not start");
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
+            let mut server = Self { port, child };
+            // Ready once its log says so (no polling); the rest of its log is drained on a
+            // thread, so that the server never blocks on a full pipe.
+            let stdout = server.child.stdout.take().map(std::io::BufReader::new);
+            let mut lines = std::io::BufRead::lines(stdout?);
+            let ready = lines
+                .by_ref()
+                .map_while(Result::ok)
+                .any(|line| line.contains("Ready to accept connections"));
+            assert!(ready, "{binary} did not start");
+            std::thread::spawn(move || lines.for_each(drop));
             Some(server)
         }
     }

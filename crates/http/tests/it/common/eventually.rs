@@ -28,8 +28,8 @@ pub async fn eventually<T, S: Debug, F: Future<Output = Result<T, S>>>(
             Err(last) => last,
         };
         assert!(Instant::now() < deadline, "{what} (after {timeout:?}; last seen: {last:?})");
-        // Real time: the work polled for runs on other tasks, threads or processes.
-        tokio::time::sleep(POLL).await;
+        // On the blocking threads, so that the runtime runs the work polled for meanwhile.
+        let _ = tokio::task::spawn_blocking(pause).await;
     }
 }
 
@@ -49,9 +49,15 @@ pub fn eventually_blocking<T, S: Debug>(
             Err(last) => last,
         };
         assert!(Instant::now() < deadline, "{what} (after {timeout:?}; last seen: {last:?})");
-        // Real time: a child process starts or exits on its own time; no runtime to yield to.
-        std::thread::sleep(POLL);
+        pause();
     }
+}
+
+/// The pause between two checks of a poll: the one sleep of every poll.
+fn pause() {
+    // Real time: what is polled for runs on other tasks, threads or processes (a record
+    // written, a feed applied, a child process started or gone), on their own time.
+    std::thread::sleep(POLL);
 }
 
 /// Whether something listens on 127.0.0.1:`port` (`Err` with the connect error if not).
