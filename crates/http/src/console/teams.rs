@@ -385,115 +385,16 @@ async fn team_page(
         Ok(read) => read,
         Err(e) => return viewer.failure(&Shown::from(e)),
     };
-    let policy = &team.policy;
-    let period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
-    let reset = policy.budget_period.and_then(|p| p.reset_at(aigw_domain::time::now()));
-    let spent = team.spend_micros.unwrap_or(0);
-    let budget = context! {
-        spent => money(spent),
-        limit => policy.max_budget_micros.map(money),
-        spent_usd => spent as f64 / 1_000_000.0,
-        limit_usd => policy.max_budget_micros.map(|m| m as f64 / 1_000_000.0),
-        high_usd => policy.max_budget_micros.map(|m| m as f64 / 1_000_000.0 * 0.8),
-        over => policy.max_budget_micros.is_some_and(|m| spent >= m),
-        when => period_words(policy.budget_period),
-        reset => reset.as_ref().map(when),
-    };
-    let shown_team = context! {
-        id => team.id,
-        name => team.name,
-        role => team.role.map(TeamRole::as_str),
-        created => when(&team.created_at),
-        updated => when(&team.updated_at),
-        budget => policy.max_budget_micros.map(money),
-        period => period.as_str(),
-        member_budget => team.member_budget_micros.map(money),
-        rpm => policy.rpm_limit,
-        tpm => policy.tpm_limit,
-        models => policy.allowed_models.as_ref().map(|m| m.as_slice().join(", ")),
-        budget_mode => policy.budget_mode.unwrap_or_default().as_str(),
-    };
     let emails: HashMap<&str, &str> = lists
         .members
         .items
         .iter()
         .map(|m| (m.member.user_id.as_str(), m.member.email.as_str()))
         .collect();
-    let members: Vec<Value> = lists
-        .members
-        .items
-        .iter()
-        .map(|m| {
-            let member = &m.member;
-            let limit = match (member.budget_micros, team.member_budget_micros) {
-                (Some(own), _) => Some(format!("{} (own)", money(own))),
-                (None, Some(default)) => Some(format!("{} (team default)", money(default))),
-                (None, None) => None,
-            };
-            context! {
-                user_id => member.user_id,
-                email => member.email,
-                name => member.name,
-                role => member.role.as_str(),
-                spent => money(m.spend_micros),
-                limit,
-                joined => when(&member.created_at),
-                is_viewer => member.user_id == viewer.user.id,
-            }
-        })
-        .collect();
+    let members = member_rows(viewer, &team, &lists);
     let members_next = list_href(id, "members_cursor", lists.members.next_cursor, "members");
-    let (invitations, invitations_next, keys, keys_next, by_member, by_key, usage_range) =
-        match &lists.managed {
-            Some(managed) => {
-                let invitations: Vec<Value> = managed
-                    .invitations
-                    .items
-                    .iter()
-                    .map(|i| {
-                        context! { id => i.id, email => i.email, role => i.role.as_str(),
-                        created => when(&i.created_at) }
-                    })
-                    .collect();
-                let names: HashMap<&str, &str> =
-                    managed.keys.items.iter().map(|k| (k.id.as_str(), k.name.as_str())).collect();
-                let keys: Vec<Value> = managed
-                    .keys
-                    .items
-                    .iter()
-                    .map(|k| {
-                        let limit = k.policy.max_budget_micros.map(|max| {
-                            let period = k.policy.budget_period.unwrap_or(BudgetPeriod::Total);
-                            format!("{} {}", money(max), period.as_str())
-                        });
-                        context! { key => key_row(k, None), limit }
-                    })
-                    .collect();
-                let by_member = usage_rows(&managed.by_member, |group| match group {
-                    "" => "Team keys".to_owned(),
-                    id => emails.get(id).map_or_else(|| format!("user {id}"), |e| (*e).to_owned()),
-                });
-                let by_key = usage_rows(&managed.by_key, |group| {
-                    names.get(group).map_or_else(|| format!("key {group}"), |n| (*n).to_owned())
-                });
-                let range = &managed.by_member.range;
-                (
-                    invitations,
-                    list_href(
-                        id,
-                        "invitations_cursor",
-                        managed.invitations.next_cursor.clone(),
-                        "invitations",
-                    ),
-                    keys,
-                    list_href(id, "keys_cursor", managed.keys.next_cursor.clone(), "team-keys"),
-                    by_member,
-                    by_key,
-                    Some(format!("{} to {}", range.from, range.to)),
-                )
-            }
-            None => (Vec::new(), None, Vec::new(), None, Vec::new(), Vec::new(), None),
-        };
+    let managed = lists.managed.as_ref().map(|managed| managed_view(id, managed, &emails));
+    let managed = managed.unwrap_or_default();
     let Typed { form, member, policy: typed_policy, error } = typed;
     let policy_form = typed_policy.unwrap_or_else(|| PolicyForm::of(&team));
     let member_form = member
@@ -517,17 +418,17 @@ async fn team_page(
             title => format!("Team {}", team.name),
             section => "teams",
             subnav => context! { label => "This team", items => subnav_items },
-            team => shown_team,
-            budget,
+            team => team_summary(&team),
+            budget => team_budget(&team),
             members,
             members_next,
-            invitations,
-            invitations_next,
-            keys,
-            keys_next,
-            by_member,
-            by_key,
-            usage_range,
+            invitations => managed.invitations,
+            invitations_next => managed.invitations_next,
+            keys => managed.keys,
+            keys_next => managed.keys_next,
+            by_member => managed.by_member,
+            by_key => managed.by_key,
+            usage_range => managed.usage_range,
             manages,
             owns => owns(viewer, &team),
             is_member => team.role.is_some(),
@@ -539,6 +440,132 @@ async fn team_page(
             error,
         },
     )
+}
+
+/// The team's budget this period: spent, limit (USD text and numbers for the meter), when it
+/// resets.
+fn team_budget(team: &TeamView) -> Value {
+    let policy = &team.policy;
+    let reset = policy.budget_period.and_then(|p| p.reset_at(aigw_domain::time::now()));
+    let spent = team.spend_micros.unwrap_or(0);
+    context! {
+        spent => money(spent),
+        limit => policy.max_budget_micros.map(money),
+        spent_usd => spent as f64 / 1_000_000.0,
+        limit_usd => policy.max_budget_micros.map(|m| m as f64 / 1_000_000.0),
+        high_usd => policy.max_budget_micros.map(|m| m as f64 / 1_000_000.0 * 0.8),
+        over => policy.max_budget_micros.is_some_and(|m| spent >= m),
+        when => period_words(policy.budget_period),
+        reset => reset.as_ref().map(when),
+    }
+}
+
+/// The team as its page's header and policy table show it.
+fn team_summary(team: &TeamView) -> Value {
+    let policy = &team.policy;
+    context! {
+        id => team.id,
+        name => team.name,
+        role => team.role.map(TeamRole::as_str),
+        created => when(&team.created_at),
+        updated => when(&team.updated_at),
+        budget => policy.max_budget_micros.map(money),
+        period => policy.budget_period.unwrap_or(BudgetPeriod::Total).as_str(),
+        member_budget => team.member_budget_micros.map(money),
+        rpm => policy.rpm_limit,
+        tpm => policy.tpm_limit,
+        models => policy.allowed_models.as_ref().map(|m| m.as_slice().join(", ")),
+        budget_mode => policy.budget_mode.unwrap_or_default().as_str(),
+    }
+}
+
+/// The members on this page of the list, each with what they spent and their budget.
+fn member_rows(viewer: &Viewer, team: &TeamView, lists: &Lists) -> Vec<Value> {
+    lists
+        .members
+        .items
+        .iter()
+        .map(|m| {
+            let member = &m.member;
+            let limit = match (member.budget_micros, team.member_budget_micros) {
+                (Some(own), _) => Some(format!("{} (own)", money(own))),
+                (None, Some(default)) => Some(format!("{} (team default)", money(default))),
+                (None, None) => None,
+            };
+            context! {
+                user_id => member.user_id,
+                email => member.email,
+                name => member.name,
+                role => member.role.as_str(),
+                spent => money(m.spend_micros),
+                limit,
+                joined => when(&member.created_at),
+                is_viewer => member.user_id == viewer.user.id,
+            }
+        })
+        .collect()
+}
+
+/// What only the team's owners and admins see: invitations, team keys and usage, each list
+/// with the link to its next page.
+#[derive(Default)]
+struct ManagedView {
+    invitations: Vec<Value>,
+    invitations_next: Option<String>,
+    keys: Vec<Value>,
+    keys_next: Option<String>,
+    by_member: Vec<Value>,
+    by_key: Vec<Value>,
+    usage_range: Option<String>,
+}
+
+/// The managers' part of team `id`'s page; `emails` names the members (by user id).
+fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) -> ManagedView {
+    let invitations = managed
+        .invitations
+        .items
+        .iter()
+        .map(|i| {
+            context! { id => i.id, email => i.email, role => i.role.as_str(),
+            created => when(&i.created_at) }
+        })
+        .collect();
+    let names: HashMap<&str, &str> =
+        managed.keys.items.iter().map(|k| (k.id.as_str(), k.name.as_str())).collect();
+    let keys = managed
+        .keys
+        .items
+        .iter()
+        .map(|k| {
+            let limit = k.policy.max_budget_micros.map(|max| {
+                let period = k.policy.budget_period.unwrap_or(BudgetPeriod::Total);
+                format!("{} {}", money(max), period.as_str())
+            });
+            context! { key => key_row(k, None), limit }
+        })
+        .collect();
+    let by_member = usage_rows(&managed.by_member, |group| match group {
+        "" => "Team keys".to_owned(),
+        id => emails.get(id).map_or_else(|| format!("user {id}"), |e| (*e).to_owned()),
+    });
+    let by_key = usage_rows(&managed.by_key, |group| {
+        names.get(group).map_or_else(|| format!("key {group}"), |n| (*n).to_owned())
+    });
+    let range = &managed.by_member.range;
+    ManagedView {
+        invitations,
+        invitations_next: list_href(
+            id,
+            "invitations_cursor",
+            managed.invitations.next_cursor.clone(),
+            "invitations",
+        ),
+        keys,
+        keys_next: list_href(id, "keys_cursor", managed.keys.next_cursor.clone(), "team-keys"),
+        by_member,
+        by_key,
+        usage_range: Some(format!("{} to {}", range.from, range.to)),
+    }
 }
 
 /// `GET /teams/{id}`: the team's policy and its budget this period, its members with what
