@@ -178,20 +178,7 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::Invalid(field) => field.into(),
             ServiceError::Unauthorized { hint, token_presented, .. } => {
-                let mut err = Self::new(
-                    ErrorCode::Unauthorized,
-                    "missing or invalid credential",
-                    json!({"hint": hint}),
-                );
-                let challenge = if token_presented {
-                    format!(
-                        "Bearer realm=\"aigw\", error=\"invalid_token\", error_description=\"{hint}\""
-                    )
-                } else {
-                    "Bearer realm=\"aigw\"".to_owned()
-                };
-                err.headers.push((header::WWW_AUTHENTICATE, challenge));
-                err
+                unauthorized(hint, token_presented)
             }
             ServiceError::Forbidden { required, current } => Self::new(
                 ErrorCode::Forbidden,
@@ -226,29 +213,7 @@ impl From<ServiceError> for ApiError {
                 )
                 .caused_by(cause)
             }
-            ServiceError::UpstreamRejected(rejection) => {
-                let aigw_service::error::UpstreamRejection {
-                    provider,
-                    status,
-                    message,
-                    kind,
-                    code,
-                    param,
-                    retry_after_secs,
-                } = *rejection;
-                let cause = format!("upstream {provider} refused the request with {status}");
-                let mut err = Self::new(
-                    ErrorCode::UpstreamRejected,
-                    message,
-                    json!({"provider": provider, "upstream_status": status,
-                           "type": kind, "code": code, "param": param}),
-                );
-                err.status = StatusCode::from_u16(status).ok().filter(|s| s.is_client_error());
-                if let Some(secs) = retry_after_secs {
-                    err.headers.push((header::RETRY_AFTER, secs.max(1).to_string()));
-                }
-                err.caused_by(cause)
-            }
+            ServiceError::UpstreamRejected(rejection) => upstream_rejected(*rejection),
             ServiceError::UpstreamTimeout { provider } => {
                 let cause = format!("upstream {provider} timed out");
                 Self::new(
@@ -268,21 +233,7 @@ impl From<ServiceError> for ApiError {
                 .caused_by(format!("database unavailable: {reason}"))
             }
             ServiceError::RateLimited { limit, remaining, reset, retry_after_secs, scope } => {
-                let mut details = json!({"limit": limit, "remaining": remaining, "reset": reset});
-                if let Some(scope) = scope {
-                    details["scope"] = json!(scope.as_str());
-                }
-                let mut err = Self::new(
-                    ErrorCode::RateLimitExceeded,
-                    format!("rate limit exceeded; retry in {retry_after_secs} s"),
-                    details,
-                );
-                if let Some(scope) = scope {
-                    // The access log names the limit that refused.
-                    err = err.caused_by(format!("refused by the {} rpm/tpm limit", scope.as_str()));
-                }
-                err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
-                err
+                rate_limited(limit, remaining, reset, retry_after_secs, scope)
             }
             ServiceError::BudgetExceeded {
                 scope,
@@ -291,39 +242,14 @@ impl From<ServiceError> for ApiError {
                 reserved_micros,
                 reset,
                 retry_after_secs,
-            } => {
-                let usd = |m: i64| aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0));
-                let mut details = json!({
-                    "scope": scope.as_str(),
-                    "limit_usd": usd(limit_micros),
-                    "spent_usd": usd(spent_micros),
-                    "reserved_usd": usd(reserved_micros),
-                });
-                if let Some(reset) = reset {
-                    details["reset"] = json!(reset);
-                }
-                let whose = match scope {
-                    LimitScope::Key => "the API key's budget",
-                    LimitScope::Member => "your budget in the key's team",
-                    LimitScope::Team => "the team's budget",
-                };
-                // Refused by the worst case rather than by what was spent: say how to fit.
-                let message = if spent_micros.saturating_add(reserved_micros) > limit_micros
-                    && spent_micros < limit_micros
-                {
-                    format!(
-                        "{whose} for this period cannot cover this call's worst case \
-                         (reserved_usd); lower max_tokens (or max_completion_tokens) to fit \
-                         what is left"
-                    )
-                } else {
-                    format!("{whose} for this period is spent")
-                };
-                let mut err = Self::new(ErrorCode::BudgetExceeded, message, details)
-                    .caused_by(format!("refused by the {} budget", scope.as_str()));
-                err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
-                err
-            }
+            } => budget_exceeded(
+                scope,
+                limit_micros,
+                spent_micros,
+                reserved_micros,
+                reset,
+                retry_after_secs,
+            ),
             ServiceError::IdempotencyInFlight { key } => {
                 let mut err = Self::new(
                     ErrorCode::Conflict,
@@ -351,6 +277,119 @@ impl From<ServiceError> for ApiError {
             ServiceError::Internal(cause) => Self::internal(&cause),
         }
     }
+}
+
+/// 401 `unauthorized` with `details.hint` and the `WWW-Authenticate` challenge (RFC 6750 §3:
+/// `error="invalid_token"` when a credential was presented).
+fn unauthorized(hint: &str, token_presented: bool) -> ApiError {
+    let mut err = ApiError::new(
+        ErrorCode::Unauthorized,
+        "missing or invalid credential",
+        json!({"hint": hint}),
+    );
+    let challenge = if token_presented {
+        format!("Bearer realm=\"aigw\", error=\"invalid_token\", error_description=\"{hint}\"")
+    } else {
+        "Bearer realm=\"aigw\"".to_owned()
+    };
+    err.headers.push((header::WWW_AUTHENTICATE, challenge));
+    err
+}
+
+/// The upstream's 4xx passed on: its status, message, `type`, `code` and `param`, and for a
+/// 429 its `Retry-After` in seconds.
+fn upstream_rejected(rejection: aigw_service::error::UpstreamRejection) -> ApiError {
+    let aigw_service::error::UpstreamRejection {
+        provider,
+        status,
+        message,
+        kind,
+        code,
+        param,
+        retry_after_secs,
+    } = rejection;
+    let cause = format!("upstream {provider} refused the request with {status}");
+    let mut err = ApiError::new(
+        ErrorCode::UpstreamRejected,
+        message,
+        json!({"provider": provider, "upstream_status": status,
+               "type": kind, "code": code, "param": param}),
+    );
+    err.status = StatusCode::from_u16(status).ok().filter(|s| s.is_client_error());
+    if let Some(secs) = retry_after_secs {
+        err.headers.push((header::RETRY_AFTER, secs.max(1).to_string()));
+    }
+    err.caused_by(cause)
+}
+
+/// 429 `rate_limit_exceeded` with `limit`, `remaining`, `reset` (Unix seconds), the level
+/// (`scope`) of a key's rpm/tpm limit, and `Retry-After` in seconds.
+fn rate_limited(
+    limit: u32,
+    remaining: u32,
+    reset: i64,
+    retry_after_secs: u64,
+    scope: Option<LimitScope>,
+) -> ApiError {
+    let mut details = json!({"limit": limit, "remaining": remaining, "reset": reset});
+    if let Some(scope) = scope {
+        details["scope"] = json!(scope.as_str());
+    }
+    let mut err = ApiError::new(
+        ErrorCode::RateLimitExceeded,
+        format!("rate limit exceeded; retry in {retry_after_secs} s"),
+        details,
+    );
+    if let Some(scope) = scope {
+        // The access log names the limit that refused.
+        err = err.caused_by(format!("refused by the {} rpm/tpm limit", scope.as_str()));
+    }
+    err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+    err
+}
+
+/// 429 `budget_exceeded` of level `scope` with the limit, spend and reservation in USD (from
+/// micro-USD), the period's `reset` (Unix seconds) and `Retry-After` in seconds; the message
+/// says how to fit when the call's worst case, not what was spent, is what refused.
+fn budget_exceeded(
+    scope: LimitScope,
+    limit_micros: i64,
+    spent_micros: i64,
+    reserved_micros: i64,
+    reset: Option<i64>,
+    retry_after_secs: u64,
+) -> ApiError {
+    let usd = |m: i64| aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0));
+    let mut details = json!({
+        "scope": scope.as_str(),
+        "limit_usd": usd(limit_micros),
+        "spent_usd": usd(spent_micros),
+        "reserved_usd": usd(reserved_micros),
+    });
+    if let Some(reset) = reset {
+        details["reset"] = json!(reset);
+    }
+    let whose = match scope {
+        LimitScope::Key => "the API key's budget",
+        LimitScope::Member => "your budget in the key's team",
+        LimitScope::Team => "the team's budget",
+    };
+    // Refused by the worst case rather than by what was spent: say how to fit.
+    let message = if spent_micros.saturating_add(reserved_micros) > limit_micros
+        && spent_micros < limit_micros
+    {
+        format!(
+            "{whose} for this period cannot cover this call's worst case \
+                 (reserved_usd); lower max_tokens (or max_completion_tokens) to fit \
+                 what is left"
+        )
+    } else {
+        format!("{whose} for this period is spent")
+    };
+    let mut err = ApiError::new(ErrorCode::BudgetExceeded, message, details)
+        .caused_by(format!("refused by the {} budget", scope.as_str()));
+    err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+    err
 }
 
 impl ResponseError for ApiError {
