@@ -205,178 +205,25 @@ impl Application {
     /// production, database unreachable, address in use).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let data_lock = lock_data_dir(&settings.server.data_dir)?;
-        let (auth, db) = auth_service(&settings).await?;
-        if settings.server.environment == crate::settings::Environment::Production
-            && settings.auth.registration == aigw_service::RegistrationMode::Open
-        {
-            tracing::warn!(
-                "auth.registration = \"open\": anyone who can reach this port can register and \
-                 spend the configured providers; set \"invite\" or \"closed\" (docs/permissions.md)"
-            );
-        }
-        let answers_sealer = aigw_service::seal::Sealer::derive(
-            b"aigw idempotent answer seal v1",
-            auth.tokens().key_materials(),
-        );
-        let telemetry = crate::observe::Telemetry::new()?;
-        let metrics = telemetry.metrics.clone();
-        let auth = auth.with_metrics(metrics.clone());
-        let auth = auth.with_account_mail(account_mail(&settings, metrics.clone())?);
-        let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
-        // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
-        let background = auth.start_background();
-        let account_pruning =
-            aigw_service::account_email::pruning::spawn_pruning(db.clone(), settings.clock.clone());
-        let audit_retention =
-            aigw_service::admin::audit::spawn_retention(db.clone(), settings.audit.retention_days);
-        // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
-        let usage = UsageService::start_with_metrics(
-            db.clone(),
-            &settings.usage,
-            &settings.providers,
-            &settings.server.data_dir,
-            metrics.clone(),
-            auth.credential_cache().node_id(),
-        )?;
-        let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
-            .with_metrics(metrics.clone());
-        // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
-        // database, the node's memory or Redis (docs/budgets.md).
-        let key_limits = aigw_service::limits::key_limits::KeyLimits::from_config(
-            db,
-            &settings.gateway,
-            &settings.rate_limit,
-            aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
-            || limits.share_redis(&settings.rate_limit),
-        )?;
-        let caps_metrics = metrics.clone();
-        let gateway = Gateway::new(&settings.gateway, &settings.providers)?
-            .with_meter(usage.meter())
-            .with_key_limits(key_limits)
-            .with_metrics(metrics);
-        let secret_scanning = if settings.secret_scanning.enabled {
-            Some(aigw_service::leaks::GithubKeys::new(&settings.secret_scanning)?)
-        } else {
-            None
-        };
-        let upkeep = telemetry.spawn_upkeep();
-        let console = settings.console.enabled.then(|| {
-            web::Data::new(crate::console::ConsoleContext::new(
-                settings.server.environment != crate::settings::Environment::Development,
-                &settings.auth,
-                auth.tokens().key_materials(),
-            ))
-        });
-        let state = web::Data::new(AppState {
-            auth,
-            gateway,
-            limits,
-            idempotency,
-            usage: usage.clone(),
-            telemetry,
-            secret_scanning,
-        });
+        let services = Services::start(&settings).await?;
         let metrics_server = match &settings.server.metrics_listen {
-            Some(address) => Some(metrics_server(address, state.clone())?),
+            Some(address) => Some(metrics_server(address, services.state.clone())?),
             None => None,
         };
-        let metrics_here = metrics_server.is_none();
-
         let listener = TcpListener::bind(&settings.server.listen)
             .with_context(|| format!("binding {}", settings.server.listen))?;
-        let local_addr = listener.local_addr()?;
-        let port = local_addr.port();
-        let account_limit = settings.server.account_body_limit_bytes;
-        let chat_limit = settings.server.chat_body_limit_bytes;
-        let cors_origins = settings.server.cors_allowed_origins.clone();
-        let body_timeout = crate::extract::BodyReadTimeout(Duration::from_secs(
-            settings.server.body_read_timeout_secs.max(1),
-        ));
-        let workers = settings
-            .server
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
-            .max(1);
-        // actix-server counts connections per worker.
-        let per_worker = settings.server.max_connections.max(1).div_ceil(workers);
-        let head_timeout = Duration::from_secs(settings.server.header_read_timeout_secs.max(1));
-        let keep_alive = Duration::from_secs(settings.server.keep_alive_secs.max(1));
-        // Every connection is admitted by its client address first
-        // (`crate::middleware::connections`).
-        let caps = crate::middleware::connections::AddressCaps::new(
-            settings.server.max_connections_per_address,
-            settings.server.max_pending_requests_per_address,
-            crate::rate_limit::TrustedProxies::parse(
-                &settings.rate_limit.trusted_proxies,
-                settings.rate_limit.forwarded_header,
-            )?,
-            caps_metrics,
-        );
-        let app = move || {
-            App::new()
-                .app_data(state.clone())
-                .app_data(body_timeout)
-                .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
-                .configure(|cfg| {
-                    if metrics_here {
-                        routes::configure_metrics(cfg);
-                    }
-                })
-                // Last: the console's scope takes every path the API's routes did not.
-                .configure(|cfg| {
-                    if let Some(console) = &console {
-                        crate::console::configure(cfg, console.clone());
-                    }
-                })
-                .default_service(web::to(routes::no_route))
-                .wrap(from_fn(crate::middleware::rate_limit_headers::headers))
-                .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
-                .wrap(from_fn(crate::middleware::access_log::access_log))
-        };
-        // What `actix_web::HttpServer` builds, with the admission in front of actix-http's
-        // connection service: workers, the per-worker connection cap, `shutdown_timeout_secs`,
-        // and the graceful-shutdown signal that closes idle keep-alive connections when
-        // shutdown begins.
-        let builder = actix_server::Server::build()
-            // SIGINT drains like SIGTERM (actix-server's own handler would stop at once):
-            // `Application::run_until_stopped` listens for both.
-            .disable_signals()
-            .workers(workers)
-            .max_concurrent_connections(per_worker)
-            .shutdown_timeout(settings.server.shutdown_timeout_secs);
-        let graceful = builder.graceful_shutdown_signal();
-        let builder = builder.listen("aigw", listener, move || {
-            let graceful = graceful.clone();
-            // `graceful_shutdown_signal` is hidden from actix-http's documentation but is
-            // what `HttpServer` uses (actix-web 4.18, actix-http 3.20).
-            let http = actix_http::HttpService::build()
-                .graceful_shutdown_signal(move || {
-                    let graceful = graceful.clone();
-                    async move { graceful.notified().await }
-                })
-                .keep_alive(keep_alive)
-                .client_request_timeout(head_timeout)
-                .client_disconnect_timeout(Duration::from_secs(1))
-                .local_addr(local_addr)
-                .on_connect_ext(
-                    |io: &crate::middleware::connections::CappedStream, data: &mut Extensions| {
-                        io.share_pending(data)
-                    },
-                )
-                .finish(actix_service::map_config(app(), |_| AppConfig::default()));
-            caps.guard(http)
-        })?;
+        let (port, server) = serve(&settings, listener, &services, metrics_server.is_none())?;
         tracing::info!(listen = %settings.server.listen, port, "aigw listening");
         Ok(Self {
             port,
-            server: builder.run(),
-            usage,
-            background,
+            server,
+            usage: services.usage,
+            background: services.background,
             metrics_server,
-            upkeep,
+            upkeep: services.upkeep,
             _data_lock: data_lock,
-            audit_retention,
-            account_pruning,
+            audit_retention: services.audit_retention,
+            account_pruning: services.account_pruning,
         })
     }
 
@@ -415,6 +262,201 @@ impl Application {
         self.account_pruning.abort();
         served
     }
+}
+
+/// What a node runs besides its HTTP server: the state every handler shares, the console's
+/// context, and the background tasks (change feed, usage recorder, metrics upkeep, audit and
+/// account-token pruning).
+struct Services {
+    state: web::Data<AppState>,
+    console: Option<web::Data<crate::console::ConsoleContext>>,
+    usage: UsageService,
+    background: BackgroundTasks,
+    upkeep: tokio::task::JoinHandle<()>,
+    audit_retention: tokio::task::JoinHandle<()>,
+    account_pruning: tokio::task::JoinHandle<()>,
+}
+
+impl Services {
+    /// Connects and migrates the database and builds the use cases, the gateway and the
+    /// limits from `settings`, starting their background tasks.
+    ///
+    /// # Errors
+    /// Bad configuration, a short secret in production, an unreachable database, a failed
+    /// migration.
+    async fn start(settings: &Settings) -> anyhow::Result<Self> {
+        let (auth, db) = auth_service(settings).await?;
+        if settings.server.environment == crate::settings::Environment::Production
+            && settings.auth.registration == aigw_service::RegistrationMode::Open
+        {
+            tracing::warn!(
+                "auth.registration = \"open\": anyone who can reach this port can register and \
+                 spend the configured providers; set \"invite\" or \"closed\" (docs/permissions.md)"
+            );
+        }
+        let answers_sealer = aigw_service::seal::Sealer::derive(
+            b"aigw idempotent answer seal v1",
+            auth.tokens().key_materials(),
+        );
+        let telemetry = crate::observe::Telemetry::new()?;
+        let metrics = telemetry.metrics.clone();
+        let auth = auth.with_metrics(metrics.clone());
+        let auth = auth.with_account_mail(account_mail(settings, metrics.clone())?);
+        let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
+        // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
+        let background = auth.start_background();
+        let account_pruning =
+            aigw_service::account_email::pruning::spawn_pruning(db.clone(), settings.clock.clone());
+        let audit_retention =
+            aigw_service::admin::audit::spawn_retention(db.clone(), settings.audit.retention_days);
+        // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
+        let usage = UsageService::start_with_metrics(
+            db.clone(),
+            &settings.usage,
+            &settings.providers,
+            &settings.server.data_dir,
+            metrics.clone(),
+            auth.credential_cache().node_id(),
+        )?;
+        let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
+            .with_metrics(metrics.clone());
+        // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
+        // database, the node's memory or Redis (docs/budgets.md).
+        let key_limits = aigw_service::limits::key_limits::KeyLimits::from_config(
+            db,
+            &settings.gateway,
+            &settings.rate_limit,
+            aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
+            || limits.share_redis(&settings.rate_limit),
+        )?;
+        let gateway = Gateway::new(&settings.gateway, &settings.providers)?
+            .with_meter(usage.meter())
+            .with_key_limits(key_limits)
+            .with_metrics(metrics);
+        let secret_scanning = if settings.secret_scanning.enabled {
+            Some(aigw_service::leaks::GithubKeys::new(&settings.secret_scanning)?)
+        } else {
+            None
+        };
+        let upkeep = telemetry.spawn_upkeep();
+        let console = settings.console.enabled.then(|| {
+            web::Data::new(crate::console::ConsoleContext::new(
+                settings.server.environment != crate::settings::Environment::Development,
+                &settings.auth,
+                auth.tokens().key_materials(),
+            ))
+        });
+        let state = web::Data::new(AppState {
+            auth,
+            gateway,
+            limits,
+            idempotency,
+            usage: usage.clone(),
+            telemetry,
+            secret_scanning,
+        });
+        Ok(Self { state, console, usage, background, upkeep, audit_retention, account_pruning })
+    }
+}
+
+/// The HTTP server of `services` on `listener`: `server.workers` workers, the connection caps
+/// per worker and per client address, the timeouts of `[server]`, the API's routes (with
+/// `/metrics` when `metrics_here`) and the console's; returns the bound port and the server.
+///
+/// # Errors
+/// An invalid `rate_limit.trusted_proxies`, or a listener actix cannot use.
+fn serve(
+    settings: &Settings,
+    listener: TcpListener,
+    services: &Services,
+    metrics_here: bool,
+) -> anyhow::Result<(u16, Server)> {
+    let state = services.state.clone();
+    let console = services.console.clone();
+    let caps_metrics = state.telemetry.metrics.clone();
+    let local_addr = listener.local_addr()?;
+    let port = local_addr.port();
+    let account_limit = settings.server.account_body_limit_bytes;
+    let chat_limit = settings.server.chat_body_limit_bytes;
+    let cors_origins = settings.server.cors_allowed_origins.clone();
+    let body_timeout = crate::extract::BodyReadTimeout(Duration::from_secs(
+        settings.server.body_read_timeout_secs.max(1),
+    ));
+    let workers = settings
+        .server
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    // actix-server counts connections per worker.
+    let per_worker = settings.server.max_connections.max(1).div_ceil(workers);
+    let head_timeout = Duration::from_secs(settings.server.header_read_timeout_secs.max(1));
+    let keep_alive = Duration::from_secs(settings.server.keep_alive_secs.max(1));
+    // Every connection is admitted by its client address first
+    // (`crate::middleware::connections`).
+    let caps = crate::middleware::connections::AddressCaps::new(
+        settings.server.max_connections_per_address,
+        settings.server.max_pending_requests_per_address,
+        crate::rate_limit::TrustedProxies::parse(
+            &settings.rate_limit.trusted_proxies,
+            settings.rate_limit.forwarded_header,
+        )?,
+        caps_metrics,
+    );
+    let app = move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(body_timeout)
+            .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
+            .configure(|cfg| {
+                if metrics_here {
+                    routes::configure_metrics(cfg);
+                }
+            })
+            // Last: the console's scope takes every path the API's routes did not.
+            .configure(|cfg| {
+                if let Some(console) = &console {
+                    crate::console::configure(cfg, console.clone());
+                }
+            })
+            .default_service(web::to(routes::no_route))
+            .wrap(from_fn(crate::middleware::rate_limit_headers::headers))
+            .wrap(Condition::new(!cors_origins.is_empty(), cors(&cors_origins)))
+            .wrap(from_fn(crate::middleware::access_log::access_log))
+    };
+    // What `actix_web::HttpServer` builds, with the admission in front of actix-http's
+    // connection service: workers, the per-worker connection cap, `shutdown_timeout_secs`,
+    // and the graceful-shutdown signal that closes idle keep-alive connections when
+    // shutdown begins.
+    let builder = actix_server::Server::build()
+        // SIGINT drains like SIGTERM (actix-server's own handler would stop at once):
+        // `Application::run_until_stopped` listens for both.
+        .disable_signals()
+        .workers(workers)
+        .max_concurrent_connections(per_worker)
+        .shutdown_timeout(settings.server.shutdown_timeout_secs);
+    let graceful = builder.graceful_shutdown_signal();
+    let builder = builder.listen("aigw", listener, move || {
+        let graceful = graceful.clone();
+        // `graceful_shutdown_signal` is hidden from actix-http's documentation but is
+        // what `HttpServer` uses (actix-web 4.18, actix-http 3.20).
+        let http = actix_http::HttpService::build()
+            .graceful_shutdown_signal(move || {
+                let graceful = graceful.clone();
+                async move { graceful.notified().await }
+            })
+            .keep_alive(keep_alive)
+            .client_request_timeout(head_timeout)
+            .client_disconnect_timeout(Duration::from_secs(1))
+            .local_addr(local_addr)
+            .on_connect_ext(
+                |io: &crate::middleware::connections::CappedStream, data: &mut Extensions| {
+                    io.share_pending(data)
+                },
+            )
+            .finish(actix_service::map_config(app(), |_| AppConfig::default()));
+        caps.guard(http)
+    })?;
+    Ok((port, builder.run()))
 }
 
 /// Waits for a signal to stop: `true` (drain requests in flight) for SIGTERM and SIGINT,
