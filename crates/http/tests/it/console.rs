@@ -3,88 +3,9 @@
 //! setting that turns it off. (The real browser runs in `scripts/browser_test.sh`.)
 
 use crate::common;
-use common::{spawn_app, spawn_app_with, test_settings, Auth, Backend, TestApp, PASSWORD};
+use common::browser::{Browser, Page};
+use common::{spawn_app, spawn_app_with, test_settings, Auth, Backend, PASSWORD};
 use serde_json::json;
-use std::collections::BTreeMap;
-
-/// A cookie-keeping client that does not follow redirects.
-struct Browser<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    jar: BTreeMap<String, String>,
-}
-
-/// One answer, with what the tests read of it.
-struct Page {
-    status: u16,
-    location: Option<String>,
-    headers: reqwest::header::HeaderMap,
-    set_cookies: Vec<String>,
-    text: String,
-}
-
-impl Page {
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
-    }
-
-    /// The value of the hidden `csrf` field of the first form.
-    fn csrf(&self) -> String {
-        let start = self.text.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-        self.text[start..].split('"').next().unwrap().to_owned()
-    }
-
-    /// The `Set-Cookie` of `name`.
-    fn cookie(&self, name: &str) -> Option<&str> {
-        self.set_cookies.iter().map(String::as_str).find(|c| c.starts_with(&format!("{name}=")))
-    }
-}
-
-impl<'a> Browser<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        let client =
-            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Self { app, client, jar: BTreeMap::new() }
-    }
-
-    async fn send(&mut self, builder: reqwest::RequestBuilder) -> Page {
-        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let builder =
-            if cookies.is_empty() { builder } else { builder.header("cookie", cookies.join("; ")) };
-        let response = builder.send().await.expect("request failed");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let set_cookies: Vec<String> =
-            headers.get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
-        for raw in &set_cookies {
-            let cookie = actix_web::cookie::Cookie::parse(raw.clone()).unwrap();
-            if cookie.value().is_empty()
-                || cookie.max_age() == Some(actix_web::cookie::time::Duration::ZERO)
-            {
-                self.jar.remove(cookie.name());
-            } else {
-                self.jar.insert(cookie.name().to_owned(), cookie.value().to_owned());
-            }
-        }
-        let location = headers.get("location").map(|v| v.to_str().unwrap().to_owned());
-        let text = response.text().await.unwrap();
-        Page { status, location, headers, set_cookies, text }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let builder = self.client.get(self.app.url(path));
-        self.send(builder).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let builder = self.client.post(self.app.url(path)).form(form);
-        self.send(builder).await
-    }
-
-    async fn log_in(&mut self, email: &str, password: &str) -> Page {
-        self.post("/login", &[("email", email), ("password", password), ("next", "/keys")]).await
-    }
-}
 
 /// The CSP of every page: nothing inline, nothing from elsewhere, never framed.
 fn assert_strict_policy(page: &Page) {

@@ -4,103 +4,9 @@
 
 use crate::common;
 use aigw_domain::Role;
+use common::browser::Browser;
 use common::{spawn_app, test_settings, Auth, Backend, TestApp, User};
 use serde_json::json;
-use std::collections::BTreeMap;
-
-/// A cookie-keeping client that does not follow redirects.
-struct Browser<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    jar: BTreeMap<String, String>,
-}
-
-/// One answer, with what the tests read of it.
-struct Page {
-    status: u16,
-    location: Option<String>,
-    text: String,
-}
-
-impl Page {
-    /// The value of the hidden `csrf` field of the first form.
-    fn csrf(&self) -> String {
-        let start = self.text.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-        self.text[start..].split('"').next().unwrap().to_owned()
-    }
-
-    /// The text of the element with id `id` (up to its first tag).
-    fn element_text(&self, id: &str) -> String {
-        let start = self.text.find(&format!("id=\"{id}\"")).expect("the element");
-        let after = &self.text[start..];
-        after[after.find('>').unwrap() + 1..].split('<').next().unwrap().to_owned()
-    }
-
-    /// The table row with `attribute="value"`, up to its end.
-    fn row(&self, attribute: &str, value: &str) -> Option<&str> {
-        let start = self.text.find(&format!("<tr {attribute}=\"{value}\""))?;
-        let row = &self.text[start..];
-        Some(&row[..row.find("</tr>").unwrap_or(row.len())])
-    }
-}
-
-impl<'a> Browser<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        let client =
-            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Self { app, client, jar: BTreeMap::new() }
-    }
-
-    async fn send(&mut self, builder: reqwest::RequestBuilder) -> Page {
-        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let builder =
-            if cookies.is_empty() { builder } else { builder.header("cookie", cookies.join("; ")) };
-        let response = builder.send().await.expect("request failed");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        for raw in headers.get_all("set-cookie") {
-            let cookie =
-                actix_web::cookie::Cookie::parse(raw.to_str().unwrap().to_owned()).unwrap();
-            if cookie.value().is_empty()
-                || cookie.max_age() == Some(actix_web::cookie::time::Duration::ZERO)
-            {
-                self.jar.remove(cookie.name());
-            } else {
-                self.jar.insert(cookie.name().to_owned(), cookie.value().to_owned());
-            }
-        }
-        let location = headers.get("location").map(|v| v.to_str().unwrap().to_owned());
-        let text = response.text().await.unwrap();
-        Page { status, location, text }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let builder = self.client.get(self.app.url(path));
-        self.send(builder).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let builder = self.client.post(self.app.url(path)).form(form);
-        self.send(builder).await
-    }
-
-    /// Signs in through the login form (asserting it worked).
-    async fn log_in(&mut self, user: &User) {
-        let done = self
-            .post(
-                "/login",
-                &[("email", &user.email), ("password", &user.password), ("next", "/keys")],
-            )
-            .await;
-        assert_eq!(done.status, 303, "{}", done.text);
-    }
-
-    /// Follows a `303` (asserting it is one, to `location`) and answers the next page.
-    async fn follow(&mut self, page: &Page, location: &str) -> Page {
-        assert_eq!((page.status, page.location.as_deref()), (303, Some(location)), "{}", page.text);
-        self.get(location).await
-    }
-}
 
 /// A new account made an admin the way an operator does (`aigw admin set-role`).
 async fn new_admin(app: &TestApp, tag: &str) -> User {
@@ -114,7 +20,7 @@ async fn new_admin(app: &TestApp, tag: &str) -> User {
 /// An admin's browser, signed in.
 async fn admin_browser<'a>(app: &'a TestApp, admin: &User) -> Browser<'a> {
     let mut browser = Browser::new(app);
-    browser.log_in(admin).await;
+    browser.sign_in(&admin.email, &admin.password).await;
     browser
 }
 
@@ -125,7 +31,7 @@ async fn admins_search_disable_and_enable_users(backend: Backend) {
     let user = app.new_user(&tag).await;
     let mut browser = admin_browser(&app, &admin).await;
     let mut users_browser = Browser::new(&app);
-    users_browser.log_in(&user).await;
+    users_browser.sign_in(&user.email, &user.password).await;
     assert_eq!(users_browser.get("/keys").await.status, 200);
 
     let all = browser.get("/admin/users").await;
@@ -174,7 +80,7 @@ async fn admins_search_disable_and_enable_users(backend: Backend) {
     let enabled =
         browser.post(&format!("/admin/users/{}/enable", user.id), &[("csrf", &csrf)]).await;
     browser.follow(&enabled, "/admin/users").await;
-    users_browser.log_in(&user).await;
+    users_browser.sign_in(&user.email, &user.password).await;
     assert_eq!(users_browser.get("/keys").await.status, 200);
     let promoted = browser
         .post(&format!("/admin/users/{}/role", user.id), &[("csrf", &csrf), ("role", "admin")])
@@ -195,7 +101,7 @@ async fn everyone_else_gets_the_apis_403(backend: Backend) {
         (away.status, away.location.as_deref()),
         (303, Some("/login?next=%2Fadmin%2Fusers"))
     );
-    browser.log_in(&user).await;
+    browser.sign_in(&user.email, &user.password).await;
     let keys = browser.get("/keys").await;
     assert!(!keys.text.contains("href=\"/admin/users\""), "no Administration link: {}", keys.text);
     for path in ["/admin/users", "/admin/keys", "/admin/invitations", "/admin/audit"] {

@@ -3,99 +3,14 @@
 //! the policy and cannot change it, a stranger gets 404, team names are shown as text.
 
 use crate::common;
-use common::{spawn_app, spawn_app_with, Auth, Backend, TestApp, User};
+use common::browser::Browser;
+use common::{spawn_app, spawn_app_with, Auth, Backend};
 use serde_json::json;
-use std::collections::BTreeMap;
-
-/// A cookie-keeping client that does not follow redirects.
-struct Browser<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    jar: BTreeMap<String, String>,
-}
-
-/// One answer, with what the tests read of it.
-struct Page {
-    status: u16,
-    location: Option<String>,
-    text: String,
-}
-
-impl Page {
-    /// The value of the first hidden `csrf` field.
-    fn csrf(&self) -> String {
-        let start = self.text.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-        self.text[start..].split('"').next().unwrap().to_owned()
-    }
-
-    /// The text of the element with id `id`, up to its first closing `</tag>`.
-    fn element(&self, tag: &str, id: &str) -> &str {
-        let start = self
-            .text
-            .find(&format!("<{tag} id=\"{id}\""))
-            .unwrap_or_else(|| panic!("no {tag}#{id} in {}", self.text));
-        let rest = &self.text[start..];
-        let end = rest.find(&format!("</{tag}>")).unwrap_or(rest.len());
-        &rest[..end]
-    }
-}
-
-impl<'a> Browser<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        let client =
-            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Self { app, client, jar: BTreeMap::new() }
-    }
-
-    async fn send(&mut self, builder: reqwest::RequestBuilder) -> Page {
-        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let builder =
-            if cookies.is_empty() { builder } else { builder.header("cookie", cookies.join("; ")) };
-        let response = builder.send().await.expect("request failed");
-        let status = response.status().as_u16();
-        for raw in response.headers().get_all("set-cookie") {
-            let cookie =
-                actix_web::cookie::Cookie::parse(raw.to_str().unwrap().to_owned()).unwrap();
-            if cookie.value().is_empty()
-                || cookie.max_age() == Some(actix_web::cookie::time::Duration::ZERO)
-            {
-                self.jar.remove(cookie.name());
-            } else {
-                self.jar.insert(cookie.name().to_owned(), cookie.value().to_owned());
-            }
-        }
-        let location = response.headers().get("location").map(|v| v.to_str().unwrap().to_owned());
-        let text = response.text().await.unwrap();
-        Page { status, location, text }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let builder = self.client.get(self.app.url(path));
-        self.send(builder).await
-    }
-
-    /// Posts `form` with the CSRF token of `page`'s forms.
-    async fn post(&mut self, path: &str, csrf: &str, form: &[(&str, &str)]) -> Page {
-        let mut fields = vec![("csrf", csrf)];
-        fields.extend_from_slice(form);
-        let builder = self.client.post(self.app.url(path)).form(&fields);
-        self.send(builder).await
-    }
-
-    async fn log_in(app: &'a TestApp, user: &User) -> Self {
-        let mut browser = Self::new(app);
-        let form = [("email", user.email.as_str()), ("password", user.password.as_str())];
-        let builder = browser.client.post(app.url("/login")).form(&form);
-        let done = browser.send(builder).await;
-        assert_eq!(done.status, 303, "{}", done.text);
-        browser
-    }
-}
 
 /// Creates team `name` in the console; its id.
 async fn create_team(browser: &mut Browser<'_>, name: &str) -> String {
     let csrf = browser.get("/teams").await.csrf();
-    let created = browser.post("/teams", &csrf, &[("name", name)]).await;
+    let created = browser.post_with_csrf("/teams", &csrf, &[("name", name)]).await;
     assert_eq!(created.status, 303, "{}", created.text);
     let location = created.location.unwrap();
     location.strip_prefix("/teams/").expect("the team's page").to_owned()
@@ -123,7 +38,7 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     let app = spawn_app(backend).await;
     let owner = app.new_user("ct-owner").await;
     let ada = app.new_user("ct-ada").await;
-    let mut browser = Browser::log_in(&app, &owner).await;
+    let mut browser = Browser::signed_in(&app, &owner).await;
     let id = create_team(&mut browser, "data").await;
     let page = browser.get(&format!("/teams/{id}")).await;
     assert_eq!(page.status, 200, "{}", page.text);
@@ -135,13 +50,14 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
 
     // A registered user joins at once; their role changes.
     let path = format!("/teams/{id}/members");
-    let added = browser.post(&path, &csrf, &[("email", &ada.email), ("role", "member")]).await;
+    let added =
+        browser.post_with_csrf(&path, &csrf, &[("email", &ada.email), ("role", "member")]).await;
     assert_eq!(added.status, 303, "{}", added.text);
     let page = browser.get(&format!("/teams/{id}")).await;
     assert!(page.text.contains("joined the team as member"), "{}", page.text);
     assert!(page.element("table", "members").contains(&ada.email), "{}", page.text);
     let role = format!("/teams/{id}/members/{}/role", ada.id);
-    let changed = browser.post(&role, &csrf, &[("role", "admin")]).await;
+    let changed = browser.post_with_csrf(&role, &csrf, &[("role", "admin")]).await;
     assert_eq!(changed.status, 303, "{}", changed.text);
     let members =
         app.get(&format!("/api/v1/teams/{id}/members"), Auth::Bearer(&owner.token)).await.data(200);
@@ -149,13 +65,14 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert_eq!(ada_row.unwrap()["role"], "admin", "{members}");
     // The last owner stays one: the API's refusal is shown, nothing changes.
     let own_role = format!("/teams/{id}/members/{}/role", owner.id);
-    let refused = browser.post(&own_role, &csrf, &[("role", "member")]).await;
+    let refused = browser.post_with_csrf(&own_role, &csrf, &[("role", "member")]).await;
     assert_eq!(refused.status, 400, "{}", refused.text);
     assert!(refused.text.contains("at least one owner"), "{}", refused.text);
 
     // An address without an account is invited.
     let stranger = common::unique_email("ct-invited");
-    let invited = browser.post(&path, &csrf, &[("email", &stranger), ("role", "member")]).await;
+    let invited =
+        browser.post_with_csrf(&path, &csrf, &[("email", &stranger), ("role", "member")]).await;
     assert_eq!(invited.status, 303, "{}", invited.text);
     let page = browser.get(&format!("/teams/{id}")).await;
     assert!(page.text.contains("it is invited"), "{}", page.text);
@@ -166,7 +83,7 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
         "data",
         &[("max_budget_usd", "50"), ("budget_period", "monthly"), ("rpm_limit", "100")],
     );
-    let saved = browser.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    let saved = browser.post_with_csrf(&format!("/teams/{id}/policy"), &csrf, &fields).await;
     assert_eq!(saved.status, 303, "{}", saved.text);
     let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
     assert_eq!(
@@ -180,7 +97,7 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert!(page.text.contains("id=\"team_max_budget_usd\""), "{}", page.text);
     // A field that is not a number comes back named, with what was typed.
     let fields = policy("data", &[("max_budget_usd", "lots"), ("budget_period", "monthly")]);
-    let bad = browser.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    let bad = browser.post_with_csrf(&format!("/teams/{id}/policy"), &csrf, &fields).await;
     assert_eq!(bad.status, 400, "{}", bad.text);
     assert!(
         bad.text.contains("value=\"lots\"") && bad.text.contains("aria-invalid"),
@@ -193,7 +110,7 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert_eq!(new_key.status, 200, "{}", new_key.text);
     assert!(!new_key.text.contains("id=\"team_id\""), "{}", new_key.text);
     let created = browser
-        .post(
+        .post_with_csrf(
             &format!("/teams/{id}/keys/new"),
             &csrf,
             &[("name", "nightly"), ("permissions", "ai_gateway"), ("budget_period", "monthly")],
@@ -223,7 +140,7 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert!(page.element("table", "usage-by-member").contains("Team keys"), "{}", page.text);
 
     // Deleting the team.
-    let deleted = browser.post(&format!("/teams/{id}/delete"), &csrf, &[]).await;
+    let deleted = browser.post_with_csrf(&format!("/teams/{id}/delete"), &csrf, &[]).await;
     assert_eq!((deleted.status, deleted.location.as_deref()), (303, Some("/teams")));
     app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token))
         .await
@@ -242,7 +159,7 @@ async fn a_plain_member_cannot_change_the_policy(backend: Backend) {
         .await
         .data(201);
 
-    let mut browser = Browser::log_in(&app, &member).await;
+    let mut browser = Browser::signed_in(&app, &member).await;
     let page = browser.get(&format!("/teams/{id}")).await;
     assert_eq!(page.status, 200, "{}", page.text);
     assert!(page.element("table", "members").contains(&owner.email), "{}", page.text);
@@ -256,11 +173,11 @@ async fn a_plain_member_cannot_change_the_policy(backend: Backend) {
 
     let csrf = page.csrf();
     let fields = policy("ops", &[("max_budget_usd", "9999"), ("budget_period", "weekly")]);
-    let refused = browser.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    let refused = browser.post_with_csrf(&format!("/teams/{id}/policy"), &csrf, &fields).await;
     assert_eq!(refused.status, 403, "{}", refused.text);
     assert!(refused.text.contains("requires team_admin"), "{}", refused.text);
     let role = format!("/teams/{id}/members/{}/role", member.id);
-    let promoted = browser.post(&role, &csrf, &[("role", "owner")]).await;
+    let promoted = browser.post_with_csrf(&role, &csrf, &[("role", "owner")]).await;
     assert_eq!(promoted.status, 403, "{}", promoted.text);
     let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
     assert_eq!((&team["max_budget_usd"], &team["role"]), (&json!(20.0), &json!("owner")));
@@ -270,7 +187,9 @@ async fn a_plain_member_cannot_change_the_policy(backend: Backend) {
     assert_eq!(own.unwrap()["role"], "member", "{members}");
 
     // A member may leave.
-    let left = browser.post(&format!("/teams/{id}/members/{}/remove", member.id), &csrf, &[]).await;
+    let left = browser
+        .post_with_csrf(&format!("/teams/{id}/members/{}/remove", member.id), &csrf, &[])
+        .await;
     assert_eq!((left.status, left.location.as_deref()), (303, Some("/teams")), "{}", left.text);
     assert_eq!(browser.get(&format!("/teams/{id}")).await.status, 404);
 }
@@ -280,7 +199,7 @@ async fn team_names_are_text_and_strangers_get_404(backend: Backend) {
     let owner = app.new_user("ct-xss").await;
     let stranger = app.new_user("ct-stranger").await;
     let xss = "<img src=x onerror=alert(1)>";
-    let mut browser = Browser::log_in(&app, &owner).await;
+    let mut browser = Browser::signed_in(&app, &owner).await;
     let id = create_team(&mut browser, xss).await;
     for path in ["/teams".to_owned(), format!("/teams/{id}")] {
         let page = browser.get(&path).await;
@@ -289,14 +208,14 @@ async fn team_names_are_text_and_strangers_get_404(backend: Backend) {
         assert!(!page.text.contains(xss), "{}", page.text);
     }
 
-    let mut other = Browser::log_in(&app, &stranger).await;
+    let mut other = Browser::signed_in(&app, &stranger).await;
     let page = other.get(&format!("/teams/{id}")).await;
     assert_eq!(page.status, 404, "{}", page.text);
     assert!(page.text.contains("team not found"), "{}", page.text);
     assert!(!page.text.contains("onerror=alert"), "{}", page.text);
     let csrf = other.get("/teams").await.csrf();
     let fields = policy("mine now", &[]);
-    let refused = other.post(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    let refused = other.post_with_csrf(&format!("/teams/{id}/policy"), &csrf, &fields).await;
     assert_eq!(refused.status, 404, "{}", refused.text);
     let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
     assert_eq!(team["name"], xss);
@@ -308,9 +227,9 @@ async fn team_creation_kept_to_admins_is_refused_on_the_page(backend: Backend) {
     })
     .await;
     let user = app.new_user("ct-noteam").await;
-    let mut browser = Browser::log_in(&app, &user).await;
+    let mut browser = Browser::signed_in(&app, &user).await;
     let csrf = browser.get("/teams").await.csrf();
-    let refused = browser.post("/teams", &csrf, &[("name", "skunkworks")]).await;
+    let refused = browser.post_with_csrf("/teams", &csrf, &[("name", "skunkworks")]).await;
     assert_eq!(refused.status, 403, "{}", refused.text);
     assert!(refused.text.contains("requires admin"), "{}", refused.text);
     assert!(refused.text.contains("value=\"skunkworks\""), "{}", refused.text);

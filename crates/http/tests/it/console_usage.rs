@@ -3,102 +3,11 @@
 
 use crate::common;
 use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
+use common::browser::{Browser, Page};
 use common::{spawn_app_with, Auth, Backend, TestApp, PASSWORD};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-
-/// A cookie-keeping client that does not follow redirects.
-struct Browser<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    jar: BTreeMap<String, String>,
-}
-
-/// One answer, with what the tests read of it.
-struct Page {
-    status: u16,
-    location: Option<String>,
-    set_cookies: Vec<String>,
-    text: String,
-}
-
-impl Page {
-    /// The value of the hidden `csrf` field of the first form.
-    fn csrf(&self) -> String {
-        let start = self.text.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-        self.text[start..].split('"').next().unwrap().to_owned()
-    }
-
-    /// The `Set-Cookie` of `name`.
-    fn cookie(&self, name: &str) -> Option<&str> {
-        self.set_cookies.iter().map(String::as_str).find(|c| c.starts_with(&format!("{name}=")))
-    }
-
-    /// The text of the element that starts with `start` (e.g. `<table id="requests"`), up to
-    /// the first `end` after it.
-    fn section(&self, start: &str, end: &str) -> &str {
-        let from = self.text.find(start).unwrap_or_else(|| panic!("no {start}: {}", self.text));
-        let rest = &self.text[from..];
-        &rest[..rest.find(end).map_or(rest.len(), |i| i + end.len())]
-    }
-
-    /// The `href` of the `rel="next"` link, unescaped.
-    fn next_href(&self) -> Option<String> {
-        let start = self.text.find("rel=\"next\" href=\"")? + 17;
-        let href = self.text[start..].split('"').next()?;
-        Some(href.replace("&#x2f;", "/").replace("&amp;", "&").replace("&#x3d;", "="))
-    }
-}
-
-impl<'a> Browser<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        let client =
-            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        Self { app, client, jar: BTreeMap::new() }
-    }
-
-    async fn send(&mut self, builder: reqwest::RequestBuilder) -> Page {
-        let cookies: Vec<String> = self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let builder =
-            if cookies.is_empty() { builder } else { builder.header("cookie", cookies.join("; ")) };
-        let response = builder.send().await.expect("request failed");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let set_cookies: Vec<String> =
-            headers.get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
-        for raw in &set_cookies {
-            let cookie = actix_web::cookie::Cookie::parse(raw.clone()).unwrap();
-            if cookie.value().is_empty()
-                || cookie.max_age() == Some(actix_web::cookie::time::Duration::ZERO)
-            {
-                self.jar.remove(cookie.name());
-            } else {
-                self.jar.insert(cookie.name().to_owned(), cookie.value().to_owned());
-            }
-        }
-        let location = headers.get("location").map(|v| v.to_str().unwrap().to_owned());
-        let text = response.text().await.unwrap();
-        Page { status, location, set_cookies, text }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let builder = self.client.get(self.app.url(path));
-        self.send(builder).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let builder = self.client.post(self.app.url(path)).form(form);
-        self.send(builder).await
-    }
-
-    async fn log_in(&mut self, email: &str, password: &str) {
-        let done = self
-            .post("/login", &[("email", email), ("password", password), ("next", "/keys")])
-            .await;
-        assert_eq!(done.status, 303, "{}", done.text);
-    }
-}
 
 /// USD per million prompt and completion tokens of the `priced` model.
 const PRICE_PER_MILLION: f64 = 1000.0;
@@ -163,7 +72,7 @@ async fn the_usage_page_shows_totals_charts_and_tables(backend: Backend) {
     assert!(cost_micros > 0, "{usage}");
 
     let mut browser = Browser::new(&app);
-    browser.log_in(&user.email, &user.password).await;
+    browser.sign_in(&user.email, &user.password).await;
     let page = browser.get("/usage").await;
     assert_eq!(page.status, 200, "{}", page.text);
     let shown = page.section("<dl id=\"totals\"", "</dl>");
@@ -219,7 +128,7 @@ async fn the_usage_page_shows_totals_charts_and_tables(backend: Backend) {
     call(&sums_only, &key, "priced").await;
     wait_for_usage(&sums_only, &user.token, 1).await;
     let mut browser = Browser::new(&sums_only);
-    browser.log_in(&user.email, &user.password).await;
+    browser.sign_in(&user.email, &user.password).await;
     let page = browser.get("/usage").await;
     assert_eq!(page.status, 200, "{}", page.text);
     assert!(page.text.contains("id=\"no-request-records\""), "{}", page.text);
@@ -236,7 +145,7 @@ async fn the_requests_table_is_paged_and_bad_ranges_are_named(backend: Backend) 
     }
     wait_for_usage(&app, &user.token, 51).await;
     let mut browser = Browser::new(&app);
-    browser.log_in(&user.email, &user.password).await;
+    browser.sign_in(&user.email, &user.password).await;
     let first = browser.get("/usage?from=&to=").await;
     assert_eq!(first.status, 200, "{}", first.text);
     let rows = first.section("<table id=\"requests\"", "</table>");
@@ -299,7 +208,7 @@ async fn sessions_are_listed_and_ended(backend: Backend) {
     let app = priced_app(backend, |_| {}).await;
     let user = app.new_user("console-sessions").await;
     let mut browser = Browser::new(&app);
-    browser.log_in(&user.email, &user.password).await;
+    browser.sign_in(&user.email, &user.password).await;
     let page = browser.get("/sessions").await;
     assert_eq!(page.status, 200, "{}", page.text);
     let (all, current) = session_rows(&page);
@@ -342,7 +251,7 @@ async fn the_account_page_changes_name_and_password(backend: Backend) {
     .await;
     let user = app.new_user("console-account").await;
     let mut browser = Browser::new(&app);
-    browser.log_in(&user.email, &user.password).await;
+    browser.sign_in(&user.email, &user.password).await;
     let page = browser.get("/account").await;
     assert_eq!(page.status, 200, "{}", page.text);
     assert!(page.text.contains(&user.email), "{}", page.text);

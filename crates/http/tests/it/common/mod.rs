@@ -3,6 +3,7 @@
 //! reqwest, and offers a fake OpenAI-compatible upstream.
 #![allow(unreachable_pub)]
 
+pub mod browser;
 pub mod eventually;
 pub mod keep_alive;
 pub mod proxy;
