@@ -590,17 +590,16 @@ fn add_daily(
     key: &RollupKey,
     sums: UsageSums,
 ) {
-    let row =
-        rows.entry((key.api_key_id.to_string(), key.model.clone(), key.day)).or_insert_with(|| {
-            DailyRow {
-                api_key_id: key.api_key_id.to_string(),
-                model: key.model.clone(),
-                day: format_day(key.day),
-                user_id: key.user_id.to_string(),
-                team_id: key.team_id.as_deref().map(str::to_owned),
-                member_id: key.member_id.as_deref().map(str::to_owned),
-                ..DailyRow::default()
-            }
+    let row = rows
+        .entry((key.api_key_id.as_str().to_owned(), key.model.clone(), key.day))
+        .or_insert_with(|| DailyRow {
+            api_key_id: key.api_key_id.as_str().to_owned(),
+            model: key.model.clone(),
+            day: format_day(key.day),
+            user_id: key.user_id.as_str().to_owned(),
+            team_id: key.team_id.as_deref().map(str::to_owned),
+            member_id: key.member_id.as_deref().map(str::to_owned),
+            ..DailyRow::default()
         });
     row.add(&sums);
 }

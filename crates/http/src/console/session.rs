@@ -441,8 +441,9 @@ async fn viewer_of(req: &HttpRequest) -> Result<Viewer, NoViewer> {
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .filter(|text| !text.is_empty());
     let session_id = match &principal {
-        Principal::User { session_id, .. } => session_id.to_string(),
-        Principal::ApiKey { key_id, .. } => key_id.to_string(),
+        Principal::User { session_id, .. } => session_id.as_str(),
+        Principal::ApiKey { key_id, .. } => key_id.as_str(),
     };
-    Ok(Viewer { csrf: keys.csrf(&session_id), principal, user, notice, keys })
+    let csrf = keys.csrf(session_id);
+    Ok(Viewer { csrf, principal, user, notice, keys })
 }

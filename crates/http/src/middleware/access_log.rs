@@ -41,15 +41,15 @@ impl CallerIds {
         match principal {
             aigw_service::Principal::User { user_id, session_id, .. } => Self {
                 credential: "access_token",
-                user_id: user_id.to_string(),
-                session_id: Some(session_id.to_string()),
+                user_id: user_id.as_str().to_owned(),
+                session_id: Some(session_id.as_str().to_owned()),
                 key_id: None,
             },
             aigw_service::Principal::ApiKey { key_id, user_id, .. } => Self {
                 credential: "api_key",
-                user_id: user_id.to_string(),
+                user_id: user_id.as_str().to_owned(),
                 session_id: None,
-                key_id: Some(key_id.to_string()),
+                key_id: Some(key_id.as_str().to_owned()),
             },
         }
     }
