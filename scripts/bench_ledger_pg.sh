@@ -8,11 +8,12 @@
 #   transactions   commits in the database (the ledger's flushes, the change feed's heartbeats)
 #   flushes        rows inserted into usage_flushes: one per flush, one statement each
 #   upserts        rollup rows inserted or updated in usage_daily: one statement each
-#   record rows    rows of usage_records (one COPY per flush)
+#   record batches rows of usage_record_batches: one per user and minute of the calls' start
+#                  per flush, inserted by one statement per flush
 #
 #   scripts/bench_ledger_pg.sh [--rate R] [--secs N] [--bin DIR]
 #
-# Target: the ledger's statements (flushes + upserts; plus one COPY per flush with records on)
+# Target: the ledger's statements (flushes + upserts; plus one insert per flush with records on)
 # at 2R at most twice those at R. Needs nginx, PostgreSQL on 127.0.0.1:5432 (user postgres)
 # and psql.
 set -euo pipefail
@@ -63,10 +64,10 @@ stats() {
     (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
     COALESCE((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'usage_flushes'), 0),
     COALESCE((SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = 'usage_daily'), 0),
-    COALESCE((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'usage_records'), 0)"
+    COALESCE((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'usage_record_batches'), 0)"
 }
 
-printf '| records | calls/s | transactions/s | flushes/s | upserts/s | record rows/s | statements/s |\n|---|---|---|---|---|---|---|\n'
+printf '| records | calls/s | transactions/s | flushes/s | upserts/s | record batches/s | statements/s |\n|---|---|---|---|---|---|---|\n'
 for records in none database; do
   bench_stop_all
   start_refs
@@ -95,7 +96,7 @@ for records in none database; do
     sleep 3 # the nodes' last flush, and PostgreSQL's statistics (flushed at most every second)
     read -r x1 f1 u1 n1 < <(stats)
     per() { awk -v a="$1" -v b="$2" -v s="$secs" 'BEGIN { printf "%.0f", (b - a) / s }'; }
-    # A flush is its usage_flushes insert plus its upserts, and with records on one COPY.
+    # A flush is its usage_flushes insert plus its upserts, and with records on one insert.
     st=$(( (f1 - f0) + (u1 - u0) ))
     if [ "$records" = database ]; then st=$((st + f1 - f0)); fi
     statements[$r]=$(per 0 "$st")

@@ -51,37 +51,63 @@ echo "== loading $records usage records ($backend)"
 started=$(date +%s)
 if [ "$backend" = postgres ]; then
   psql -q "$AIGW__DATABASE__URL" <<SQL
-INSERT INTO usage_records
-SELECT 'bench-' || lpad(n::text, 8, '0'),
-       CASE WHEN n % 10 = 0 THEN '$key_id' ELSE 'bench-key-' || (n % 10) END,
-       '$user_id', 'model-' || (n % 5), 'bench', n % 2 = 0, 'ok', 100, 50, 150, n % 7 = 0, 123,
-       true, 10,
-       (now() AT TIME ZONE 'utc') - make_interval(days => n % 30, secs => n % 86400)
+CREATE TEMP TABLE bench_records AS
+SELECT 'bench-' || lpad(n::text, 8, '0') AS request_id,
+       CASE WHEN n % 10 = 0 THEN '$key_id' ELSE 'bench-key-' || (n % 10) END AS api_key_id,
+       '$user_id'::text AS user_id, 'model-' || (n % 5) AS model, 'bench'::text AS provider,
+       n % 2 = 0 AS streamed, 'ok'::text AS outcome, 100 AS prompt_tokens,
+       50 AS completion_tokens, 150 AS total_tokens, n % 7 = 0 AS estimated, 123 AS cost_micros,
+       true AS priced, 10 AS latency_ms,
+       (now() AT TIME ZONE 'utc') - make_interval(days => n % 30, secs => n % 86400) AS started_at
 FROM generate_series(0, $records - 1) AS n;
-INSERT INTO usage_daily
+-- As a node writes them: one batch per user and minute of the calls' start.
+INSERT INTO usage_record_batches (user_id, records, oldest_started_at, oldest_request_id,
+    newest_started_at, newest_request_id, body)
+SELECT user_id, count(*), min(started_at), min(request_id), max(started_at), max(request_id),
+    json_agg(json_build_array(request_id, api_key_id, model, provider, streamed, outcome,
+        prompt_tokens, completion_tokens, total_tokens, estimated, cost_micros, priced,
+        latency_ms, (extract(epoch FROM started_at) * 1000000)::bigint))::text
+FROM bench_records GROUP BY user_id, date_trunc('minute', started_at);
+INSERT INTO usage_daily (api_key_id, model, day, user_id, requests, prompt_tokens,
+    completion_tokens, total_tokens, cost_micros, estimated_requests, unpriced_requests)
 SELECT api_key_id, model, to_char(started_at, 'YYYY-MM-DD'), user_id, count(*),
        sum(prompt_tokens), sum(completion_tokens), sum(total_tokens), sum(cost_micros),
        sum(estimated::int), sum((NOT priced)::int)
-FROM usage_records WHERE request_id LIKE 'bench-%' GROUP BY 1, 2, 3, 4;
+FROM bench_records GROUP BY 1, 2, 3, 4;
 ANALYZE;
 SQL
 else
   sqlite3 "$work/data/aigw.db" >/dev/null <<SQL
 PRAGMA busy_timeout = 10000;
 BEGIN;
+CREATE TEMP TABLE bench_records AS
 WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n < $records - 1)
-INSERT INTO usage_records
-SELECT printf('bench-%08d', n),
-       CASE WHEN n % 10 = 0 THEN '$key_id' ELSE 'bench-key-' || (n % 10) END,
-       '$user_id', 'model-' || (n % 5), 'bench', n % 2 = 0, 'ok', 100, 50, 150, n % 7 = 0, 123,
-       1, 10,
-       strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n % 30) || ' days', '-' || (n % 86400) || ' seconds')
+SELECT printf('bench-%08d', n) AS request_id,
+       CASE WHEN n % 10 = 0 THEN '$key_id' ELSE 'bench-key-' || (n % 10) END AS api_key_id,
+       '$user_id' AS user_id, 'model-' || (n % 5) AS model, 'bench' AS provider,
+       n % 2 = 0 AS streamed, 'ok' AS outcome, 100 AS prompt_tokens, 50 AS completion_tokens,
+       150 AS total_tokens, n % 7 = 0 AS estimated, 123 AS cost_micros, 1 AS priced,
+       10 AS latency_ms,
+       strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n % 30) || ' days', '-' || (n % 86400) || ' seconds') AS started_at
 FROM seq;
-INSERT INTO usage_daily
+-- As a node writes them: one batch per user and minute of the calls' start.
+INSERT INTO usage_record_batches (user_id, records, oldest_started_at, oldest_request_id,
+    newest_started_at, newest_request_id, body)
+SELECT user_id, count(*), min(started_at), min(request_id), max(started_at), max(request_id),
+    json_group_array(json_array(request_id, api_key_id, model, provider,
+        json(CASE WHEN streamed THEN 'true' ELSE 'false' END), outcome, prompt_tokens,
+        completion_tokens, total_tokens,
+        json(CASE WHEN estimated THEN 'true' ELSE 'false' END), cost_micros,
+        json(CASE WHEN priced THEN 'true' ELSE 'false' END), latency_ms,
+        CAST(strftime('%s', started_at) AS INTEGER) * 1000000
+            + CAST(substr(substr(started_at, 21) || '000000', 1, 6) AS INTEGER)))
+FROM bench_records GROUP BY user_id, substr(started_at, 1, 16);
+INSERT INTO usage_daily (api_key_id, model, day, user_id, requests, prompt_tokens,
+    completion_tokens, total_tokens, cost_micros, estimated_requests, unpriced_requests)
 SELECT api_key_id, model, substr(started_at, 1, 10), user_id, count(*),
        sum(prompt_tokens), sum(completion_tokens), sum(total_tokens), sum(cost_micros),
        sum(estimated), sum(1 - priced)
-FROM usage_records WHERE request_id LIKE 'bench-%' GROUP BY 1, 2, 3, 4;
+FROM bench_records GROUP BY 1, 2, 3, 4;
 COMMIT;
 ANALYZE;
 SQL

@@ -38,6 +38,7 @@ pub mod schema;
 pub mod sessions;
 pub mod teams;
 pub mod usage;
+pub mod usage_records;
 pub mod users;
 
 pub use error::PersistenceError;

@@ -79,25 +79,20 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Per-request usage records (where `usage.request_records = "database"`): one row per
-    /// metered chat completion, unique by request id. No foreign keys: records outlive the
-    /// deletion of their key.
-    usage_records (request_id) {
-        request_id -> Text,
-        api_key_id -> Text,
+    /// Per-request usage records (where `usage.request_records = "database"`), in batches:
+    /// one row per (user, UTC minute of the calls' start) per flush, at most
+    /// `usage_records::BATCH_RECORDS` each. `body` is a JSON array of records (see
+    /// `crate::usage_records`); the oldest and newest (`started_at`, `request_id`) bound them.
+    /// No foreign keys: records outlive the deletion of their key.
+    usage_record_batches (id) {
+        id -> BigInt,
         user_id -> Text,
-        model -> Text,
-        provider -> Text,
-        streamed -> Bool,
-        outcome -> Text,
-        prompt_tokens -> BigInt,
-        completion_tokens -> BigInt,
-        total_tokens -> BigInt,
-        estimated -> Bool,
-        cost_micros -> BigInt,
-        priced -> Bool,
-        latency_ms -> BigInt,
-        started_at -> Timestamp,
+        records -> BigInt,
+        oldest_started_at -> Timestamp,
+        oldest_request_id -> Text,
+        newest_started_at -> Timestamp,
+        newest_request_id -> Text,
+        body -> Text,
     }
 }
 
@@ -306,7 +301,7 @@ diesel::allow_tables_to_appear_in_same_query!(teams, api_keys);
 diesel::allow_tables_to_appear_in_same_query!(team_members, users);
 diesel::allow_tables_to_appear_in_same_query!(team_members, api_keys);
 
-diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, usage_records);
+diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, usage_record_batches);
 diesel::allow_tables_to_appear_in_same_query!(calls_in_flight, credential_feed_nodes);
 
 diesel::table! {

@@ -150,8 +150,7 @@ fn main() -> anyhow::Result<()> {
             "CAST(SUM(requests) AS BIGINT)",
         ))
         .first(&mut conn)?;
-    let records: i64 =
-        aigw_persistence::schema::usage_records::table.count().get_result(&mut conn)?;
+    let records = aigw_persistence::usage_records::count(&mut conn)?;
     let summed = u64::try_from(requests.unwrap_or(0)).unwrap_or(0);
     let durable = summed + health.spooled;
     let rate = fed as f64 / elapsed.as_secs_f64();
@@ -166,9 +165,7 @@ fn main() -> anyhow::Result<()> {
     if durable != fed {
         bail!("the ledger counts {summed} calls (+{} spooled), {fed} were fed", health.spooled);
     }
-    if keep == KeepRecords::Database
-        && u64::try_from(records).unwrap_or(0) + health.records_dropped + health.spooled < fed
-    {
+    if keep == KeepRecords::Database && records + health.records_dropped + health.spooled < fed {
         bail!("{records} records for {fed} calls");
     }
     Ok(())

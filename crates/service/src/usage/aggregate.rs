@@ -29,7 +29,7 @@ pub const EARLY_FLUSH_RECORDS: usize = 1024;
 /// Whether per-request records are kept (`usage.request_records`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeepRecords {
-    /// One row per call in `usage_records` (`"database"`).
+    /// One record per call in the database, stored in batches (`"database"`).
     Database,
     /// Sums only (`"none"`).
     None,

@@ -18,8 +18,9 @@ pub struct UsageConfig {
     /// beyond, further records are dropped and counted (`records_dropped`), their calls still
     /// summed.
     pub queue_capacity: usize,
-    /// Whether only the sums are written (`"none"`, the default) or also one row per call in
-    /// `usage_records` (`"database"`, read back by `GET /usage/requests`).
+    /// Whether only the sums are written (`"none"`, the default) or also one record per call,
+    /// stored in batches in `usage_record_batches` (`"database"`, read back by
+    /// `GET /usage/requests`).
     pub request_records: RequestRecords,
     /// Also write every call as one structured log line, target `aigw::usage` (default
     /// false): per-request detail for a log pipeline, without the database.
@@ -53,7 +54,7 @@ impl Default for UsageConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RequestRecords {
-    /// One row per call in `usage_records`.
+    /// One record per call, in batches in `usage_record_batches`.
     Database,
     /// None: the daily sums only (`GET /usage/requests` answers an empty page).
     None,

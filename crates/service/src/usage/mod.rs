@@ -409,20 +409,20 @@ impl UsageService {
             .db
             .run(move |conn| {
                 let after = after.as_ref().map(|(t, id)| (*t, id.as_str()));
-                Ok(ledger::list_records(conn, &user_id, after, limit + 1)?)
+                Ok(aigw_persistence::usage_records::list_records(conn, &user_id, after, limit + 1)?)
             })
             .await?;
         let more = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
         rows.truncate(usize::try_from(limit).unwrap_or(0));
         let next_cursor = more.then(|| rows.last().map(encode_cursor)).flatten();
-        Ok(UsagePage { records: rows.into_iter().map(|r| r.into_record()).collect(), next_cursor })
+        Ok(UsagePage { records: rows, next_cursor })
     }
 }
 
 /// The cursor after `row`: base64url of `<started_at in µs since the epoch>:<request_id>`.
-fn encode_cursor(row: &ledger::UsageRecordRow) -> String {
-    let micros = row.started_at.and_utc().timestamp_micros();
-    URL_SAFE_NO_PAD.encode(format!("{micros}:{}", row.request_id))
+fn encode_cursor(record: &UsageRecord) -> String {
+    let micros = record.started_at.timestamp_micros();
+    URL_SAFE_NO_PAD.encode(format!("{micros}:{}", record.request_id))
 }
 
 fn decode_cursor(raw: &str) -> Result<(chrono::NaiveDateTime, String), FieldError> {
@@ -449,25 +449,30 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
-        let row = ledger::UsageRecordRow {
-            request_id: "01a1fb7f-0100-733f-9984-2509643042fa".into(),
-            api_key_id: String::new(),
-            user_id: String::new(),
+        let record = |request_id: &str| UsageRecord {
+            request_id: request_id.into(),
+            api_key_id: "k".into(),
+            user_id: "u".into(),
             model: String::new(),
             provider: String::new(),
             streamed: false,
-            outcome: "ok".into(),
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            total_tokens: 0,
+            outcome: aigw_domain::usage::UsageOutcome::Ok,
+            tokens: aigw_domain::usage::TokenUsage::new(0, 0),
             estimated: false,
             cost_micros: 0,
             priced: false,
             latency_ms: 0,
-            started_at: aigw_domain::time::now().naive_utc(),
+            started_at: chrono::DateTime::from_timestamp_micros(1_764_000_000_123_456)
+                .unwrap_or_default(),
+            team_id: None,
+            member_id: None,
         };
-        let cursor = encode_cursor(&row);
-        assert_eq!(decode_cursor(&cursor).ok(), Some((row.started_at, row.request_id.clone())));
+        let r = record("01a1fb7f-0100-733f-9984-2509643042fa");
+        let cursor = encode_cursor(&r);
+        assert_eq!(
+            decode_cursor(&cursor).ok(),
+            Some((r.started_at.naive_utc(), r.request_id.clone()))
+        );
         let out_of_range = [
             URL_SAFE_NO_PAD.encode(format!("{}:a", i64::MIN)),
             URL_SAFE_NO_PAD.encode("-1:a"),

@@ -634,43 +634,9 @@ impl Context {
     }
 }
 
-/// Per-request records from which a flush's records are inserted by several connections at
-/// once, where the database takes concurrent writers (PostgreSQL: one backend's `COPY` was
-/// the limit, with a core to spare).
-const CONCURRENT_RECORDS: usize = 8192;
-
-/// Most connections inserting one flush's records at once.
-const MOST_RECORD_WRITERS: usize = 4;
-
-/// Writes `flush`: in one transaction; or, with many per-request records on a database that
-/// takes concurrent writers, its records first in slices on several connections at once
-/// (each slice its own transaction, request ids already there skipped), then the rest in one
-/// transaction. A crash in between leaves records whose flush is replayed later: their second
-/// insert skips them, and the sums count once by the flush's id.
+/// Writes `flush` in one transaction.
 async fn write_flush(db: &Db, flush: Arc<UsageFlush>) -> Result<FlushApplied, ServiceError> {
-    let writers = if db.pool().concurrent_writes() && flush.records.len() >= CONCURRENT_RECORDS {
-        std::thread::available_parallelism()
-            .map_or(2, std::num::NonZero::get)
-            .clamp(2, MOST_RECORD_WRITERS)
-    } else {
-        1
-    };
-    if writers == 1 {
-        return db.run(move |conn| Ok(aigw_persistence::usage::apply_flush(conn, &flush)?)).await;
-    }
-    let slice = flush.records.len().div_ceil(writers);
-    let inserts = (0..writers).map(|i| {
-        let flush = flush.clone();
-        db.run(move |conn| {
-            let records = &flush.records;
-            let (start, end) =
-                ((i * slice).min(records.len()), ((i + 1) * slice).min(records.len()));
-            Ok(aigw_persistence::usage::insert_records(conn, &records[start..end])?)
-        })
-    });
-    futures_util::future::try_join_all(inserts).await?;
-    db.run(move |conn| Ok(aigw_persistence::usage::apply_flush_records_written(conn, &flush)?))
-        .await
+    db.run(move |conn| Ok(aigw_persistence::usage::apply_flush(conn, &flush)?)).await
 }
 
 /// Applies the next flushes of a spool file from `offset`.

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
-/// Records deleted per statement.
-const PRUNE_BATCH: i64 = 2000;
+/// Batches of records deleted per statement (each at most
+/// [`aigw_persistence::usage_records::BATCH_RECORDS`] records).
+const PRUNE_BATCH: i64 = 16;
 /// Pause between two batches, leaving room for other writers.
 const PAUSE_BETWEEN_BATCHES: Duration = Duration::from_millis(20);
 /// Delay before the first sweep after start.
@@ -45,20 +46,23 @@ pub(crate) fn spawn(
     })
 }
 
-/// Deletes every record older than `retention_days`, batch by batch. Returns how many.
+/// Deletes every record older than `retention_days` (a batch once its newest record is),
+/// a few batches per statement. Returns how many records.
 ///
 /// # Errors
 /// [`crate::ServiceError`] when the database fails (what was deleted stays deleted).
-pub(crate) async fn sweep(db: &Db, retention_days: u32) -> Result<usize, crate::ServiceError> {
+pub(crate) async fn sweep(db: &Db, retention_days: u32) -> Result<u64, crate::ServiceError> {
     let cutoff =
         (aigw_domain::time::now() - Days::days(i64::from(retention_days.max(1)))).naive_utc();
     let mut total = 0;
     loop {
-        let deleted = db
-            .run(move |conn| Ok(aigw_persistence::usage::prune_before(conn, cutoff, PRUNE_BATCH)?))
+        let pruned = db
+            .run(move |conn| {
+                Ok(aigw_persistence::usage_records::prune_before(conn, cutoff, PRUNE_BATCH)?)
+            })
             .await?;
-        total += deleted;
-        if i64::try_from(deleted).unwrap_or(0) < PRUNE_BATCH {
+        total += pruned.records;
+        if i64::try_from(pruned.batches).unwrap_or(0) < PRUNE_BATCH {
             db.run(move |conn| Ok(aigw_persistence::usage::prune_flushes_before(conn, cutoff)?))
                 .await?;
             return Ok(total);

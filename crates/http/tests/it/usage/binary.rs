@@ -93,10 +93,14 @@ fn ledger_ids(dir: &Path) -> Vec<String> {
     use diesel::{Connection, QueryDsl, RunQueryDsl};
     let mut conn =
         diesel::SqliteConnection::establish(&dir.join("data/aigw.db").to_string_lossy()).unwrap();
-    let mut ids: Vec<String> = aigw_persistence::schema::usage_records::table
-        .select(aigw_persistence::schema::usage_records::request_id)
-        .load(&mut conn)
-        .unwrap();
+    use aigw_persistence::schema::usage_record_batches as b;
+    let batches: Vec<(String, String)> =
+        b::table.select((b::user_id, b::body)).load(&mut conn).unwrap();
+    let mut ids: Vec<String> = batches
+        .iter()
+        .flat_map(|(user, body)| aigw_persistence::usage_records::decode(user, body).unwrap())
+        .map(|r| r.request_id)
+        .collect();
     ids.sort();
     ids
 }

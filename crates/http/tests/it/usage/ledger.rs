@@ -74,15 +74,14 @@ async fn settled_total(nodes: &[&TestApp], token: &str, expected: u64) -> (u64, 
     (seen, read().await)
 }
 
-/// Rows of `usage_records` in the database of `app`.
-async fn record_rows(app: &TestApp) -> i64 {
+/// Per-request records kept in the database of `app`.
+async fn record_rows(app: &TestApp) -> u64 {
     let url = app.database_url.clone();
     tokio::task::spawn_blocking(move || {
-        use diesel::{QueryDsl, RunQueryDsl};
         let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
         let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
         let mut conn = pool.get().unwrap();
-        aigw_persistence::schema::usage_records::table.count().get_result(&mut conn).unwrap()
+        aigw_persistence::usage_records::count(&mut conn).unwrap()
     })
     .await
     .unwrap()
@@ -111,17 +110,13 @@ async fn ten_thousand_concurrent_calls_on_two_postgres_nodes_are_summed_exactly(
     assert_eq!(total, 10_000, "every call was answered: {answered:?}");
     let (first, later) = settled_total(&[&a, &b], &user.token, total).await;
     assert_eq!((first, later), (total, total), "the ledger sums every answered call once");
-    assert_eq!(
-        record_rows(&a).await,
-        i64::try_from(answered[0]).unwrap(),
-        "records of node a only"
-    );
+    assert_eq!(record_rows(&a).await, answered[0], "records of node a only");
 }
 
 backend_tests!(
     with_records_off_the_sums_stay_exact_and_no_request_is_listed,
     a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node,
-    records_written_apart_from_their_flush_count_once_when_it_is_replayed,
+    records_in_batches_page_newest_first_across_flushes_and_minutes,
 );
 
 async fn with_records_off_the_sums_stay_exact_and_no_request_is_listed(backend: Backend) {
@@ -247,10 +242,12 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
         .unwrap();
         assert_eq!(spent, 500 + 7 + 7);
         let mut outcome = |id: &str| {
-            aigw_persistence::usage::find_record(&mut conn, id).unwrap().unwrap().outcome
+            let found = aigw_persistence::usage_records::find_record(&mut conn, "user-1", id);
+            found.unwrap().unwrap().outcome
         };
-        assert_eq!(outcome(&billed), "interrupted");
-        assert_eq!(outcome(&kept), "ok");
+        assert_eq!(outcome(&billed), UsageOutcome::Interrupted);
+        assert_eq!(outcome(&kept), UsageOutcome::Ok);
+        assert_eq!(aigw_persistence::usage_records::count(&mut conn).unwrap(), 3);
         // No row is left but the mark (pruned with the records), and it reserves nothing.
         let reserved = aigw_persistence::in_flight::reserved_for(
             &mut conn,
@@ -263,66 +260,111 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
     .unwrap();
 }
 
-/// The path of large flushes on PostgreSQL: records inserted in slices by several connections,
-/// then the sums. A crash between the two replays the flush: the records' second insert skips
-/// them, the sums count once, and so does a third application.
-async fn records_written_apart_from_their_flush_count_once_when_it_is_replayed(backend: Backend) {
-    use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
+/// Records are stored in batches per user and minute of their start, and several flushes
+/// (and a long call that started minutes before the others) give batches whose times overlap:
+/// paging newest first still lists every record once, in order, whatever the page size; a
+/// flush applied twice stores its records once; and retention deletes a batch once its
+/// newest record is older than the cutoff.
+async fn records_in_batches_page_newest_first_across_flushes_and_minutes(backend: Backend) {
+    use aigw_domain::ledger::{UsageFlush, UsageRollup, UsageSums};
     use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+    use aigw_persistence::usage_records;
     let app = spawn_app(backend).await;
     let url = app.database_url.clone();
     tokio::task::spawn_blocking(move || {
-        use diesel::{QueryDsl, RunQueryDsl};
         let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
         let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
         let mut conn = pool.get().unwrap();
-        let records: Vec<UsageRecord> = (0..100)
-            .map(|_| UsageRecord {
-                request_id: uuid::Uuid::now_v7().to_string(),
-                api_key_id: "key-2".into(),
-                user_id: "user-2".into(),
-                model: "m".into(),
-                provider: "p".into(),
-                streamed: false,
-                outcome: UsageOutcome::Ok,
-                tokens: TokenUsage::new(1, 2),
-                estimated: false,
-                cost_micros: 3,
-                priced: true,
-                latency_ms: 1,
-                started_at: aigw_domain::time::now(),
-                team_id: None,
-                member_id: None,
-            })
-            .collect();
-        let mut sums = UsageSums::default();
-        records.iter().for_each(|r| sums.add_record(r));
-        let flush = UsageFlush {
-            id: uuid::Uuid::now_v7().to_string(),
-            rollups: vec![UsageRollup { key: RollupKey::of(&records[0]), sums }],
-            records: records.clone(),
-            tracked: Vec::new(),
-            keep_records: true,
+        // Ten minutes ago, on a whole minute (recent: the app's retention must not delete
+        // them meanwhile).
+        let now = aigw_domain::time::now().timestamp();
+        let base = chrono::DateTime::from_timestamp(now - now.rem_euclid(60) - 600, 0).unwrap();
+        let record = |n: i64, user: &str, started_secs: i64| UsageRecord {
+            request_id: format!("req-{n:05}"),
+            api_key_id: "key-3".into(),
+            user_id: user.into(),
+            model: "m".into(),
+            provider: "p".into(),
+            streamed: n % 2 == 0,
+            outcome: UsageOutcome::Ok,
+            tokens: TokenUsage::new(1, 2),
+            estimated: false,
+            cost_micros: 3,
+            priced: true,
+            latency_ms: 1,
+            // Several records share a start: the request id orders them.
+            started_at: base + chrono::TimeDelta::milliseconds(started_secs * 1000 + n % 3),
+            team_id: None,
+            member_id: None,
         };
-        // Written in two slices, then "crashed" before the sums.
-        aigw_persistence::usage::insert_records(&mut conn, &records[..60]).unwrap();
-        aigw_persistence::usage::insert_records(&mut conn, &records[40..]).unwrap();
-        // The replay: all records again (skipped), the sums once.
-        aigw_persistence::usage::insert_records(&mut conn, &records).unwrap();
-        let applied =
-            aigw_persistence::usage::apply_flush_records_written(&mut conn, &flush).unwrap();
-        assert_eq!(applied.calls, 100);
-        assert!(!aigw_persistence::usage::apply_flush(&mut conn, &flush).unwrap().applied);
-        let rows: i64 =
-            aigw_persistence::schema::usage_records::table.count().get_result(&mut conn).unwrap();
-        assert_eq!(rows, 100);
-        let spent = aigw_persistence::budgets::ledger_spend_since(
-            &mut conn,
-            aigw_domain::CounterSubject::Key("key-2"),
-            "2000-01-01",
-        )
-        .unwrap();
-        assert_eq!(spent, 300);
+        // Twelve flushes, each with calls started over the same three minutes: a minute's
+        // batches overlap in time, more of them than one read of batches takes. The last flush
+        // also carries a call that started four minutes before the others; another user's
+        // records are interleaved and must not be listed.
+        let mut all = Vec::new();
+        let mut flushes = Vec::new();
+        for f in 0..12i64 {
+            let mut records: Vec<UsageRecord> = (0..150)
+                .map(|i| {
+                    let n = f * 1000 + i;
+                    let user = if i % 7 == 0 { "user-other" } else { "user-3" };
+                    record(n, user, (i * 7 + f * 13) % 150)
+                })
+                .collect();
+            if f == 11 {
+                records.push(record(9999, "user-3", -240));
+            }
+            let mut sums = UsageSums::default();
+            records.iter().for_each(|r| sums.add_record(r));
+            flushes.push(UsageFlush {
+                id: uuid::Uuid::now_v7().to_string(),
+                rollups: vec![UsageRollup {
+                    key: aigw_domain::ledger::RollupKey::of(&records[1]),
+                    sums,
+                }],
+                records: records.clone(),
+                tracked: Vec::new(),
+                keep_records: true,
+            });
+            all.extend(records.into_iter().filter(|r| r.user_id == "user-3"));
+        }
+        for flush in &flushes {
+            assert!(aigw_persistence::usage::apply_flush(&mut conn, flush).unwrap().applied);
+            assert!(!aigw_persistence::usage::apply_flush(&mut conn, flush).unwrap().applied);
+        }
+        assert_eq!(usage_records::count(&mut conn).unwrap(), 12 * 150 + 1);
+        all.sort_by(|a, b| (b.started_at, &b.request_id).cmp(&(a.started_at, &a.request_id)));
+        for limit in [1, 7, 200] {
+            let mut listed = Vec::new();
+            let mut after: Option<(chrono::NaiveDateTime, String)> = None;
+            loop {
+                let page = usage_records::list_records(
+                    &mut conn,
+                    "user-3",
+                    after.as_ref().map(|(t, id)| (*t, id.as_str())),
+                    limit,
+                )
+                .unwrap();
+                let Some(last) = page.last() else { break };
+                after = Some((last.started_at.naive_utc(), last.request_id.clone()));
+                let short = page.len() < usize::try_from(limit).unwrap();
+                listed.extend(page);
+                if short {
+                    break;
+                }
+            }
+            // Compared whole, but reported by request id (the records are long to print).
+            let ids =
+                |v: &[UsageRecord]| v.iter().map(|r| r.request_id.clone()).collect::<Vec<_>>();
+            assert_eq!(ids(&listed), ids(&all), "pages of {limit}");
+            assert!(listed == all, "pages of {limit}: same ids, other fields differ");
+        }
+        // Retention: the batch of the long call's minute goes; the rest stay.
+        let cutoff = (base - chrono::TimeDelta::seconds(60)).naive_utc();
+        let pruned = usage_records::prune_before(&mut conn, cutoff, 16).unwrap();
+        assert_eq!((pruned.batches, pruned.records), (1, 1));
+        assert_eq!(usage_records::count(&mut conn).unwrap(), 12 * 150);
+        assert!(usage_records::find_record(&mut conn, "user-3", "req-09999").unwrap().is_none());
     })
     .await
     .unwrap();
