@@ -41,6 +41,7 @@ fn versions(v: Vec<diesel::migration::MigrationVersion<'_>>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::SQLITE;
     use crate::pool::DbConnection;
     use diesel::migration::MigrationSource;
