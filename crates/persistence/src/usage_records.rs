@@ -174,7 +174,9 @@ pub(crate) use insert_batches;
 /// strictly after the keyset position `after` (the last record of the previous page).
 ///
 /// Reads the batches that may hold such records, newest bound first, until the records
-/// gathered that no unread batch can precede number `limit`.
+/// gathered that no unread batch can precede number `limit`. Each read continues after the
+/// last batch read (keyset, not offset), so a batch a flush inserts meanwhile is never read
+/// twice.
 ///
 /// # Errors
 /// On database failure; a deserialization error on a batch this module did not write.
@@ -189,7 +191,8 @@ pub fn list_records(
     let after = after.map(|(at, id)| (at.and_utc(), id));
     let before_cursor = |r: &UsageRecord| after.is_none_or(|c| key(r) < c);
     let mut gathered: Vec<UsageRecord> = Vec::new();
-    let mut offset = 0;
+    // The (newest_started_at, newest_request_id, id) of the last batch read.
+    let mut last: Option<(NaiveDateTime, String, i64)> = None;
     loop {
         let mut query = b::usage_record_batches.filter(b::user_id.eq(user_id)).into_boxed();
         if let Some((at, id)) = after {
@@ -203,20 +206,27 @@ pub fn list_records(
                     .or(b::oldest_started_at.eq(at).and(b::oldest_request_id.lt(id.to_owned()))),
             );
         }
-        let read: Vec<(NaiveDateTime, String, String)> = query
+        if let Some((at, request_id, id)) = last.take() {
+            query = query.filter(
+                b::newest_started_at.lt(at).or(b::newest_started_at.eq(at).and(
+                    b::newest_request_id
+                        .lt(request_id.clone())
+                        .or(b::newest_request_id.eq(request_id).and(b::id.lt(id))),
+                )),
+            );
+        }
+        let read: Vec<(NaiveDateTime, String, i64, String)> = query
             .order((b::newest_started_at.desc(), b::newest_request_id.desc(), b::id.desc()))
-            .offset(offset)
             .limit(BATCHES_PER_READ)
-            .select((b::newest_started_at, b::newest_request_id, b::body))
+            .select((b::newest_started_at, b::newest_request_id, b::id, b::body))
             .load(conn)?;
-        offset += BATCHES_PER_READ;
         let complete = i64::try_from(read.len()).unwrap_or(0) < BATCHES_PER_READ;
-        for (_, _, body) in &read {
+        for (_, _, _, body) in &read {
             gathered.extend(decode(user_id, body)?.into_iter().filter(|r| before_cursor(r)));
         }
         // Batches not read yet end at or before the last one read: what is newer is final.
         let settled = match read.last() {
-            Some((at, id, _)) if !complete => {
+            Some((at, id, _, _)) if !complete => {
                 let bound = (at.and_utc(), id.as_str());
                 gathered.iter().filter(|r| key(r) > bound).count()
             }
@@ -225,6 +235,7 @@ pub fn list_records(
         if complete || settled >= wanted {
             break;
         }
+        last = read.into_iter().last().map(|(at, request_id, id, _)| (at, request_id, id));
     }
     gathered.sort_by(|a, b| key(b).cmp(&key(a)));
     gathered.truncate(wanted);
