@@ -136,8 +136,8 @@ pub(crate) fn batches<'a>(
     for ((user_id, _), group) in groups {
         for chunk in group.chunks(BATCH_RECORDS) {
             let (Some(oldest), Some(newest)) = (
-                chunk.iter().copied().min_by(|a, b| key(a).cmp(&key(b))),
-                chunk.iter().copied().max_by(|a, b| key(a).cmp(&key(b))),
+                chunk.iter().copied().min_by_key(|r| key(r)),
+                chunk.iter().copied().max_by_key(|r| key(r)),
             ) else {
                 continue;
             };
