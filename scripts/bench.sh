@@ -15,10 +15,13 @@
 #   --key-counters  aigw's `gateway.key_counters` (default database; node: budgets and
 #                 rpm/tpm counted in aigw's memory, one node; redis: in the Redis at
 #                 127.0.0.1:6379, which must be running; docs/budgets.md)
-#   --aigw PATH   the aigw binary to measure (relative to the repository's root; default
-#                 target/release/aigw, built first), e.g. the profile-guided build of
-#                 scripts/pgo.sh
-#   --bin DIR     take aigw, bare, rate and keys from DIR instead of building them
+#   --aigw PATH   the one aigw binary to measure (relative to the repository's root), e.g. the
+#                 profile-guided build of scripts/pgo.sh. Default: two, in one run, each a
+#                 column per backend: the `dist` profile's (whole-program LTO, one codegen
+#                 unit: what packages and releases ship) and the `release` profile's (what
+#                 `cargo run --release` builds), both built first
+#   --bin DIR     take aigw, bare, rate, keys and meter from DIR instead of building them (one
+#                 aigw, as --aigw)
 #   --cores N     pin the servers under test (aigw, bare, the nginx hop) to the first N CPUs
 #                 this process may run on (taskset), with N workers each (aigw's
 #                 server.workers, bare's second argument, nginx's worker_processes); the mock
@@ -27,7 +30,7 @@
 #
 # It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
 # OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
-# proxy hop in front of it; then, per backend, aigw (release build; SQLite in a temporary
+# proxy hop in front of it; then, per backend and profile, aigw (SQLite in a temporary
 # folder, or a throwaway PostgreSQL database created on 127.0.0.1:5432 and dropped after) with
 # a provider whose base_url is the mock upstream, and beside it two more aigw instances on the
 # same database that differ in one setting each: `usage.enabled = false` (unmetered) and
@@ -117,15 +120,26 @@ if [ -n "$cores" ]; then
   log "server under test on CPUs $srv_cpus ($cores workers); mock upstream and wrk on CPUs $load_cpus"
 fi
 
+# The aigw binaries measured, by profile (an empty name: the one given with --aigw or --bin).
+declare -A profile_bins
 if [ -n "$bin_dir" ]; then
   bin=$(cd "$bin_dir" && pwd)
 else
-  log "building release binaries (aigw, bare, rate, keys)"
-  cargo build --release --quiet -p aigw-http -p aigw-bench --bins
-  bin=$PWD/target/release
+  log "building the dist profile (aigw, bare, rate, keys, meter)"
+  cargo build --profile dist --quiet -p aigw-http -p aigw-bench --bins
+  bin=$PWD/target/dist
 fi
-case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
-[ -x "$aigw" ] || { log "--aigw: $aigw is not an executable"; exit 2; }
+if [ -n "$aigw" ] || [ -n "$bin_dir" ]; then
+  case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
+  [ -x "$aigw" ] || { log "--aigw: $aigw is not an executable"; exit 2; }
+  profile_bins[""]=$aigw profiles=("")
+else
+  log "building the release profile's aigw (what \`cargo run --release\` runs)"
+  cargo build --release --quiet -p aigw-http --bin aigw
+  profile_bins[dist]=$bin/aigw
+  profile_bins[release]=$PWD/target/release/aigw
+  profiles=(dist release)
+fi
 
 work=$(mktemp -d)
 chmod 755 "$work"
@@ -146,7 +160,7 @@ declare -A result
 
 # --- one backend --------------------------------------------------------------------------------
 run_backend() {
-  local backend=$1 url pid base unmetered nolog token key limited user_id sql dir="$work/aigw-$1"
+  local backend=$1 col=$2 url pid base unmetered nolog token key limited user_id sql dir="$work/aigw-$2"
   mkdir -p "$dir"
   case "$backend" in
     sqlite)
@@ -161,11 +175,11 @@ run_backend() {
   # Three instances on one database: the one measured throughout (metering on, access log
   # on, as in production), then the same with usage.enabled = false, and with the access log
   # off; idle while another is measured.
-  aigw_start "$backend" "$url" true info
-  aigw_start "$backend-unmetered" "$url" false info
-  aigw_start "$backend-nolog" "$url" true "info,aigw::access=off"
-  pid=${aigw_pid[$backend]} base=${aigw_base[$backend]}
-  unmetered=${aigw_base[$backend-unmetered]} nolog=${aigw_base[$backend-nolog]}
+  aigw_start "$col" "$url" true info
+  aigw_start "$col-unmetered" "$url" false info
+  aigw_start "$col-nolog" "$url" true "info,aigw::access=off"
+  pid=${aigw_pid[$col]} base=${aigw_base[$col]}
+  unmetered=${aigw_base[$col-unmetered]} nolog=${aigw_base[$col-nolog]}
   aigw_account "$base"
   # A key whose every call reserves and settles a budget, a request and a token count (limits
   # far above what the run can reach, so that nothing is refused).
@@ -181,10 +195,10 @@ run_backend() {
   http POST "$unmetered/api/v1/ai/chat/completions" "$chat_body" "authorization: $key" >/dev/null
   for b in "$base" "$nolog"; do wrk_rps 4 1 -H "authorization: Bearer $token" "$b/api/v1/auth/me" >/dev/null; done
   sleep 1
-  result[$backend,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
+  result[$col,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$backend: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams (${secs}s each, c$conns)"
+  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams (${secs}s each, c$conns)"
   local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" r
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
@@ -200,33 +214,33 @@ run_backend() {
     stream_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
     stream_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
   done
-  result[$backend,bare]=$(echo "$bare_l" | median)
-  result[$backend,me]=$(echo "$me_l" | median)
-  result[$backend,me_nolog]=$(echo "$me_nolog_l" | median)
-  result[$backend,hop]=$(echo "$hop_l" | median)
-  result[$backend,chat]=$(echo "$chat_l" | median)
-  result[$backend,chat_p99]=$(echo "$chat_p99_l" | median)
-  result[$backend,unmetered]=$(echo "$unmetered_l" | median)
-  result[$backend,unmetered_p99]=$(echo "$unmetered_p99_l" | median)
-  result[$backend,limited]=$(echo "$limited_l" | median)
-  result[$backend,team]=$(echo "$team_l" | median)
-  result[$backend,stream_hop]=$(echo "$stream_hop_l" | median)
-  result[$backend,stream]=$(echo "$stream_l" | median)
-  result[$backend,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
-  access_lines_check "$backend"
-  aigw_stop "$backend-unmetered"; aigw_stop "$backend-nolog" # done: only the main one is measured below
+  result[$col,bare]=$(echo "$bare_l" | median)
+  result[$col,me]=$(echo "$me_l" | median)
+  result[$col,me_nolog]=$(echo "$me_nolog_l" | median)
+  result[$col,hop]=$(echo "$hop_l" | median)
+  result[$col,chat]=$(echo "$chat_l" | median)
+  result[$col,chat_p99]=$(echo "$chat_p99_l" | median)
+  result[$col,unmetered]=$(echo "$unmetered_l" | median)
+  result[$col,unmetered_p99]=$(echo "$unmetered_p99_l" | median)
+  result[$col,limited]=$(echo "$limited_l" | median)
+  result[$col,team]=$(echo "$team_l" | median)
+  result[$col,stream_hop]=$(echo "$stream_hop_l" | median)
+  result[$col,stream]=$(echo "$stream_l" | median)
+  result[$col,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
+  access_lines_check "$col"
+  aigw_stop "$col-unmetered"; aigw_stop "$col-nolog" # done: only the main one is measured below
 
-  log "$backend: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
+  log "$col: p50 at a fixed 1000 req/s: direct upstream, nginx hop, aigw"
   local direct hop via
   direct=$(rate_p "http://127.0.0.1:$mock_port/v1/chat/completions" --method POST --body "$chat_body" | cut -d' ' -f1)
   hop=$(rate_p "http://127.0.0.1:$hop_port/v1/chat/completions" --method POST --body "$chat_body" | cut -d' ' -f1)
   via=$(rate_p "$base/api/v1/ai/chat/completions" --method POST --body "$chat_body" --header "authorization: $key" | cut -d' ' -f1)
-  result[$backend,p50_direct]=$direct
-  result[$backend,p50_hop]=$hop
-  result[$backend,p50_aigw]=$via
-  result[$backend,added]=$(ratio $((via - direct)) $((hop - direct)))
+  result[$col,p50_direct]=$direct
+  result[$col,p50_hop]=$hop
+  result[$col,p50_aigw]=$via
+  result[$col,added]=$(ratio $((via - direct)) $((hop - direct)))
 
-  log "$backend: /me p99 at 500 req/s, idle and during a login storm"
+  log "$col: /me p99 at 500 req/s, idle and during a login storm"
   local idle storm login_lua="$dir/login.lua"
   idle=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
   post_script "$login_lua" '{"email":"bench@example.com","password":"a long bench passphrase"}'
@@ -235,12 +249,12 @@ run_backend() {
   sleep 1
   storm=$(rate_p "$base/api/v1/auth/me" --rate 500 --header "authorization: Bearer $token" | cut -d' ' -f2)
   wait "$storm_pid" || true
-  result[$backend,p99_idle]=$idle
-  result[$backend,p99_storm]=$storm
-  result[$backend,logins]=$(awk '/^Requests\/sec/ { print $2 }' "$dir/storm.txt")
-  result[$backend,storm]=$(ratio "$storm" "$idle")
+  result[$col,p99_idle]=$idle
+  result[$col,p99_storm]=$storm
+  result[$col,logins]=$(awk '/^Requests\/sec/ { print $2 }' "$dir/storm.txt")
+  result[$col,storm]=$(ratio "$storm" "$idle")
 
-  log "$backend: API-key auth with 1000 keys stored, then with $many_keys"
+  log "$col: API-key auth with 1000 keys stored, then with $many_keys"
   "$bin/keys" 1000 >"$dir/keys.csv"
   python3 - "$dir/keys.csv" "$user_id" >"$dir/keys.sql" <<'PY'
 import sys, uuid
@@ -274,11 +288,11 @@ PY
   esac
   wrk_rps "$conns" 1 -s "$dir/keys.lua" "$base/api/v1/auth/me" >/dev/null
   many=$(wrk_rps "$conns" "$secs" -s "$dir/keys.lua" "$base/api/v1/auth/me")
-  result[$backend,keys_few]=$few
-  result[$backend,keys_many]=$many
-  result[$backend,keys]=$(ratio "$many" "$few")
+  result[$col,keys_few]=$few
+  result[$col,keys_many]=$many
+  result[$col,keys]=$(ratio "$many" "$few")
 
-  log "$backend: list pages with the $filler filler keys made team keys and 10000 teams"
+  log "$col: list pages with the $filler filler keys made team keys and 10000 teams"
   case "$backend" in
     sqlite) echo "UPDATE api_keys SET team_id = '$team_id', team_owned = TRUE WHERE name = 'filler';
       WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 9999)
@@ -299,40 +313,45 @@ PY
   wrk_rps 4 1 -H "authorization: Bearer $token" "$base/api/v1/teams/$team_id/api-keys?limit=50" >/dev/null
   teams_p99=$(rate_p "$base/api/v1/teams?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
   team_keys_p99=$(rate_p "$base/api/v1/teams/$team_id/api-keys?limit=50" --rate 50 --header "authorization: Bearer $token" | cut -d' ' -f2)
-  result[$backend,lists]=$(awk -v a="$teams_p99" -v b="$team_keys_p99" 'BEGIN { printf "%.1f / %.1f\n", a / 1000, b / 1000 }')
+  result[$col,lists]=$(awk -v a="$teams_p99" -v b="$team_keys_p99" 'BEGIN { printf "%.1f / %.1f\n", a / 1000, b / 1000 }')
 
-  result[$backend,me_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,bare]}")
-  result[$backend,chat_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,hop]}")
-  result[$backend,limited_ratio]=$(ratio "${result[$backend,limited]}" "${result[$backend,hop]}")
-  result[$backend,team_ratio]=$(ratio "${result[$backend,team]}" "${result[$backend,chat]}")
-  result[$backend,stream_ratio]=$(ratio "${result[$backend,stream]}" "${result[$backend,stream_hop]}")
-  result[$backend,metered_ratio]=$(ratio "${result[$backend,chat]}" "${result[$backend,unmetered]}")
-  result[$backend,metered_p99_ratio]=$(ratio "${result[$backend,chat_p99]}" "${result[$backend,unmetered_p99]}")
-  result[$backend,log_ratio]=$(ratio "${result[$backend,me]}" "${result[$backend,me_nolog]}")
-  result[$backend,unmetered_rps]="${result[$backend,chat]} / ${result[$backend,unmetered]}"
-  result[$backend,unmetered_p99s]="${result[$backend,chat_p99]} / ${result[$backend,unmetered_p99]}"
-  result[$backend,nolog_rps]="${result[$backend,me]} / ${result[$backend,me_nolog]}"
-  result[$backend,rss]="${result[$backend,rss_idle]} / ${result[$backend,rss_peak]}"
-  result[$backend,p50s]="$direct / $hop / $via"
-  result[$backend,p99s]="$idle / $storm (${result[$backend,logins]})"
-  result[$backend,keyrps]="$few / $many"
-  result[$backend,streams]="${result[$backend,stream_hop]} / ${result[$backend,stream]}"
+  result[$col,me_ratio]=$(ratio "${result[$col,me]}" "${result[$col,bare]}")
+  result[$col,chat_ratio]=$(ratio "${result[$col,chat]}" "${result[$col,hop]}")
+  result[$col,limited_ratio]=$(ratio "${result[$col,limited]}" "${result[$col,hop]}")
+  result[$col,team_ratio]=$(ratio "${result[$col,team]}" "${result[$col,chat]}")
+  result[$col,stream_ratio]=$(ratio "${result[$col,stream]}" "${result[$col,stream_hop]}")
+  result[$col,metered_ratio]=$(ratio "${result[$col,chat]}" "${result[$col,unmetered]}")
+  result[$col,metered_p99_ratio]=$(ratio "${result[$col,chat_p99]}" "${result[$col,unmetered_p99]}")
+  result[$col,log_ratio]=$(ratio "${result[$col,me]}" "${result[$col,me_nolog]}")
+  result[$col,unmetered_rps]="${result[$col,chat]} / ${result[$col,unmetered]}"
+  result[$col,unmetered_p99s]="${result[$col,chat_p99]} / ${result[$col,unmetered_p99]}"
+  result[$col,nolog_rps]="${result[$col,me]} / ${result[$col,me_nolog]}"
+  result[$col,rss]="${result[$col,rss_idle]} / ${result[$col,rss_peak]}"
+  result[$col,p50s]="$direct / $hop / $via"
+  result[$col,p99s]="$idle / $storm (${result[$col,logins]})"
+  result[$col,keyrps]="$few / $many"
+  result[$col,streams]="${result[$col,stream_hop]} / ${result[$col,stream]}"
 
-  aigw_stop "$backend"
+  aigw_stop "$col"
   if [ "$backend" = postgres ]; then
     psql -q -h 127.0.0.1 -U postgres -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null
     pg_db=""
   fi
 }
 
-ran=()
-for backend in $backends; do
-  if [ "$backend" = postgres ] && ! psql -q -h 127.0.0.1 -U postgres -c 'SELECT 1' >/dev/null 2>&1; then
-    log "PostgreSQL not reachable on 127.0.0.1:5432 as postgres: skipped"
-    continue
-  fi
-  run_backend "$backend"
-  ran+=("$backend")
+ran=() ran_backends=()
+for profile in "${profiles[@]}"; do
+  aigw=${profile_bins[$profile]}
+  for backend in $backends; do
+    if [ "$backend" = postgres ] && ! psql -q -h 127.0.0.1 -U postgres -c 'SELECT 1' >/dev/null 2>&1; then
+      log "PostgreSQL not reachable on 127.0.0.1:5432 as postgres: skipped"
+      continue
+    fi
+    column=$backend${profile:+-$profile}
+    run_backend "$backend" "$column"
+    ran+=("$column")
+    case " ${ran_backends[*]} " in *" $backend "*) ;; *) ran_backends+=("$backend") ;; esac
+  done
 done
 
 # --- report -------------------------------------------------------------------------------------
@@ -375,7 +394,7 @@ echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"
 # The metering capacity row (no HTTP): scripts/bench_meter.sh, same backends.
 if [ -x "$bin/meter" ]; then
   echo
-  scripts/bench_meter.sh --secs "$secs" --backends "${ran[*]}" --meter "$bin/meter"
+  scripts/bench_meter.sh --secs "$secs" --backends "${ran_backends[*]}" --meter "$bin/meter"
 else
   log "no $bin/meter: the metering capacity row is skipped"
 fi

@@ -6,7 +6,7 @@
 #
 #   scripts/bench_bundle.sh [--bin DIR] [--max-mib N]
 #
-#   --bin DIR     where aigw, bare and rate are (default target/release, built first when
+#   --bin DIR     where aigw, bare and rate are (default target/dist, built first when
 #                 missing)
 #   --max-mib N   fail when the bundle is larger (default 48)
 #
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin_dir=target/release max_mib=48
+bin_dir=target/dist max_mib=48
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin_dir=$2; shift ;;
@@ -34,9 +34,9 @@ PATH="$PATH:/usr/sbin:/sbin"
 for tool in wrk nginx taskset ldd strip; do
   command -v "$tool" >/dev/null || { log "$tool not found (apt-get install wrk nginx-light util-linux libc-bin binutils)"; exit 1; }
 done
-if [ "$bin_dir" = target/release ] && ! { [ -x "$bin_dir/aigw" ] && [ -x "$bin_dir/bare" ] && [ -x "$bin_dir/rate" ]; }; then
+if [ "$bin_dir" = target/dist ] && ! { [ -x "$bin_dir/aigw" ] && [ -x "$bin_dir/bare" ] && [ -x "$bin_dir/rate" ]; }; then
   log "building release binaries (aigw, bare, rate)"
-  cargo build --release --quiet -p aigw-http -p aigw-bench --bins
+  cargo build --profile dist --quiet -p aigw-http -p aigw-bench --bins
 fi
 for b in aigw bare rate; do
   [ -x "$bin_dir/$b" ] || { log "$bin_dir/$b not found"; exit 1; }

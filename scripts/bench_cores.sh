@@ -17,7 +17,7 @@
 #   --min-spare N CPUs that must be left over for the load (default 6): an N that leaves fewer
 #                 is skipped, and said so
 #   --out DIR     also write the report (bench_cores.md) and the progress (bench_cores.log) there
-#   --bin DIR     take aigw and bare from DIR (e.g. another checkout's target/release)
+#   --bin DIR     take aigw and bare from DIR (e.g. another checkout's target/dist)
 #   --aigw PATH   the aigw binary to measure
 #
 # For each N: the CPUs this process may run on (its affinity, hyperthread siblings next to each
@@ -48,7 +48,7 @@
 # Tools: when .bench-tools/ exists (scripts/bench_bundle.sh: wrk, nginx, taskset, aigw,
 # bare with their own libraries and loader) they are used from there and nothing is installed
 # or built; else wrk, nginx and taskset come from PATH (apt-get when missing and root) and the
-# binaries from `cargo build --release` (or --bin / --aigw). Needs no curl, no python3, no
+# binaries from `cargo build --profile dist` (or --bin / --aigw). Needs no curl, no python3, no
 # PostgreSQL or Redis for the SQLite run. About 30 s per N with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,8 +93,8 @@ elif [ -n "$bundled" ] && [ -x "$bench_tools/bin/aigw" ] && [ -x "$bench_tools/b
   bin=$bench_tools/bin
 else
   log "building release binaries (aigw, bare)"
-  cargo build --release --quiet -p aigw-http -p aigw-bench --bins
-  bin=$PWD/target/release
+  cargo build --profile dist --quiet -p aigw-http -p aigw-bench --bins
+  bin=$PWD/target/dist
 fi
 case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
 [ -x "$aigw" ] || { log "aigw: $aigw is not an executable"; exit 2; }

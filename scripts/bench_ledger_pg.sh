@@ -38,8 +38,8 @@ need psql postgresql-client
 if [ -n "$bin_dir" ]; then
   bin=$(cd "$bin_dir" && pwd)
 else
-  cargo build --release --quiet -p aigw-http -p aigw-bench --bins
-  bin=$PWD/target/release
+  cargo build --profile dist --quiet -p aigw-http -p aigw-bench --bins
+  bin=$PWD/target/dist
 fi
 aigw=$bin/aigw srv_cpus="" load_cpus="" key_counters=database
 declare -A aigw_pid aigw_base

@@ -23,8 +23,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -z "$meter" ]; then
-  cargo build --release -p aigw-bench --bin meter >&2
-  meter=target/release/meter
+  cargo build --profile dist -p aigw-bench --bin meter >&2
+  meter=target/dist/meter
 fi
 
 work=$(mktemp -d)

@@ -8,8 +8,8 @@ serve_start() { # permissions JSON array for the API key, e.g. '["ai_gateway","r
   local permissions=$1
   local bin=${AIGW_BIN:-}
   if [ -z "$bin" ]; then
-    cargo build --release --quiet
-    bin=target/release/aigw
+    cargo build --profile dist --quiet
+    bin=target/dist/aigw
   fi
   case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
   work=$(mktemp -d)
