@@ -7,7 +7,7 @@
 //! (`crate::middleware::access_log`), at `error`, with the same request id. Every 401
 //! carries `WWW-Authenticate: Bearer` (RFC 6750 §3).
 
-use crate::middleware::request_id::current_request_id;
+use crate::request_id::current_request_id;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};

@@ -382,7 +382,7 @@ impl FromRequest for AdminCaller {
         let caller = authenticate_and_limit(req);
         Box::pin(async move {
             let (state, principal) = caller.await?;
-            Ok(AdminCaller(state.auth.authorize_admin(&principal).await?))
+            Ok(AdminCaller(state.admin.authorize_admin(&principal).await?))
         })
     }
 }
@@ -417,7 +417,7 @@ fn authenticate(
         let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
         // An address that failed too often is refused before any lookup (auth_failure).
         state.limits.refuse_if_failing(&req).await?;
-        let result = state.auth.authenticate(authorization.as_deref()).await;
+        let result = state.authenticator.authenticate(authorization.as_deref()).await;
         if let Err(ServiceError::Unauthorized { token_presented, refusal, .. }) = &result {
             let (credential, outcome) =
                 refusal_labels(authorization.as_deref(), *refusal, *token_presented);

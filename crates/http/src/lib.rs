@@ -24,6 +24,7 @@ pub mod observe;
 mod openapi;
 pub mod operator;
 mod rate_limit;
+mod request_id;
 mod routes;
 mod secrets;
 pub mod settings;

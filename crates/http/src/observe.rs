@@ -9,7 +9,7 @@
 //! docs/operations.md lists the same (a test compares them). Code names a metric only through
 //! its constant: `metric` here, `aigw_service::metrics::name` in the use cases.
 
-use aigw_service::{AuthService, Metrics, RateLimiter, UsageService};
+use aigw_service::{Metrics, RateLimiter, ServiceContext, UsageService};
 use metrics::Recorder;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::Arc;
@@ -202,23 +202,23 @@ impl Telemetry {
         })
     }
 
-    /// Reads the capacity gauges of the account service `auth`, the rate `limiter` and the
+    /// Reads the capacity gauges of the account services' `context`, the rate `limiter` and the
     /// `usage` ledger, then renders the exposition.
     pub(crate) fn render(
         &self,
-        auth: &AuthService,
+        context: &ServiceContext,
         limiter: &RateLimiter,
         usage: &UsageService,
     ) -> String {
         let m = &self.metrics;
-        let (in_use, waiting, size) = auth.db().load();
+        let (in_use, waiting, size) = context.db().load();
         m.gauge(metric::DB_POOL_CONNECTIONS_IN_USE, &[], in_use as f64);
         m.gauge(metric::DB_POOL_WAITING, &[], waiting as f64);
         m.gauge(metric::DB_POOL_SIZE, &[], size as f64);
-        let (in_flight, threads) = auth.password_queue();
+        let (in_flight, threads) = context.password_queue();
         m.gauge(metric::ARGON2_IN_FLIGHT, &[], in_flight as f64);
         m.gauge(metric::ARGON2_QUEUE_LENGTH, &[], in_flight.saturating_sub(threads) as f64);
-        let feed = auth.credential_cache().health();
+        let feed = context.credential_cache().health();
         m.gauge(metric::CHANGE_FEED_LAG_SECONDS, &[], feed.lag_ms as f64 / 1000.0);
         if let Some(up) = limiter.redis_available() {
             m.gauge(metric::REDIS_UP, &[], if up { 1.0 } else { 0.0 });

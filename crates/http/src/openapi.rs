@@ -5,7 +5,6 @@ use crate::dto;
 use crate::routes::{
     account, account_email, admin, api_keys, auth, chat, health, mfa, secret_scanning, teams, usage,
 };
-use actix_web::HttpResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -310,11 +309,6 @@ impl Modify for NoNul {
             }
         }
     }
-}
-
-/// `GET /api/v1/openapi.json`.
-pub(crate) async fn serve() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
 }
 
 #[cfg(test)]

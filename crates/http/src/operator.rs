@@ -70,8 +70,12 @@ pub async fn create_user(
     role: Role,
     password: String,
 ) -> anyhow::Result<()> {
-    let (auth, _) = crate::startup::auth_service(settings).await?;
-    let user = auth.create_user(email, password, name, role).await.map_err(explain)?;
+    let (context, _) = crate::startup::service_context(settings).await?;
+    let user = aigw_service::Services::new(context, None)
+        .admin
+        .create_user(email, password, name, role)
+        .await
+        .map_err(explain)?;
     println!("created {}", describe(&user));
     Ok(())
 }
@@ -81,8 +85,12 @@ pub async fn create_user(
 /// # Errors
 /// No such account, or the database.
 pub async fn set_role(settings: &Settings, email: &str, role: Role) -> anyhow::Result<()> {
-    let (auth, _) = crate::startup::auth_service(settings).await?;
-    let user = auth.set_role(email, role).await.map_err(explain)?;
+    let (context, _) = crate::startup::service_context(settings).await?;
+    let user = aigw_service::Services::new(context, None)
+        .admin
+        .set_role(email, role)
+        .await
+        .map_err(explain)?;
     println!("updated {}", describe(&user));
     Ok(())
 }
@@ -93,8 +101,13 @@ pub async fn set_role(settings: &Settings, email: &str, role: Role) -> anyhow::R
 /// # Errors
 /// The database.
 pub async fn list_invitations(settings: &Settings) -> anyhow::Result<()> {
-    let (auth, _) = crate::startup::auth_service(settings).await?;
-    for i in auth.list_open_invitations(1000).await.map_err(explain)? {
+    let (context, _) = crate::startup::service_context(settings).await?;
+    for i in aigw_service::Services::new(context, None)
+        .admin
+        .list_open_invitations(1000)
+        .await
+        .map_err(explain)?
+    {
         let kind = match &i.team_id {
             Some(team) => format!("team={team}"),
             None => "register".to_owned(),
@@ -118,8 +131,12 @@ pub async fn list_invitations(settings: &Settings) -> anyhow::Result<()> {
 /// # Errors
 /// No such open invitation, or the database.
 pub async fn revoke_invitation(settings: &Settings, id: &str) -> anyhow::Result<()> {
-    let (auth, _) = crate::startup::auth_service(settings).await?;
-    auth.revoke_invitation(id).await.map_err(explain)?;
+    let (context, _) = crate::startup::service_context(settings).await?;
+    aigw_service::Services::new(context, None)
+        .admin
+        .revoke_invitation(id)
+        .await
+        .map_err(explain)?;
     println!("revoked invitation {id}");
     Ok(())
 }
@@ -158,11 +175,11 @@ pub async fn revoke_leaked(
 ) -> anyhow::Result<()> {
     let tokens =
         aigw_service::leaks::pasted_list(secrets, url, source).map_err(|e| explain(e.into()))?;
-    let (auth, _) = crate::startup::auth_service(settings).await?;
+    let (context, _) = crate::startup::service_context(settings).await?;
     // The owners are e-mailed before the command exits (at most a minute of waiting).
     let mail = crate::startup::account_mail(settings, aigw_service::Metrics::default())?;
-    let auth = auth.with_account_mail(mail.clone());
-    let outcome = auth.operator_revoke_leaked_keys(tokens).await.map_err(explain)?;
+    let leaks = aigw_service::Services::new(context, Some(mail.clone())).leaks;
+    let outcome = leaks.operator_revoke_leaked_keys(tokens).await.map_err(explain)?;
     if !mail.drain(std::time::Duration::from_secs(60)).await {
         eprintln!("some owners' notices were not sent within a minute (see the log)");
     }

@@ -459,7 +459,7 @@ prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60
         assert_eq!(prices.len(), 2, "{prices:?}");
         assert_eq!(prices["gpt-4o-mini"].output_per_million, 0.60);
         assert_eq!(prices["GPT-4.1"].input_per_million, 2.0);
-        aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)
+        aigw_service::prices::PriceTable::from_providers(&settings.providers)
             .unwrap_or_else(|e| panic!("{e}"));
     }
 

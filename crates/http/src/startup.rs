@@ -7,7 +7,7 @@ use actix_web::dev::{AppConfig, Extensions, Server};
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
 use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
-use aigw_service::{AuthService, BackgroundTasks, Db, Gateway, TokenIssuer, UsageService};
+use aigw_service::{BackgroundTasks, Db, Gateway, ServiceContext, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -145,13 +145,13 @@ fn metrics_server(address: &str, state: web::Data<AppState>) -> anyhow::Result<S
 }
 
 /// Resolves the signing keys, connects and migrates the database and builds the account
-/// service (its background work not started): what the server and the operator commands
+/// services' shared ground (its background work not started): what the server and the operator commands
 /// (`aigw admin …`) share.
 ///
 /// # Errors
 /// Bad configuration, a short secret in production, an unreachable database, a failed
 /// migration.
-pub(crate) async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthService, Db)> {
+pub(crate) async fn service_context(settings: &Settings) -> anyhow::Result<(ServiceContext, Db)> {
     let keys = crate::secrets::signing_keys(settings)?;
     let pool = migrate(settings).await?;
     let tokens = TokenIssuer::new(
@@ -162,14 +162,14 @@ pub(crate) async fn auth_service(settings: &Settings) -> anyhow::Result<(AuthSer
         settings.auth.leeway_secs,
     )?;
     let db = Db::new(pool).context("starting the database threads")?;
-    let auth = AuthService::new(
+    let context = ServiceContext::new(
         db.clone(),
         tokens,
         settings.auth.clone(),
         settings.credential_cache.clone(),
     )?
     .with_clock(settings.clock.clone());
-    Ok((auth, db))
+    Ok((context, db))
 }
 
 /// The account mail setup of `settings`: the mailer's sender tasks (`[email]`) and the URL
@@ -285,7 +285,7 @@ impl Services {
     /// Bad configuration, a short secret in production, an unreachable database, a failed
     /// migration.
     async fn start(settings: &Settings) -> anyhow::Result<Self> {
-        let (auth, db) = auth_service(settings).await?;
+        let (context, db) = service_context(settings).await?;
         if settings.server.environment == crate::settings::Environment::Production
             && settings.auth.registration == aigw_service::RegistrationMode::Open
         {
@@ -296,19 +296,20 @@ impl Services {
         }
         let answers_sealer = aigw_service::seal::Sealer::derive(
             b"aigw idempotent answer seal v1",
-            auth.tokens().key_materials(),
+            context.tokens().key_materials(),
         );
         let telemetry = crate::observe::Telemetry::new()?;
         let metrics = telemetry.metrics.clone();
-        let auth = auth.with_metrics(metrics.clone());
-        let auth = auth.with_account_mail(account_mail(settings, metrics.clone())?);
+        let context = context.with_metrics(metrics.clone());
+        let services =
+            aigw_service::Services::new(context, Some(account_mail(settings, metrics.clone())?));
         let idempotency = aigw_service::idempotency::Idempotency::new(db.clone(), answers_sealer);
         // The change feed and the caches it invalidates (see `aigw_service::credential_cache`).
-        let background = auth.start_background();
+        let background = services.context.start_background();
         let account_pruning =
             aigw_service::account_email::pruning::spawn_pruning(db.clone(), settings.clock.clone());
         let audit_retention =
-            aigw_service::admin::audit::spawn_retention(db.clone(), settings.audit.retention_days);
+            aigw_service::audit::spawn_retention(db.clone(), settings.audit.retention_days);
         // The usage ledger: a recorder task fed by the gateway's meter, its spool in data_dir.
         let usage = UsageService::start_with_metrics(
             db.clone(),
@@ -316,7 +317,7 @@ impl Services {
             &settings.providers,
             &settings.server.data_dir,
             metrics.clone(),
-            auth.credential_cache().node_id(),
+            services.context.credential_cache().node_id(),
         )?;
         let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());
@@ -326,7 +327,7 @@ impl Services {
             db,
             &settings.gateway,
             &settings.rate_limit,
-            aigw_service::usage::prices::PriceTable::from_providers(&settings.providers)?,
+            aigw_service::prices::PriceTable::from_providers(&settings.providers)?,
             || limits.share_redis(&settings.rate_limit),
         )?;
         let gateway = Gateway::new(&settings.gateway, &settings.providers)?
@@ -343,11 +344,19 @@ impl Services {
             web::Data::new(crate::console::ConsoleContext::new(
                 settings.server.environment != crate::settings::Environment::Development,
                 &settings.auth,
-                auth.tokens().key_materials(),
+                services.context.tokens().key_materials(),
             ))
         });
         let state = web::Data::new(AppState {
-            auth,
+            context: services.context,
+            authenticator: services.authenticator,
+            accounts: services.accounts,
+            account_email: services.account_email,
+            mfa: services.mfa,
+            api_keys: services.api_keys,
+            teams: services.teams,
+            admin: services.admin,
+            leaks: services.leaks,
             gateway,
             limits,
             idempotency,
@@ -402,9 +411,13 @@ fn serve(
         )?,
         caps_metrics,
     );
+    let description = web::Data::new(routes::document::ApiDescription::new(
+        &<crate::openapi::ApiDoc as utoipa::OpenApi>::openapi(),
+    )?);
     let app = move || {
         App::new()
             .app_data(state.clone())
+            .app_data(description.clone())
             .app_data(body_timeout)
             .configure(|cfg| routes::configure(cfg, account_limit, chat_limit))
             .configure(|cfg| {

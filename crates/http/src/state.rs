@@ -5,13 +5,32 @@
 
 use crate::observe::Telemetry;
 use crate::rate_limit::RequestLimits;
-use aigw_service::{AuthService, Gateway, UsageService};
+use aigw_service::{
+    AccountEmail, Accounts, Administration, ApiKeys, Authenticator, Gateway, LeakReports, Mfa,
+    ServiceContext, Teams, UsageService,
+};
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
-    /// Accounts, sessions, keys.
-    pub(crate) auth: AuthService,
+    /// The shared ground of the account services (database, clock, credential cache).
+    pub(crate) context: ServiceContext,
+    /// Authentication of presented credentials.
+    pub(crate) authenticator: Authenticator,
+    /// Registration, login, sessions, the owner's own account.
+    pub(crate) accounts: Accounts,
+    /// E-mail verification, e-mail change, password reset.
+    pub(crate) account_email: AccountEmail,
+    /// The TOTP second factor.
+    pub(crate) mfa: Mfa,
+    /// API keys.
+    pub(crate) api_keys: ApiKeys,
+    /// Teams.
+    pub(crate) teams: Teams,
+    /// Administration and the audit trail.
+    pub(crate) admin: Administration,
+    /// Leaked keys.
+    pub(crate) leaks: LeakReports,
     /// Chat routing.
     pub(crate) gateway: Gateway,
     /// Rate limits and the client-address rule (`[rate_limit]`).

@@ -2,7 +2,7 @@
 //! OTLP span exporter, and the W3C trace context a chat call passes upstream. The request id
 //! and the access log are request-scoped: `crate::middleware`.
 
-use crate::middleware::request_id::REQUEST_ID;
+use crate::request_id::REQUEST_ID;
 use crate::settings::{LogFormat, LogSettings, TelemetrySettings};
 use actix_web::http::header::HeaderName;
 use tracing_subscriber::EnvFilter;

@@ -1,18 +1,14 @@
-//! The account and credential service: construction, and authentication of presented
-//! credentials into a [`Principal`]. The use cases live in `accounts`, `sessions` and
-//! `api_keys`, each an `impl AuthService` block.
+//! Who a request is: authentication of presented credentials into a [`Principal`]
+//! ([`Authenticator`]), and the proof that a principal passed the who-may-call-what table
+//! ([`Authorized`]), which every use case takes.
 
-use crate::config::AuthConfig;
-use crate::credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig};
-use crate::db::Db;
+use crate::context::ServiceContext;
+use crate::credential_cache::TeamStanding;
 use crate::error::ServiceError;
-use crate::limits::levels::{LimitLevel, TeamScope};
-use crate::password::PasswordHasher;
-use crate::seal::Sealer;
-use crate::tokens::TokenIssuer;
+use crate::levels::{LimitLevel, TeamScope};
 use aigw_domain::access::{authorize, CallerCredential, Operation, RouteOperation};
 use aigw_domain::{
-    ApiKeyId, PasswordPolicy, PermissionSet, PresentedCredential, Role, SessionId, UserId,
+    ApiKeyId, ApiKeySecret, PermissionSet, PresentedCredential, Role, SessionId, UserId,
 };
 use aigw_persistence::models::ApiKeyPolicy;
 use std::sync::Arc;
@@ -52,6 +48,14 @@ impl Principal {
     pub fn user_id(&self) -> &UserId {
         match self {
             Principal::User { user_id, .. } | Principal::ApiKey { user_id, .. } => user_id,
+        }
+    }
+
+    /// The id that acted, for the audit trail: the key's for an API key, else the user's.
+    pub fn actor(&self) -> &str {
+        match self {
+            Principal::User { user_id, .. } => user_id,
+            Principal::ApiKey { key_id, .. } => key_id,
         }
     }
 
@@ -158,109 +162,17 @@ impl<O> std::ops::Deref for Authorized<O> {
     }
 }
 
-/// Registration, login, sessions, refresh-token rotation and API keys.
+/// Authentication of presented credentials (access tokens and API keys) into a [`Principal`]:
+/// what every authenticated request goes through first. Built from the [`ServiceContext`].
 #[derive(Debug, Clone)]
-pub struct AuthService {
-    pub(crate) db: Db,
-    pub(crate) passwords: PasswordHasher,
-    pub(crate) tokens: Arc<TokenIssuer>,
-    pub(crate) config: Arc<AuthConfig>,
-    pub(crate) password_policy: PasswordPolicy,
-    pub(crate) sealer: Sealer,
-    pub(crate) cache: CredentialCache,
-    pub(crate) metrics: crate::metrics::Metrics,
-    /// The time the account use cases read (see [`crate::Clock`]).
-    pub(crate) clock: crate::Clock,
-    /// Where account messages go (see [`crate::account_email`]).
-    pub(crate) mail: Option<crate::account_email::mail::AccountMail>,
+pub struct Authenticator {
+    ctx: ServiceContext,
 }
 
-impl AuthService {
-    /// Builds the service. Its credential cache does nothing until
-    /// [`AuthService::start_background`] (until then every lookup reads the database).
-    ///
-    /// # Errors
-    /// [`ServiceError::Internal`] when the argon2 parameters are invalid.
-    pub fn new(
-        db: Db,
-        tokens: TokenIssuer,
-        config: AuthConfig,
-        cache_config: CredentialCacheConfig,
-    ) -> Result<Self, ServiceError> {
-        let passwords = PasswordHasher::new(&config.argon2)?;
-        let password_policy = PasswordPolicy {
-            min_chars: config.password_min_chars.max(1),
-            max_chars: config.password_max_chars.clamp(
-                config.password_min_chars.max(1),
-                aigw_domain::user::PASSWORD_HARD_MAX_CHARS,
-            ),
-            blocklist: config.password_blocklist,
-        };
-        let sealer = Sealer::new(tokens.key_materials());
-        // Every access token of a session revoked longer ago than this has expired.
-        let horizon_secs = tokens.ttl_secs().saturating_add(config.leeway_secs).saturating_add(60);
-        let horizon = i64::try_from(horizon_secs)
-            .ok()
-            .and_then(chrono::Duration::try_seconds)
-            .unwrap_or(chrono::Duration::MAX);
-        let cache = CredentialCache::new(
-            db.clone(),
-            cache_config,
-            horizon,
-            config.refresh_reuse_grace_secs,
-        );
-        Ok(Self {
-            db,
-            passwords,
-            tokens: Arc::new(tokens),
-            config: Arc::new(config),
-            password_policy,
-            sealer,
-            cache,
-            metrics: crate::metrics::Metrics::default(),
-            clock: crate::Clock::system(),
-            mail: None,
-        })
-    }
-
-    /// Counts refresh-token rotations, grace replays and detected reuses into `metrics`
-    /// (`aigw_refresh_total{outcome}`, docs/operations.md).
-    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
-        self.metrics = metrics;
-        self
-    }
-
-    /// Reads the time from `clock` (tests move an adjustable one instead of sleeping).
-    pub fn with_clock(mut self, clock: crate::Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// The argon2 work running or waiting now, and the threads that run it (capacity gauges).
-    pub fn password_queue(&self) -> (usize, usize) {
-        self.passwords.load()
-    }
-
-    /// Starts the credential cache's supervised background work (change-feed tailer,
-    /// `last_used_at` writer, pruning); see [`crate::credential_cache`]. Keep the handle: the
-    /// work stops when it is dropped or shut down.
-    pub fn start_background(&self) -> BackgroundTasks {
-        self.cache.start()
-    }
-
-    /// The credential cache (for its health in readiness probes).
-    pub fn credential_cache(&self) -> &CredentialCache {
-        &self.cache
-    }
-
-    /// The database handle.
-    pub fn db(&self) -> &Db {
-        &self.db
-    }
-
-    /// The access-token issuer (for the JWK Set).
-    pub fn tokens(&self) -> &TokenIssuer {
-        &self.tokens
+impl Authenticator {
+    /// Authentication on `ctx`.
+    pub fn new(ctx: ServiceContext) -> Self {
+        Self { ctx }
     }
 
     /// Authenticates the value of an `Authorization` header (`None` when absent).
@@ -285,8 +197,8 @@ impl AuthService {
         })?;
         match credential {
             PresentedCredential::AccessToken(token) => {
-                let claims = self.tokens.verify(&token, self.clock.now())?;
-                self.ensure_session_live(&claims.sid).await?;
+                let claims = self.ctx.tokens.verify(&token, self.ctx.clock.now())?;
+                self.ctx.ensure_session_live(&claims.sid).await?;
                 // aigw signs only roles it knows: another is a token it did not issue.
                 let role = claims.role.parse().map_err(|()| {
                     ServiceError::invalid_credential("the access token is invalid")
@@ -303,5 +215,72 @@ impl AuthService {
             }
             PresentedCredential::ApiKey(key) => self.authenticate_api_key(key).await,
         }
+    }
+
+    /// Looks up a well-formed key (checksum already verified), from the credential cache when
+    /// it can be trusted, and refuses it when unknown, revoked or expired. Expiry is checked on
+    /// every request; the use is noted for `last_used_at` off the request path.
+    pub(crate) async fn authenticate_api_key(
+        &self,
+        key: ApiKeySecret,
+    ) -> Result<Principal, ServiceError> {
+        let entry = self.ctx.cache.api_key(key.digest().as_str()).await?;
+        let Some(found) = entry.value.as_ref() else {
+            return Err(ServiceError::invalid_credential("the API key is invalid"));
+        };
+        let now = self.ctx.clock.now();
+        if found.revoked {
+            return Err(ServiceError::revoked_credential("the API key has been revoked"));
+        }
+        if found.replaced_until.is_some_and(|end| end <= now) {
+            return Err(ServiceError::invalid_credential(
+                "the API key has been rotated; use the new key",
+            ));
+        }
+        if found.expires_at.is_some_and(|e| e <= now) {
+            return Err(ServiceError::expired_credential("the API key has expired"));
+        }
+        // The owner's account, from the user cache (a disable reaches every node through the
+        // feed, as `user_changed`). A team key belongs to its team: the account of the user
+        // who created it does not matter to it.
+        if !found.team_owned {
+            match self.ctx.cache.user(&found.user_id).await? {
+                Some(owner) if owner.disabled => {
+                    return Err(ServiceError::invalid_credential("the account is disabled"));
+                }
+                Some(_) => {}
+                None => return Err(ServiceError::invalid_credential("the API key is invalid")),
+            }
+        }
+        // The team's limits, and the owner's membership for a member's key (a removal reaches
+        // every node through the feed, as `team_changed`).
+        let team = match &found.team_id {
+            None => None,
+            Some(team_id) => {
+                let member = (!found.team_owned).then_some(found.user_id.as_str());
+                match self.ctx.cache.team_standing(team_id, member).await? {
+                    TeamStanding::Active(scope) => Some(scope),
+                    TeamStanding::NotMember => {
+                        return Err(ServiceError::Forbidden {
+                            required: "team_member".to_owned(),
+                            current: "the key's owner is not a member of its team".to_owned(),
+                        })
+                    }
+                    TeamStanding::Deleted => {
+                        return Err(ServiceError::revoked_credential(
+                            "the API key has been revoked",
+                        ))
+                    }
+                }
+            }
+        };
+        self.ctx.cache.note_key_use(found, now);
+        Ok(Principal::ApiKey {
+            key_id: found.key_id.as_str().into(),
+            user_id: found.user_id.as_str().into(),
+            permissions: found.permissions.clone(),
+            policy: found.policy.clone(),
+            team,
+        })
     }
 }

@@ -3,6 +3,7 @@
 //! whole seconds.
 
 use crate::password::Argon2Config;
+use aigw_domain::usage::{ModelPrice, PriceError};
 use secrecy::SecretString;
 use serde::Deserialize;
 
@@ -180,7 +181,7 @@ pub struct GatewayConfig {
     /// database write per call; exact only when this node is the only one) or `redis` (one
     /// script per call in the Redis of `rate_limit.redis_url`, exact across every node sharing
     /// it; the database counters while it is unavailable). See docs/budgets.md.
-    pub key_counters: crate::limits::key_counters::KeyCounters,
+    pub key_counters: KeyCounters,
     /// Calls' worth of a key's limits a node takes from the database's or Redis' counters at
     /// once, far from the limits, and then admits from its memory (default 16; 0 or 1: every
     /// call goes to the counters). See docs/budgets.md "Leases".
@@ -195,7 +196,7 @@ impl Default for GatewayConfig {
             upstream_timeout_secs: 300,
             max_response_bytes: 16 * 1024 * 1024,
             proxy_url: None,
-            key_counters: crate::limits::key_counters::KeyCounters::Database,
+            key_counters: KeyCounters::Database,
             key_lease_calls: DEFAULT_LEASE_CALLS,
         }
     }
@@ -251,9 +252,62 @@ pub struct ProviderConfig {
     /// `prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60 } }`.
     /// A model without a price costs 0 and its usage says `priced: false`.
     #[serde(default)]
-    pub prices: std::collections::BTreeMap<String, crate::usage::config::PriceConfig>,
+    pub prices: std::collections::BTreeMap<String, PriceConfig>,
 }
 
 fn default_kind() -> ProviderKind {
     ProviderKind::Openai
+}
+
+/// `gateway.key_counters`: `database` (default), `node` or `redis`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyCounters {
+    /// Counters are rows of the database, reserved by one conditional `UPDATE` each: exact
+    /// across every node sharing the database, at the price of row locks on the hot path.
+    #[default]
+    Database,
+    /// Counters live in this node's memory: no database write on the hot path. Exact only
+    /// when this node is the only one serving the database's keys (one node, e.g. SQLite).
+    Node,
+    /// Counters live in Redis (`rate_limit.redis_url`): one script per admission, exact across
+    /// every node using the same Redis; the database counters serve while Redis is unavailable
+    /// ([`crate::limits::redis_counters`]).
+    Redis,
+}
+
+/// One model's price in `[[providers]] prices = { "MODEL" = { … } }`, in USD per million
+/// tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// USD per million prompt tokens, e.g. `0.15`.
+    pub input_per_million: f64,
+    /// USD per million completion tokens, e.g. `0.60`.
+    pub output_per_million: f64,
+    /// Most prompt tokens the provider bills for one image (`image_url` part), e.g. `1445`
+    /// for GPT-4o at high detail; the budget's and `tpm_limit`'s worst case adds it per
+    /// image (default [`DEFAULT_IMAGE_TOKENS`]).
+    #[serde(default)]
+    pub image_tokens: Option<u64>,
+}
+
+/// Prompt tokens one image is assumed to cost at most when its model's price sets no
+/// `image_tokens`: GPT-4o's and GPT-4.1's largest images cost 1 445 and 1 536 tokens, the
+/// o-series' and GPT-4.1-mini's up to about 2 700 (their patch multipliers). Models that
+/// bill images as many more tokens at a lower price (GPT-4o-mini: up to 48 169) need their
+/// own `image_tokens`.
+pub const DEFAULT_IMAGE_TOKENS: u64 = 2_800;
+
+/// The most `image_tokens` a price may set.
+pub const MAX_IMAGE_TOKENS: u64 = 1 << 20;
+
+impl PriceConfig {
+    /// The price in integer micro-USD per million tokens.
+    ///
+    /// # Errors
+    /// [`PriceError`] for a negative, non-finite or absurd price.
+    pub fn to_price(self) -> Result<ModelPrice, PriceError> {
+        ModelPrice::from_usd_per_million(self.input_per_million, self.output_per_million)
+    }
 }

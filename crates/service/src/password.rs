@@ -16,6 +16,9 @@ use serde::Deserialize;
 use std::sync::Arc;
 use tokio::sync::{OnceCell, Semaphore};
 
+/// The one answer to every failed login, whatever the cause.
+pub(crate) const LOGIN_FAILED: &str = "invalid e-mail or password";
+
 /// argon2id parameters (`[auth.argon2]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -10,7 +10,6 @@
 //! node is back on Redis and says so in the log.
 
 use crate::error::ServiceError;
-use crate::rate_limit::RateLimitConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,17 +55,19 @@ impl std::fmt::Debug for RedisLink {
 }
 
 impl RedisLink {
-    /// A link to `config.redis_url` with `redis_timeout_ms` and `redis_retry_secs`. Nothing
-    /// connects before the first call, so a node starts even while Redis is down.
+    /// A link to `redis_url` (`rate_limit.redis_url`) whose every command gives up after
+    /// `timeout_ms` milliseconds (at least 1), and which is not tried again for `retry_secs`
+    /// seconds after a failure. Nothing connects before the first call, so a node starts even
+    /// while Redis is down.
     ///
     /// # Errors
     /// [`ServiceError::Internal`] naming `rate_limit.redis_url` when it cannot be parsed.
-    pub fn new(config: &RateLimitConfig) -> Result<Self, ServiceError> {
-        let url_for_logs = aigw_domain::redact::redact_url(&config.redis_url);
-        let client = redis::Client::open(config.redis_url.as_str()).map_err(|e| {
+    pub fn new(redis_url: &str, timeout_ms: u64, retry_secs: u64) -> Result<Self, ServiceError> {
+        let url_for_logs = aigw_domain::redact::redact_url(redis_url);
+        let client = redis::Client::open(redis_url).map_err(|e| {
             ServiceError::Internal(format!("rate_limit.redis_url {url_for_logs}: {e}"))
         })?;
-        let timeout = Duration::from_millis(config.redis_timeout_ms.max(1));
+        let timeout = Duration::from_millis(timeout_ms.max(1));
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -78,7 +79,7 @@ impl RedisLink {
             inner: Arc::new(Inner {
                 manager,
                 timeout,
-                retry: Duration::from_secs(config.redis_retry_secs),
+                retry: Duration::from_secs(retry_secs),
                 url_for_logs,
                 health: Mutex::new(Health::default()),
                 fallbacks: AtomicU64::new(0),

@@ -16,8 +16,8 @@
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
 use aigw_persistence::{DatabaseUrl, Pool, PoolOptions};
 use aigw_service::db::Db;
+use aigw_service::prices::PriceTable;
 use aigw_service::usage::aggregate::KeepRecords;
-use aigw_service::usage::prices::PriceTable;
 use aigw_service::usage::recorder::{Recorder, RecorderOptions};
 use anyhow::{bail, Context};
 use clap::Parser;

@@ -20,7 +20,7 @@ use serde::Deserialize;
 /// Errors: a database outage is a 503 page.
 pub(crate) async fn sessions(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
     let listed = match viewer.authorized::<op::ReadAccount>() {
-        Ok(caller) => state.auth.list_sessions(&caller).await,
+        Ok(caller) => state.accounts.list_sessions(&caller).await,
         Err(e) => Err(e),
     };
     match listed {
@@ -64,7 +64,7 @@ pub(crate) async fn end_session(
         return *refused;
     }
     let ended = match viewer.authorized::<op::ManageAccount>() {
-        Ok(caller) => state.auth.end_session(&caller, &id).await,
+        Ok(caller) => state.accounts.end_session(&caller, &id).await,
         Err(e) => Err(e),
     };
     match ended {
@@ -133,7 +133,7 @@ async fn account_page(
     error: Option<Shown>,
 ) -> HttpResponse {
     let mfa = match viewer.authorized::<op::ReadAccount>() {
-        Ok(caller) => state.auth.mfa_status(&caller).await,
+        Ok(caller) => state.mfa.mfa_status(&caller).await,
         Err(e) => Err(e),
     };
     let mfa = match mfa {
@@ -188,7 +188,7 @@ pub(crate) async fn update_name(
         Err(refused) => return *refused,
     };
     let updated = match viewer.authorized::<op::ManageAccount>() {
-        Ok(caller) => state.auth.update_name(&caller, &form.display_name).await,
+        Ok(caller) => state.accounts.update_name(&caller, &form.display_name).await,
         Err(e) => Err(e),
     };
     match updated {
@@ -220,7 +220,7 @@ pub(crate) async fn change_password(
         state.limits.refuse_if_failing(&req).await.map_err(Shown::from)?;
         let caller = viewer.authorized::<op::ManageAccount>().map_err(Shown::from)?;
         let PasswordForm { current_password, new_password, .. } = form;
-        match state.auth.change_password(&caller, current_password, new_password).await {
+        match state.accounts.change_password(&caller, current_password, new_password).await {
             Err(e @ ServiceError::Unauthorized { .. }) => {
                 state.limits.count_failure(&req).await;
                 let mut shown = Shown::from(e);
@@ -271,7 +271,7 @@ pub(crate) async fn request_verification(
             .by_user(&req, Policy::EmailSend, caller.user_id())
             .await
             .map_err(Shown::from)?;
-        state.auth.request_verification(&caller).await.map_err(Shown::from)
+        state.account_email.request_verification(&caller).await.map_err(Shown::from)
     }
     .await;
     match sent {

@@ -1,7 +1,7 @@
 //! `/admin/…`: platform administration for users of role `admin` — every account (search,
 //! disable, re-enable, role), every API key (search by prefix or owner, revoke), invitations
 //! to register, and the audit trail. The same use cases as `/api/v1/admin/…`, behind the same
-//! proof: `AuthService::authorize_admin` (role read from the account, and the second factor
+//! proof: `Administration::authorize_admin` (role read from the account, and the second factor
 //! when `auth.require_mfa_for_admins` asks for it); anyone else gets the API's 403 as a page.
 
 use crate::console::render::Shown;
@@ -11,9 +11,9 @@ use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::{ApiKeyId, AuditAction, Role, UserId};
-use aigw_service::admin::audit::AuditEventView;
 use aigw_service::admin::manage::OpenInvitation;
 use aigw_service::admin::Admin;
+use aigw_service::audit::AuditEventView;
 use aigw_service::{ApiKeyView, PageRequest, ServiceError, UserUpdate, UserView};
 use minijinja::{context, Value};
 use serde::{Deserialize, Serialize};
@@ -41,7 +41,7 @@ fn subnav(current: &str) -> Value {
 /// for).
 async fn admin_of(state: &AppState, viewer: &Viewer) -> Result<Admin, Box<HttpResponse>> {
     state
-        .auth
+        .admin
         .authorize_admin(&viewer.principal)
         .await
         .map_err(|e| Box::new(viewer.failure(&Shown::from(e))))
@@ -78,7 +78,7 @@ async fn account_id(state: &AppState, admin: &Admin, raw: &str) -> Result<String
     }
     let wanted = aigw_domain::normalize_email(raw);
     let first = PageRequest { limit: Some("2".to_owned()), cursor: None };
-    let found = state.auth.admin_list_users(admin, Some(wanted.clone()), &first).await?;
+    let found = state.admin.admin_list_users(admin, Some(wanted.clone()), &first).await?;
     found
         .items
         .into_iter()
@@ -122,7 +122,7 @@ async fn users_page(
     let q = query.q.trim();
     let prefix = Some(q.to_owned()).filter(|q| !q.is_empty());
     let listed =
-        state.auth.admin_list_users(admin, prefix, &page_request(query.cursor.as_ref())).await;
+        state.admin.admin_list_users(admin, prefix, &page_request(query.cursor.as_ref())).await;
     let (users, next, error) = match listed {
         Ok(page) => {
             let rows: Vec<Value> =
@@ -219,7 +219,7 @@ async fn change_user(
         },
     };
     let changed = match update {
-        Ok(update) => state.auth.admin_update_user(&admin, id, update).await.map_err(Shown::from),
+        Ok(update) => state.admin.admin_update_user(&admin, id, update).await.map_err(Shown::from),
         Err(shown) => Err(shown),
     };
     let back = UsersQuery { q: form.q.trim().to_owned(), cursor: None };
@@ -317,7 +317,7 @@ async fn find_keys(
     };
     let key_prefix = Some(prefix.to_owned()).filter(|p| !p.is_empty());
     let page = page_request(query.cursor.as_ref());
-    let keys = state.auth.admin_list_api_keys(admin, owner_id, key_prefix, &page).await?;
+    let keys = state.admin.admin_list_api_keys(admin, owner_id, key_prefix, &page).await?;
     let ids: Vec<String> = keys
         .items
         .iter()
@@ -326,7 +326,7 @@ async fn find_keys(
         .into_iter()
         .collect();
     let owners: HashMap<String, String> = state
-        .auth
+        .admin
         .admin_users_by_id(admin, &ids)
         .await?
         .into_iter()
@@ -421,7 +421,7 @@ pub(crate) async fn revoke_key(
         owner: form.owner.trim().to_owned(),
         cursor: None,
     };
-    match state.auth.admin_revoke_api_key(&admin, &id).await {
+    match state.admin.admin_revoke_api_key(&admin, &id).await {
         Ok(key) => {
             let location = with_query(
                 "/admin/keys",
@@ -484,7 +484,7 @@ async fn invitations_page(
     values: &InvitationForm,
     error: Option<Shown>,
 ) -> HttpResponse {
-    let listed = state.auth.admin_list_invitations(admin, &page_request(cursor)).await;
+    let listed = state.admin.admin_list_invitations(admin, &page_request(cursor)).await;
     let (invitations, next, error) = match listed {
         Ok(page) => {
             let rows: Vec<Value> = page.items.iter().map(invitation_row).collect();
@@ -545,7 +545,7 @@ pub(crate) async fn create_invitation(
         day => Some(format!("{day}T23:59:59Z")),
     };
     let created =
-        state.auth.admin_create_invitation(&admin, form.email.trim(), expires_at.as_deref()).await;
+        state.admin.admin_create_invitation(&admin, form.email.trim(), expires_at.as_deref()).await;
     match created {
         Ok(created) => viewer.page(
             StatusCode::CREATED,
@@ -581,7 +581,7 @@ pub(crate) async fn revoke_invitation(
         Ok(admin) => admin,
         Err(refused) => return *refused,
     };
-    match state.auth.admin_revoke_invitation(&admin, &id).await {
+    match state.admin.admin_revoke_invitation(&admin, &id).await {
         Ok(()) => {
             viewer.keys().see_other_with_notice("/admin/invitations", "The invitation is revoked.")
         }
@@ -645,7 +645,7 @@ pub(crate) async fn audit(
         };
         let action = Some(action.to_owned()).filter(|a| !a.is_empty());
         let page = page_request(query.cursor.as_ref());
-        state.auth.admin_audit_events(&admin, user_id, action, &page).await
+        state.admin.admin_audit_events(&admin, user_id, action, &page).await
     }
     .await;
     let (events, next, error) = match listed {

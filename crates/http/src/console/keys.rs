@@ -32,7 +32,7 @@ pub(crate) async fn list(
     let page = PageRequest { limit: Some(PAGE_SIZE.to_owned()), cursor: query.cursor.clone() };
     let result = async {
         let caller = viewer.authorized::<op::ReadAccount>()?;
-        let keys = state.auth.list_api_keys_page(&caller, &page).await?;
+        let keys = state.api_keys.list_api_keys_page(&caller, &page).await?;
         let spend = state.usage.period_spend(caller.user_id(), &keys.items).await?;
         Ok::<_, ServiceError>((keys, spend))
     }
@@ -151,7 +151,7 @@ async fn new_key_page(
     let teams = match viewer.authorized::<op::ReadAccount>() {
         Ok(caller) => {
             let first = PageRequest { limit: Some("200".to_owned()), cursor: None };
-            state.auth.list_teams(&caller, &first).await.map(|p| p.items).unwrap_or_default()
+            state.teams.list_teams(&caller, &first).await.map(|p| p.items).unwrap_or_default()
         }
         Err(_) => Vec::new(),
     };
@@ -182,7 +182,7 @@ pub(crate) async fn create(
     let created = async {
         let request = form.request()?;
         let caller = viewer.authorized::<op::CreateApiKey>().map_err(Shown::from)?;
-        state.auth.create_api_key(&caller, request).await.map_err(Shown::from)
+        state.api_keys.create_api_key(&caller, request).await.map_err(Shown::from)
     }
     .await;
     match created {
@@ -204,7 +204,7 @@ pub(crate) async fn show(
 ) -> HttpResponse {
     let result = async {
         let caller = viewer.authorized::<op::ReadAccount>()?;
-        let key = state.auth.api_key(&caller, &id).await?;
+        let key = state.api_keys.api_key(&caller, &id).await?;
         let spend = state.usage.period_spend(caller.user_id(), std::slice::from_ref(&key)).await?;
         Ok::<_, ServiceError>((key, spend))
     }
@@ -254,7 +254,7 @@ pub(crate) async fn rotate(
         let grace =
             optional::<i64>("grace_period_secs", form.grace_period_secs.as_deref().unwrap_or(""))?;
         let caller = viewer.authorized::<op::UpdateApiKey>().map_err(Shown::from)?;
-        state.auth.rotate_api_key(&caller, &id, grace).await.map_err(Shown::from)
+        state.api_keys.rotate_api_key(&caller, &id, grace).await.map_err(Shown::from)
     }
     .await;
     match rotated {
@@ -280,7 +280,7 @@ pub(crate) async fn revoke(
         return *refused;
     }
     let revoked = match viewer.authorized::<op::ChangeApiKey>() {
-        Ok(caller) => state.auth.revoke_api_key(&caller, &id).await,
+        Ok(caller) => state.api_keys.revoke_api_key(&caller, &id).await,
         Err(e) => Err(e),
     };
     match revoked {
@@ -304,7 +304,7 @@ pub(crate) async fn delete(
         return *refused;
     }
     let deleted = match viewer.authorized::<op::ChangeApiKey>() {
-        Ok(caller) => state.auth.delete_api_key(&caller, &id).await,
+        Ok(caller) => state.api_keys.delete_api_key(&caller, &id).await,
         Err(e) => Err(e),
     };
     match deleted {

@@ -393,7 +393,7 @@ async fn viewer_of(req: &HttpRequest) -> Result<Viewer, NoViewer> {
     }
     let mut principal = None;
     if let Some(access) = &access {
-        match state.auth.authenticate(Some(&format!("Bearer {access}"))).await {
+        match state.authenticator.authenticate(Some(&format!("Bearer {access}"))).await {
             Ok(p @ Principal::User { .. }) => principal = Some(p),
             Ok(Principal::ApiKey { .. }) | Err(ServiceError::Unauthorized { .. }) => {}
             Err(e) => return Err(refused(e)),
@@ -405,7 +405,7 @@ async fn viewer_of(req: &HttpRequest) -> Result<Viewer, NoViewer> {
         if state.limits.refuse_if_failing(req).await.is_err() {
             return Err(logged_out());
         }
-        let tokens = match state.auth.refresh(&refresh).await {
+        let tokens = match state.accounts.refresh(&refresh).await {
             Ok(tokens) => tokens,
             Err(ServiceError::Unauthorized { .. }) => {
                 state.limits.count_failure(req).await;
@@ -413,7 +413,11 @@ async fn viewer_of(req: &HttpRequest) -> Result<Viewer, NoViewer> {
             }
             Err(e) => return Err(refused(e)),
         };
-        match state.auth.authenticate(Some(&format!("Bearer {}", tokens.access_token))).await {
+        match state
+            .authenticator
+            .authenticate(Some(&format!("Bearer {}", tokens.access_token)))
+            .await
+        {
             Ok(p @ Principal::User { .. }) => principal = Some(p),
             Ok(Principal::ApiKey { .. }) | Err(ServiceError::Unauthorized { .. }) => {
                 return Err(logged_out())
@@ -427,7 +431,7 @@ async fn viewer_of(req: &HttpRequest) -> Result<Viewer, NoViewer> {
         return Err(NoViewer::Refused(Shown::from(e)));
     }
     let reader = Authorized::<op::ReadAccount>::check(principal.clone()).map_err(refused)?;
-    let user = match state.auth.me(&reader).await {
+    let user = match state.accounts.me(&reader).await {
         Ok(user) => user,
         Err(ServiceError::Unauthorized { .. } | ServiceError::NotFound { .. }) => {
             return Err(logged_out())

@@ -119,7 +119,8 @@ pub(crate) async fn login(
         state.limits.refuse_if_failing(&req).await?;
         state.limits.login(&req, &form.email).await?;
         let client = client_info(&state, &req);
-        failures_counted(&state, &req, state.auth.login(&form.email, form.password, &client)).await
+        failures_counted(&state, &req, state.accounts.login(&form.email, form.password, &client))
+            .await
     }
     .await;
     count_login(&state, &result);
@@ -163,7 +164,7 @@ pub(crate) async fn login_mfa(
             SecondFactor::from_fields(Some(code), None)?
         };
         let client = client_info(&state, &req);
-        let completed = state.auth.complete_mfa_login(&form.mfa_token, &factor, &client);
+        let completed = state.accounts.complete_mfa_login(&form.mfa_token, &factor, &client);
         failures_counted(&state, &req, completed).await
     }
     .await;
@@ -223,7 +224,7 @@ pub(crate) async fn register(
         state.limits.by_ip(&req, Policy::Register).await?;
         let client = client_info(&state, &req);
         Ok::<_, crate::error::ApiError>(
-            state.auth.register(&form.email, form.password, name, invitation, &client).await?,
+            state.accounts.register(&form.email, form.password, name, invitation, &client).await?,
         )
     }
     .await;
@@ -268,7 +269,7 @@ pub(crate) async fn password_reset(
     };
     let result = async {
         state.limits.password_reset(&req, &form.email).await?;
-        state.auth.request_password_reset(&form.email)?;
+        state.account_email.request_password_reset(&form.email)?;
         Ok::<_, crate::error::ApiError>(())
     }
     .await;
@@ -303,7 +304,7 @@ pub(crate) async fn logout(
         return *refused;
     }
     let ended = match viewer.authorized::<op::Logout>() {
-        Ok(caller) => state.auth.logout(&caller, LogoutScope::Local, None).await,
+        Ok(caller) => state.accounts.logout(&caller, LogoutScope::Local, None).await,
         Err(e) => Err(e),
     };
     match ended {

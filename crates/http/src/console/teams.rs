@@ -94,7 +94,7 @@ async fn teams_page(
     error: Option<Shown>,
 ) -> HttpResponse {
     let teams = match viewer.authorized::<op::ReadAccount>() {
-        Ok(caller) => state.auth.list_teams(&caller, &page_of(cursor)).await,
+        Ok(caller) => state.teams.list_teams(&caller, &page_of(cursor)).await,
         Err(e) => Err(e),
     };
     let teams = match teams {
@@ -140,7 +140,7 @@ pub(crate) async fn create(
     let created = match viewer.authorized::<op::ManageAccount>() {
         Ok(caller) => {
             let request = NewTeam { name: form.name.clone(), ..NewTeam::default() };
-            state.auth.create_team(&caller, request).await
+            state.teams.create_team(&caller, request).await
         }
         Err(e) => Err(e),
     };
@@ -326,23 +326,23 @@ async fn read_team(
     query: &TeamQuery,
 ) -> Result<(TeamView, Lists), ServiceError> {
     let reader = viewer.authorized::<op::ReadAccount>()?;
-    let team = state.auth.get_team(&reader, id).await?;
+    let team = state.teams.get_team(&reader, id).await?;
     let members =
-        state.auth.list_team_members(&reader, id, &page_of(query.members_cursor.as_ref())).await?;
+        state.teams.list_team_members(&reader, id, &page_of(query.members_cursor.as_ref())).await?;
     let managed = if manages(viewer, &team) {
         let invitations = state
-            .auth
+            .teams
             .list_team_invitations(&reader, id, &page_of(query.invitations_cursor.as_ref()))
             .await?;
         let keys = state
-            .auth
+            .teams
             .list_team_api_keys(&reader, id, &page_of(query.keys_cursor.as_ref()))
             .await?;
         let usage = viewer.authorized::<op::ReadUsage>()?;
         let grouped =
             |group: &str| UsageQuery { group_by: Some(group.to_owned()), ..UsageQuery::default() };
-        let by_member = state.auth.team_usage(&usage, id, grouped("member")).await?;
-        let by_key = state.auth.team_usage(&usage, id, grouped("api_key")).await?;
+        let by_member = state.teams.team_usage(&usage, id, grouped("member")).await?;
+        let by_key = state.teams.team_usage(&usage, id, grouped("api_key")).await?;
         Some(Managed { invitations, keys, by_member, by_key })
     } else {
         None
@@ -616,10 +616,10 @@ pub(crate) async fn update_policy(
     };
     let changed = async {
         let reader = viewer.authorized::<op::ReadAccount>().map_err(Shown::from)?;
-        let team = state.auth.get_team(&reader, &id).await.map_err(Shown::from)?;
+        let team = state.teams.get_team(&reader, &id).await.map_err(Shown::from)?;
         let patch = form.patch(&team)?;
         let caller = viewer.authorized::<op::ManageAccount>().map_err(Shown::from)?;
-        state.auth.update_team(&caller, &id, patch).await.map_err(Shown::from)
+        state.teams.update_team(&caller, &id, patch).await.map_err(Shown::from)
     }
     .await;
     let done = match changed {
@@ -654,7 +654,7 @@ pub(crate) async fn add_member(
         Ok(caller) => {
             let role = Some(form.role.trim().to_owned()).filter(|r| !r.is_empty());
             let request = NewMember { email: form.email.clone(), role };
-            state.auth.add_team_member(&caller, &id, request).await
+            state.teams.add_team_member(&caller, &id, request).await
         }
         Err(e) => Err(e),
     };
@@ -713,7 +713,7 @@ pub(crate) async fn update_member_role(
                 role: Some(form.role.trim().to_owned()),
                 budget_usd: None,
             };
-            state.auth.update_team_member(&caller, &id, &user_id, patch).await
+            state.teams.update_team_member(&caller, &id, &user_id, patch).await
         }
         Err(e) => Err(e),
     };
@@ -747,7 +747,7 @@ pub(crate) async fn remove_member(
         return *refused;
     }
     let removed = match viewer.authorized::<op::ManageAccount>() {
-        Ok(caller) => state.auth.remove_team_member(&caller, &id, &user_id).await,
+        Ok(caller) => state.teams.remove_team_member(&caller, &id, &user_id).await,
         Err(e) => Err(e),
     };
     match removed {
@@ -776,7 +776,7 @@ pub(crate) async fn revoke_invitation(
         return *refused;
     }
     let revoked = match viewer.authorized::<op::ManageAccount>() {
-        Ok(caller) => state.auth.revoke_team_invitation(&caller, &id, &invitation_id).await,
+        Ok(caller) => state.teams.revoke_team_invitation(&caller, &id, &invitation_id).await,
         Err(e) => Err(e),
     };
     let done = match revoked {
@@ -800,7 +800,7 @@ pub(crate) async fn revoke_key(
         return *refused;
     }
     let revoked = match viewer.authorized::<op::ChangeApiKey>() {
-        Ok(caller) => state.auth.revoke_team_api_key(&caller, &id, &key_id).await,
+        Ok(caller) => state.teams.revoke_team_api_key(&caller, &id, &key_id).await,
         Err(e) => Err(e),
     };
     let done = match revoked {
@@ -823,7 +823,7 @@ pub(crate) async fn delete(
         return *refused;
     }
     let deleted = match viewer.authorized::<op::ManageAccount>() {
-        Ok(caller) => state.auth.delete_team(&caller, &id).await,
+        Ok(caller) => state.teams.delete_team(&caller, &id).await,
         Err(e) => Err(e),
     };
     match deleted {
@@ -871,7 +871,7 @@ pub(crate) async fn new_key_form(
     id: web::Path<TeamId>,
 ) -> HttpResponse {
     let team = match viewer.authorized::<op::ReadAccount>() {
-        Ok(reader) => state.auth.get_team(&reader, &id).await,
+        Ok(reader) => state.teams.get_team(&reader, &id).await,
         Err(e) => Err(e),
     };
     match team {
@@ -896,7 +896,7 @@ pub(crate) async fn create_key(
         Err(refused) => return *refused,
     };
     let team = match viewer.authorized::<op::ReadAccount>() {
-        Ok(reader) => state.auth.get_team(&reader, &id).await,
+        Ok(reader) => state.teams.get_team(&reader, &id).await,
         Err(e) => Err(e),
     };
     let team = match team {
@@ -906,7 +906,7 @@ pub(crate) async fn create_key(
     let created = async {
         let request = form.request()?;
         let caller = viewer.authorized::<op::CreateApiKey>().map_err(Shown::from)?;
-        state.auth.create_team_api_key(&caller, &id, request).await.map_err(Shown::from)
+        state.teams.create_team_api_key(&caller, &id, request).await.map_err(Shown::from)
     }
     .await;
     match created {

@@ -262,7 +262,7 @@ pub(crate) async fn show(
     let keys = async {
         let reader = viewer.authorized::<op::ReadAccount>()?;
         let first = PageRequest { limit: Some(KEYS_LISTED.to_owned()), cursor: None };
-        state.auth.list_api_keys_page(&reader, &first).await
+        state.api_keys.list_api_keys_page(&reader, &first).await
     }
     .await;
     let keys = match keys {

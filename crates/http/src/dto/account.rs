@@ -112,8 +112,8 @@ pub(crate) struct AuditEventDto {
     pub(crate) details: serde_json::Value,
 }
 
-impl From<aigw_service::admin::audit::AuditEventView> for AuditEventDto {
-    fn from(e: aigw_service::admin::audit::AuditEventView) -> Self {
+impl From<aigw_service::audit::AuditEventView> for AuditEventDto {
+    fn from(e: aigw_service::audit::AuditEventView) -> Self {
         Self {
             id: e.id,
             at: format_timestamp(e.at),
@@ -138,8 +138,8 @@ pub(crate) struct AuditListData {
     pub(crate) next_cursor: Option<String>,
 }
 
-impl From<aigw_service::Page<aigw_service::admin::audit::AuditEventView>> for AuditListData {
-    fn from(p: aigw_service::Page<aigw_service::admin::audit::AuditEventView>) -> Self {
+impl From<aigw_service::Page<aigw_service::audit::AuditEventView>> for AuditListData {
+    fn from(p: aigw_service::Page<aigw_service::audit::AuditEventView>) -> Self {
         Self { events: p.items.into_iter().map(Into::into).collect(), next_cursor: p.next_cursor }
     }
 }

@@ -3,8 +3,8 @@
 //! arrived).
 
 use crate::error::ErrorCause;
-use crate::middleware::request_id::{self, REQUEST_ID, X_REQUEST_ID};
 use crate::observe::metric;
+use crate::request_id::{self, REQUEST_ID, X_REQUEST_ID};
 use crate::state::AppState;
 use crate::telemetry;
 use actix_web::body::{BodySize, BoxBody, MessageBody};
@@ -134,10 +134,8 @@ pub(crate) async fn access_log(
     // Held by the access entry: the span ends with the answer's last byte, not its head.
     let request_span = span.clone();
     let audit = audit_context(&req, entry.client_ip.clone(), &id);
-    let handled = aigw_service::admin::audit::with_context(
-        audit,
-        REQUEST_ID.scope(id.clone(), next.call(req)),
-    );
+    let handled =
+        aigw_service::audit::with_context(audit, REQUEST_ID.scope(id.clone(), next.call(req)));
     let handled = if span.is_none() { handled.await } else { handled.instrument(span).await };
     let mut response = match handled {
         Ok(response) => response.map_into_boxed_body(),
@@ -370,12 +368,12 @@ fn audit_context(
     req: &ServiceRequest,
     ip: Option<String>,
     request_id: &str,
-) -> aigw_service::admin::audit::AuditContext {
+) -> aigw_service::audit::AuditContext {
     let client = aigw_service::ClientInfo::new(
         ip,
         req.headers().get(actix_web::http::header::USER_AGENT).and_then(|v| v.to_str().ok()),
     );
-    aigw_service::admin::audit::AuditContext {
+    aigw_service::audit::AuditContext {
         ip: client.ip,
         user_agent: client.user_agent,
         request_id: Some(request_id.to_owned()),

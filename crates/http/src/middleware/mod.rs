@@ -5,4 +5,3 @@
 pub(crate) mod access_log;
 pub(crate) mod connections;
 pub(crate) mod rate_limit_headers;
-pub(crate) mod request_id;

@@ -27,7 +27,7 @@ pub(crate) async fn list_sessions(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    let sessions = state.auth.list_sessions(&caller).await?;
+    let sessions = state.accounts.list_sessions(&caller).await?;
     let sessions = sessions.into_iter().map(SessionDto::from).collect();
     Ok(HttpResponse::Ok().json(Envelope::ok(SessionListData { sessions })))
 }
@@ -50,7 +50,7 @@ pub(crate) async fn end_session(
     id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    state.auth.end_session(&caller, &id).await?;
+    state.accounts.end_session(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(EndedSessionData { id, revoked: true })))
 }
 
@@ -70,7 +70,7 @@ pub(crate) async fn update_me(
     body: After<JsonBody<UpdateMeRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
-    let user = state.auth.update_name(&caller, &body.name).await?;
+    let user = state.accounts.update_name(&caller, &body.name).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MeData { user: user.into() })))
 }
 
@@ -93,7 +93,7 @@ pub(crate) async fn change_password(
     body: After<JsonBody<ChangePasswordRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
-    let change = state.auth.change_password(&caller, body.current_password, body.new_password);
+    let change = state.accounts.change_password(&caller, body.current_password, body.new_password);
     let set = failures_counted(&state, &req, change).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
 }
@@ -120,6 +120,6 @@ pub(crate) async fn audit(
 ) -> Result<HttpResponse, ApiError> {
     let mut params = query_params(&req, &["action", "limit", "cursor"])?;
     let page = PageRequest { limit: params.remove("limit"), cursor: params.remove("cursor") };
-    let events = state.auth.own_audit_events(&caller, params.remove("action"), &page).await?;
+    let events = state.accounts.own_audit_events(&caller, params.remove("action"), &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AuditListData::from(events))))
 }

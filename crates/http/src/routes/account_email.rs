@@ -44,7 +44,7 @@ pub(crate) async fn request_verification(
     Authorized(caller): Authorized<op::ManageAccount>,
 ) -> Result<HttpResponse, ApiError> {
     state.limits.by_user(&req, Policy::EmailSend, caller.user_id()).await?;
-    let link = state.auth.request_verification(&caller).await?;
+    let link = state.account_email.request_verification(&caller).await?;
     let data = EmailSentData { email: link.email, expires_at: format_timestamp(link.expires_at) };
     Ok(HttpResponse::Accepted().json(Envelope::ok(data)))
 }
@@ -66,7 +66,8 @@ pub(crate) async fn verify(
     state.limits.refuse_if_failing(&req).await?;
     let JsonBody(body) = body;
     let user =
-        token_failures_counted(&state, &req, state.auth.verify_email(&body.token).await).await?;
+        token_failures_counted(&state, &req, state.account_email.verify_email(&body.token).await)
+            .await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MeData { user: user.into() })))
 }
 
@@ -89,7 +90,7 @@ pub(crate) async fn change(
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
     state.limits.by_user(&req, Policy::EmailSend, caller.user_id()).await?;
-    let change = state.auth.request_email_change(&caller, &body.email, body.password);
+    let change = state.account_email.request_email_change(&caller, &body.email, body.password);
     let pending = super::attempts::failures_counted(&state, &req, change).await?;
     let data =
         EmailSentData { email: pending.email, expires_at: format_timestamp(pending.expires_at) };
@@ -111,7 +112,7 @@ pub(crate) async fn request_reset(
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body;
     state.limits.password_reset(&req, &body.email).await?;
-    state.auth.request_password_reset(&body.email)?;
+    state.account_email.request_password_reset(&body.email)?;
     let data = PasswordResetAcceptedData { accepted: true };
     Ok(HttpResponse::Accepted().json(Envelope::ok(data)))
 }
@@ -131,7 +132,7 @@ pub(crate) async fn confirm_reset(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.refuse_if_failing(&req).await?;
     let JsonBody(body) = body;
-    let reset = state.auth.confirm_password_reset(&body.token, body.password).await;
+    let reset = state.account_email.confirm_password_reset(&body.token, body.password).await;
     let ended_sessions = token_failures_counted(&state, &req, reset).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(PasswordResetDoneData { ended_sessions })))
 }

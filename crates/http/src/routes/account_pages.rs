@@ -147,7 +147,7 @@ pub(crate) async fn verify_email_submit(
             "Too many tries. Wait a minute.",
         );
     }
-    match state.auth.verify_email(&form.token).await {
+    match state.account_email.verify_email(&form.token).await {
         Ok(user) => message(
             StatusCode::OK,
             "E-mail address confirmed",
@@ -200,7 +200,7 @@ pub(crate) async fn reset_password_submit(
             "Too many tries. Wait a minute.",
         );
     }
-    match state.auth.confirm_password_reset(&form.token, form.password.clone()).await {
+    match state.account_email.confirm_password_reset(&form.token, form.password.clone()).await {
         Ok(_) => message(
             StatusCode::OK,
             "Password changed",

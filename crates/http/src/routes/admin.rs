@@ -40,7 +40,7 @@ pub(crate) async fn list_users(
 ) -> Result<HttpResponse, ApiError> {
     let mut params = query_params(&req, &["limit", "cursor", "email"])?;
     let page = page_request(&mut params);
-    let users = state.auth.admin_list_users(&admin, params.remove("email"), &page).await?;
+    let users = state.admin.admin_list_users(&admin, params.remove("email"), &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(UserListData::from(users))))
 }
 
@@ -61,7 +61,7 @@ pub(crate) async fn get_user(
     id: After<PathId<UserId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    let user = state.auth.admin_get_user(&admin, &id).await?;
+    let user = state.admin.admin_get_user(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }
 
@@ -89,7 +89,7 @@ pub(crate) async fn update_user(
     let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
     let update = UserUpdate { role: body.role.map(Into::into), disabled: body.disabled };
-    let user = state.auth.admin_update_user(&admin, &id, update).await?;
+    let user = state.admin.admin_update_user(&admin, &id, update).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }
 
@@ -117,7 +117,7 @@ pub(crate) async fn list_api_keys(
     let mut params = query_params(&req, &["user_id", "key_prefix", "limit", "cursor"])?;
     let page = page_request(&mut params);
     let (user_id, key_prefix) = (params.remove("user_id"), params.remove("key_prefix"));
-    let keys = state.auth.admin_list_api_keys(&admin, user_id, key_prefix, &page).await?;
+    let keys = state.admin.admin_list_api_keys(&admin, user_id, key_prefix, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyListData::from(keys))))
 }
 
@@ -138,7 +138,7 @@ pub(crate) async fn revoke_api_key(
     id: After<PathId<ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    let key = state.auth.admin_revoke_api_key(&admin, &id).await?;
+    let key = state.admin.admin_revoke_api_key(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminApiKeyDto::from(key))))
 }
 
@@ -165,7 +165,7 @@ pub(crate) async fn audit(
     let mut params = query_params(&req, &["user_id", "action", "limit", "cursor"])?;
     let page = page_request(&mut params);
     let (user_id, action) = (params.remove("user_id"), params.remove("action"));
-    let events = state.auth.admin_audit_events(&admin, user_id, action, &page).await?;
+    let events = state.admin.admin_audit_events(&admin, user_id, action, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AuditListData::from(events))))
 }
 
@@ -187,8 +187,10 @@ pub(crate) async fn create_invitation(
     body: After<JsonBody<CreateInvitationRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
-    let created =
-        state.auth.admin_create_invitation(&admin, &body.email, body.expires_at.as_deref()).await?;
+    let created = state
+        .admin
+        .admin_create_invitation(&admin, &body.email, body.expires_at.as_deref())
+        .await?;
     Ok(HttpResponse::Created().json(Envelope::ok(InvitationData::from(created))))
 }
 
@@ -213,7 +215,7 @@ pub(crate) async fn list_invitations(
 ) -> Result<HttpResponse, ApiError> {
     let mut params = query_params(&req, &["limit", "cursor"])?;
     let page = page_request(&mut params);
-    let invitations = state.auth.admin_list_invitations(&admin, &page).await?;
+    let invitations = state.admin.admin_list_invitations(&admin, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(InvitationListData::from(invitations))))
 }
 
@@ -234,6 +236,6 @@ pub(crate) async fn revoke_invitation(
     id: After<PathId>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    state.auth.admin_revoke_invitation(&admin, &id).await?;
+    state.admin.admin_revoke_invitation(&admin, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id, deleted: true })))
 }

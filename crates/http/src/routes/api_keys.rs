@@ -47,7 +47,7 @@ pub(crate) async fn create(
         team_id: body.team_id.take(),
     };
     idempotency::run(&state, &req, &caller, &raw, StatusCode::CREATED, render_created, |rec| {
-        state.auth.create_api_key_recorded(&caller, request, rec)
+        state.api_keys.create_api_key_recorded(&caller, request, rec)
     })
     .await
 }
@@ -77,10 +77,10 @@ pub(crate) async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let mut params = query_params(&req, &["limit", "cursor"])?;
     let (keys, next_cursor) = if params.is_empty() {
-        (state.auth.list_api_keys(&caller).await?, Paged::Whole)
+        (state.api_keys.list_api_keys(&caller).await?, Paged::Whole)
     } else {
         let page = PageRequest { limit: params.remove("limit"), cursor: params.remove("cursor") };
-        let page = state.auth.list_api_keys_page(&caller, &page).await?;
+        let page = state.api_keys.list_api_keys_page(&caller, &page).await?;
         (page.items, Paged::Page(page.next_cursor))
     };
     let usage = state.usage.usage_30d(caller.user_id(), None).await?;
@@ -127,7 +127,7 @@ pub(crate) async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
-    let key = state.auth.update_api_key(&caller, &id, body.into()).await?;
+    let key = state.api_keys.update_api_key(&caller, &id, body.into()).await?;
     let key = key_object(&state, caller.user_id(), key).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(key)))
 }
@@ -156,7 +156,7 @@ pub(crate) async fn rotate(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let OptionalJsonBody(body) = body.into_inner()?;
-    let rotated = state.auth.rotate_api_key(&caller, &id, body.grace_period_secs).await?;
+    let rotated = state.api_keys.rotate_api_key(&caller, &id, body.grace_period_secs).await?;
     let api_key = key_object(&state, caller.user_id(), rotated.view).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(CreatedApiKeyDto { key: rotated.key, api_key })))
 }
@@ -178,7 +178,7 @@ pub(crate) async fn revoke(
     id: After<PathId<ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    let key = state.auth.revoke_api_key(&caller, &id).await?;
+    let key = state.api_keys.revoke_api_key(&caller, &id).await?;
     let key = key_object(&state, caller.user_id(), key).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(key)))
 }
@@ -199,6 +199,6 @@ pub(crate) async fn delete(
     id: After<PathId<ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    state.auth.delete_api_key(&caller, &id).await?;
+    state.api_keys.delete_api_key(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(DeletedData { id: id.into(), deleted: true })))
 }

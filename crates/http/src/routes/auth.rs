@@ -30,7 +30,8 @@ pub(crate) async fn register(
     state.limits.by_ip(&req, Policy::Register).await?;
     let client = client_info(&state, &req);
     let (name, invitation) = (body.name.as_deref(), body.invitation.as_deref());
-    let set = state.auth.register(&body.email, body.password, name, invitation, &client).await?;
+    let set =
+        state.accounts.register(&body.email, body.password, name, invitation, &client).await?;
     state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
     let tokens = TokenSetDto::from(set);
     let data = RegisterData {
@@ -63,7 +64,7 @@ pub(crate) async fn login(
         state.limits.refuse_if_failing(&req).await?;
         state.limits.login(&req, &body.email).await?;
         let client = client_info(&state, &req);
-        let login = state.auth.login(&body.email, body.password, &client);
+        let login = state.accounts.login(&body.email, body.password, &client);
         failures_counted(&state, &req, login).await
     }
     .await;
@@ -98,7 +99,7 @@ pub(crate) async fn me(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    let user = state.auth.me(&caller).await?;
+    let user = state.accounts.me(&caller).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MeData { user: user.into() })))
 }
 
@@ -117,7 +118,7 @@ pub(crate) async fn refresh(
 ) -> Result<HttpResponse, ApiError> {
     state.limits.refuse_if_failing(&req).await?;
     state.limits.by_ip(&req, Policy::Refresh).await?;
-    let set = failures_counted(&state, &req, state.auth.refresh(&body.refresh_token)).await?;
+    let set = failures_counted(&state, &req, state.accounts.refresh(&body.refresh_token)).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))
 }
 
@@ -141,7 +142,8 @@ pub(crate) async fn logout(
         LogoutScopeDto::Global => LogoutScope::Global,
         LogoutScopeDto::Others => LogoutScope::Others,
     };
-    let revoked_sessions = state.auth.logout(&caller, scope, body.refresh_token.as_deref()).await?;
+    let revoked_sessions =
+        state.accounts.logout(&caller, scope, body.refresh_token.as_deref()).await?;
     state
         .telemetry
         .metrics
@@ -157,5 +159,5 @@ pub(crate) async fn logout(
 pub(crate) async fn jwks(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header(("cache-control", "public, max-age=300"))
-        .json(state.auth.tokens().jwks())
+        .json(state.context.tokens().jwks())
 }

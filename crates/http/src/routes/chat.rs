@@ -88,10 +88,10 @@ pub(crate) async fn completions(
     Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.ensure_email_verified(&caller).await?;
+    state.account_email.ensure_email_verified(&caller).await?;
     // Read only now that the caller is known (see `read_json_payload`).
     let body = read_json_payload(&req, payload).await?;
-    let request_id = crate::middleware::request_id::current_request_id();
+    let request_id = crate::request_id::current_request_id();
     let arrived = req
         .extensions()
         .get::<crate::middleware::access_log::Arrival>()

@@ -27,12 +27,12 @@ pub(crate) async fn healthz() -> HttpResponse {
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, flushes, restarts, lost, records_dropped}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`)")))]
 pub(crate) async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let feed = state.auth.credential_cache().health();
+    let feed = state.context.credential_cache().health();
     let change_feed = json!({
         "status": if feed.fresh { "ok" } else { "stale" },
         "lag_ms": feed.lag_ms,
     });
-    let mut response = match state.auth.db().readiness().await {
+    let mut response = match state.context.db().readiness().await {
         Ok(()) => {
             let mut body = json!({"status": "ready", "database": "ok", "change_feed": change_feed});
             if state.limits.limiter().uses_redis() {
@@ -77,6 +77,6 @@ pub(crate) async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     responses((status = 200, description = "Prometheus text exposition format 0.0.4 (docs/operations.md)",
         content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)))]
 pub(crate) async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let body = state.telemetry.render(&state.auth, state.limits.limiter(), &state.usage);
+    let body = state.telemetry.render(&state.context, state.limits.limiter(), &state.usage);
     HttpResponse::Ok().content_type(crate::observe::CONTENT_TYPE).body(body)
 }

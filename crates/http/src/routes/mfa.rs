@@ -29,7 +29,7 @@ pub(crate) async fn status(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    let status = state.auth.mfa_status(&caller).await?;
+    let status = state.mfa.mfa_status(&caller).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MfaStatusData::from(status))))
 }
 
@@ -48,7 +48,7 @@ pub(crate) async fn enroll(
     state: web::Data<AppState>,
     Authorized(caller): Authorized<op::ManageAccount>,
 ) -> Result<HttpResponse, ApiError> {
-    let enrollment = state.auth.mfa_enroll(&caller).await?;
+    let enrollment = state.mfa.mfa_enroll(&caller).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MfaEnrollmentData::from(enrollment))))
 }
 
@@ -70,7 +70,7 @@ pub(crate) async fn confirm(
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
     let code = TotpCode::parse("code", &body.code)?;
-    let codes = state.auth.mfa_confirm(&caller, &code).await?;
+    let codes = state.mfa.mfa_confirm(&caller, &code).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MfaRecoveryCodesData::from(codes))))
 }
 
@@ -93,7 +93,7 @@ pub(crate) async fn disable(
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
     let factor = body.factor()?;
-    let disabled = state.auth.mfa_disable(&caller, body.password, &factor);
+    let disabled = state.mfa.mfa_disable(&caller, body.password, &factor);
     failures_counted(&state, &req, disabled).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MfaDisabledData { enabled: false })))
 }
@@ -117,7 +117,7 @@ pub(crate) async fn regenerate_recovery_codes(
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
     let factor = body.factor()?;
-    let regenerated = state.auth.mfa_regenerate_recovery_codes(&caller, body.password, &factor);
+    let regenerated = state.mfa.mfa_regenerate_recovery_codes(&caller, body.password, &factor);
     let codes = failures_counted(&state, &req, regenerated).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MfaRecoveryCodesData::from(codes))))
 }
@@ -141,7 +141,7 @@ pub(crate) async fn login_mfa(
     state.limits.by_ip(&req, Policy::Login).await?;
     let factor = body.factor()?;
     let client = client_info(&state, &req);
-    let completed = state.auth.complete_mfa_login(&body.mfa_token, &factor, &client);
+    let completed = state.accounts.complete_mfa_login(&body.mfa_token, &factor, &client);
     let set = failures_counted(&state, &req, completed).await?;
     state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
     Ok(HttpResponse::Ok().json(Envelope::ok(TokenSetDto::from(set))))

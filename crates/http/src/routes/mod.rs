@@ -8,6 +8,7 @@ pub(crate) mod api_keys;
 pub(crate) mod attempts;
 pub(crate) mod auth;
 pub(crate) mod chat;
+pub(crate) mod document;
 pub(crate) mod health;
 pub(crate) mod mfa;
 pub(crate) mod secret_scanning;
@@ -330,7 +331,7 @@ fn document_routes(cfg: &mut web::ServiceConfig) {
     // chat completions and streams go out as the upstream sent them, and the small
     // account bodies cost more to compress than to send (docs/performance.md).
     cfg.service(
-        one("/openapi.json", &["GET"], get_or_head().to(crate::openapi::serve))
+        one("/openapi.json", &["GET"], get_or_head().to(document::openapi))
             .wrap(actix_web::middleware::Compress::default()),
     );
 }

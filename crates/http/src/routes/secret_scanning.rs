@@ -9,7 +9,7 @@ use crate::dto::leaks::{
 use crate::dto::{BodyErrors, Envelope, ErrorEnvelope, ServerErrors};
 use crate::error::ApiError;
 use crate::extract::{AdminCaller, After, JsonBody, RawJson};
-use crate::middleware::request_id::current_request_id;
+use crate::request_id::current_request_id;
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::{time, ErrorCode};
@@ -72,7 +72,7 @@ pub(crate) async fn github(
             ));
         }
     };
-    let outcome = state.auth.revoke_reported_by_github(report).await.map_err(|e| match e {
+    let outcome = state.leaks.revoke_reported_by_github(report).await.map_err(|e| match e {
         LeakError::Replayed { body_digest } => ApiError::new(
             ErrorCode::Conflict,
             "this report was received before; nothing was changed",
@@ -105,6 +105,6 @@ pub(crate) async fn admin_leaked_keys(
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
     let tokens = leaks::pasted_list(body.secrets, body.url, body.source)?;
-    let outcome = state.auth.admin_revoke_leaked_keys(&admin, tokens).await?;
+    let outcome = state.leaks.admin_revoke_leaked_keys(&admin, tokens).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(LeakReportData::from(&outcome))))
 }

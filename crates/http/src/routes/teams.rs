@@ -45,7 +45,7 @@ pub(crate) async fn create(
     body: After<JsonBody<CreateTeamRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let JsonBody(body) = body.into_inner()?;
-    let team = state.auth.create_team(&caller, body.into_new()).await?;
+    let team = state.teams.create_team(&caller, body.into_new()).await?;
     Ok(HttpResponse::Created().json(Envelope::ok(TeamDto::from(team))))
 }
 
@@ -68,7 +68,7 @@ pub(crate) async fn list(
     Authorized(caller): Authorized<op::ReadAccount>,
 ) -> Result<HttpResponse, ApiError> {
     let page = page_request(&req)?;
-    let teams = state.auth.list_teams(&caller, &page).await?;
+    let teams = state.teams.list_teams(&caller, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamListData::from(teams))))
 }
 
@@ -91,7 +91,7 @@ pub(crate) async fn get(
     id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    let team = state.auth.get_team(&caller, &id).await?;
+    let team = state.teams.get_team(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDto::from(team))))
 }
 
@@ -117,7 +117,7 @@ pub(crate) async fn update(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
-    let team = state.auth.update_team(&caller, &id, body.into()).await?;
+    let team = state.teams.update_team(&caller, &id, body.into()).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDto::from(team))))
 }
 
@@ -140,7 +140,7 @@ pub(crate) async fn delete(
     id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    state.auth.delete_team(&caller, &id).await?;
+    state.teams.delete_team(&caller, &id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: id.into(), deleted: true })))
 }
 
@@ -167,7 +167,7 @@ pub(crate) async fn list_members(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let page = page_request(&req)?;
-    let members = state.auth.list_team_members(&caller, &id, &page).await?;
+    let members = state.teams.list_team_members(&caller, &id, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MemberListData::from(members))))
 }
 
@@ -194,7 +194,7 @@ pub(crate) async fn add_member(
     let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
     let request = NewMember { email: body.email, role: body.role };
-    let added = state.auth.add_team_member(&caller, &id, request).await?;
+    let added = state.teams.add_team_member(&caller, &id, request).await?;
     Ok(HttpResponse::Created().json(Envelope::ok(MemberAddedData::from(added))))
 }
 
@@ -222,7 +222,7 @@ pub(crate) async fn update_member(
     let PathIds(id, member) = ids.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
     let patch = MemberPatch { role: body.role, budget_usd: body.budget_usd };
-    let member = state.auth.update_team_member(&caller, &id, &member, patch).await?;
+    let member = state.teams.update_team_member(&caller, &id, &member, patch).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(MemberDto::from(member))))
 }
 
@@ -246,7 +246,7 @@ pub(crate) async fn remove_member(
     ids: After<PathIds<TeamId, UserId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, member) = ids.into_inner()?;
-    state.auth.remove_team_member(&caller, &id, &member).await?;
+    state.teams.remove_team_member(&caller, &id, &member).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: member.into(), deleted: true })))
 }
 
@@ -273,7 +273,7 @@ pub(crate) async fn list_invitations(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let page = page_request(&req)?;
-    let invitations = state.auth.list_team_invitations(&caller, &id, &page).await?;
+    let invitations = state.teams.list_team_invitations(&caller, &id, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamInvitationListData::from(invitations))))
 }
 
@@ -297,7 +297,7 @@ pub(crate) async fn revoke_invitation(
     ids: After<PathIds<TeamId, String>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, invitation) = ids.into_inner()?;
-    state.auth.revoke_team_invitation(&caller, &id, &invitation).await?;
+    state.teams.revoke_team_invitation(&caller, &id, &invitation).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: invitation, deleted: true })))
 }
 
@@ -331,7 +331,7 @@ pub(crate) async fn create_key(
         policy,
         team_id: None,
     };
-    let created = state.auth.create_team_api_key(&caller, &id, request).await?;
+    let created = state.teams.create_team_api_key(&caller, &id, request).await?;
     Ok(HttpResponse::Created().json(Envelope::ok(CreatedApiKeyDto::from(created))))
 }
 
@@ -358,7 +358,7 @@ pub(crate) async fn list_keys(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let page = page_request(&req)?;
-    let keys = state.auth.list_team_api_keys(&caller, &id, &page).await?;
+    let keys = state.teams.list_team_api_keys(&caller, &id, &page).await?;
     let api_keys = keys.items.into_iter().map(ApiKeyDto::from).collect();
     let data = TeamApiKeyListData { api_keys, next_cursor: keys.next_cursor };
     Ok(HttpResponse::Ok().json(Envelope::ok(data)))
@@ -387,7 +387,7 @@ pub(crate) async fn update_key(
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
-    let key = state.auth.update_team_api_key(&caller, &id, &key_id, body.into()).await?;
+    let key = state.teams.update_team_api_key(&caller, &id, &key_id, body.into()).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyDto::from(key))))
 }
 
@@ -415,7 +415,7 @@ pub(crate) async fn rotate_key(
     let PathIds(id, key_id) = ids.into_inner()?;
     let OptionalJsonBody(body) = body.into_inner()?;
     let rotated =
-        state.auth.rotate_team_api_key(&caller, &id, &key_id, body.grace_period_secs).await?;
+        state.teams.rotate_team_api_key(&caller, &id, &key_id, body.grace_period_secs).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(CreatedApiKeyDto::from(rotated))))
 }
 
@@ -439,7 +439,7 @@ pub(crate) async fn revoke_key(
     ids: After<PathIds<TeamId, ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
-    let key = state.auth.revoke_team_api_key(&caller, &id, &key_id).await?;
+    let key = state.teams.revoke_team_api_key(&caller, &id, &key_id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(ApiKeyDto::from(key))))
 }
 
@@ -463,7 +463,7 @@ pub(crate) async fn delete_key(
     ids: After<PathIds<TeamId, ApiKeyId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathIds(id, key_id) = ids.into_inner()?;
-    state.auth.delete_team_api_key(&caller, &id, &key_id).await?;
+    state.teams.delete_team_api_key(&caller, &id, &key_id).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: key_id.into(), deleted: true })))
 }
 
@@ -498,6 +498,6 @@ pub(crate) async fn usage(
         group_by: params.remove("group_by"),
         api_key_id: None,
     };
-    let summary = state.auth.team_usage(&caller, &id, query).await?;
+    let summary = state.teams.team_usage(&caller, &id, query).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(UsageSummaryData::from(summary))))
 }

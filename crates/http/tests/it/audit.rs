@@ -240,7 +240,7 @@ async fn old_events_are_pruned(backend: Backend) {
     .await
     .unwrap();
     let db = aigw_service::Db::new(pool.clone()).unwrap();
-    assert_eq!(aigw_service::admin::audit::prune(&db, 365).await.unwrap(), 1);
+    assert_eq!(aigw_service::audit::prune(&db, 365).await.unwrap(), 1);
     let left = tokio::task::spawn_blocking(move || {
         let mut conn = pool.get().unwrap();
         audit::list(&mut conn, None, Some("login_failed"), None, 10).unwrap()

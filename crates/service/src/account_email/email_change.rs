@@ -1,21 +1,22 @@
 //! E-mail change: the signed-in user names a new address and confirms with their password;
 //! a single-use link (24 h) goes to the new address, and opening it (see
-//! [`AuthService::verify_email`]) moves the account there and tells the old address.
+//! [`AccountEmail::verify_email`]) moves the account there and tells the old address.
 
 use super::verification::VERIFY_PATH;
 use super::EmailLink;
-use crate::accounts::registration::LOGIN_FAILED;
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized};
+use crate::account_email::AccountEmail;
+use crate::audit::Event;
+use crate::auth::Authorized;
 use crate::email::MailKind;
 use crate::error::ServiceError;
 use crate::password::Verification;
+use crate::password::LOGIN_FAILED;
 use aigw_domain::access::op;
 use aigw_domain::account_token::TokenPurpose;
 use aigw_domain::{AuditAction, Email, FieldError};
 use aigw_persistence::{transaction, users};
 
-impl AuthService {
+impl AccountEmail {
     /// Asks to move the caller's account to `new_email`: checks `password` (the same 401,
     /// after the same work, as a failed login), then sends a link to the new address (earlier
     /// change links stop working). The address changes only when the link is opened.
@@ -31,24 +32,24 @@ impl AuthService {
         new_email: &str,
         password: String,
     ) -> Result<EmailLink, ServiceError> {
-        self.password_policy.check_length_bound(&password)?;
+        self.ctx.password_policy.check_length_bound(&password)?;
         let email = Email::parse(new_email)?;
-        let allowed = &self.config.allowed_email_domains;
+        let allowed = &self.ctx.config.allowed_email_domains;
         let domain = email.as_str().rsplit('@').next().unwrap_or_default();
         if !allowed.is_empty() && !allowed.iter().any(|d| d.trim().eq_ignore_ascii_case(domain)) {
             return Err(FieldError::new("email", "is not in a domain that may register").into());
         }
         let id = principal.user_id().to_owned();
-        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
+        let user = self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.passwords.verify(password, stored_hash).await?;
+        let verification = self.ctx.passwords.verify(password, stored_hash).await?;
         let Some(user) = user.filter(|_| verification != Verification::Mismatch) else {
             return Err(ServiceError::rejected(LOGIN_FAILED));
         };
         if email.as_str() == user.email {
             return Err(FieldError::new("email", "is the current address").into());
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let issued = Self::new_token(&user.id, TokenPurpose::ChangeEmail, email.as_str(), now);
         let pending =
             EmailLink { email: email.as_str().to_owned(), expires_at: issued.row.expires_at };
@@ -59,7 +60,8 @@ impl AuthService {
                 .target(&user.id)
                 .details(serde_json::json!({"old_email": user.email, "new_email": pending.email}));
         let (user_id, wanted) = (user.id.clone(), pending.email.clone());
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !users::lock(conn, &user_id)? {

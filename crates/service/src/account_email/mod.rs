@@ -1,6 +1,6 @@
 //! The flows that reach a user through their mailbox: e-mail verification
 //! ([`verification`]), e-mail change ([`email_change`]) and password reset
-//! ([`password_reset`]), each an `impl AuthService` block; [`pruning`] deletes the tokens (and
+//! ([`password_reset`]), each a part of [`AccountEmail`]; [`pruning`] deletes the tokens (and
 //! MFA challenges) that ended. They share [`AccountMail`] (the
 //! mailer, the public URL links point to, and the bound on background work) and the single-use
 //! tokens of [`aigw_domain::account_token`], stored as digests by
@@ -12,12 +12,12 @@
 //! has an account.
 
 pub mod email_change;
-pub(crate) mod mail;
 pub mod password_reset;
 pub mod pruning;
 pub mod verification;
 
-use crate::auth::AuthService;
+use crate::context::ServiceContext;
+pub use crate::email::account_mail::AccountMail;
 use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
@@ -25,7 +25,6 @@ use aigw_domain::account_token::{AccountToken, TokenPurpose};
 use aigw_persistence::account_tokens::{self, AccountTokenRow};
 use aigw_persistence::DbConnection;
 use chrono::{DateTime, Utc};
-pub use mail::AccountMail;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -38,13 +37,28 @@ pub struct EmailLink {
     pub expires_at: DateTime<Utc>,
 }
 
+/// The account e-mail flows: verification, e-mail change and password reset. Built from the
+/// [`ServiceContext`] and, once [`AccountEmail::with_account_mail`] gave it one, the account
+/// mail setup (without one, messages are logged as not sent).
+#[derive(Debug, Clone)]
+pub struct AccountEmail {
+    pub(crate) ctx: ServiceContext,
+    /// Where account messages go (see [`AccountMail`]).
+    pub(crate) mail: Option<AccountMail>,
+}
+
 /// A freshly issued token: the stored row and the secret to send.
 pub(crate) struct Issued {
     pub(crate) row: AccountTokenRow,
     pub(crate) token: AccountToken,
 }
 
-impl AuthService {
+impl AccountEmail {
+    /// The account e-mail flows on `ctx`, with no mail setup yet.
+    pub fn new(ctx: ServiceContext) -> Self {
+        Self { ctx, mail: None }
+    }
+
     /// The account mail setup; without one (a library caller that never set it) messages are
     /// logged as not sent.
     pub fn with_account_mail(mut self, mail: AccountMail) -> Self {
@@ -112,13 +126,13 @@ impl AuthService {
             None => None,
             Some(Err(_)) => {
                 let labels = [("kind", kind.as_str()), ("outcome", "dropped")];
-                self.metrics.count(metric::EMAILS_TOTAL, &labels);
+                self.ctx.metrics.count(metric::EMAILS_TOTAL, &labels);
                 tracing::warn!(kind = kind.as_str(), "account mail job dropped: too many running");
                 return;
             }
         };
-        let context = crate::admin::audit::current_context();
-        tokio::spawn(crate::admin::audit::with_context(context, async move {
+        let context = crate::audit::current_context();
+        tokio::spawn(crate::audit::with_context(context, async move {
             let _permit = permit;
             if let Err(e) = job.await {
                 tracing::warn!(kind = kind.as_str(), error = %e, "account mail job failed");

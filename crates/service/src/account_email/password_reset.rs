@@ -4,8 +4,8 @@
 //! ends every session of the account, and the account is told by e-mail.
 
 use super::token_refused;
-use crate::admin::audit::Event;
-use crate::auth::AuthService;
+use crate::account_email::AccountEmail;
+use crate::audit::Event;
 use crate::credential_cache;
 use crate::email::MailKind;
 use crate::error::ServiceError;
@@ -17,7 +17,7 @@ use aigw_persistence::{account_tokens, sessions, transaction, users};
 /// The page a password reset link opens.
 pub const RESET_PATH: &str = "/account/reset-password";
 
-impl AuthService {
+impl AccountEmail {
     /// Asks for a password reset link for `email`. Checks only the address's form, then
     /// answers at once: the account lookup, the token and the message happen in the
     /// background, and nothing is sent when no enabled account has the address.
@@ -37,21 +37,22 @@ impl AuthService {
         Ok(())
     }
 
-    /// The background half of [`AuthService::request_password_reset`].
+    /// The background half of [`AccountEmail::request_password_reset`].
     async fn send_password_reset(&self, email: &str) -> Result<(), ServiceError> {
         let wanted = email.to_owned();
-        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        let user = self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let Some(user) = user.filter(|u| u.disabled_at.is_none()) else {
             tracing::debug!("password reset asked for an address without an enabled account");
             return Ok(());
         };
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let issued = Self::new_token(&user.id, TokenPurpose::ResetPassword, &user.email, now);
         let link = self.link(RESET_PATH, &issued.token);
         let token = issued.token.expose().to_owned();
         let event = Event::new(AuditAction::PasswordResetRequested, Some(&user.id), None, now)
             .target(&user.id);
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     Self::store_token(conn, &issued)?;
@@ -87,16 +88,18 @@ impl AuthService {
             AccountToken::parse(token, TokenPurpose::ResetPassword).ok_or_else(token_refused)?;
         let digest = token.digest();
         // A cheap read before the costly hash: a wrong token costs no argon2 work.
-        let (probe, at) = (digest.clone(), self.clock.now());
+        let (probe, at) = (digest.clone(), self.ctx.clock.now());
         let purposes = [TokenPurpose::ResetPassword];
-        self.db
+        self.ctx
+            .db
             .run(move |conn| Ok(account_tokens::find_valid(conn, probe.as_str(), &purposes, at)?))
             .await?
             .ok_or_else(token_refused)?;
-        self.password_policy.check_new(&password)?;
-        let hash = self.passwords.hash(password).await?;
-        let now = self.clock.now();
+        self.ctx.password_policy.check_new(&password)?;
+        let hash = self.ctx.passwords.hash(password).await?;
+        let now = self.ctx.clock.now();
         let (user, ended, changes) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -131,7 +134,7 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(changes).await;
+        self.ctx.publish(changes).await;
         tracing::info!(user_id = %user.id, ended_sessions = ended, "password reset");
         let values = serde_json::json!({"name": user.name, "at": time::format_timestamp(now)});
         self.send_mail(MailKind::PasswordChanged, &user.email, values);

@@ -3,8 +3,9 @@
 //! registration sends one and whether anything waits for it.
 
 use super::{token_refused, EmailLink};
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized, Principal};
+use crate::account_email::AccountEmail;
+use crate::audit::Event;
+use crate::auth::{Authorized, Principal};
 use crate::config::EmailVerification;
 use crate::credential_cache;
 use crate::email::MailKind;
@@ -20,11 +21,11 @@ use aigw_persistence::{transaction, users};
 /// The page a verification or e-mail change link opens.
 pub const VERIFY_PATH: &str = "/account/verify-email";
 
-impl AuthService {
+impl AccountEmail {
     /// After a registration: unless `auth.email_verification` is `off`, sends `user` a
     /// verification link, in the background (a failure is logged; the account exists).
     pub(crate) fn verify_after_registration(&self, user: &UserRow) {
-        if self.config.email_verification == EmailVerification::Off {
+        if self.ctx.config.email_verification == EmailVerification::Off {
             return;
         }
         let (this, user) = (self.clone(), user.clone());
@@ -46,6 +47,7 @@ impl AuthService {
     ) -> Result<EmailLink, ServiceError> {
         let id = principal.user_id().to_owned();
         let user = self
+            .ctx
             .db
             .run(move |conn| Ok(users::find_by_id(conn, &id)?))
             .await?
@@ -58,12 +60,15 @@ impl AuthService {
 
     /// Issues a verification token for `user`'s current address and queues its message.
     async fn send_verification(&self, user: &UserRow) -> Result<EmailLink, ServiceError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let issued = Self::new_token(&user.id, TokenPurpose::VerifyEmail, &user.email, now);
         let expires_at = issued.row.expires_at;
         let link = self.link(VERIFY_PATH, &issued.token);
         let token = issued.token.expose().to_owned();
-        self.db.run(move |conn| transaction(conn, |conn| Self::store_token(conn, &issued))).await?;
+        self.ctx
+            .db
+            .run(move |conn| transaction(conn, |conn| Self::store_token(conn, &issued)))
+            .await?;
         let values = serde_json::json!({
             "name": user.name,
             "link": link,
@@ -88,9 +93,9 @@ impl AuthService {
         let token =
             AccountToken::parse(token, TokenPurpose::VerifyEmail).ok_or_else(token_refused)?;
         let digest = token.digest();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let purposes = [TokenPurpose::VerifyEmail, TokenPurpose::ChangeEmail];
-        let (before, after, change) = self
+        let (before, after, change) = self.ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -141,7 +146,7 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(vec![change]).await;
+        self.ctx.publish(vec![change]).await;
         if before.email != after.email {
             tracing::info!(user_id = %after.id, "e-mail address changed");
             let values = serde_json::json!({
@@ -164,10 +169,10 @@ impl AuthService {
     /// [`ServiceError::EmailUnverified`]; [`ServiceError::Unavailable`] when the user cache
     /// has to read a database that is down.
     pub async fn ensure_email_verified(&self, principal: &Principal) -> Result<(), ServiceError> {
-        if self.config.email_verification != EmailVerification::Required {
+        if self.ctx.config.email_verification != EmailVerification::Required {
             return Ok(());
         }
-        match self.cache.user(principal.user_id()).await? {
+        match self.ctx.cache.user(principal.user_id()).await? {
             Some(user) if user.email_verified_at.is_none() => Err(ServiceError::EmailUnverified),
             _ => Ok(()),
         }

@@ -1,13 +1,14 @@
 //! Registration, login and the current user (register, login, me).
 
 use crate::accounts::sessions::ClientInfo;
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized};
+use crate::accounts::Accounts;
+use crate::audit::Event;
+use crate::auth::Authorized;
 use crate::config::RegistrationMode;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::mfa::LoginOutcome;
-use crate::password::Verification;
+use crate::password::{Verification, LOGIN_FAILED};
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;
@@ -16,10 +17,7 @@ use aigw_domain::{CredentialChangeKind, Email, FieldError, Role, UserName};
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{invitations, transaction, users, DbConnection, PersistenceError};
 
-/// The one answer to every failed login, whatever the cause.
-pub(crate) const LOGIN_FAILED: &str = "invalid e-mail or password";
-
-impl AuthService {
+impl Accounts {
     /// Creates an account and starts its first session.
     ///
     /// `name` defaults to the part of the e-mail address before `@`.
@@ -45,7 +43,8 @@ impl AuthService {
         let event = Event::new(AuditAction::UserRegistered, Some(&user.id), Some(&user.id), now)
             .target(&user.id)
             .details(serde_json::json!({"email": user.email, "session_id": session.id}));
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // First statement: the invitation's compare-and-set (SQLite's write lock).
@@ -62,12 +61,12 @@ impl AuthService {
                     Self::insert_user(conn, &stored)?;
                     Self::store_session(conn, &stored_session, &token)?;
                     event.insert(conn)?;
-                    crate::teams::join_invited(conn, &stored, now)
+                    crate::team_access::join_invited(conn, &stored, now)
                 })
             })
             .await?;
         tracing::info!(user_id = %user.id, "user registered");
-        self.verify_after_registration(&user);
+        self.email.verify_after_registration(&user);
         self.token_set(&user, &session, &refresh, now)
     }
 
@@ -78,19 +77,19 @@ impl AuthService {
         email: &str,
         invitation: Option<&str>,
     ) -> Result<Option<String>, ServiceError> {
-        if self.config.registration == RegistrationMode::Closed {
+        if self.ctx.config.registration == RegistrationMode::Closed {
             return Err(ServiceError::Forbidden {
                 required: "invitation".to_owned(),
                 current: "none".to_owned(),
             });
         }
         let email = Email::parse(email)?;
-        let allowed = &self.config.allowed_email_domains;
+        let allowed = &self.ctx.config.allowed_email_domains;
         let domain = email.as_str().rsplit('@').next().unwrap_or_default();
         if !allowed.is_empty() && !allowed.iter().any(|d| d.trim().eq_ignore_ascii_case(domain)) {
             return Err(FieldError::new("email", "is not in a domain that may register").into());
         }
-        if self.config.registration == RegistrationMode::Open {
+        if self.ctx.config.registration == RegistrationMode::Open {
             return Ok(None);
         }
         let raw = invitation.ok_or_else(|| FieldError::new("invitation", "is required"))?;
@@ -113,9 +112,9 @@ impl AuthService {
             Some(n) => UserName::parse(n, "name")?,
             None => UserName::parse(email.local_part(), "name")?,
         };
-        self.password_policy.check_new(&password)?;
-        let password_hash = self.passwords.hash(password).await?;
-        let now = self.clock.now();
+        self.ctx.password_policy.check_new(&password)?;
+        let password_hash = self.ctx.passwords.hash(password).await?;
+        let now = self.ctx.clock.now();
         Ok(UserRow {
             id: uuid::Uuid::now_v7().to_string(),
             email: email.as_str().to_owned(),
@@ -144,7 +143,7 @@ impl AuthService {
 
     /// Checks an e-mail and password and starts a session; for an account whose second
     /// factor is on, answers an MFA challenge instead ([`LoginOutcome::MfaRequired`], completed
-    /// by [`AuthService::complete_mfa_login`]).
+    /// by [`Accounts::complete_mfa_login`]).
     ///
     /// An unknown e-mail is verified against a dummy hash, so it costs the same time and
     /// gets the same answer as a wrong password. A stored hash with parameters other than the
@@ -160,14 +159,14 @@ impl AuthService {
         password: String,
         client: &ClientInfo,
     ) -> Result<LoginOutcome, ServiceError> {
-        self.password_policy.check_length_bound(&password)?;
+        self.ctx.password_policy.check_length_bound(&password)?;
         // The address exactly as registration stores it (NFKC, lower case): a look-alike of
         // another account's address is another address, and finds nothing.
         let email = aigw_domain::normalize_email(email);
         let wanted = email.clone();
-        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        let user = self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.passwords.verify(password.clone(), stored_hash).await?;
+        let verification = self.ctx.passwords.verify(password.clone(), stored_hash).await?;
         // A disabled account gets the same answer, after the same work, as a wrong password:
         // disabling is no oracle.
         let user = match (verification, user) {
@@ -183,9 +182,9 @@ impl AuthService {
                     (Some(_), _) => "account_disabled",
                 };
                 let id = user.as_ref().map(|u| u.id.as_str());
-                let event = Event::new(AuditAction::LoginFailed, id, None, self.clock.now())
+                let event = Event::new(AuditAction::LoginFailed, id, None, self.ctx.clock.now())
                     .details(serde_json::json!({"email": email, "reason": reason}));
-                self.record_alone(event).await;
+                self.ctx.record_alone(event).await;
                 return Err(ServiceError::rejected(LOGIN_FAILED));
             }
         };
@@ -195,13 +194,14 @@ impl AuthService {
         if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
             return Ok(LoginOutcome::MfaRequired(challenge));
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored_session = session.clone();
         let event = Event::new(AuditAction::LoginSucceeded, Some(&user.id), Some(&user.id), now)
             .target(&session.id)
             .details(serde_json::json!({"email": user.email}));
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // Disabled meanwhile (or being disabled now): no session starts.
@@ -222,9 +222,10 @@ impl AuthService {
     async fn rehash(&self, user_id: &str, password: String) {
         let id = user_id.to_owned();
         let result = async {
-            let hash = self.passwords.hash(password).await?;
-            let now = self.clock.now();
+            let hash = self.ctx.passwords.hash(password).await?;
+            let now = self.ctx.clock.now();
             let change = self
+                .ctx
                 .db
                 .run(move |conn| {
                     transaction(conn, |conn| {
@@ -233,7 +234,7 @@ impl AuthService {
                     })
                 })
                 .await?;
-            self.publish(vec![change]).await;
+            self.ctx.publish(vec![change]).await;
             Ok::<_, ServiceError>(())
         }
         .await;
@@ -252,7 +253,8 @@ impl AuthService {
         &self,
         principal: &Authorized<op::ReadAccount>,
     ) -> Result<UserView, ServiceError> {
-        self.cache
+        self.ctx
+            .cache
             .user(principal.user_id())
             .await?
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))

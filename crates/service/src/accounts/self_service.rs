@@ -2,12 +2,13 @@
 //! Reading needs an access token or a key with `read`; every change needs an access token
 //! (table row [`aigw_domain::access::Operation::ManageAccount`]).
 
-use crate::accounts::registration::LOGIN_FAILED;
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized, Principal};
+use crate::accounts::Accounts;
+use crate::audit::Event;
+use crate::auth::{Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::password::Verification;
+use crate::password::LOGIN_FAILED;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::{AuditAction, CredentialChangeKind, SessionId, UserId, UserName};
@@ -66,7 +67,7 @@ fn session_caller(
     }
 }
 
-impl AuthService {
+impl Accounts {
     /// The caller's live sessions, newest first.
     ///
     /// # Errors
@@ -80,9 +81,12 @@ impl AuthService {
             Principal::User { session_id, .. } => Some(session_id.clone()),
             Principal::ApiKey { .. } => None,
         };
-        let now = self.clock.now();
-        let rows =
-            self.db.run(move |conn| Ok(sessions::list_live_for_user(conn, &user_id, now)?)).await?;
+        let now = self.ctx.clock.now();
+        let rows = self
+            .ctx
+            .db
+            .run(move |conn| Ok(sessions::list_live_for_user(conn, &user_id, now)?))
+            .await?;
         Ok(rows.into_iter().map(|row| SessionView::of(row, current.as_deref())).collect())
     }
 
@@ -99,10 +103,11 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         let (user_id, _) = session_caller(principal)?;
         let wanted = id.to_owned();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let event =
             Event::new(AuditAction::SessionEnded, Some(&user_id), Some(&user_id), now).target(id);
         let change = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -120,7 +125,7 @@ impl AuthService {
                 resource: "session",
                 id: id.chars().take(MAX_ECHOED_ID).collect(),
             })?;
-        self.publish(vec![change]).await;
+        self.ctx.publish(vec![change]).await;
         tracing::info!(session_id = %id, "session ended by its user");
         Ok(())
     }
@@ -138,8 +143,9 @@ impl AuthService {
     ) -> Result<UserView, ServiceError> {
         let (user_id, _) = session_caller(principal)?;
         let name = UserName::parse(name, "name")?.into_string();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let (user, change) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -155,7 +161,7 @@ impl AuthService {
             })
             .await?
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
-        self.publish(vec![change]).await;
+        self.ctx.publish(vec![change]).await;
         Ok(UserView::from(&user))
     }
 
@@ -175,25 +181,28 @@ impl AuthService {
         new_password: String,
     ) -> Result<TokenSet, ServiceError> {
         let (user_id, session_id) = session_caller(principal)?;
-        self.password_policy
+        self.ctx
+            .password_policy
             .check_length_bound(&current_password)
             .map_err(|e| aigw_domain::FieldError::new("current_password", e.issue))?;
         let wanted = user_id.clone();
-        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
+        let user = self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.passwords.verify(current_password, stored_hash).await?;
+        let verification = self.ctx.passwords.verify(current_password, stored_hash).await?;
         let Some(user) = user.filter(|_| verification != Verification::Mismatch) else {
             return Err(ServiceError::rejected(LOGIN_FAILED));
         };
-        self.password_policy
+        self.ctx
+            .password_policy
             .check_new(&new_password)
             .map_err(|e| aigw_domain::FieldError::new("new_password", e.issue))?;
-        let hash = self.passwords.hash(new_password).await?;
-        let now = self.clock.now();
+        let hash = self.ctx.passwords.hash(new_password).await?;
+        let now = self.ctx.clock.now();
         let (token, refresh) = Self::first_refresh_token(&session_id, now);
         let event = Event::new(AuditAction::PasswordChanged, Some(&user_id), Some(&user_id), now)
             .target(&user_id);
         let (session, changes) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -231,8 +240,22 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(changes).await;
+        self.ctx.publish(changes).await;
         tracing::info!(user_id = %user.id, "password changed");
         self.token_set(&user, &session, &refresh, now)
+    }
+
+    /// The caller's own events (those concerning their account), newest first.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `action`, `limit` or `cursor`; [`ServiceError::Unavailable`] when the database is
+    /// down.
+    pub async fn own_audit_events(
+        &self,
+        principal: &Authorized<op::ReadAccount>,
+        action: Option<String>,
+        page: &crate::paging::PageRequest,
+    ) -> Result<crate::paging::Page<crate::audit::AuditEventView>, ServiceError> {
+        crate::audit::list(&self.ctx.db, Some(principal.user_id().to_string()), action, page).await
     }
 }

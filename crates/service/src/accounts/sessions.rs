@@ -6,8 +6,9 @@
 //! presented again after it was rotated is a replay: the whole session is revoked, its newest
 //! token included. The session's end is absolute from login; rotation never extends it.
 
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized, Principal};
+use crate::accounts::Accounts;
+use crate::audit::Event;
+use crate::auth::{Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
@@ -67,7 +68,7 @@ pub enum LogoutScope {
     Others,
 }
 
-impl AuthService {
+impl Accounts {
     /// The rows of a new session for `user_id` starting at `now` and its first refresh token.
     pub(crate) fn new_session(
         &self,
@@ -75,7 +76,7 @@ impl AuthService {
         client: &ClientInfo,
         now: DateTime<Utc>,
     ) -> (SessionRow, RefreshTokenRow, RefreshTokenSecret) {
-        let ttl = i64::try_from(self.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
+        let ttl = i64::try_from(self.ctx.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
         let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::MAX);
         let session = SessionRow {
             id: uuid::Uuid::now_v7().to_string(),
@@ -133,7 +134,7 @@ impl AuthService {
     ) -> Result<TokenSet, ServiceError> {
         let session_id = session.id.clone();
         let amr = aigw_domain::mfa::SessionAmr::from_storage(session.amr.as_deref());
-        let access = self.tokens.issue_with_amr(
+        let access = self.ctx.tokens.issue_with_amr(
             &user.id,
             &session_id,
             user.role.as_str(),
@@ -165,7 +166,7 @@ impl AuthService {
     pub async fn refresh(&self, presented: &str) -> Result<TokenSet, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
         let Some(presented) = RefreshTokenSecret::parse(presented) else {
-            self.metrics.count(metric::REFRESH_TOTAL, &[("outcome", "invalid")]);
+            self.ctx.metrics.count(metric::REFRESH_TOTAL, &[("outcome", "invalid")]);
             return Err(invalid());
         };
         let digest = presented.digest().into_string();
@@ -173,11 +174,11 @@ impl AuthService {
         let successor = RefreshTokenSecret::generate(&mut OsRng);
         let successor_hash = successor.digest().into_string();
         let grace_secs =
-            i64::try_from(self.config.refresh_reuse_grace_secs).unwrap_or(i64::MAX / 4);
+            i64::try_from(self.ctx.config.refresh_reuse_grace_secs).unwrap_or(i64::MAX / 4);
         // Sealed with the presented token's digest as associated data (see `seal`).
         let sealed =
-            if grace_secs > 0 { self.sealer.seal(&digest, successor.expose()) } else { None };
-        let now = self.clock.now();
+            if grace_secs > 0 { self.ctx.sealer.seal(&digest, successor.expose()) } else { None };
+        let now = self.ctx.clock.now();
         let outcome = self.rotate(digest, sealed, successor_hash, grace_secs, now).await;
         let label = match &outcome {
             Ok(Refreshed::Rotated { .. }) => "rotated",
@@ -187,13 +188,14 @@ impl AuthService {
             Err(ServiceError::Unauthorized { .. }) => "invalid",
             Err(_) => "error",
         };
-        self.metrics.count(metric::REFRESH_TOTAL, &[("outcome", label)]);
+        self.ctx.metrics.count(metric::REFRESH_TOTAL, &[("outcome", label)]);
         match outcome? {
             Refreshed::Rotated { user, session } => {
                 self.token_set(&user, &session, &successor, now)
             }
             Refreshed::Repeated { user, session, sealed, successor_hash } => {
                 let same = self
+                    .ctx
                     .sealer
                     .open(&presented_digest, &sealed)
                     .map(RefreshTokenSecret::from_trusted)
@@ -202,13 +204,13 @@ impl AuthService {
                 self.token_set(&user, &session, &same, now)
             }
             Refreshed::Reused { change } => {
-                self.publish(change.into_iter().collect()).await;
+                self.ctx.publish(change.into_iter().collect()).await;
                 Err(invalid())
             }
         }
     }
 
-    /// The database part of [`AuthService::refresh`]: rotates the token with `digest`, or
+    /// The database part of [`Accounts::refresh`]: rotates the token with `digest`, or
     /// tells a grace-window repeat or a reuse (revoking the session) apart.
     async fn rotate(
         &self,
@@ -220,7 +222,8 @@ impl AuthService {
     ) -> Result<Refreshed, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
         let reuse_event = Event::new(AuditAction::RefreshReuseDetected, None, None, now);
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 // One indexed read first: an unknown token (a guess) never opens a write
                 // transaction, nor takes SQLite's write lock.
@@ -313,25 +316,6 @@ impl AuthService {
             .await
     }
 
-    /// Refuses access tokens whose session is revoked: from the node's revoked-session set
-    /// while its change feed is fresh, else from the database (see [`crate::credential_cache`]).
-    pub(crate) async fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
-        if self.cache.session_revoked(session_id).await? {
-            Err(ServiceError::revoked_credential("the session has ended; log in again"))
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Makes changes this node has just committed hold here at once, then waits until every
-    /// live node has applied them (bounded; see `credential_cache::propagation`).
-    pub(crate) async fn publish(&self, changes: Vec<ChangeRow>) {
-        self.cache.applied_locally(&changes);
-        if let Some(newest) = changes.iter().map(|c| c.id).max() {
-            self.cache.propagated(newest).await;
-        }
-    }
-
     /// Ends sessions of the caller: the current one, all, or all others. Returns how many
     /// sessions were revoked. A `refresh_token` of the caller's, if given, also ends the
     /// session it belongs to (a client logging out a session whose access token it lost);
@@ -352,7 +336,7 @@ impl AuthService {
         let (user_id, session_id) = (user_id.clone(), session_id.clone());
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let scope_name = match scope {
             LogoutScope::Local => "local",
             LogoutScope::Global => "global",
@@ -361,6 +345,7 @@ impl AuthService {
         let event = Event::new(AuditAction::LoggedOut, Some(&user_id), Some(&user_id), now)
             .target(&session_id);
         let changes: Vec<ChangeRow> = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -407,7 +392,7 @@ impl AuthService {
             })
             .await?;
         let count = changes.len();
-        self.publish(changes).await;
+        self.ctx.publish(changes).await;
         Ok(count)
     }
 }

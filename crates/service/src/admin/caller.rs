@@ -1,7 +1,7 @@
 //! The proof that a caller may administer ([`Admin`]), which the administrative use cases
 //! and the audit trail's administrative reads take.
 
-/// Proof that a caller may administer: made only by [`AuthService::authorize_admin`](crate::auth::AuthService::authorize_admin), taken
+/// Proof that a caller may administer: made only by [`Administration::authorize_admin`](crate::admin::Administration::authorize_admin), taken
 /// by every administrative use case, so the check happens once per request and cannot be
 /// forgotten.
 #[derive(Debug, Clone)]

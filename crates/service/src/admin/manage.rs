@@ -5,9 +5,11 @@
 //! from the access token's `role` claim, so a demotion holds on every node within the feed's
 //! bound although older tokens still carry `admin`.
 
-use crate::admin::audit::Event;
+use crate::accounts::Accounts;
 use crate::admin::caller::Admin;
-use crate::auth::{AuthService, Principal};
+use crate::admin::Administration;
+use crate::audit::Event;
+use crate::auth::Principal;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest, Paging};
@@ -31,7 +33,7 @@ pub struct UserUpdate {
     pub disabled: Option<bool>,
 }
 
-/// Most users [`AuthService::admin_users_by_id`] reads at once (the largest page).
+/// Most users [`Administration::admin_users_by_id`] reads at once (the largest page).
 pub const MAX_USERS_BY_ID: usize = 200;
 
 /// A key-prefix filter: 1 to [`KEY_PREFIX_LEN`](aigw_domain::api_key::KEY_PREFIX_LEN)
@@ -56,7 +58,7 @@ fn user_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "user", id: id.chars().take(MAX_ECHOED_ID).collect() }
 }
 
-impl AuthService {
+impl Administration {
     /// Checks that `principal` may administer, with the role its account has now, and with
     /// the second factor when `auth.require_mfa_for_admins` asks for it.
     ///
@@ -66,6 +68,7 @@ impl AuthService {
     /// account no longer exists; [`ServiceError::Unavailable`] when the database is down.
     pub async fn authorize_admin(&self, principal: &Principal) -> Result<Admin, ServiceError> {
         let role = self
+            .ctx
             .cache
             .user(principal.user_id())
             .await?
@@ -77,11 +80,8 @@ impl AuthService {
         };
         authorize_as(caller, role, Operation::Administer)
             .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })?;
-        self.require_admin_second_factor(principal).await?;
-        Ok(Admin {
-            user_id: principal.user_id().to_string(),
-            actor: crate::admin::audit::actor_of(principal).to_owned(),
-        })
+        self.mfa.require_admin_second_factor(principal).await?;
+        Ok(Admin { user_id: principal.user_id().to_string(), actor: principal.actor().to_owned() })
     }
 
     /// Every user, newest first, whose e-mail starts with `email_prefix` (when given).
@@ -97,6 +97,7 @@ impl AuthService {
         let Paging { limit, before } = page.parse()?;
         let prefix = email_prefix.map(|p| aigw_domain::normalize_email(&p));
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 Ok(users::list(conn, prefix.as_deref(), before.as_deref(), limit + 1)?)
@@ -115,7 +116,7 @@ impl AuthService {
         id: &UserId,
     ) -> Result<UserView, ServiceError> {
         let wanted = id.to_owned();
-        let row = self.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
+        let row = self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         row.as_ref().map(UserView::from).ok_or_else(|| user_not_found(id))
     }
 
@@ -152,6 +153,7 @@ impl AuthService {
         let template =
             Event::new(AuditAction::RoleChanged, Some(id), Some(admin.actor()), now).target(id);
         let (row, changes) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -205,7 +207,7 @@ impl AuthService {
             .await?
             .ok_or_else(|| user_not_found(id))?;
         if !changes.is_empty() {
-            self.publish(changes).await;
+            self.ctx.publish(changes).await;
             tracing::info!(
                 user_id = %row.id,
                 role = %row.role,
@@ -235,6 +237,7 @@ impl AuthService {
         }
         let Paging { limit, before } = page.parse()?;
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 Ok(api_keys::list_all(
@@ -263,7 +266,7 @@ impl AuthService {
             return Err(FieldError::new("ids", format!("at most {MAX_USERS_BY_ID}")).into());
         }
         let wanted = ids.to_vec();
-        let rows = self.db.run(move |conn| Ok(users::find_by_ids(conn, &wanted)?)).await?;
+        let rows = self.ctx.db.run(move |conn| Ok(users::find_by_ids(conn, &wanted)?)).await?;
         Ok(rows.iter().map(UserView::from).collect())
     }
 
@@ -277,7 +280,22 @@ impl AuthService {
         admin: &Admin,
         id: &ApiKeyId,
     ) -> Result<ApiKeyView, ServiceError> {
-        self.revoke_api_key_of(id, None, admin.actor()).await
+        self.keys.revoke_api_key_of(id, None, admin.actor()).await
+    }
+
+    /// Every event (of account `user_id` when given), newest first.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `action`, `limit` or `cursor`;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub async fn admin_audit_events(
+        &self,
+        _admin: &crate::admin::caller::Admin,
+        user_id: Option<String>,
+        action: Option<String>,
+        page: &PageRequest,
+    ) -> Result<Page<crate::audit::AuditEventView>, ServiceError> {
+        crate::audit::list(&self.ctx.db, user_id, action, page).await
     }
 }
 
@@ -308,7 +326,7 @@ impl std::fmt::Debug for CreatedInvitation {
 /// Validity of an invitation when the request gives no `expires_at`, in days.
 pub const DEFAULT_INVITATION_DAYS: i64 = 7;
 
-impl AuthService {
+impl Administration {
     /// Creates a single-use invitation to register with `email`, valid until `expires_at`
     /// (RFC 3339, in the future; default [`DEFAULT_INVITATION_DAYS`] days).
     ///
@@ -345,7 +363,8 @@ impl AuthService {
                 "expires_at": time::format_timestamp(expires_at),
             }));
         let stored = row.clone();
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     aigw_persistence::invitations::insert(conn, &stored)?;
@@ -380,7 +399,7 @@ pub struct OpenInvitation {
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-impl AuthService {
+impl Administration {
     /// The open invitations to register (unused, unrevoked, unexpired), newest first, a page
     /// at a time.
     ///
@@ -394,6 +413,7 @@ impl AuthService {
         let paging = page.parse()?;
         let (limit, now) = (paging.limit, time::now().naive_utc());
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 let before = paging.before.as_deref();
@@ -438,7 +458,8 @@ impl AuthService {
         let now = time::now();
         let target = id.to_owned();
         let event = Event::new(AuditAction::InvitationRevoked, None, Some(actor), now).target(id);
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     let team =
@@ -467,7 +488,7 @@ fn invitation_not_found(id: &str) -> ServiceError {
 
 /// What the operator commands (`aigw admin …`) do, on the configured database, with no
 /// server and no caller: how the first admin is made.
-impl AuthService {
+impl Administration {
     /// Every open invitation, to register and to join a team (the operator's
     /// `aigw admin list-invitations`), newest first: at most `limit` of each kind.
     ///
@@ -479,6 +500,7 @@ impl AuthService {
     ) -> Result<Vec<OpenInvitation>, ServiceError> {
         let now = time::now();
         let (platform, teams) = self
+            .ctx
             .db
             .run(move |conn| {
                 let platform =
@@ -532,7 +554,7 @@ impl AuthService {
         name: Option<&str>,
         role: Role,
     ) -> Result<UserView, ServiceError> {
-        let mut user = self.new_user_row(email, password, name, role).await?;
+        let mut user = self.accounts.new_user_row(email, password, name, role).await?;
         // The operator vouches for the address of an account they create.
         user.email_verified_at = Some(user.created_at);
         let stored = user.clone();
@@ -541,10 +563,11 @@ impl AuthService {
             .details(
                 serde_json::json!({"email": user.email, "role": role.as_str(), "by": "operator"}),
             );
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    Self::insert_user(conn, &stored)?;
+                    Accounts::insert_user(conn, &stored)?;
                     event.insert(conn)
                 })
             })
@@ -566,6 +589,7 @@ impl AuthService {
         let now = time::now();
         let template = Event::new(AuditAction::RoleChanged, None, None, now);
         let (user, change) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -597,7 +621,7 @@ impl AuthService {
             .await?
             .ok_or_else(|| ServiceError::NotFound { resource: "user", id: email.to_string() })?;
         if let Some(change) = change {
-            self.publish(vec![change]).await;
+            self.ctx.publish(vec![change]).await;
             tracing::info!(user_id = %user.id, role = %role, "role set by the operator");
         }
         Ok(UserView::from(&user))

@@ -1,10 +1,33 @@
 //! Administration and the audit trail: what an administrator does with every user, invitation
-//! and API key ([`manage`]; [`Admin`], in [`caller`], is the proof that a caller may), and the audit trail that
-//! every use case writes to and administrators and users read ([`audit`]).
+//! and API key ([`manage`]; [`Admin`], in [`caller`], is the proof that a caller may), and the audit trail
+//! (written by every use case through `crate::audit`).
 
-pub mod audit;
 pub mod caller;
 pub mod manage;
 
 pub use caller::Admin;
 pub use manage::{CreatedInvitation, OpenInvitation, UserUpdate};
+
+use crate::accounts::Accounts;
+use crate::api_keys::ApiKeys;
+use crate::context::ServiceContext;
+use crate::mfa::Mfa;
+
+/// Administration: users, invitations, every API key, the audit trail. Built from the
+/// [`ServiceContext`], the account use cases that make users ([`Accounts`]), the key
+/// revocation every revocation shares ([`ApiKeys`]) and the second factor administrators may
+/// be required to use ([`Mfa`]).
+#[derive(Debug, Clone)]
+pub struct Administration {
+    pub(crate) ctx: ServiceContext,
+    pub(crate) accounts: Accounts,
+    pub(crate) keys: ApiKeys,
+    pub(crate) mfa: Mfa,
+}
+
+impl Administration {
+    /// The administrative use cases on `ctx`.
+    pub fn new(ctx: ServiceContext, accounts: Accounts, keys: ApiKeys, mfa: Mfa) -> Self {
+        Self { ctx, accounts, keys, mfa }
+    }
+}

@@ -1,10 +1,11 @@
 //! API keys: create, list, change (PATCH), rotate, revoke, delete, and authenticate (creating
 //! one needs an access token; PATCH and rotation: docs/budgets.md).
 
-use crate::admin::audit::{actor_of, Event};
 use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
-use crate::auth::{AuthService, Authorized, Principal};
-use crate::credential_cache::{self, TeamStanding};
+use crate::api_keys::ApiKeys;
+use crate::audit::Event;
+use crate::auth::{Authorized, Principal};
+use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::idempotency::Recording;
 use crate::metrics::name as metric;
@@ -67,7 +68,7 @@ fn not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "api_key", id: id.chars().take(MAX_ECHOED_ID).collect() }
 }
 
-impl AuthService {
+impl ApiKeys {
     /// Creates an API key for the caller. Only an access token may do this.
     ///
     /// # Errors
@@ -84,11 +85,11 @@ impl AuthService {
         self.create_api_key_recorded(principal, request, None).await
     }
 
-    /// [`AuthService::create_api_key`] for an idempotent request: the answer is recorded in
+    /// [`ApiKeys::create_api_key`] for an idempotent request: the answer is recorded in
     /// the transaction that stores the key (see [`crate::idempotency`]).
     ///
     /// # Errors
-    /// As [`AuthService::create_api_key`]; [`ServiceError::IdempotencyInFlight`] when the
+    /// As [`ApiKeys::create_api_key`]; [`ServiceError::IdempotencyInFlight`] when the
     /// claim was lost meanwhile (nothing is stored then).
     pub async fn create_api_key_recorded(
         &self,
@@ -110,10 +111,10 @@ impl AuthService {
         team: Option<(String, bool)>,
         recording: Option<Recording<CreatedApiKey>>,
     ) -> Result<CreatedApiKey, ServiceError> {
-        self.ensure_email_verified(principal).await?;
+        self.email.ensure_email_verified(principal).await?;
         let name = UserName::parse(&request.name, "name")?;
         let permissions = PermissionSet::parse_request(&request.permissions)?;
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let expires_at = match request.expires_at.as_deref() {
             None => None,
             Some(raw) => Some(parse_future_timestamp(raw, now)?),
@@ -153,14 +154,15 @@ impl AuthService {
         } else {
             AuditAction::ApiKeyCreated
         };
-        let event = Event::new(action, Some(&row.user_id), Some(actor_of(principal)), now)
+        let event = Event::new(action, Some(&row.user_id), Some(principal.actor()), now)
             .target(&row.id)
             .details(details);
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if let Some(team_id) = &row.team_id {
-                        crate::teams::check_key_creation(
+                        crate::team_access::check_key_creation(
                             conn,
                             team_id,
                             &row.user_id,
@@ -176,8 +178,8 @@ impl AuthService {
                 })
             })
             .await?;
-        self.cache.key_created(&key_hash);
-        self.metrics.count(metric::API_KEYS_CREATED_TOTAL, &[]);
+        self.ctx.cache.key_created(&key_hash);
+        self.ctx.metrics.count(metric::API_KEYS_CREATED_TOTAL, &[]);
         tracing::info!(event = "api_key_created", key_id = %created.view.id, user_id = %principal.user_id(), team_id = ?created.view.team_id, "API key created");
         Ok(created)
     }
@@ -191,7 +193,8 @@ impl AuthService {
         principal: &Authorized<op::ReadAccount>,
     ) -> Result<Vec<ApiKeyView>, ServiceError> {
         let user_id = principal.user_id().to_owned();
-        let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
+        let rows =
+            self.ctx.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
         // With a use this node noted but has not written yet (see `credential_cache`).
         Ok(rows.iter().map(|row| self.view_of(row)).collect())
     }
@@ -210,6 +213,7 @@ impl AuthService {
         let Paging { limit, before } = page.parse()?;
         let user_id = principal.user_id().to_owned();
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 Ok(api_keys::page_for(
@@ -235,6 +239,7 @@ impl AuthService {
     ) -> Result<ApiKeyView, ServiceError> {
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let row = self
+            .ctx
             .db
             .run(move |conn| {
                 Ok(api_keys::find_for(conn, &key_id, api_keys::KeyOwner::User(&user_id))?)
@@ -254,7 +259,7 @@ impl AuthService {
         id: &ApiKeyId,
     ) -> Result<ApiKeyView, ServiceError> {
         let owner = Owner::User(principal.user_id().to_owned());
-        self.revoke_api_key_of(id, Some(owner), actor_of(principal)).await
+        self.revoke_api_key_of(id, Some(owner), principal.actor()).await
     }
 
     /// Revokes key `id` of `owner` (of anyone when `None`: an admin's revocation) and waits
@@ -266,9 +271,10 @@ impl AuthService {
         actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         let key_id = id.to_owned();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let event = Event::new(AuditAction::ApiKeyRevoked, None, Some(actor), now).target(id);
         let (row, change) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -292,8 +298,8 @@ impl AuthService {
             })
             .await?
             .ok_or_else(|| not_found(id))?;
-        self.publish(vec![change]).await;
-        self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "revoke")]);
+        self.ctx.publish(vec![change]).await;
+        self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "revoke")]);
         tracing::info!(event = "api_key_revoked", key_id = %row.id, user_id = %row.user_id, "API key revoked");
         Ok(ApiKeyView::from(&row))
     }
@@ -316,7 +322,7 @@ impl AuthService {
         self.update_api_key_of(owner, principal.principal(), id, patch).await
     }
 
-    /// [`AuthService::update_api_key`] of a key of `owner`, by `principal`.
+    /// [`ApiKeys::update_api_key`] of a key of `owner`, by `principal`.
     pub(crate) async fn update_api_key_of(
         &self,
         owner: Owner,
@@ -324,13 +330,14 @@ impl AuthService {
         id: &ApiKeyId,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
         let key_id = id.to_owned();
-        let event = Event::new(AuditAction::ApiKeyUpdated, None, Some(actor_of(principal)), now)
+        let event = Event::new(AuditAction::ApiKeyUpdated, None, Some(principal.actor()), now)
             .target(id)
             .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, change) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -361,7 +368,7 @@ impl AuthService {
             .await?
             .ok_or_else(|| not_found(id))?;
         if let Some(change) = change {
-            self.publish(vec![change]).await;
+            self.ctx.publish(vec![change]).await;
             tracing::info!(key_id = %row.id, "API key changed");
         }
         Ok(self.view_of(&row))
@@ -387,7 +394,7 @@ impl AuthService {
         self.rotate_api_key_of(owner, principal.principal(), id, grace_period_secs).await
     }
 
-    /// [`AuthService::rotate_api_key`] of a key of `owner`, by `principal`.
+    /// [`ApiKeys::rotate_api_key`] of a key of `owner`, by `principal`.
     pub(crate) async fn rotate_api_key_of(
         &self,
         owner: Owner,
@@ -403,15 +410,16 @@ impl AuthService {
             )
             .into());
         }
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let secret = ApiKeySecret::generate(&mut OsRng);
         let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
         let key_id = id.to_owned();
         let new_hash = hash.clone();
-        let event = Event::new(AuditAction::ApiKeyRotated, None, Some(actor_of(principal)), now)
+        let event = Event::new(AuditAction::ApiKeyRotated, None, Some(principal.actor()), now)
             .target(id)
             .details(serde_json::json!({"grace_period_secs": grace, "key_prefix": prefix}));
         let outcome = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -448,8 +456,8 @@ impl AuthService {
                 "the API key is revoked and cannot be rotated",
             ))
         })?;
-        self.cache.key_created(&new_hash);
-        self.publish(vec![change]).await;
+        self.ctx.cache.key_created(&new_hash);
+        self.ctx.publish(vec![change]).await;
         tracing::info!(key_id = %row.id, grace_secs = grace, "API key rotated");
         Ok(CreatedApiKey { view: self.view_of(&row), key: secret.expose().to_owned() })
     }
@@ -457,14 +465,14 @@ impl AuthService {
     /// The view of `row`, with a use this node noted but has not written yet.
     pub(crate) fn view_of(&self, row: &ApiKeyRow) -> ApiKeyView {
         let mut view = ApiKeyView::from(row);
-        view.last_used_at = view.last_used_at.max(self.cache.pending_use(&row.id));
+        view.last_used_at = view.last_used_at.max(self.ctx.cache.pending_use(&row.id));
         view
     }
 
     /// Deletes one of the caller's keys.
     ///
     /// # Errors
-    /// As [`AuthService::revoke_api_key`].
+    /// As [`ApiKeys::revoke_api_key`].
     pub async fn delete_api_key(
         &self,
         principal: &Authorized<op::ChangeApiKey>,
@@ -474,7 +482,7 @@ impl AuthService {
         self.delete_api_key_of(owner, principal.principal(), id).await
     }
 
-    /// [`AuthService::delete_api_key`] of a key of `owner`, by `principal`.
+    /// [`ApiKeys::delete_api_key`] of a key of `owner`, by `principal`.
     pub(crate) async fn delete_api_key_of(
         &self,
         owner: Owner,
@@ -483,11 +491,12 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         let key_id = id.to_owned();
         let user_id = principal.user_id().to_owned();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let event =
-            Event::new(AuditAction::ApiKeyDeleted, Some(&user_id), Some(actor_of(principal)), now)
+            Event::new(AuditAction::ApiKeyDeleted, Some(&user_id), Some(principal.actor()), now)
                 .target(id);
         let change = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -503,77 +512,10 @@ impl AuthService {
             })
             .await?
             .ok_or_else(|| not_found(id))?;
-        self.publish(vec![change]).await;
-        self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "delete")]);
+        self.ctx.publish(vec![change]).await;
+        self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "delete")]);
         tracing::info!(event = "api_key_deleted", key_id = %id, user_id = %principal.user_id(), "API key deleted");
         Ok(())
-    }
-
-    /// Looks up a well-formed key (checksum already verified), from the credential cache when
-    /// it can be trusted, and refuses it when unknown, revoked or expired. Expiry is checked on
-    /// every request; the use is noted for `last_used_at` off the request path.
-    pub(crate) async fn authenticate_api_key(
-        &self,
-        key: ApiKeySecret,
-    ) -> Result<Principal, ServiceError> {
-        let entry = self.cache.api_key(key.digest().as_str()).await?;
-        let Some(found) = entry.value.as_ref() else {
-            return Err(ServiceError::invalid_credential("the API key is invalid"));
-        };
-        let now = self.clock.now();
-        if found.revoked {
-            return Err(ServiceError::revoked_credential("the API key has been revoked"));
-        }
-        if found.replaced_until.is_some_and(|end| end <= now) {
-            return Err(ServiceError::invalid_credential(
-                "the API key has been rotated; use the new key",
-            ));
-        }
-        if found.expires_at.is_some_and(|e| e <= now) {
-            return Err(ServiceError::expired_credential("the API key has expired"));
-        }
-        // The owner's account, from the user cache (a disable reaches every node through the
-        // feed, as `user_changed`). A team key belongs to its team: the account of the user
-        // who created it does not matter to it.
-        if !found.team_owned {
-            match self.cache.user(&found.user_id).await? {
-                Some(owner) if owner.disabled => {
-                    return Err(ServiceError::invalid_credential("the account is disabled"));
-                }
-                Some(_) => {}
-                None => return Err(ServiceError::invalid_credential("the API key is invalid")),
-            }
-        }
-        // The team's limits, and the owner's membership for a member's key (a removal reaches
-        // every node through the feed, as `team_changed`).
-        let team = match &found.team_id {
-            None => None,
-            Some(team_id) => {
-                let member = (!found.team_owned).then_some(found.user_id.as_str());
-                match self.cache.team_standing(team_id, member).await? {
-                    TeamStanding::Active(scope) => Some(scope),
-                    TeamStanding::NotMember => {
-                        return Err(ServiceError::Forbidden {
-                            required: "team_member".to_owned(),
-                            current: "the key's owner is not a member of its team".to_owned(),
-                        })
-                    }
-                    TeamStanding::Deleted => {
-                        return Err(ServiceError::revoked_credential(
-                            "the API key has been revoked",
-                        ))
-                    }
-                }
-            }
-        };
-        self.cache.note_key_use(found, now);
-        Ok(Principal::ApiKey {
-            key_id: found.key_id.as_str().into(),
-            user_id: found.user_id.as_str().into(),
-            permissions: found.permissions.clone(),
-            policy: found.policy.clone(),
-            team,
-        })
     }
 }
 

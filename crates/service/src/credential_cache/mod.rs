@@ -39,7 +39,7 @@ pub use supervisor::BackgroundTasks;
 
 use crate::db::Db;
 use crate::error::ServiceError;
-use crate::limits::levels::TeamScope;
+use crate::levels::TeamScope;
 use crate::views::UserView;
 use aigw_domain::CredentialChangeKind;
 use aigw_persistence::changes::{self, ChangeRow};
@@ -57,7 +57,7 @@ pub(crate) type KeyEntry = Arc<entries::Cached<CachedKey>>;
 
 /// Appends a change about `subject_id` to the feed, inside the caller's transaction and as one
 /// of its last statements (see `aigw_persistence::changes`), and returns the row to hand to
-/// `AuthService::publish` once the transaction has committed.
+/// `ServiceContext::publish` once the transaction has committed.
 ///
 /// # Errors
 /// On database failure (the transaction then rolls back, change included).

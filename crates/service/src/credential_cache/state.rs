@@ -7,7 +7,7 @@ use super::entries::{Entries, Subject};
 use super::last_used::LastUsed;
 use super::revoked::RevokedSessions;
 use crate::db::Db;
-use crate::limits::levels::TeamScope;
+use crate::levels::TeamScope;
 use crate::views::UserView;
 use aigw_domain::{CredentialChangeKind, PermissionSet};
 use aigw_persistence::changes::ChangeRow;

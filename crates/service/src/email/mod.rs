@@ -11,6 +11,7 @@
 //! A message never blocks a request: [`Mailer::send`] only queues it. Queued messages live in
 //! the node's memory; a node that stops loses those not yet sent (docs/accounts.md).
 
+pub mod account_mail;
 pub mod config;
 pub mod message;
 pub mod outbox;

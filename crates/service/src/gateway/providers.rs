@@ -24,14 +24,14 @@
 
 use crate::auth::{Authorized, Principal};
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::dialect::chat::{validate_chat_request, ChatRequestSummary};
+use crate::dialect::reply::ChatReply;
+use crate::dialect::tokens;
 use crate::error::{ServiceError, UpstreamRejection};
-use crate::gateway::chat_request::{validate_chat_request, ChatRequestSummary};
-use crate::gateway::reply::ChatReply;
 use crate::limits::key_limits::KeyLimits;
 use crate::limits::key_rates::RateStatus;
 use crate::metrics::{name as metric, Metrics};
 use crate::usage::meter::Meter;
-use crate::usage::tokens;
 use aigw_domain::access::op;
 use aigw_domain::FieldError;
 use aigw_infra::upstream_pool::ConnectionPool;

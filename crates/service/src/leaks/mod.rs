@@ -30,3 +30,22 @@ pub use report::{
     MAX_URL_CHARS, SIGNATURE_HEADER,
 };
 pub use revoke::{Finding, Label, LeakError, LeakOutcome, LeakedKey, TokenVerdict};
+
+use crate::account_email::AccountEmail;
+use crate::context::ServiceContext;
+
+/// Leaked keys: revocation of keys reported by GitHub's secret scanning or pasted by an
+/// administrator or the operator, and the owners told by e-mail. Built from the
+/// [`ServiceContext`] and the account e-mail flows ([`AccountEmail`], which send the notice).
+#[derive(Debug, Clone)]
+pub struct LeakReports {
+    pub(crate) ctx: ServiceContext,
+    pub(crate) email: AccountEmail,
+}
+
+impl LeakReports {
+    /// The leak use cases on `ctx`, telling owners through `email`.
+    pub fn new(ctx: ServiceContext, email: AccountEmail) -> Self {
+        Self { ctx, email }
+    }
+}

@@ -17,12 +17,12 @@
 //! | not aigw-shaped, or a bad checksum | `not_an_api_key` | `false_positive` | none, and no database read |
 
 use super::report::{token_hash, ReportedToken, VerifiedReport};
-use crate::admin::audit::Event;
 use crate::admin::caller::Admin;
 use crate::api_keys::manage::revoke_in_transaction;
-use crate::auth::AuthService;
+use crate::audit::Event;
 use crate::credential_cache;
 use crate::error::ServiceError;
+use crate::leaks::LeakReports;
 use crate::metrics::name as metric;
 use aigw_domain::{ApiKeySecret, AuditAction, CredentialChangeKind};
 use aigw_persistence::changes::ChangeRow;
@@ -180,7 +180,7 @@ struct Looked {
     owner: Option<String>,
 }
 
-impl AuthService {
+impl LeakReports {
     /// Revokes the keys of a GitHub report whose signature verified (see
     /// [`super::report::verify_github_report`]); each revoked key's owner is e-mailed.
     ///
@@ -210,7 +210,7 @@ impl AuthService {
     }
 
     /// The operator's pasted list (`aigw admin revoke-leaked`), as
-    /// [`AuthService::admin_revoke_leaked_keys`].
+    /// [`LeakReports::admin_revoke_leaked_keys`].
     ///
     /// # Errors
     /// [`ServiceError::Unavailable`] when the database is down.
@@ -235,7 +235,7 @@ impl AuthService {
                 "source": key.source,
                 "at": aigw_domain::time::format_timestamp(key.revoked_at),
             });
-            self.send_mail(crate::email::MailKind::KeyLeaked, email, values);
+            self.email.send_mail(crate::email::MailKind::KeyLeaked, email, values);
         }
     }
 
@@ -260,7 +260,7 @@ impl AuthService {
         body_digest: Option<String>,
         tokens: Vec<ReportedToken>,
     ) -> Result<LeakOutcome, LeakError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let report_id = uuid::Uuid::now_v7().to_string();
         // Parsed here, with no I/O: what is not an aigw key is never looked up.
         let secrets: Vec<Option<ApiKeySecret>> =
@@ -281,6 +281,7 @@ impl AuthService {
         let work_tokens = tokens.clone();
         let work_secrets = secrets.clone();
         let committed = self
+            .ctx
             .db
             .run(move |conn| {
                 let done = transaction(conn, |conn| {
@@ -308,10 +309,10 @@ impl AuthService {
             .await??;
         let (looked, leaked, changes) = committed;
         if !changes.is_empty() {
-            self.publish(changes).await;
+            self.ctx.publish(changes).await;
         }
         for key in &leaked {
-            self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
+            self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
             tracing::warn!(
                 event = "api_key_leaked",
                 key_id = %key.key_id,

@@ -4,7 +4,7 @@
 //!
 //! - **Worst case**: the prompt's tokens (counted with the model's tokenizer, as the ledger
 //!   estimates them) plus `max_completion_tokens` / `max_tokens`, or
-//!   [`DEFAULT_COMPLETION_CAP`](crate::gateway::chat_request::DEFAULT_COMPLETION_CAP) when the request sets neither, at the model's price. An
+//!   [`DEFAULT_COMPLETION_CAP`](crate::dialect::chat::DEFAULT_COMPLETION_CAP) when the request sets neither, at the model's price. An
 //!   unpriced model costs 0 (it still cannot pass an exhausted budget).
 //! - **Atomicity**: one conditional `UPDATE` of the key's counter row in the database
 //!   (`aigw_persistence::budgets`), shared by every node of the cluster; no lock is held
@@ -17,12 +17,12 @@
 //!   reservation is added to the counter, off the request path.
 
 use crate::db::Db;
+use crate::dialect::tokens;
 use crate::error::ServiceError;
+use crate::levels::LimitLevel;
 use crate::limits::key_counters::{NodeCounters, NodeReserved};
-use crate::limits::levels::LimitLevel;
 use crate::limits::reservation::{Counter, Reservation};
-use crate::usage::prices::PriceTable;
-use crate::usage::tokens;
+use crate::prices::PriceTable;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::{BudgetPeriod, LimitScope};
 use aigw_persistence::budgets::{self, Reserved};
@@ -37,7 +37,7 @@ pub(crate) fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
 /// The worst-case token use of a chat request for `model`: the prompt's tokens counted with
 /// the model's tokenizer ([`tokens::count_prompt`]: messages, tool definitions, response
 /// formats) plus `image_prompt` tokens for its images, and `completion_cap`
-/// ([`crate::gateway::chat_request::ChatRequestSummary::completion_cap`]: the completion cap times `n`).
+/// ([`crate::dialect::chat::ChatRequestSummary::completion_cap`]: the completion cap times `n`).
 /// One parse of the body: the gateway computes it only near a limit.
 pub fn worst_case_tokens(
     model: &str,

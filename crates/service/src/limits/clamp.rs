@@ -7,14 +7,14 @@
 //! buys completion tokens at the model's output price, shared by the `n` choices. When not
 //! even one completion token per choice fits, the call is refused as in `refuse` mode.
 
-use crate::gateway::chat_request::DEFAULT_COMPLETION_CAP;
+use crate::dialect::chat::DEFAULT_COMPLETION_CAP;
 use crate::limits::budget::Budgets;
 use aigw_domain::usage::TokenUsage;
 use bytes::Bytes;
 use serde_json::Value;
 
 /// The body of a call of `model` with `body` (`bound`: its prompt's upper bound and its
-/// completion tokens at most, [`crate::gateway::chat_request::ChatRequestSummary`]'s `prompt_bound`
+/// completion tokens at most, [`crate::dialect::chat::ChatRequestSummary`]'s `prompt_bound`
 /// and `completion_cap`; `images` images) whose
 /// `max_tokens` (and `max_completion_tokens`, where set) is lowered so that its worst case
 /// costs at most `left` micro-USD; `None` when not even one completion token per choice fits,

@@ -12,26 +12,10 @@
 //! depend on the limit, which every reservation passes anew. Rate windows start empty at every restart, as the window of one
 //! minute would have.
 
-use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// `gateway.key_counters`: `database` (default), `node` or `redis`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyCounters {
-    /// Counters are rows of the database, reserved by one conditional `UPDATE` each: exact
-    /// across every node sharing the database, at the price of row locks on the hot path.
-    #[default]
-    Database,
-    /// Counters live in this node's memory: no database write on the hot path. Exact only
-    /// when this node is the only one serving the database's keys (one node, e.g. SQLite).
-    Node,
-    /// Counters live in Redis (`rate_limit.redis_url`): one script per admission, exact across
-    /// every node using the same Redis; the database counters serve while Redis is unavailable
-    /// ([`crate::limits::redis_counters`]).
-    Redis,
-}
+pub use crate::config::KeyCounters;
 
 /// The budget counter of one key: the period it was opened for (kind and first day), and the
 /// micro-USD committed (settled spend plus running worst cases).

@@ -9,19 +9,19 @@
 use crate::auth::Principal;
 use crate::config::GatewayConfig;
 use crate::db::Db;
+use crate::dialect::chat::ChatRequestSummary;
 use crate::error::ServiceError;
-use crate::gateway::chat_request::ChatRequestSummary;
+use crate::levels::LimitLevel;
 use crate::limits::admission::{Admission, BOUND_HEADROOM};
 use crate::limits::budget::{worst_case_tokens, BudgetPlan, Budgets};
 use crate::limits::key_counters::{KeyCounters, NodeCounters};
 use crate::limits::key_leases::{Granted, Leases};
 use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus};
-use crate::limits::levels::LimitLevel;
 use crate::limits::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use crate::limits::reservation::Tightener;
+use crate::prices::PriceTable;
 use crate::rate_limit::RateLimitConfig;
 use crate::redis_link::RedisLink;
-use crate::usage::prices::PriceTable;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::BudgetMode;
 use bytes::Bytes;
@@ -203,7 +203,7 @@ impl KeyLimits {
         let Some(clamped) = clamped else {
             return Err(refused);
         };
-        let summary = crate::gateway::chat_request::validate_chat_request(&clamped)?;
+        let summary = crate::dialect::chat::validate_chat_request(&clamped)?;
         let bound = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
         let mut admitted = self.admit_levels(principal, model, &clamped, &bound, images).await?;
         admitted.clamped = Some((clamped, summary));
@@ -243,7 +243,7 @@ impl KeyLimits {
     }
 
     /// Admits a call at `level`: `model` with request `body`, whose worst case is at most
-    /// `bound` ([`crate::gateway::chat_request::ChatRequestSummary`]'s `prompt_bound` and
+    /// `bound` ([`crate::dialect::chat::ChatRequestSummary`]'s `prompt_bound` and
     /// `completion_cap`) plus `images` images at the model's `image_tokens`.
     ///
     /// The call is first admitted at `bound` (no tokenizer) as long as the key stays

@@ -11,8 +11,8 @@
 
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::levels::LimitLevel;
 use crate::limits::key_counters::NodeCounters;
-use crate::limits::levels::LimitLevel;
 use crate::limits::reservation::settle_in_background;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::LimitScope;

@@ -1,12 +1,12 @@
 //! The limits of keys, of team members and of teams: budgets ([`budget`], [`clamp`]), `rpm_limit`
 //! and `tpm_limit` ([`key_rates`]), a node's leases of them ([`key_leases`]) and the admission
-//! of a call at every level it counts against ([`key_limits`], [`levels`]). The counters live in
+//! of a call at every level it counts against ([`key_limits`], [`crate::levels`]). The counters live in
 //! the database, the node's memory ([`key_counters`]) or Redis ([`redis_counters`],
 //! [`redis_held`]); what a call holds in any of them is a [`reservation::Reservation`].
 //!
 //! The files depend on one another in one direction, bottom to top:
 //!
-//! 1. [`levels`], [`key_counters`]: the levels of a call, the node's memory counters;
+//! 1. [`key_counters`]: the node's memory counters (the levels of a call are [`crate::levels`]);
 //! 2. [`redis_held`]: what a call holds in Redis and its settlement;
 //! 3. [`reservation`]: a reservation in any counter (a lease seen through a trait);
 //! 4. [`key_rates`], [`budget`], then [`clamp`]: rate windows and budgets;
@@ -22,7 +22,6 @@ pub mod key_counters;
 pub mod key_leases;
 pub mod key_limits;
 pub mod key_rates;
-pub mod levels;
 pub mod redis_counters;
 pub mod redis_held;
 pub mod reservation;

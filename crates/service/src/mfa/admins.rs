@@ -1,10 +1,11 @@
 //! `auth.require_mfa_for_admins`: an admin is refused on the administrative endpoints until
 //! their second factor is on, and with an access token unless its session was made with it.
-//! Checked in [`AuthService::authorize_admin`], the one place every administrative request
+//! Checked in [`crate::admin::Administration::authorize_admin`], the one place every administrative request
 //! is authorized, after the role.
 
-use crate::auth::{AuthService, Principal};
+use crate::auth::Principal;
 use crate::error::ServiceError;
+use crate::mfa::Mfa;
 use aigw_persistence::mfa;
 
 /// The hint of an admin who has no second factor yet.
@@ -15,7 +16,7 @@ const ENROLL_HINT: &str = "this server requires administrators to use a second f
 const RELOGIN_HINT: &str = "this server requires administrators to use a second factor: log \
      in again and complete the login with a code (POST /api/v1/auth/login/mfa)";
 
-impl AuthService {
+impl Mfa {
     /// Refuses an admin without the second factor when `auth.require_mfa_for_admins` is on:
     /// the factor must be on (for an API key: its owner's), and an access token's session
     /// must have been made with it (`amr` has `otp`).
@@ -27,11 +28,11 @@ impl AuthService {
         &self,
         principal: &Principal,
     ) -> Result<(), ServiceError> {
-        if !self.config.require_mfa_for_admins {
+        if !self.ctx.config.require_mfa_for_admins {
             return Ok(());
         }
         let user_id = principal.user_id().to_owned();
-        let enabled = self.db.run(move |conn| Ok(mfa::totp_enabled(conn, &user_id)?)).await?;
+        let enabled = self.ctx.db.run(move |conn| Ok(mfa::totp_enabled(conn, &user_id)?)).await?;
         if !enabled {
             return Err(ServiceError::SecondFactorRequired { current: "none", hint: ENROLL_HINT });
         }

@@ -6,9 +6,10 @@ use super::totp::{qr_svg, TotpSecret};
 use super::{
     account_owner, Enrollment, MfaStatus, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE,
 };
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized};
+use crate::audit::Event;
+use crate::auth::Authorized;
 use crate::error::ServiceError;
+use crate::mfa::Mfa;
 use crate::password::Verification;
 use aigw_domain::access::op;
 use aigw_domain::mfa::TotpCode;
@@ -16,9 +17,9 @@ use aigw_domain::{AuditAction, FieldError};
 use aigw_persistence::mfa::{self, TotpRow};
 use aigw_persistence::{transaction, users};
 
-impl AuthService {
+impl Mfa {
     /// Starts (or restarts) the caller's TOTP enrollment: a new secret, pending until
-    /// [`AuthService::mfa_confirm`]. A pending enrollment started earlier is replaced.
+    /// [`Mfa::mfa_confirm`]. A pending enrollment started earlier is replaced.
     ///
     /// # Errors
     /// [`ServiceError::Invalid`] on `mfa` when the factor is already on;
@@ -30,12 +31,13 @@ impl AuthService {
     ) -> Result<Enrollment, ServiceError> {
         let user_id = account_owner(principal)?;
         let user = self
+            .ctx
             .cache
             .user(&user_id)
             .await?
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
         let secret = TotpSecret::generate();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let row = TotpRow {
             user_id: user_id.to_string(),
             secret_sealed: secret.seal(&self.totp_sealer(), &user_id)?,
@@ -47,6 +49,7 @@ impl AuthService {
             Event::new(AuditAction::MfaEnrollmentStarted, Some(&user_id), Some(&user_id), now)
                 .target(&user_id);
         let started = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -63,7 +66,7 @@ impl AuthService {
                 FieldError::new("mfa", "is already enabled; disable it to enroll again").into()
             );
         }
-        let otpauth_uri = secret.otpauth_uri(&self.config.mfa_issuer, &user.email);
+        let otpauth_uri = secret.otpauth_uri(&self.ctx.config.mfa_issuer, &user.email);
         let qr_svg = qr_svg(&otpauth_uri)?;
         Ok(Enrollment { secret: secret.base32(), otpauth_uri, qr_svg })
     }
@@ -82,7 +85,7 @@ impl AuthService {
     ) -> Result<RecoveryCodes, ServiceError> {
         let user_id = account_owner(principal)?;
         let wanted = user_id.clone();
-        let totp = self.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
+        let totp = self.ctx.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
         let totp = match totp {
             None => {
                 return Err(FieldError::new(
@@ -97,7 +100,7 @@ impl AuthService {
             Some(t) => t,
         };
         let secret = TotpSecret::open(&self.totp_sealer(), &user_id, &totp.secret_sealed)?;
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let step = secret.matching_step(code, now).ok_or_else(|| {
             FieldError::new(
                 "code",
@@ -110,6 +113,7 @@ impl AuthService {
             .details(serde_json::json!({"recovery_codes": rows.len()}));
         let sealed = totp.secret_sealed;
         let enabled = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -143,6 +147,7 @@ impl AuthService {
     ) -> Result<MfaStatus, ServiceError> {
         let user_id = principal.user_id().to_owned();
         let (totp, left) = self
+            .ctx
             .db
             .run(move |conn| {
                 let totp = mfa::find_totp(conn, &user_id)?;
@@ -178,12 +183,13 @@ impl AuthService {
     ) -> Result<(), ServiceError> {
         let user_id = account_owner(principal)?;
         let proof = self.password_and_factor(&user_id, password, factor).await?;
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let event = Event::new(AuditAction::MfaDisabled, Some(&user_id), Some(&user_id), now)
             .target(&user_id)
             .details(serde_json::json!({"method": factor.method()}));
         let used = super::recovery::used_event(&proof, &user_id, "disable", now);
         let done = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -217,11 +223,13 @@ impl AuthService {
         password: String,
         factor: &SecondFactor,
     ) -> Result<Proof, ServiceError> {
-        self.password_policy
+        self.ctx
+            .password_policy
             .check_length_bound(&password)
             .map_err(|e| FieldError::new("password", e.issue))?;
         let wanted = user_id.to_owned();
         let (user, totp) = self
+            .ctx
             .db
             .run(move |conn| {
                 Ok((users::find_by_id(conn, &wanted)?, mfa::find_totp(conn, &wanted)?))
@@ -231,7 +239,7 @@ impl AuthService {
             return Err(FieldError::new("mfa", "is not enabled").into());
         };
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.passwords.verify(password, stored_hash).await?;
+        let verification = self.ctx.passwords.verify(password, stored_hash).await?;
         if verification == Verification::Mismatch || user.is_none() {
             return Err(ServiceError::rejected(WRONG_PASSWORD_OR_CODE));
         }
@@ -249,7 +257,7 @@ impl AuthService {
             SecondFactor::Totp(code) => {
                 let secret =
                     TotpSecret::open(&self.totp_sealer(), &totp.user_id, &totp.secret_sealed)?;
-                Ok(secret.matching_step(code, self.clock.now()).map(Proof::Step))
+                Ok(secret.matching_step(code, self.ctx.clock.now()).map(Proof::Step))
             }
             SecondFactor::RecoveryCode(code) => {
                 Ok(Some(Proof::RecoveryCode(code.digest().into_string())))

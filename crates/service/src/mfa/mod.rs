@@ -5,7 +5,7 @@
 //!   codes are shown once), its status, and disabling it (password and a code).
 //! - [`recovery`]: the recovery codes: generated, stored as SHA-256 digests, each usable
 //!   once; a regeneration (password and a code) replaces them all.
-//! - [`challenge`]: login with the factor on: a right password answers an MFA challenge
+//! - `crate::accounts::mfa_login`: login with the factor on: a right password answers an MFA challenge
 //!   instead of tokens; a code completes it into a session whose access tokens carry
 //!   `amr: ["pwd", "otp"]`. A challenge is stored as a digest (any node completes it),
 //!   expires after `auth.mfa_challenge_ttl_secs`, completes once and dies after five tries.
@@ -13,7 +13,7 @@
 //!   window of ±1 step, and the single use of a step (the last accepted step per user, moved
 //!   forward by a compare-and-set in the database, so a code works once across nodes).
 //! - [`admins`]: `auth.require_mfa_for_admins`, checked where every administrative request
-//!   is authorized ([`AuthService::authorize_admin`]).
+//!   is authorized ([`crate::admin::Administration::authorize_admin`]).
 //!
 //! The secret must be read back to check a code, so it is stored sealed (XChaCha20-Poly1305,
 //! [`crate::seal::Sealer`] with a key derived for this purpose from the signing keys, bound to
@@ -21,19 +21,27 @@
 //! stored as SHA-256 digests only.
 
 pub mod admins;
-pub mod challenge;
 pub mod enrollment;
-mod proof;
+pub(crate) mod proof;
 pub mod recovery;
 pub mod totp;
 
-use crate::auth::{AuthService, Authorized, Principal};
+use crate::auth::{Authorized, Principal};
+use crate::context::ServiceContext;
 use crate::error::ServiceError;
 use crate::views::TokenSet;
 use aigw_domain::access::op;
 use aigw_domain::mfa::{RecoveryCode, TotpCode};
 use aigw_domain::{FieldError, UserId};
 use chrono::{DateTime, Utc};
+
+/// The TOTP second factor of accounts: enrollment, status, disabling, recovery codes, and
+/// the checks that login and the administrative endpoints make with it. Built from the
+/// [`ServiceContext`].
+#[derive(Debug, Clone)]
+pub struct Mfa {
+    pub(crate) ctx: ServiceContext,
+}
 
 /// The answer to every refused password-and-code check (disable, regenerate): it never says
 /// which of the two was wrong.
@@ -154,7 +162,7 @@ pub enum LoginOutcome {
     /// No second factor: a session and its tokens.
     Tokens(TokenSet),
     /// The second factor is on: a challenge to complete with a code
-    /// ([`AuthService::complete_mfa_login`]).
+    /// ([`crate::accounts::Accounts::complete_mfa_login`]).
     MfaRequired(MfaChallenge),
 }
 
@@ -170,9 +178,14 @@ fn account_owner(principal: &Authorized<op::ManageAccount>) -> Result<UserId, Se
     }
 }
 
-impl AuthService {
+impl Mfa {
+    /// The second factor's use cases on `ctx`.
+    pub fn new(ctx: ServiceContext) -> Self {
+        Self { ctx }
+    }
+
     /// The sealer of TOTP secrets: keys derived from the signing keys for this purpose only.
     pub(crate) fn totp_sealer(&self) -> crate::seal::Sealer {
-        crate::seal::Sealer::derive(totp::SEAL_INFO, self.tokens.key_materials())
+        crate::seal::Sealer::derive(totp::SEAL_INFO, self.ctx.tokens.key_materials())
     }
 }

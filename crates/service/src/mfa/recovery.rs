@@ -3,9 +3,10 @@
 
 use super::proof::Proof;
 use super::{account_owner, RecoveryCodes, SecondFactor, WRONG_PASSWORD_OR_CODE};
-use crate::admin::audit::Event;
-use crate::auth::{AuthService, Authorized};
+use crate::audit::Event;
+use crate::auth::Authorized;
 use crate::error::ServiceError;
+use crate::mfa::Mfa;
 use aigw_domain::access::op;
 use aigw_domain::mfa::{RecoveryCode, RECOVERY_CODE_COUNT};
 use aigw_domain::AuditAction;
@@ -46,7 +47,7 @@ pub(crate) fn used_event(
     })
 }
 
-impl AuthService {
+impl Mfa {
     /// Replaces every recovery code of the caller with ten new ones, returned once; needs
     /// their password and a current code (or one of the old recovery codes).
     ///
@@ -62,7 +63,7 @@ impl AuthService {
     ) -> Result<RecoveryCodes, ServiceError> {
         let user_id = account_owner(principal)?;
         let proof = self.password_and_factor(&user_id, password, factor).await?;
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let (rows, codes) = new_codes(&user_id, now);
         let event = Event::new(
             AuditAction::MfaRecoveryCodesRegenerated,
@@ -74,6 +75,7 @@ impl AuthService {
         .details(serde_json::json!({"method": factor.method(), "recovery_codes": rows.len()}));
         let used = used_event(&proof, &user_id, "regenerate", now);
         let enabled_at = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {

@@ -71,7 +71,11 @@ impl RateLimiter {
         let memory = MemoryLimiter::new(&policies)?;
         let link = match config.backend {
             RateLimitBackend::Memory => None,
-            RateLimitBackend::Redis => Some(RedisLink::new(config)?),
+            RateLimitBackend::Redis => Some(RedisLink::new(
+                &config.redis_url,
+                config.redis_timeout_ms,
+                config.redis_retry_secs,
+            )?),
         };
         let redis = link.clone().map(|link| RedisLimiter::new(config, link));
         Ok(Self { inner: Some(Arc::new(Inner { policies, memory, redis })), redis: link })
@@ -92,7 +96,8 @@ impl RateLimiter {
         if let Some(link) = &self.redis {
             return Ok(link.clone());
         }
-        let link = RedisLink::new(config)?;
+        let link =
+            RedisLink::new(&config.redis_url, config.redis_timeout_ms, config.redis_retry_secs)?;
         self.redis = Some(link.clone());
         Ok(link)
     }

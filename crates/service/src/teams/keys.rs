@@ -5,20 +5,22 @@
 use super::TeamAccess;
 use crate::api_keys::manage::{NewApiKey, Owner};
 use crate::api_keys::policy::ApiKeyPatch;
-use crate::auth::{AuthService, Authorized, Principal};
+use crate::auth::{Authorized, Principal};
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
+use crate::teams::Teams;
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_domain::{ApiKeyId, TeamId};
 use aigw_persistence::api_keys;
 
-impl AuthService {
+impl Teams {
     /// Requires `principal` to manage team `team_id` (its owners and admins, platform admins).
     async fn manages_team(&self, principal: &Principal, team_id: &str) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (team_id.to_owned(), principal.user_id().to_owned());
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage().map(|_| ())
             })
@@ -29,7 +31,7 @@ impl AuthService {
     /// count against the key and the team; `request.team_id` is ignored.
     ///
     /// # Errors
-    /// As [`AuthService::create_api_key`]; [`ServiceError::NotFound`] (`team`) for a
+    /// As [`Teams::create_api_key`]; [`ServiceError::NotFound`] (`team`) for a
     /// non-member; [`ServiceError::Forbidden`] (`team_admin`) for a plain member.
     pub async fn create_team_api_key(
         &self,
@@ -37,7 +39,7 @@ impl AuthService {
         id: &TeamId,
         request: NewApiKey,
     ) -> Result<CreatedApiKey, ServiceError> {
-        self.create_key(principal, request, Some((id.to_string(), true)), None).await
+        self.keys.create_key(principal, request, Some((id.to_string(), true)), None).await
     }
 
     /// The team keys of team `id`, newest first, a page at a time (its owners and admins).
@@ -56,19 +58,20 @@ impl AuthService {
         let team_id = id.to_owned();
         let limit = paging.limit;
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 let before = paging.before.as_deref();
                 Ok(api_keys::page_for(conn, api_keys::KeyOwner::Team(&team_id), before, limit + 1)?)
             })
             .await?;
-        Ok(page_of(rows, limit, |r| &r.id, |r| self.view_of(r)))
+        Ok(page_of(rows, limit, |r| &r.id, |r| self.keys.view_of(r)))
     }
 
-    /// Changes team key `key_id` of team `id` (`PATCH`), as [`AuthService::update_api_key`].
+    /// Changes team key `key_id` of team `id` (`PATCH`), as [`Teams::update_api_key`].
     ///
     /// # Errors
-    /// As [`AuthService::update_api_key`]; [`ServiceError::Forbidden`] (`team_admin`).
+    /// As [`Teams::update_api_key`]; [`ServiceError::Forbidden`] (`team_admin`).
     pub async fn update_team_api_key(
         &self,
         principal: &Authorized<op::UpdateApiKey>,
@@ -77,13 +80,13 @@ impl AuthService {
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
         self.manages_team(principal, id).await?;
-        self.update_api_key_of(Owner::Team(id.clone()), principal, key_id, patch).await
+        self.keys.update_api_key_of(Owner::Team(id.clone()), principal, key_id, patch).await
     }
 
-    /// Rotates team key `key_id` of team `id`, as [`AuthService::rotate_api_key`].
+    /// Rotates team key `key_id` of team `id`, as [`Teams::rotate_api_key`].
     ///
     /// # Errors
-    /// As [`AuthService::rotate_api_key`]; [`ServiceError::Forbidden`] (`team_admin`).
+    /// As [`Teams::rotate_api_key`]; [`ServiceError::Forbidden`] (`team_admin`).
     pub async fn rotate_team_api_key(
         &self,
         principal: &Authorized<op::UpdateApiKey>,
@@ -93,7 +96,7 @@ impl AuthService {
     ) -> Result<CreatedApiKey, ServiceError> {
         self.manages_team(principal, id).await?;
         let owner = Owner::Team(id.clone());
-        self.rotate_api_key_of(owner, principal, key_id, grace_period_secs).await
+        self.keys.rotate_api_key_of(owner, principal, key_id, grace_period_secs).await
     }
 
     /// Revokes team key `key_id` of team `id` on every node.
@@ -109,13 +112,13 @@ impl AuthService {
     ) -> Result<ApiKeyView, ServiceError> {
         self.manages_team(principal, id).await?;
         let owner = Some(Owner::Team(id.clone()));
-        self.revoke_api_key_of(key_id, owner, crate::admin::audit::actor_of(principal)).await
+        self.keys.revoke_api_key_of(key_id, owner, principal.actor()).await
     }
 
     /// Deletes team key `key_id` of team `id`.
     ///
     /// # Errors
-    /// As [`AuthService::revoke_team_api_key`].
+    /// As [`Teams::revoke_team_api_key`].
     pub async fn delete_team_api_key(
         &self,
         principal: &Authorized<op::ChangeApiKey>,
@@ -123,6 +126,6 @@ impl AuthService {
         key_id: &ApiKeyId,
     ) -> Result<(), ServiceError> {
         self.manages_team(principal, id).await?;
-        self.delete_api_key_of(Owner::Team(id.clone()), principal, key_id).await
+        self.keys.delete_api_key_of(Owner::Team(id.clone()), principal, key_id).await
     }
 }

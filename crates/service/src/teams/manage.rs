@@ -1,13 +1,14 @@
 //! A team itself: create, list the caller's, read, change its name and policy, delete.
 
 use super::{budget_micros, team_not_found, TeamAccess, TeamView};
-use crate::admin::audit::{actor_of, Event};
 use crate::api_keys::policy::{ApiKeyPatch, KeyPolicyRequest};
-use crate::auth::{AuthService, Authorized};
+use crate::audit::Event;
+use crate::auth::Authorized;
 use crate::config::TeamCreation;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
+use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::TeamId;
@@ -38,7 +39,7 @@ pub struct TeamPatch {
     pub member_budget_usd: Option<Option<f64>>,
 }
 
-impl AuthService {
+impl Teams {
     /// Creates a team whose first member and owner is the caller (an access token).
     ///
     /// # Errors
@@ -50,7 +51,7 @@ impl AuthService {
         principal: &Authorized<op::ManageAccount>,
         request: NewTeam,
     ) -> Result<TeamView, ServiceError> {
-        if self.config.team_creation == TeamCreation::Admins
+        if self.ctx.config.team_creation == TeamCreation::Admins
             && !self.is_platform_admin(principal).await?
         {
             return Err(ServiceError::Forbidden {
@@ -76,11 +77,12 @@ impl AuthService {
             member_budget_micros,
         };
         let event =
-            Event::new(AuditAction::TeamCreated, Some(&user_id), Some(actor_of(principal)), now)
+            Event::new(AuditAction::TeamCreated, Some(&user_id), Some(principal.actor()), now)
                 .target(&row.id)
                 .details(serde_json::json!({"name": row.name}));
         let stored = row.clone();
-        self.db
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     teams::insert(conn, &stored, &stored.created_by)?;
@@ -105,6 +107,7 @@ impl AuthService {
         let user_id = principal.user_id().to_owned();
         let limit = paging.limit;
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 Ok(teams::list_for_user(conn, &user_id, paging.before.as_deref(), limit + 1)?)
@@ -125,6 +128,7 @@ impl AuthService {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let (row, access, spend) = self
+            .ctx
             .db
             .run(move |conn| {
                 let (row, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
@@ -179,10 +183,11 @@ impl AuthService {
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let event =
-            Event::new(AuditAction::TeamUpdated, Some(&user_id), Some(actor_of(principal)), now)
+            Event::new(AuditAction::TeamUpdated, Some(&user_id), Some(principal.actor()), now)
                 .target(id)
                 .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, access, change) = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -209,7 +214,7 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(vec![change]).await;
+        self.ctx.publish(vec![change]).await;
         tracing::info!(event = "team_updated", team_id = %row.id, "team changed");
         Ok(TeamView::new(row, access.role))
     }
@@ -229,9 +234,10 @@ impl AuthService {
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let event =
-            Event::new(AuditAction::TeamDeleted, Some(&user_id), Some(actor_of(principal)), now)
+            Event::new(AuditAction::TeamDeleted, Some(&user_id), Some(principal.actor()), now)
                 .target(id);
         let changes = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -252,7 +258,7 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(changes).await;
+        self.ctx.publish(changes).await;
         tracing::info!(event = "team_deleted", team_id = %id, "team deleted");
         Ok(())
     }

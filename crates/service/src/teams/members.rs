@@ -3,11 +3,12 @@
 //! budget, remove, leave; list and revoke open invitations. A team always keeps an owner.
 
 use super::{budget_micros, team_not_found, MemberView, TeamAccess, TeamInvitationView};
-use crate::admin::audit::{actor_of, Event};
-use crate::auth::{AuthService, Authorized, Principal};
+use crate::audit::Event;
+use crate::auth::{Authorized, Principal};
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
+use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
@@ -65,7 +66,7 @@ fn team_changed(
     credential_cache::append(conn, CredentialChangeKind::TeamChanged, team_id, now)
 }
 
-impl AuthService {
+impl Teams {
     /// Adds the account with `email` to team `id` with `role` (default `member`), or, when no
     /// account has that address, invites it: it joins on registration.
     ///
@@ -87,8 +88,8 @@ impl AuthService {
         let admin = self.is_platform_admin(principal).await?;
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let actor = actor_of(principal).to_owned();
-        let (added, change) = self
+        let actor = principal.actor().to_owned();
+        let (added, change) = self.ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -141,7 +142,7 @@ impl AuthService {
             })
             .await?;
         if let Some(change) = change {
-            self.publish(vec![change]).await;
+            self.ctx.publish(vec![change]).await;
         }
         Ok(added)
     }
@@ -162,6 +163,7 @@ impl AuthService {
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let limit = paging.limit;
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 let (team, _) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
@@ -201,8 +203,8 @@ impl AuthService {
         let now = time::now();
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
-        let actor = actor_of(principal).to_owned();
-        let (member, change) = self
+        let actor = principal.actor().to_owned();
+        let (member, change) = self.ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -250,7 +252,7 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(vec![change]).await;
+        self.ctx.publish(vec![change]).await;
         Ok(member)
     }
 
@@ -281,8 +283,9 @@ impl AuthService {
         let now = time::now();
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
-        let actor = actor_of(principal).to_owned();
+        let actor = principal.actor().to_owned();
         let change = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -318,7 +321,7 @@ impl AuthService {
                 })
             })
             .await?;
-        self.publish(vec![change]).await;
+        self.ctx.publish(vec![change]).await;
         tracing::info!(event = "member_removed", team_id = %id, user_id = %member_id, "team member removed");
         Ok(())
     }
@@ -339,6 +342,7 @@ impl AuthService {
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let limit = paging.limit;
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
@@ -364,8 +368,9 @@ impl AuthService {
         let now = time::now();
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), invitation_id.to_owned());
-        let actor = actor_of(principal).to_owned();
-        self.db
+        let actor = principal.actor().to_owned();
+        self.ctx
+            .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;

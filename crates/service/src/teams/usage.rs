@@ -2,8 +2,9 @@
 //! what the team and each member spent in the current budget period.
 
 use super::{MemberView, TeamAccess};
-use crate::auth::{AuthService, Authorized};
+use crate::auth::Authorized;
 use crate::error::ServiceError;
+use crate::teams::Teams;
 use crate::usage::{GroupBy, UsageQuery, UsageSummary};
 use aigw_domain::access::op;
 use aigw_domain::usage::DayRange;
@@ -60,7 +61,7 @@ pub(super) fn with_spend(
         .collect()
 }
 
-impl AuthService {
+impl Teams {
     /// Team `id`'s usage over a range of UTC days, grouped by `day` (default), `model`,
     /// `member` or `api_key` (its owners and admins, platform admins). Reads the rollups.
     ///
@@ -86,6 +87,7 @@ impl AuthService {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let rows = self
+            .ctx
             .db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;

@@ -4,8 +4,8 @@
 use super::meter::CallMeter;
 use super::pending::Observed;
 use super::sse::MeteredStream;
+use crate::dialect::reply::ChatReply;
 use crate::error::ServiceError;
-use crate::gateway::reply::ChatReply;
 use aigw_domain::usage::UsageOutcome;
 
 impl CallMeter {

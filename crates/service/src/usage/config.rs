@@ -1,6 +1,5 @@
 //! `[usage]` settings and the per-model prices of `[[providers]]`.
 
-use aigw_domain::usage::{ModelPrice, PriceError};
 use serde::Deserialize;
 
 /// `[usage]`: the usage ledger.
@@ -60,38 +59,4 @@ pub enum RequestRecords {
     None,
 }
 
-/// One model's price in `[[providers]] prices = { "MODEL" = { … } }`, in USD per million
-/// tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceConfig {
-    /// USD per million prompt tokens, e.g. `0.15`.
-    pub input_per_million: f64,
-    /// USD per million completion tokens, e.g. `0.60`.
-    pub output_per_million: f64,
-    /// Most prompt tokens the provider bills for one image (`image_url` part), e.g. `1445`
-    /// for GPT-4o at high detail; the budget's and `tpm_limit`'s worst case adds it per
-    /// image (default [`DEFAULT_IMAGE_TOKENS`]).
-    #[serde(default)]
-    pub image_tokens: Option<u64>,
-}
-
-/// Prompt tokens one image is assumed to cost at most when its model's price sets no
-/// `image_tokens`: GPT-4o's and GPT-4.1's largest images cost 1 445 and 1 536 tokens, the
-/// o-series' and GPT-4.1-mini's up to about 2 700 (their patch multipliers). Models that
-/// bill images as many more tokens at a lower price (GPT-4o-mini: up to 48 169) need their
-/// own `image_tokens`.
-pub const DEFAULT_IMAGE_TOKENS: u64 = 2_800;
-
-/// The most `image_tokens` a price may set.
-pub const MAX_IMAGE_TOKENS: u64 = 1 << 20;
-
-impl PriceConfig {
-    /// The price in integer micro-USD per million tokens.
-    ///
-    /// # Errors
-    /// [`PriceError`] for a negative, non-finite or absurd price.
-    pub fn to_price(self) -> Result<ModelPrice, PriceError> {
-        ModelPrice::from_usd_per_million(self.input_per_million, self.output_per_million)
-    }
-}
+pub use crate::config::{PriceConfig, DEFAULT_IMAGE_TOKENS, MAX_IMAGE_TOKENS};

@@ -20,7 +20,7 @@ use super::in_flight::{CallFacts, InFlight};
 use super::pending::{Observed, Pending};
 use super::recorder::RecorderHandle;
 use crate::auth::Principal;
-use crate::gateway::chat_request::ChatRequestSummary;
+use crate::dialect::chat::ChatRequestSummary;
 use crate::limits::key_limits::Admitted;
 use aigw_domain::usage::{TokenUsage, UsageOutcome};
 use bytes::Bytes;

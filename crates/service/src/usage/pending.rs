@@ -3,10 +3,10 @@
 //! The meter fills it while the call runs; the recorder finishes it.
 
 use super::in_flight::InFlightTicket;
-use super::prices::PriceTable;
-use super::tokens;
+use crate::dialect::tokens;
 use crate::limits::key_rates::TokenReservation;
 use crate::limits::reservation::Reservation;
+use crate::prices::PriceTable;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
 use aigw_domain::{ApiKeyId, TeamId, UserId};
 use bytes::Bytes;

@@ -33,12 +33,12 @@
 
 use super::aggregate::{Added, Aggregate, KeepRecords};
 use super::pending::Pending;
-use super::prices::PriceTable;
 use super::spool::Spool;
 use super::supervisor::supervise;
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
+use crate::prices::PriceTable;
 use aigw_domain::ledger::UsageFlush;
 use aigw_domain::usage::UsageRecord;
 use aigw_persistence::usage::FlushApplied;

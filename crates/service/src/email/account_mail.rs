@@ -13,9 +13,9 @@ const MAX_JOBS: usize = 64;
 /// What the account e-mail flows need: where messages go and where links point.
 #[derive(Debug, Clone)]
 pub struct AccountMail {
-    pub(super) mailer: Mailer,
+    pub(crate) mailer: Mailer,
     public_url: String,
-    pub(super) jobs: Arc<Semaphore>,
+    pub(crate) jobs: Arc<Semaphore>,
 }
 
 impl AccountMail {
@@ -36,7 +36,7 @@ impl AccountMail {
     }
 
     /// The link of a page at `path` (starting with `/`) carrying `token`.
-    pub(super) fn link(&self, path: &str, token: &AccountToken) -> String {
+    pub(crate) fn link(&self, path: &str, token: &AccountToken) -> String {
         format!("{}{path}?token={}", self.public_url, token.expose())
     }
 }

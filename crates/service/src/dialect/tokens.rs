@@ -239,7 +239,7 @@ mod tests {
         ];
         for body in &bodies {
             let bytes = serde_json::to_vec(body).unwrap_or_default();
-            let bound = crate::gateway::chat_request::validate_chat_request(&bytes)
+            let bound = crate::dialect::chat::validate_chat_request(&bytes)
                 .map(|summary| summary.prompt_bound)
                 .unwrap_or(0);
             for encoding in [Encoding::Cl100k, Encoding::O200k] {
@@ -249,7 +249,7 @@ mod tests {
         }
         // The fixed tokens plus the body's bytes: 3 + 3 + 1 + its length.
         let hello = serde_json::to_vec(&bodies[0]).unwrap_or_default();
-        let summary = crate::gateway::chat_request::validate_chat_request(&hello);
+        let summary = crate::dialect::chat::validate_chat_request(&hello);
         assert_eq!(summary.map(|s| s.prompt_bound).ok(), Some(7 + hello.len() as u64));
     }
 }

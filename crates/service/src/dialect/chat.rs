@@ -98,12 +98,12 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
             .ok_or_else(|| FieldError::new("messages", "must be a non-empty array"))?,
     };
     let body_bytes = u64::try_from(body.len()).unwrap_or(u64::MAX);
-    let mut prompt_bound = crate::usage::tokens::REPLY_PRIMING_TOKENS.saturating_add(body_bytes);
+    let mut prompt_bound = crate::dialect::tokens::REPLY_PRIMING_TOKENS.saturating_add(body_bytes);
     let mut parts = PartCount::default();
     for (i, raw) in messages.iter().enumerate() {
         prompt_bound = prompt_bound
-            .saturating_add(crate::usage::tokens::TOKENS_PER_MESSAGE)
-            .saturating_add(crate::usage::tokens::TOKENS_PER_NAME);
+            .saturating_add(crate::dialect::tokens::TOKENS_PER_MESSAGE)
+            .saturating_add(crate::dialect::tokens::TOKENS_PER_NAME);
         let message: Fields<'_> = serde_json::from_str(raw.get())
             .map_err(|_| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
         match message.role {

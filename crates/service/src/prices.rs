@@ -1,8 +1,8 @@
 //! The price of each priced model, from `[[providers]] prices`.
 
 use crate::config::ProviderConfig;
+use crate::config::{DEFAULT_IMAGE_TOKENS, MAX_IMAGE_TOKENS};
 use crate::error::ServiceError;
-use crate::usage::config::{DEFAULT_IMAGE_TOKENS, MAX_IMAGE_TOKENS};
 use aigw_domain::usage::ModelPrice;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -8,11 +8,9 @@
 //! use cases' signatures do not carry it. Rows are built (context read) on the request's task,
 //! before the database closure runs on a blocking thread.
 
-use crate::auth::{AuthService, Authorized, Principal};
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest, Paging};
-use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, FieldError};
 use aigw_persistence::audit::{self, AuditEventRow};
@@ -112,14 +110,6 @@ impl Event {
     }
 }
 
-/// The id that acted: the key's for an API key, else the user's.
-pub(crate) fn actor_of(principal: &Principal) -> &str {
-    match principal {
-        Principal::User { user_id, .. } => user_id,
-        Principal::ApiKey { key_id, .. } => key_id,
-    }
-}
-
 /// An audit event as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEventView {
@@ -170,7 +160,7 @@ fn parse_action(action: Option<String>) -> Result<Option<String>, FieldError> {
     }
 }
 
-async fn list(
+pub(crate) async fn list(
     db: &Db,
     user_id: Option<String>,
     action: Option<String>,
@@ -190,49 +180,6 @@ async fn list(
         })
         .await?;
     Ok(page_of(rows, limit, |r| &r.id, |r| AuditEventView::from(r)))
-}
-
-impl AuthService {
-    /// The caller's own events (those concerning their account), newest first.
-    ///
-    /// # Errors
-    /// [`ServiceError::Invalid`] on `action`, `limit` or `cursor`; [`ServiceError::Unavailable`] when the database is
-    /// down.
-    pub async fn own_audit_events(
-        &self,
-        principal: &Authorized<op::ReadAccount>,
-        action: Option<String>,
-        page: &PageRequest,
-    ) -> Result<Page<AuditEventView>, ServiceError> {
-        list(&self.db, Some(principal.user_id().to_string()), action, page).await
-    }
-
-    /// Every event (of account `user_id` when given), newest first.
-    ///
-    /// # Errors
-    /// [`ServiceError::Invalid`] on `action`, `limit` or `cursor`;
-    /// [`ServiceError::Unavailable`] when the database is down.
-    pub async fn admin_audit_events(
-        &self,
-        _admin: &crate::admin::caller::Admin,
-        user_id: Option<String>,
-        action: Option<String>,
-        page: &PageRequest,
-    ) -> Result<Page<AuditEventView>, ServiceError> {
-        list(&self.db, user_id, action, page).await
-    }
-
-    /// Records `event` in a transaction of its own (an event that changes nothing else, such
-    /// as a failed login). A failure is logged, not returned: the answer does not depend on it.
-    pub(crate) async fn record_alone(&self, event: Event) {
-        let result = self
-            .db
-            .run(move |conn| aigw_persistence::transaction(conn, |conn| event.insert(conn)))
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "could not record an audit event");
-        }
-    }
 }
 
 /// Starts the background pruning of events older than `retention_days` (0: keep for ever):

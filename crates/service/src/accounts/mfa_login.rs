@@ -8,12 +8,12 @@
 //! is dead. The completion (challenge used, code's step or recovery code claimed, session
 //! stored) is one transaction: of two concurrent completions at most one wins.
 
-use super::proof::Proof;
-use super::{MfaChallenge, SecondFactor};
 use crate::accounts::sessions::ClientInfo;
-use crate::admin::audit::Event;
-use crate::auth::AuthService;
+use crate::accounts::Accounts;
+use crate::audit::Event;
 use crate::error::ServiceError;
+use crate::mfa::proof::Proof;
+use crate::mfa::{MfaChallenge, SecondFactor};
 use crate::views::TokenSet;
 use aigw_domain::mfa::{
     MfaToken, SessionAmr, FAILED_CODES_WINDOW_SECS, MAX_CHALLENGE_ATTEMPTS,
@@ -45,7 +45,7 @@ enum Attempt {
     Closed(Option<ChallengeRow>),
 }
 
-impl AuthService {
+impl Accounts {
     /// Starts an MFA challenge for `user_id` if their factor is on (`None`: it is not, and the
     /// login goes on without one). The user's challenges that ended before the failed-codes
     /// window are deleted on the way.
@@ -59,8 +59,8 @@ impl AuthService {
         user_id: &str,
     ) -> Result<Option<MfaChallenge>, ServiceError> {
         let token = MfaToken::generate(&mut OsRng);
-        let now = self.clock.now();
-        let ttl = i64::try_from(self.config.mfa_challenge_ttl_secs.max(1)).unwrap_or(300);
+        let now = self.ctx.clock.now();
+        let ttl = i64::try_from(self.ctx.config.mfa_challenge_ttl_secs.max(1)).unwrap_or(300);
         let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::minutes(5));
         let row = ChallengeRow {
             id: uuid::Uuid::now_v7().to_string(),
@@ -74,6 +74,7 @@ impl AuthService {
         let window = Duration::seconds(FAILED_CODES_WINDOW_SECS);
         let since = (now - window).naive_utc();
         let started = self
+            .ctx
             .db
             .run(move |conn| {
                 if !mfa::totp_enabled(conn, &row.user_id)? {
@@ -122,8 +123,9 @@ impl AuthService {
         let token =
             MfaToken::parse(mfa_token).ok_or_else(|| ServiceError::rejected(INVALID_CHALLENGE))?;
         let digest = token.digest().into_string();
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let attempt = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -161,7 +163,7 @@ impl AuthService {
         else {
             return Err(ServiceError::rejected(INVALID_CHALLENGE));
         };
-        let proof = self.proof_of(&totp, factor)?;
+        let proof = self.mfa.proof_of(&totp, factor)?;
         let outcome = match proof {
             Some(proof) => self.open_session(&challenge, &user, proof, factor, client).await?,
             None => None,
@@ -182,7 +184,7 @@ impl AuthService {
         factor: &SecondFactor,
         client: &ClientInfo,
     ) -> Result<Option<TokenSet>, ServiceError> {
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         // The session and its tokens take the time their verification reads (the system's).
         let started = time::now();
         let (mut session, refresh_row, refresh) = self.new_session(&user.id, client, started);
@@ -193,10 +195,11 @@ impl AuthService {
             .details(
                 serde_json::json!({"email": user.email, "amr": amr, "method": factor.method()}),
             );
-        let used = super::recovery::used_event(&proof, &user.id, "login", now);
+        let used = crate::mfa::recovery::used_event(&proof, &user.id, "login", now);
         let challenge_id = challenge.id.clone();
         let stored = session.clone();
         let opened = self
+            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -242,7 +245,7 @@ impl AuthService {
                     "attempts_left": (MAX_CHALLENGE_ATTEMPTS - challenge.attempts).max(0),
                     "challenge_dead": dead,
                 }));
-        self.record_alone(event).await;
+        self.ctx.record_alone(event).await;
         tracing::info!(event = "mfa_challenge_failed", user_id = %challenge.user_id, dead, "wrong second-factor code");
         ServiceError::rejected(if dead { DEAD_CHALLENGE } else { WRONG_CODE })
     }

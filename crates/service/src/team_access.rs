@@ -1,0 +1,123 @@
+//! Who may act in a team, as every capability that touches one reads it: a member's role, the
+//! platform admin's override, the 404 that hides a team from non-members, and the two checks
+//! other capabilities make inside their own transactions (a key scoped to a team, a
+//! registration that accepts invitations). The team use cases are `crate::teams`.
+
+use crate::audit::Event;
+use crate::error::ServiceError;
+use aigw_domain::{AuditAction, TeamRole};
+use aigw_persistence::models::UserRow;
+use aigw_persistence::teams::{self, TeamRow};
+use aigw_persistence::DbConnection;
+use chrono::{DateTime, Utc};
+
+/// Longest id echoed back in a 404, in characters.
+const MAX_ECHOED_ID: usize = 64;
+
+/// What the caller may do in a team.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TeamAccess {
+    /// The caller's role, when a member.
+    pub(crate) role: Option<TeamRole>,
+    /// Whether the caller is a platform admin (who may do anything an owner may).
+    pub(crate) platform_admin: bool,
+}
+
+impl TeamAccess {
+    /// Reads the caller's access to team `team_id` on `conn`.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`) when the team does not exist or the caller is
+    /// neither a member nor a platform admin.
+    pub(crate) fn of(
+        conn: &mut DbConnection,
+        team_id: &str,
+        user_id: &str,
+        platform_admin: bool,
+    ) -> Result<(TeamRow, Self), ServiceError> {
+        let team = teams::find(conn, team_id)?.ok_or_else(|| team_not_found(team_id))?;
+        let role = teams::member(conn, team_id, user_id)?.map(|m| m.role);
+        if role.is_none() && !platform_admin {
+            return Err(team_not_found(team_id));
+        }
+        Ok((team, Self { role, platform_admin }))
+    }
+
+    /// Requires the team's admin or owner role (or a platform admin).
+    pub(crate) fn manage(self) -> Result<Self, ServiceError> {
+        if self.platform_admin || self.role.is_some_and(TeamRole::manages) {
+            return Ok(self);
+        }
+        Err(self.refused("team_admin"))
+    }
+
+    /// Requires the team's owner role (or a platform admin).
+    pub(crate) fn own(self) -> Result<Self, ServiceError> {
+        if self.platform_admin || self.role == Some(TeamRole::Owner) {
+            return Ok(self);
+        }
+        Err(self.refused("team_owner"))
+    }
+
+    pub(crate) fn refused(self, required: &str) -> ServiceError {
+        ServiceError::Forbidden {
+            required: required.to_owned(),
+            current: self.role.map_or("none", TeamRole::as_str).to_owned(),
+        }
+    }
+}
+
+pub(crate) fn team_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound { resource: "team", id: id.chars().take(MAX_ECHOED_ID).collect() }
+}
+
+/// Checks, in the transaction that inserts it, that `user_id` may create a key scoped to team
+/// `team_id`: a member for their own key, an owner or admin for a team key (`team_owned`).
+///
+/// # Errors
+/// [`ServiceError::NotFound`] (`team`) when the team does not exist or `user_id` is not a
+/// member; [`ServiceError::Forbidden`] (`team_admin`) for a team key by a plain member.
+pub(crate) fn check_key_creation(
+    conn: &mut DbConnection,
+    team_id: &str,
+    user_id: &str,
+    team_owned: bool,
+) -> Result<(), ServiceError> {
+    // Locks the team's row: a concurrent removal of the member waits for the key, and then
+    // sees it (its feed row makes every node read the key's membership again).
+    if !teams::lock(conn, team_id)? {
+        return Err(team_not_found(team_id));
+    }
+    let (_, access) = TeamAccess::of(conn, team_id, user_id, false)?;
+    if team_owned {
+        access.manage()?;
+    }
+    Ok(())
+}
+
+/// Adds a user who has just registered to the teams whose open invitations name their
+/// address (in the registration's transaction), each with an audit event.
+///
+/// # Errors
+/// On database failure (the registration then rolls back).
+pub(crate) fn join_invited(
+    conn: &mut DbConnection,
+    user: &UserRow,
+    now: DateTime<Utc>,
+) -> Result<(), ServiceError> {
+    for invitation in teams::accept_invitations(conn, &user.email, now)? {
+        if !teams::lock(conn, &invitation.team_id)? {
+            continue;
+        }
+        teams::insert_member(conn, &invitation.team_id, &user.id, invitation.role, now)?;
+        Event::new(AuditAction::MemberAdded, Some(&user.id), Some(&invitation.created_by), now)
+            .target(&invitation.team_id)
+            .details(serde_json::json!({
+                "team_id": invitation.team_id,
+                "role": invitation.role.as_str(),
+                "invitation_id": invitation.id,
+            }))
+            .insert(conn)?;
+    }
+    Ok(())
+}
