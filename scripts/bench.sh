@@ -52,6 +52,9 @@
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
 #                (hop p50 - direct p50), direct = the mock upstream itself          target <= 2
+#   added c1     at concurrency 1 (wrk -t1 -c1: one connection, one request at a time, so no
+#                queue anywhere), p50 and p99: (aigw - direct) ÷ (hop - direct), for the plain
+#                key and for the key with budget + rpm + tpm                          target <= 2
 #   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
 #                argon2id 19 MiB t=2) ÷ the same p99 without it                      target <= 3
 #   metering     (scripts/bench_meter.sh, after the table) calls/s the usage pipeline makes
@@ -158,6 +161,13 @@ start_refs
 
 declare -A result
 
+# added_ratios "DIRECT_P50 DIRECT_P99" "HOP_P50 HOP_P99" "VIA_P50 VIA_P99": the latency a server
+# adds over the upstream itself, divided by what the nginx hop adds: "p50 / p99".
+added_ratios() {
+  local d=($1) h=($2) v=($3)
+  echo "$(ratio $((v[0] - d[0])) $((h[0] - d[0]))) / $(ratio $((v[1] - d[1])) $((h[1] - d[1])))"
+}
+
 # --- one backend --------------------------------------------------------------------------------
 run_backend() {
   local backend=$1 col=$2 url pid base unmetered nolog token key limited user_id sql dir="$work/aigw-$2"
@@ -239,6 +249,16 @@ run_backend() {
   result[$col,p50_hop]=$hop
   result[$col,p50_aigw]=$via
   result[$col,added]=$(ratio $((via - direct)) $((hop - direct)))
+
+  log "$col: latency at concurrency 1 (one connection): direct upstream, nginx hop, aigw, aigw with key limits"
+  local c1_direct c1_hop c1_aigw c1_limited
+  c1_direct=$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$mock_port/v1/chat/completions")
+  c1_hop=$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")
+  c1_aigw=$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")
+  c1_limited=$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")
+  result[$col,c1]="$c1_direct / $c1_hop / $c1_aigw / $c1_limited"
+  result[$col,c1_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_aigw")
+  result[$col,c1_limited_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_limited")
 
   log "$col: /me p99 at 500 req/s, idle and during a login storm"
   local idle storm login_lua="$dir/login.lua"
@@ -371,6 +391,8 @@ echo "| chat metered ÷ unmetered (req/s) |$(col metered_ratio) >= 0.9 |"
 echo "| chat p99 metered ÷ unmetered (wrk c$conns) |$(col metered_p99_ratio) <= 1.5 |"
 echo "| GET /auth/me access log on ÷ off (req/s) |$(col log_ratio) >= 0.9 |"
 echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
+echo "| latency added over direct upstream at concurrency 1, aigw ÷ nginx hop, p50 / p99 |$(col c1_added) <= 2 |"
+echo "| the same with a key with budget + rpm + tpm |$(col c1_limited_added) <= 2 |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
 echo "| API-key auth req/s, $many_keys keys stored ÷ 1000 |$(col keys) >= 0.9 |"
@@ -388,6 +410,7 @@ echo "| aigw chat req/s: metered / unmetered |$(col unmetered_rps)"
 echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p99s)"
 echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
+echo "| p50 p99 µs at concurrency 1: direct / hop / aigw / aigw with key limits |$(col c1)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"
 

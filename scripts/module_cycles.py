@@ -8,7 +8,8 @@ Each `.rs` file is one node (`lib.rs`/`main.rs` is the crate root, `a/mod.rs` is
 An edge A -> B means that A's code names a path into B: `use crate::…`, `use super::…`,
 `use self::…`, a child module's name, or such a path written inline (`crate::x::y(…)`).
 Comments, string literals and `mod x;` declarations are not edges; `#[cfg(test)]` items are
-left out unless `--tests` is given. A path through a re-export (`pub use x::Y` in another
+left out unless `--tests` is given; inside an inline module (`mod tests { … }`), `super::`
+names the file's own module. A path through a re-export (`pub use x::Y` in another
 file) is followed to the file that defines the item. A re-export is an edge of the
 re-exporting file only where its own code names the item too (or with `--reexports`): a
 folder's `mod.rs` that re-exports its files' API does not depend on them for that.
@@ -103,6 +104,19 @@ def drop_test_items(text):
         text = text[:m.start()] + "\n" * text.count("\n", m.start(), end + 1) + text[end + 1:]
 
 
+def inline_modules(text):
+    """Split out the bodies of inline modules (`mod tests { ... }`): returns the text without
+    them and a list of (name, body); a body's `super::` names the file's own module."""
+    bodies = []
+    while True:
+        m = re.search(r"\bmod\s+(" + IDENT + r")\s*\{", text)
+        if not m:
+            return text, bodies
+        end = matching_brace(text, m.end() - 1)
+        bodies.append((m.group(1), text[m.end():end]))
+        text = text[:m.start()] + "\n" * text.count("\n", m.start(), end + 1) + text[end + 1:]
+
+
 def expand_use_tree(tree):
     """`a::{b, c::{d, e}}` -> [["a","b"], ["a","c","d"], ["a","c","e"]]."""
     tree = re.sub(r"\s+as\s+" + IDENT, "", tree)
@@ -163,7 +177,7 @@ class Crate:
             for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*;", text):
                 if mod + (m.group(1),) in self.files:
                     self.children[mod].add(m.group(1))
-        self.uses = {mod: self.use_paths(mod, text) for mod, text in self.code.items()}
+        self.uses = {mod: self.module_paths(mod, text) for mod, text in self.code.items()}
         for mod, paths in self.uses.items():
             for public, path, _ in paths:
                 if public and path and path[-1] not in ("*", "self"):
@@ -194,9 +208,17 @@ class Crate:
                     base = base[:-1]
                 i += 1
             return tuple(base) + tuple(segs[i:])
-        if segs[0] in self.children[mod]:
+        if segs[0] in self.children.get(tuple(mod), ()):
             return tuple(mod) + tuple(segs)
         return None
+
+    def module_paths(self, mod, text, inner=()):
+        """The paths file `mod` names, its inline modules' (`inner`: the path to them) too."""
+        outer, bodies = inline_modules(text)
+        paths = self.use_paths(mod + inner, outer)
+        for name, body in bodies:
+            paths += self.module_paths(mod, body, inner + (name,))
+        return paths
 
     def use_paths(self, mod, text):
         paths = []
@@ -213,7 +235,7 @@ class Crate:
                     and re.search(r"(?<!::)\b" + re.escape(segs[-1]) + r"\b", body))
                 paths.append((bool(m.group(1)), path, bool(used)))
         body = re.sub(r"\bmod\s+" + IDENT + r"\s*;", "", body)
-        heads = "|".join(["crate", "super", "self"] + sorted(self.children[mod]))
+        heads = "|".join(["crate", "super", "self"] + sorted(self.children.get(mod, ())))
         for m in re.finditer(r"(?<![A-Za-z0-9_:])((?:" + heads + r")(?:::" + IDENT + r")+)", body):
             segs = m.group(1).split("::")
             if segs[0] == "self" and len(segs) == 1:

@@ -131,6 +131,19 @@ wrk_run() {
 }
 wrk_rps() { wrk_run "$@" | cut -d' ' -f1; }
 
+# wrk_latency SECS ARGS...: one connection, one request at a time (no queueing anywhere), for
+# SECS seconds: prints "p50_us p99_us" of wrk's latency distribution.
+wrk_latency() {
+  local s=$1 out; shift
+  out=$(pin "$load_cpus" wrk -t1 -c1 -d"${s}s" --latency "$@")
+  if grep -q 'Non-2xx' <<<"$out"; then log "wrk $*: $(grep 'Non-2xx' <<<"$out")"; exit 1; fi
+  awk 'function us(v,  m) { m = 1e6
+      if (v ~ /us$/) m = 1; else if (v ~ /ms$/) m = 1000; else if (v ~ /m$/) m = 6e7
+      sub(/[a-z]+$/, "", v); return int(v * m) }
+    $1 == "50%" { p50 = us($2) } $1 == "99%" { p99 = us($2) }
+    END { print p50, p99 }' <<<"$out"
+}
+
 # rate: prints "p50_us p99_us" (and says so loudly on errors); $bin/rate, $secs seconds.
 rate_p() {
   local out

@@ -185,15 +185,7 @@ impl From<ServiceError> for ApiError {
                 format!("this operation requires {required}"),
                 json!({"required": required, "current": current}),
             ),
-            ServiceError::EmailUnverified => Self::new(
-                ErrorCode::Forbidden,
-                "this operation requires a verified e-mail address",
-                json!({
-                    "required": "verified_email",
-                    "current": "unverified_email",
-                    "hint": "open the link sent to your address, or ask for a new one with POST /api/v1/auth/email/verification",
-                }),
-            ),
+            ServiceError::EmailUnverified => email_unverified(),
             ServiceError::SecondFactorRequired { current, hint } => Self::new(
                 ErrorCode::Forbidden,
                 "this operation requires a second factor (mfa)",
@@ -204,33 +196,11 @@ impl From<ServiceError> for ApiError {
                 format!("{resource} not found"),
                 json!({"resource": resource, "id": id}),
             ),
-            ServiceError::Upstream { provider, reason } => {
-                let cause = format!("upstream {provider} failed: {reason}");
-                Self::new(
-                    ErrorCode::UpstreamError,
-                    format!("the upstream provider {provider} failed"),
-                    json!({"provider": provider}),
-                )
-                .caused_by(cause)
-            }
+            ServiceError::Upstream { provider, reason } => upstream_failed(&provider, &reason),
             ServiceError::UpstreamRejected(rejection) => upstream_rejected(*rejection),
-            ServiceError::UpstreamTimeout { provider } => {
-                let cause = format!("upstream {provider} timed out");
-                Self::new(
-                    ErrorCode::UpstreamTimeout,
-                    format!("the upstream provider {provider} did not answer in time"),
-                    json!({"provider": provider}),
-                )
-                .caused_by(cause)
-            }
+            ServiceError::UpstreamTimeout { provider } => upstream_timeout(&provider),
             ServiceError::Unavailable(reason) => {
-                let request_id = current_request_id();
-                Self::new(
-                    ErrorCode::ServiceUnavailable,
-                    "the service is temporarily unavailable; retry later",
-                    json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
-                )
-                .caused_by(format!("database unavailable: {reason}"))
+                unavailable().caused_by(format!("database unavailable: {reason}"))
             }
             ServiceError::RateLimited { limit, remaining, reset, retry_after_secs, scope } => {
                 rate_limited(limit, remaining, reset, retry_after_secs, scope)
@@ -265,18 +235,55 @@ impl From<ServiceError> for ApiError {
                 json!({"idempotency_key": key}),
             ),
             ServiceError::Busy { what, retry_after_secs } => {
-                let request_id = current_request_id();
-                let mut err = Self::new(
-                    ErrorCode::ServiceUnavailable,
-                    "the service is temporarily unavailable; retry later",
-                    json!({"request_id": request_id, "timestamp": time::format_timestamp(time::now())}),
-                );
+                let mut err = unavailable();
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
                 err.caused_by(format!("{what} is full"))
             }
             ServiceError::Internal(cause) => Self::internal(&cause),
         }
     }
+}
+
+/// 403 for an account whose address is not verified yet, with how to verify it.
+fn email_unverified() -> ApiError {
+    ApiError::new(
+        ErrorCode::Forbidden,
+        "this operation requires a verified e-mail address",
+        json!({
+            "required": "verified_email",
+            "current": "unverified_email",
+            "hint": "open the link sent to your address, or ask for a new one with POST /api/v1/auth/email/verification",
+        }),
+    )
+}
+
+/// 502 `upstream_error`: `provider` failed (`reason` goes to the log only).
+fn upstream_failed(provider: &str, reason: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::UpstreamError,
+        format!("the upstream provider {provider} failed"),
+        json!({"provider": provider}),
+    )
+    .caused_by(format!("upstream {provider} failed: {reason}"))
+}
+
+/// 504 `upstream_timeout`: `provider` did not answer in time.
+fn upstream_timeout(provider: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::UpstreamTimeout,
+        format!("the upstream provider {provider} did not answer in time"),
+        json!({"provider": provider}),
+    )
+    .caused_by(format!("upstream {provider} timed out"))
+}
+
+/// 503 `service_unavailable` naming the request (its id) and the time, UTC.
+fn unavailable() -> ApiError {
+    ApiError::new(
+        ErrorCode::ServiceUnavailable,
+        "the service is temporarily unavailable; retry later",
+        json!({"request_id": current_request_id(), "timestamp": time::format_timestamp(time::now())}),
+    )
 }
 
 /// 401 `unauthorized` with `details.hint` and the `WWW-Authenticate` challenge (RFC 6750 §3:

@@ -336,4 +336,77 @@ mod tests {
         }
         assert_eq!(filters, ["/api/v1/admin/audit", "/api/v1/audit"]);
     }
+
+    /// Every operation that the OpenAPI document marks with a credential is served, in the
+    /// route table of [`crate::routes::configure`], by a resource with a rate-limit policy
+    /// ([`LimitedBy`]). The extractors that authenticate count the request against that
+    /// policy and answer 500 "route without a rate limit" where there is none; this finds such
+    /// a route before any request does. Each operation is called once (no application state,
+    /// so its extractors fail) and the policy is read from the request the route matched.
+    #[actix_web::test]
+    async fn every_authenticated_route_has_a_rate_limit_policy() {
+        use crate::rate_limit::LimitedBy;
+        use actix_web::dev::Service;
+        use actix_web::http::header::{HeaderName, HeaderValue};
+        use actix_web::http::{Method, StatusCode};
+        use actix_web::{test, App};
+        const POLICY: HeaderName = HeaderName::from_static("x-test-policy");
+        let app = test::init_service(
+            App::new().configure(|cfg| crate::routes::configure(cfg, 1024, 1024)).wrap_fn(
+                |req, srv| {
+                    let call = srv.call(req);
+                    async move {
+                        let mut response = call.await?;
+                        let policy = response.request().app_data::<LimitedBy>().map(|l| l.0.name());
+                        if let Some(name) = policy {
+                            response.headers_mut().insert(POLICY, HeaderValue::from_static(name));
+                        }
+                        Ok(response)
+                    }
+                },
+            ),
+        )
+        .await;
+        let doc = ApiDoc::openapi();
+        let mut checked = 0;
+        for (path, item) in &doc.paths.paths {
+            let operations = [
+                (Method::GET, &item.get),
+                (Method::POST, &item.post),
+                (Method::PUT, &item.put),
+                (Method::PATCH, &item.patch),
+                (Method::DELETE, &item.delete),
+            ];
+            for (method, operation) in operations {
+                let Some(operation) = operation else { continue };
+                if operation.security.as_ref().is_none_or(Vec::is_empty) {
+                    continue;
+                }
+                // `{id}`, `{key_id}`, …: any segment matches.
+                let uri: String = path
+                    .split('/')
+                    .map(|s| if s.starts_with('{') { "x" } else { s })
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let request = test::TestRequest::default().method(method.clone()).uri(&uri);
+                let response = test::call_service(&app, request.to_request()).await;
+                let status = response.status();
+                assert!(
+                    status != StatusCode::NOT_FOUND && status != StatusCode::METHOD_NOT_ALLOWED,
+                    "{method} {path}: documented with a credential but not routed ({status})"
+                );
+                assert!(
+                    response.headers().contains_key(POLICY),
+                    "{method} {path}: an authenticated route without a rate-limit policy \
+                     (`.app_data(LimitedBy(Policy::…))` on its resource in routes/mod.rs)"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(
+            checked,
+            crate::routes::SECURED,
+            "every authenticated operation of the document was called"
+        );
+    }
 }

@@ -277,6 +277,44 @@ struct Services {
     account_pruning: tokio::task::JoinHandle<()>,
 }
 
+/// Warns when anyone who reaches a production server may register (and spend).
+fn warn_open_registration(settings: &Settings) {
+    if settings.server.environment == crate::settings::Environment::Production
+        && settings.auth.registration == aigw_service::RegistrationMode::Open
+    {
+        tracing::warn!(
+            "auth.registration = \"open\": anyone who can reach this port can register and \
+             spend the configured providers; set \"invite\" or \"closed\" (docs/permissions.md)"
+        );
+    }
+}
+
+/// The gateway of `settings`: its routes, metered into `usage`, with keys' budgets and
+/// rpm/tpm limits as worst-case reservations against counters in the database, the node's
+/// memory or Redis (the Redis link shared with the request rate `limits`; docs/budgets.md).
+///
+/// # Errors
+/// A bad provider, price or counter setting.
+fn gateway(
+    settings: &Settings,
+    db: Db,
+    usage: &UsageService,
+    limits: &mut crate::rate_limit::RequestLimits,
+    metrics: aigw_service::Metrics,
+) -> anyhow::Result<Gateway> {
+    let key_limits = aigw_service::limits::key_limits::KeyLimits::from_config(
+        db,
+        &settings.gateway,
+        &settings.rate_limit,
+        aigw_service::prices::PriceTable::from_providers(&settings.providers)?,
+        || limits.share_redis(&settings.rate_limit),
+    )?;
+    Ok(Gateway::new(&settings.gateway, &settings.providers)?
+        .with_meter(usage.meter())
+        .with_key_limits(key_limits)
+        .with_metrics(metrics))
+}
+
 impl Services {
     /// Connects and migrates the database and builds the use cases, the gateway and the
     /// limits from `settings`, starting their background tasks.
@@ -286,14 +324,7 @@ impl Services {
     /// migration.
     async fn start(settings: &Settings) -> anyhow::Result<Self> {
         let (context, db) = service_context(settings).await?;
-        if settings.server.environment == crate::settings::Environment::Production
-            && settings.auth.registration == aigw_service::RegistrationMode::Open
-        {
-            tracing::warn!(
-                "auth.registration = \"open\": anyone who can reach this port can register and \
-                 spend the configured providers; set \"invite\" or \"closed\" (docs/permissions.md)"
-            );
-        }
+        warn_open_registration(settings);
         let answers_sealer = aigw_service::seal::Sealer::derive(
             b"aigw idempotent answer seal v1",
             context.tokens().key_materials(),
@@ -321,24 +352,12 @@ impl Services {
         )?;
         let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());
-        // Keys' budgets and rpm/tpm limits: worst-case reservations against counters in the
-        // database, the node's memory or Redis (docs/budgets.md).
-        let key_limits = aigw_service::limits::key_limits::KeyLimits::from_config(
-            db,
-            &settings.gateway,
-            &settings.rate_limit,
-            aigw_service::prices::PriceTable::from_providers(&settings.providers)?,
-            || limits.share_redis(&settings.rate_limit),
-        )?;
-        let gateway = Gateway::new(&settings.gateway, &settings.providers)?
-            .with_meter(usage.meter())
-            .with_key_limits(key_limits)
-            .with_metrics(metrics);
-        let secret_scanning = if settings.secret_scanning.enabled {
-            Some(aigw_service::leaks::GithubKeys::new(&settings.secret_scanning)?)
-        } else {
-            None
-        };
+        let gateway = gateway(settings, db, &usage, &mut limits, metrics)?;
+        let secret_scanning = settings
+            .secret_scanning
+            .enabled
+            .then(|| aigw_service::leaks::GithubKeys::new(&settings.secret_scanning))
+            .transpose()?;
         let upkeep = telemetry.spawn_upkeep();
         let console = settings.console.enabled.then(|| {
             web::Data::new(crate::console::ConsoleContext::new(

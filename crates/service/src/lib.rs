@@ -36,6 +36,8 @@ pub mod paging;
 pub mod password;
 pub mod prices;
 pub mod rate_limit;
+#[cfg(test)]
+mod redaction_tests;
 pub mod redis_link;
 pub mod seal;
 pub mod services;

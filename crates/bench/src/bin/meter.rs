@@ -55,6 +55,56 @@ struct Args {
     backlog: u64,
 }
 
+/// Generator `t`: records calls of `keys` keys and `models` models into `recorder`, 256 at a
+/// time, until `stop`; pauses while more than `backlog` wait for a write (records kept).
+/// Returns how many it recorded.
+fn generate(
+    t: usize,
+    recorder: &Recorder,
+    stop: &AtomicBool,
+    (keys, models): (usize, usize),
+    backlog: u64,
+    keep: KeepRecords,
+) -> u64 {
+    let key_ids: Vec<String> = (0..keys).map(|k| format!("bench-key-{k}")).collect();
+    let model_names: Vec<String> = (0..models).map(|m| format!("model-{m}")).collect();
+    // Request ids: unique, made from one UUID per thread and a counter.
+    let base = uuid::Uuid::now_v7().simple().to_string();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        if keep == KeepRecords::Database && {
+            let h = recorder.health();
+            h.queued - h.writing > backlog
+        } {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        let started_at = aigw_domain::time::now();
+        for _ in 0..256 {
+            let i = (n as usize).wrapping_mul(31).wrapping_add(t);
+            recorder.record(UsageRecord {
+                request_id: format!("{base}-{n:x}"),
+                api_key_id: key_ids[i % keys].as_str().into(),
+                user_id: "bench-user".into(),
+                model: model_names[i % models].clone(),
+                provider: "bench".to_owned(),
+                streamed: false,
+                outcome: UsageOutcome::Ok,
+                tokens: TokenUsage::new(12, 30),
+                estimated: false,
+                cost_micros: 7,
+                priced: true,
+                latency_ms: 3,
+                started_at,
+                team_id: None,
+                member_id: None,
+            });
+            n += 1;
+        }
+    }
+    n
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let keep = match args.records.as_str() {
@@ -93,44 +143,7 @@ fn main() -> anyhow::Result<()> {
                 let (recorder, stop, fed) = (recorder.clone(), stop.clone(), fed.clone());
                 let (keys, models, backlog) = (args.keys.max(1), args.models.max(1), args.backlog);
                 std::thread::spawn(move || {
-                    let key_ids: Vec<String> =
-                        (0..keys).map(|k| format!("bench-key-{k}")).collect();
-                    let model_names: Vec<String> =
-                        (0..models).map(|m| format!("model-{m}")).collect();
-                    // Request ids: unique, made from one UUID per thread and a counter.
-                    let base = uuid::Uuid::now_v7().simple().to_string();
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        if keep == KeepRecords::Database && {
-                            let h = recorder.health();
-                            h.queued - h.writing > backlog
-                        } {
-                            std::thread::sleep(Duration::from_micros(200));
-                            continue;
-                        }
-                        let started_at = aigw_domain::time::now();
-                        for _ in 0..256 {
-                            let i = (n as usize).wrapping_mul(31).wrapping_add(t);
-                            recorder.record(UsageRecord {
-                                request_id: format!("{base}-{n:x}"),
-                                api_key_id: key_ids[i % keys].as_str().into(),
-                                user_id: "bench-user".into(),
-                                model: model_names[i % models].clone(),
-                                provider: "bench".to_owned(),
-                                streamed: false,
-                                outcome: UsageOutcome::Ok,
-                                tokens: TokenUsage::new(12, 30),
-                                estimated: false,
-                                cost_micros: 7,
-                                priced: true,
-                                latency_ms: 3,
-                                started_at,
-                                team_id: None,
-                                member_id: None,
-                            });
-                            n += 1;
-                        }
-                    }
+                    let n = generate(t, &recorder, &stop, (keys, models), backlog, keep);
                     fed.fetch_add(n, Ordering::Relaxed);
                 })
             })

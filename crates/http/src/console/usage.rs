@@ -10,6 +10,7 @@ use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use aigw_domain::access::op;
+use aigw_domain::usage::UsageRecord;
 use aigw_domain::usage::{format_day, DayRange};
 use aigw_service::usage::{UsagePage, UsageQuery, UsageSummary, UsageTotals};
 use aigw_service::{ApiKeyView, PageRequest};
@@ -151,6 +152,26 @@ struct Usage {
     requests: Option<UsagePage>,
 }
 
+/// One call of the requests table, its key named from `names` (key id to name) where known.
+fn request_row(r: &UsageRecord, names: &HashMap<&str, &str>) -> Value {
+    context! {
+        id => r.request_id,
+        at => r.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        model => r.model,
+        key_id => r.api_key_id,
+        key_name => names.get(r.api_key_id.as_str()).copied().unwrap_or(r.api_key_id.as_str()),
+        outcome => r.outcome.as_str(),
+        streamed => r.streamed,
+        prompt_tokens => count(r.tokens.prompt_tokens),
+        completion_tokens => count(r.tokens.completion_tokens),
+        total_tokens => count(r.tokens.total_tokens),
+        estimated => r.estimated,
+        cost => cost(r.cost_micros),
+        priced => r.priced,
+        latency_ms => count(r.latency_ms),
+    }
+}
+
 /// The usage page: the picker with `params`, and `usage` (or `error` in its place).
 fn usage_page(
     viewer: &Viewer,
@@ -204,29 +225,7 @@ fn usage_page(
         let kept = usage.requests.is_some();
         let (requests, next) = match usage.requests {
             Some(page) => {
-                let rows: Vec<Value> = page
-                    .records
-                    .iter()
-                    .map(|r| {
-                        context! {
-                            id => r.request_id,
-                            at => r.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-                            model => r.model,
-                            key_id => r.api_key_id,
-                            key_name => names.get(r.api_key_id.as_str()).copied()
-                                .unwrap_or(r.api_key_id.as_str()),
-                            outcome => r.outcome.as_str(),
-                            streamed => r.streamed,
-                            prompt_tokens => count(r.tokens.prompt_tokens),
-                            completion_tokens => count(r.tokens.completion_tokens),
-                            total_tokens => count(r.tokens.total_tokens),
-                            estimated => r.estimated,
-                            cost => cost(r.cost_micros),
-                            priced => r.priced,
-                            latency_ms => count(r.latency_ms),
-                        }
-                    })
-                    .collect();
+                let rows = page.records.iter().map(|r| request_row(r, &names)).collect();
                 (rows, page.next_cursor.map(|c| params.href(Some(&c))))
             }
             None => (Vec::new(), None),

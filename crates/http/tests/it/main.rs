@@ -5,7 +5,7 @@
 //! One binary instead of one per file: every integration-test binary links the whole service
 //! (bundled SQLite, libpq and OpenSSL included), so thirteen of them cost thirteen links and
 //! several gigabytes of `target/`. `cargo test -- auth::` still runs one file's tests.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::too_many_lines)]
 
 #[macro_use]
 mod common;

@@ -220,7 +220,6 @@ impl Accounts {
         grace_secs: i64,
         now: DateTime<Utc>,
     ) -> Result<Refreshed, ServiceError> {
-        let invalid = || ServiceError::rejected(INVALID_REFRESH);
         let reuse_event = Event::new(AuditAction::RefreshReuseDetected, None, None, now);
         self.ctx
             .db
@@ -228,90 +227,13 @@ impl Accounts {
                 // One indexed read first: an unknown token (a guess) never opens a write
                 // transaction, nor takes SQLite's write lock.
                 if sessions::find_refresh_token(conn, &digest)?.is_none() {
-                    return Err(invalid());
+                    return Err(ServiceError::rejected(INVALID_REFRESH));
                 }
-                let won = transaction(conn, |conn| {
-                    // First statement: the compare-and-set (takes SQLite's write lock at once).
-                    if !sessions::claim_for_rotation(conn, &digest, now, sealed.as_deref())? {
-                        return Ok(None);
-                    }
-                    let (token, session) =
-                        sessions::find_refresh_token(conn, &digest)?.ok_or_else(invalid)?;
-                    if session.revoked_at.is_some() || session.expires_at <= now {
-                        return Err(invalid()); // rolls the claim back; nothing changes
-                    }
-                    let user = users::find_by_id(conn, &session.user_id)?
-                        .filter(|u| u.disabled_at.is_none())
-                        .ok_or_else(invalid)?;
-                    if let Some(parent) = &token.parent_id {
-                        // The parent's grace ends once its successor (this token) is used.
-                        sessions::clear_sealed(conn, parent)?;
-                    }
-                    sessions::touch(conn, &session.id, now)?;
-                    sessions::insert_refresh_token(
-                        conn,
-                        &RefreshTokenRow {
-                            id: uuid::Uuid::now_v7().to_string(),
-                            session_id: session.id.clone(),
-                            token_hash: successor_hash.clone(),
-                            parent_id: Some(token.id),
-                            created_at: now,
-                            rotated_at: None,
-                            successor_sealed: None,
-                        },
-                    )?;
-                    Ok(Some((user, session)))
-                })?;
-                if let Some((user, session)) = won {
+                let successor = (sealed.as_deref(), successor_hash.as_str());
+                if let Some((user, session)) = claim_and_rotate(conn, &digest, successor, now)? {
                     return Ok(Refreshed::Rotated { user, session });
                 }
-                let Some((token, session)) = sessions::find_refresh_token(conn, &digest)? else {
-                    return Err(invalid()); // unknown token
-                };
-                if session.revoked_at.is_some() || session.expires_at <= now {
-                    return Err(invalid());
-                }
-                let within_grace = token.rotated_at.is_some_and(|at| {
-                    (now - at).num_milliseconds() <= grace_secs.saturating_mul(1000)
-                });
-                if let (true, Some(sealed)) = (within_grace, token.successor_sealed) {
-                    if let Some(child) = sessions::find_successor(conn, &token.id)? {
-                        if child.rotated_at.is_none() {
-                            let user =
-                                users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
-                            return Ok(Refreshed::Repeated {
-                                user,
-                                session,
-                                sealed,
-                                successor_hash: child.token_hash,
-                            });
-                        }
-                    }
-                }
-                // Reuse outside the grace window, or of an older ancestor: revoke the family.
-                let change = transaction(conn, |conn| {
-                    if !sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
-                        return Ok(None);
-                    }
-                    reuse_event
-                        .clone()
-                        .user(&session.user_id)
-                        .target(&session.id)
-                        .details(serde_json::json!({"session_revoked": true}))
-                        .insert(conn)?;
-                    let kind = CredentialChangeKind::SessionRevoked;
-                    credential_cache::append(conn, kind, &session.id, now).map(Some)
-                })?;
-                if change.is_some() {
-                    // A security event: at info, with its fields (docs/operations.md).
-                    tracing::info!(
-                        event = "refresh_token_reuse",
-                        session_id = %session.id,
-                        user_id = %session.user_id,
-                        "refresh token reused; session revoked"
-                    );
-                }
-                Ok(Refreshed::Reused { change })
+                repeat_or_revoke(conn, &digest, grace_secs, &reuse_event, now)
             })
             .await
     }
@@ -395,4 +317,110 @@ impl Accounts {
         self.ctx.publish(changes).await;
         Ok(count)
     }
+}
+
+/// Rotates refresh token `digest` in one transaction: claims it by compare-and-set (sealing
+/// the successor's secret into it when `successor.0` is given, for the grace window), checks
+/// its session and user, and stores the successor (digest `successor.1`). `None` when another
+/// request claimed it first (a repeat or a reuse: [`repeat_or_revoke`] tells which).
+///
+/// # Errors
+/// [`ServiceError::Unauthorized`] (a rejected refresh) when the session has ended or the user is disabled (the claim
+/// rolls back: nothing changes); on database failure.
+fn claim_and_rotate(
+    conn: &mut DbConnection,
+    digest: &str,
+    (sealed, successor_hash): (Option<&str>, &str),
+    now: DateTime<Utc>,
+) -> Result<Option<(UserRow, SessionRow)>, ServiceError> {
+    let invalid = || ServiceError::rejected(INVALID_REFRESH);
+    transaction(conn, |conn| {
+        // First statement: the compare-and-set (takes SQLite's write lock at once).
+        if !sessions::claim_for_rotation(conn, digest, now, sealed)? {
+            return Ok(None);
+        }
+        let (token, session) = sessions::find_refresh_token(conn, digest)?.ok_or_else(invalid)?;
+        if session.revoked_at.is_some() || session.expires_at <= now {
+            return Err(invalid()); // rolls the claim back; nothing changes
+        }
+        let user = users::find_by_id(conn, &session.user_id)?
+            .filter(|u| u.disabled_at.is_none())
+            .ok_or_else(invalid)?;
+        if let Some(parent) = &token.parent_id {
+            // The parent's grace ends once its successor (this token) is used.
+            sessions::clear_sealed(conn, parent)?;
+        }
+        sessions::touch(conn, &session.id, now)?;
+        sessions::insert_refresh_token(
+            conn,
+            &RefreshTokenRow {
+                id: uuid::Uuid::now_v7().to_string(),
+                session_id: session.id.clone(),
+                token_hash: successor_hash.to_owned(),
+                parent_id: Some(token.id),
+                created_at: now,
+                rotated_at: None,
+                successor_sealed: None,
+            },
+        )?;
+        Ok(Some((user, session)))
+    })
+}
+
+/// A refresh token `digest` that was already rotated: a repeat within `grace_secs` of its
+/// rotation whose successor is still unused answers that successor again; any other use is a
+/// reuse, and revokes the session (recording `reuse_event` and a feed row).
+///
+/// # Errors
+/// [`ServiceError::Unauthorized`] (a rejected refresh) for an unknown token or an ended session; on database failure.
+fn repeat_or_revoke(
+    conn: &mut DbConnection,
+    digest: &str,
+    grace_secs: i64,
+    reuse_event: &Event,
+    now: DateTime<Utc>,
+) -> Result<Refreshed, ServiceError> {
+    let invalid = || ServiceError::rejected(INVALID_REFRESH);
+    let Some((token, session)) = sessions::find_refresh_token(conn, digest)? else {
+        return Err(invalid()); // unknown token
+    };
+    if session.revoked_at.is_some() || session.expires_at <= now {
+        return Err(invalid());
+    }
+    let within_grace = token
+        .rotated_at
+        .is_some_and(|at| (now - at).num_milliseconds() <= grace_secs.saturating_mul(1000));
+    if let (true, Some(sealed)) = (within_grace, token.successor_sealed) {
+        if let Some(child) = sessions::find_successor(conn, &token.id)? {
+            if child.rotated_at.is_none() {
+                let user = users::find_by_id(conn, &session.user_id)?.ok_or_else(invalid)?;
+                let successor_hash = child.token_hash;
+                return Ok(Refreshed::Repeated { user, session, sealed, successor_hash });
+            }
+        }
+    }
+    // Reuse outside the grace window, or of an older ancestor: revoke the family.
+    let change = transaction(conn, |conn| {
+        if !sessions::revoke_session(conn, &session.id, "refresh_token_reuse", now)? {
+            return Ok(None);
+        }
+        reuse_event
+            .clone()
+            .user(&session.user_id)
+            .target(&session.id)
+            .details(serde_json::json!({"session_revoked": true}))
+            .insert(conn)?;
+        let kind = CredentialChangeKind::SessionRevoked;
+        credential_cache::append(conn, kind, &session.id, now).map(Some)
+    })?;
+    if change.is_some() {
+        // A security event: at info, with its fields (docs/operations.md).
+        tracing::info!(
+            event = "refresh_token_reuse",
+            session_id = %session.id,
+            user_id = %session.user_id,
+            "refresh token reused; session revoked"
+        );
+    }
+    Ok(Refreshed::Reused { change })
 }

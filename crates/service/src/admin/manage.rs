@@ -19,7 +19,9 @@ use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
 use aigw_domain::{ApiKeyId, UserId};
 use aigw_persistence::changes::ChangeRow;
-use aigw_persistence::{api_keys, sessions, transaction, users};
+use aigw_persistence::models::UserRow;
+use aigw_persistence::{api_keys, sessions, transaction, users, DbConnection};
+use chrono::{DateTime, Utc};
 
 /// Longest id echoed back in a 404, in characters.
 const MAX_ECHOED_ID: usize = 64;
@@ -156,53 +158,7 @@ impl Administration {
             .ctx
             .db
             .run(move |conn| {
-                transaction(conn, |conn| {
-                    if !users::lock(conn, &wanted)? {
-                        return Ok(None);
-                    }
-                    let Some(mut user) = users::find_by_id(conn, &wanted)? else {
-                        return Ok(None);
-                    };
-                    let role = update.role.unwrap_or(user.role);
-                    let disabled_at = match update.disabled {
-                        None => user.disabled_at,
-                        Some(true) => user.disabled_at.or(Some(now)),
-                        Some(false) => None,
-                    };
-                    let mut changes: Vec<ChangeRow> = Vec::new();
-                    if role == user.role && disabled_at == user.disabled_at {
-                        return Ok(Some((user, changes)));
-                    }
-                    let newly_disabled = user.disabled_at.is_none() && disabled_at.is_some();
-                    users::update_access(conn, &wanted, role, disabled_at, now)?;
-                    if role != user.role {
-                        let details =
-                            serde_json::json!({"from": user.role.as_str(), "to": role.as_str()});
-                        template.clone().details(details).insert(conn)?;
-                    }
-                    if disabled_at.is_some() != user.disabled_at.is_some() {
-                        let action = if newly_disabled {
-                            AuditAction::UserDisabled
-                        } else {
-                            AuditAction::UserEnabled
-                        };
-                        template.clone().action(action).insert(conn)?;
-                    }
-                    let ended = if newly_disabled {
-                        sessions::revoke_user_sessions(conn, &wanted, None, "user_disabled", now)?
-                    } else {
-                        Vec::new()
-                    };
-                    // Last statements of the transaction (see `aigw_persistence::changes`).
-                    for session_id in &ended {
-                        let kind = CredentialChangeKind::SessionRevoked;
-                        changes.push(credential_cache::append(conn, kind, session_id, now)?);
-                    }
-                    let kind = CredentialChangeKind::UserChanged;
-                    changes.push(credential_cache::append(conn, kind, &wanted, now)?);
-                    (user.role, user.disabled_at, user.updated_at) = (role, disabled_at, now);
-                    Ok::<_, ServiceError>(Some((user, changes)))
-                })
+                transaction(conn, |conn| apply_user_update(conn, &wanted, update, &template, now))
             })
             .await?
             .ok_or_else(|| user_not_found(id))?;
@@ -297,6 +253,63 @@ impl Administration {
     ) -> Result<Page<crate::audit::AuditEventView>, ServiceError> {
         crate::audit::list(&self.ctx.db, user_id, action, page).await
     }
+}
+
+/// Applies `update` to user `id` inside the caller's transaction: the role and the disabled
+/// state, an audit event per change (made from `template`), every session ended when newly
+/// disabled, and the feed rows (last statements). `None` when there is no such user; no
+/// change rows when nothing changed.
+///
+/// # Errors
+/// On database failure (the transaction then rolls back).
+fn apply_user_update(
+    conn: &mut DbConnection,
+    id: &str,
+    update: UserUpdate,
+    template: &Event,
+    now: DateTime<Utc>,
+) -> Result<Option<(UserRow, Vec<ChangeRow>)>, ServiceError> {
+    if !users::lock(conn, id)? {
+        return Ok(None);
+    }
+    let Some(mut user) = users::find_by_id(conn, id)? else {
+        return Ok(None);
+    };
+    let role = update.role.unwrap_or(user.role);
+    let disabled_at = match update.disabled {
+        None => user.disabled_at,
+        Some(true) => user.disabled_at.or(Some(now)),
+        Some(false) => None,
+    };
+    let mut changes: Vec<ChangeRow> = Vec::new();
+    if role == user.role && disabled_at == user.disabled_at {
+        return Ok(Some((user, changes)));
+    }
+    let newly_disabled = user.disabled_at.is_none() && disabled_at.is_some();
+    users::update_access(conn, id, role, disabled_at, now)?;
+    if role != user.role {
+        let details = serde_json::json!({"from": user.role.as_str(), "to": role.as_str()});
+        template.clone().details(details).insert(conn)?;
+    }
+    if disabled_at.is_some() != user.disabled_at.is_some() {
+        let action =
+            if newly_disabled { AuditAction::UserDisabled } else { AuditAction::UserEnabled };
+        template.clone().action(action).insert(conn)?;
+    }
+    let ended = if newly_disabled {
+        sessions::revoke_user_sessions(conn, id, None, "user_disabled", now)?
+    } else {
+        Vec::new()
+    };
+    // Last statements of the transaction (see `aigw_persistence::changes`).
+    for session_id in &ended {
+        let kind = CredentialChangeKind::SessionRevoked;
+        changes.push(credential_cache::append(conn, kind, session_id, now)?);
+    }
+    let kind = CredentialChangeKind::UserChanged;
+    changes.push(credential_cache::append(conn, kind, id, now)?);
+    (user.role, user.disabled_at, user.updated_at) = (role, disabled_at, now);
+    Ok(Some((user, changes)))
 }
 
 /// A new invitation: shown once with its token.

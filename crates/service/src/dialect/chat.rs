@@ -104,31 +104,7 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         prompt_bound = prompt_bound
             .saturating_add(crate::dialect::tokens::TOKENS_PER_MESSAGE)
             .saturating_add(crate::dialect::tokens::TOKENS_PER_NAME);
-        let message: Fields<'_> = serde_json::from_str(raw.get())
-            .map_err(|_| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
-        match message.role {
-            None => return Err(FieldError::new(format!("messages[{i}].role"), "is required")),
-            Some(raw) => {
-                let known =
-                    serde_json::from_str::<&str>(raw.get()).is_ok_and(|role| ROLES.contains(&role));
-                if !known {
-                    return Err(FieldError::new(
-                        format!("messages[{i}].role"),
-                        "must be one of system, developer, user, assistant, tool",
-                    ));
-                }
-            }
-        }
-        match message.content.map(first_byte) {
-            None | Some(b'"' | b'n') => {}
-            Some(b'[') => check_content_parts(i, message.content, &mut parts)?,
-            Some(_) => {
-                return Err(FieldError::new(
-                    format!("messages[{i}].content"),
-                    "must be a string or an array of content parts",
-                ))
-            }
-        }
+        check_message(i, raw, &mut parts)?;
     }
     let stream = match top.stream.map(|raw| raw.get()) {
         None | Some("null") => false,
@@ -160,6 +136,34 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
         completion_cap,
         unbounded_part: parts.unbounded,
     })
+}
+
+/// Checks `messages[i]` (`raw`): an object with a known `role` and a `content` that is a
+/// string, null or an array of content parts (counted into `parts`).
+fn check_message(i: usize, raw: &RawValue, parts: &mut PartCount) -> Result<(), FieldError> {
+    let message: Fields<'_> = serde_json::from_str(raw.get())
+        .map_err(|_| FieldError::new(format!("messages[{i}]"), "must be an object"))?;
+    match message.role {
+        None => return Err(FieldError::new(format!("messages[{i}].role"), "is required")),
+        Some(raw) => {
+            let known =
+                serde_json::from_str::<&str>(raw.get()).is_ok_and(|role| ROLES.contains(&role));
+            if !known {
+                return Err(FieldError::new(
+                    format!("messages[{i}].role"),
+                    "must be one of system, developer, user, assistant, tool",
+                ));
+            }
+        }
+    }
+    match message.content.map(first_byte) {
+        None | Some(b'"' | b'n') => Ok(()),
+        Some(b'[') => check_content_parts(i, message.content, parts),
+        Some(_) => Err(FieldError::new(
+            format!("messages[{i}].content"),
+            "must be a string or an array of content parts",
+        )),
+    }
 }
 
 /// An optional integer field (`null` counts as absent) within `min..=max`.
@@ -357,6 +361,8 @@ impl<'de> de::Deserialize<'de> for Fields<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialect::tokens::{count_prompt, Encoding};
+    use serde_json::json;
 
     fn field(body: &str) -> Option<String> {
         validate_chat_request(body.as_bytes()).err().map(|e| e.field)
@@ -505,5 +511,34 @@ mod tests {
         assert_eq!(s.map(|s| (s.has_stream_options, s.include_usage)), Some((true, false)));
         let s = summary(&format!(r#"{{{base}}}"#));
         assert_eq!(s.map(|s| (s.has_stream_options, s.include_usage)), Some((false, false)));
+    }
+
+    #[test]
+    fn the_bound_is_never_below_the_count() {
+        let bodies = [
+            json!({"model": "m", "messages": [{"role": "user", "content": "hello world"}]}),
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "You are terse.\n\nAnswer in one line."},
+                {"role": "user", "name": "ann", "content": [{"type": "text", "text": "Grüße, 東京! 🦀🦀"}]},
+                {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+                    "function": {"name": "lookup", "arguments": "{\"q\":\"  spaced   out  \"}"}}]}
+            ]}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "a".repeat(5000)}]}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "  \n\n \t  "}]}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "é\n"}]}),
+        ];
+        for body in &bodies {
+            let bytes = serde_json::to_vec(body).unwrap_or_default();
+            let bound =
+                validate_chat_request(&bytes).map(|summary| summary.prompt_bound).unwrap_or(0);
+            for encoding in [Encoding::Cl100k, Encoding::O200k] {
+                let count = count_prompt(encoding, body);
+                assert!(count <= bound, "{count} > {bound} for {body}");
+            }
+        }
+        // The fixed tokens plus the body's bytes: 3 + 3 + 1 + its length.
+        let hello = serde_json::to_vec(&bodies[0]).unwrap_or_default();
+        let summary = validate_chat_request(&hello);
+        assert_eq!(summary.map(|s| s.prompt_bound).ok(), Some(7 + hello.len() as u64));
     }
 }

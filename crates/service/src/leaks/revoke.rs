@@ -253,6 +253,21 @@ impl LeakReports {
         })
     }
 
+    /// Counts and logs each key of report `report_id` (from `reporter`) revoked as leaked.
+    fn announce(&self, leaked: &[LeakedKey], report_id: &str, reporter: &str) {
+        for key in leaked {
+            self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
+            tracing::warn!(
+                event = "api_key_leaked",
+                key_id = %key.key_id,
+                user_id = %key.owner_user_id,
+                report_id = %report_id,
+                reporter = reporter,
+                "API key revoked: its secret was reported leaked"
+            );
+        }
+    }
+
     /// The one path of every report: see the module documentation.
     async fn revoke_reported(
         &self,
@@ -311,40 +326,40 @@ impl LeakReports {
         if !changes.is_empty() {
             self.ctx.publish(changes).await;
         }
-        for key in &leaked {
-            self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
-            tracing::warn!(
-                event = "api_key_leaked",
-                key_id = %key.key_id,
-                user_id = %key.owner_user_id,
-                report_id = %report_id,
-                reporter = reporter.kind,
-                "API key revoked: its secret was reported leaked"
-            );
-        }
+        self.announce(&leaked, &report_id, reporter.kind);
         self.tell_owners(&leaked);
-        let verdicts = tokens
-            .iter()
-            .zip(&secrets)
-            .map(|(token, secret)| {
-                let (finding, key_id) = match secret {
-                    None => (Finding::NotAnApiKey, None),
-                    Some(secret) => match looked.get(secret.digest().as_str()) {
-                        Some(l) => (l.finding, l.key_id.clone()),
-                        None => (Finding::UnknownKey, None),
-                    },
-                };
-                TokenVerdict {
-                    token_hash: token_hash(&token.token),
-                    token_type: token.token_type.clone(),
-                    finding,
-                    key_id,
-                    key_prefix: secret.as_ref().map(|s| s.key_prefix().to_owned()),
-                }
-            })
-            .collect();
+        let verdicts = verdicts(&tokens, &secrets, &looked);
         Ok(LeakOutcome { report_id, verdicts, leaked })
     }
+}
+
+/// What each reported token turned out to be, in the report's order: not an aigw key, an
+/// unknown key, or what `looked` (the transaction's lookups by digest) found.
+fn verdicts(
+    tokens: &[ReportedToken],
+    secrets: &[Option<ApiKeySecret>],
+    looked: &HashMap<String, Looked>,
+) -> Vec<TokenVerdict> {
+    tokens
+        .iter()
+        .zip(secrets)
+        .map(|(token, secret)| {
+            let (finding, key_id) = match secret {
+                None => (Finding::NotAnApiKey, None),
+                Some(secret) => match looked.get(secret.digest().as_str()) {
+                    Some(l) => (l.finding, l.key_id.clone()),
+                    None => (Finding::UnknownKey, None),
+                },
+            };
+            TokenVerdict {
+                token_hash: token_hash(&token.token),
+                token_type: token.token_type.clone(),
+                finding,
+                key_id,
+                key_prefix: secret.as_ref().map(|s| s.key_prefix().to_owned()),
+            }
+        })
+        .collect()
 }
 
 /// The audit events a report's transaction writes, as templates.
