@@ -3,8 +3,7 @@
 use crate::dto::BudgetPeriodName;
 use aigw_domain::time::format_timestamp;
 use aigw_domain::usage::micros_to_usd;
-use aigw_persistence::teams::MemberRow;
-use aigw_service::teams::{MemberAdded, MemberView, TeamInvitationView, TeamView};
+use aigw_service::teams::{Member, MemberAdded, MemberView, TeamInvitationView, TeamView};
 use aigw_service::{ApiKeyPatch, KeyPolicyRequest, Page};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
@@ -276,8 +275,8 @@ pub(crate) struct MemberDto {
     pub(crate) budget_reset_at: Option<String>,
 }
 
-impl From<MemberRow> for MemberDto {
-    fn from(m: MemberRow) -> Self {
+impl From<Member> for MemberDto {
+    fn from(m: Member) -> Self {
         Self {
             user_id: m.user_id,
             email: m.email,

@@ -14,7 +14,7 @@ use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
 use aigw_domain::{TeamId, UserId};
 use aigw_persistence::changes::ChangeRow;
-use aigw_persistence::teams::{self, MemberRow, TeamInvitationRow};
+use aigw_persistence::teams::{self, TeamInvitationRow};
 use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
 use chrono::{DateTime, Utc};
 
@@ -41,7 +41,7 @@ pub struct MemberPatch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberAdded {
     /// The account joined.
-    Joined(MemberRow),
+    Joined(super::Member),
     /// No account has the address yet: it joins when it registers.
     Invited(TeamInvitationView),
 }
@@ -122,7 +122,7 @@ impl Teams {
                                 "team_id": team_id, "role": role.as_str(), "invitation_id": invitation.id,
                             }))
                             .insert(conn)?;
-                        return Ok((MemberAdded::Invited(invitation), None));
+                        return Ok((MemberAdded::Invited(invitation.into()), None));
                     };
                     match teams::insert_member(conn, &team_id, &user.id, role, now) {
                         Err(PersistenceError::Conflict) => {
@@ -137,7 +137,7 @@ impl Teams {
                     let member = teams::member(conn, &team_id, &user.id)?
                         .ok_or_else(|| member_not_found(&user.id))?;
                     let change = team_changed(conn, &team_id, now)?;
-                    Ok((MemberAdded::Joined(member), Some(change)))
+                    Ok((MemberAdded::Joined(member.into()), Some(change)))
                 })
             })
             .await?;
@@ -350,7 +350,7 @@ impl Teams {
                 Ok(teams::list_invitations(conn, Some(&team_id), before, limit + 1)?)
             })
             .await?;
-        Ok(page_of(rows, limit, |i| &i.id, Clone::clone))
+        Ok(page_of(rows, limit, |i| &i.id, |i| TeamInvitationView::from(i.clone())))
     }
 
     /// Revokes open invitation `invitation_id` of team `id`.

@@ -84,7 +84,7 @@ impl TeamView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberView {
     /// The membership.
-    pub member: MemberRow,
+    pub member: Member,
     /// Micro-USD the member's calls with their team-scoped keys cost in the team's current
     /// budget period (ever, for `total`).
     pub spend_micros: i64,
@@ -92,8 +92,68 @@ pub struct MemberView {
     pub budget_reset_at: Option<DateTime<Utc>>,
 }
 
-/// An open invitation as listed.
-pub type TeamInvitationView = TeamInvitationRow;
+/// A membership: who, in which team, with which role and budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The team.
+    pub team_id: String,
+    /// The member.
+    pub user_id: String,
+    /// The member's role.
+    pub role: TeamRole,
+    /// The member's own budget, overriding the team's default, micro-USD.
+    pub budget_micros: Option<i64>,
+    /// When the member joined, UTC.
+    pub created_at: DateTime<Utc>,
+    /// The member's e-mail address.
+    pub email: String,
+    /// The member's display name.
+    pub name: String,
+}
+
+impl From<MemberRow> for Member {
+    fn from(row: MemberRow) -> Self {
+        let MemberRow { team_id, user_id, role, budget_micros, created_at, email, name } = row;
+        Self { team_id, user_id, role, budget_micros, created_at, email, name }
+    }
+}
+
+/// An invitation to a team as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeamInvitationView {
+    /// UUIDv7 string.
+    pub id: String,
+    /// The team.
+    pub team_id: String,
+    /// The invited address, normalised.
+    pub email: String,
+    /// The role the member will have.
+    pub role: TeamRole,
+    /// Who invited.
+    pub created_by: String,
+    /// When, UTC.
+    pub created_at: DateTime<Utc>,
+    /// When registration used it, UTC.
+    pub accepted_at: Option<DateTime<Utc>>,
+    /// When it was revoked, UTC.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<TeamInvitationRow> for TeamInvitationView {
+    fn from(row: TeamInvitationRow) -> Self {
+        let TeamInvitationRow {
+            id,
+            team_id,
+            email,
+            role,
+            created_by,
+            created_at,
+            accepted_at,
+            revoked_at,
+        } = row;
+        Self { id, team_id, email, role, created_by, created_at, accepted_at, revoked_at }
+    }
+}
 
 /// A budget in USD of field `field`, as micro-USD.
 fn budget_micros(usd: f64, field: &str) -> Result<i64, FieldError> {

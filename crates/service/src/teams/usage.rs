@@ -56,7 +56,7 @@ pub(super) fn with_spend(
         .into_iter()
         .map(|member| {
             let spend_micros = spend.get(&member.user_id).copied().unwrap_or(0);
-            MemberView { member, spend_micros, budget_reset_at }
+            MemberView { member: member.into(), spend_micros, budget_reset_at }
         })
         .collect()
 }
