@@ -252,6 +252,13 @@ pub struct ProviderConfig {
     /// A model without a price costs 0 and its usage says `priced: false`.
     #[serde(default)]
     pub prices: std::collections::BTreeMap<String, crate::usage::config::PriceConfig>,
+    /// How some of `models` have their prompt counted before a call, for budgets and
+    /// `tpm_limit`: `tokenizers = { "gpt-oss-120b" = { tokenizer = "o200k_base" },
+    /// "llama-3.1-70b" = { tokens_per_byte = 0.5 } }`. A model without an entry is counted
+    /// with OpenAI's tokenizer of its family when `base_url` is on `api.openai.com` (or the
+    /// provider is `echo`), else from the request body's bytes, one token per byte.
+    #[serde(default)]
+    pub tokenizers: std::collections::BTreeMap<String, crate::usage::config::TokenizerConfig>,
 }
 
 fn default_kind() -> ProviderKind {

@@ -56,6 +56,6 @@ pub use mfa::{LoginOutcome, MfaChallenge, SecondFactor};
 pub use paging::{Page, PageRequest};
 pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
 pub use tokens::{SigningKey, TokenIssuer};
-pub use usage::config::{PriceConfig, UsageConfig};
+pub use usage::config::{PriceConfig, TokenizerConfig, TokenizerName, UsageConfig};
 pub use usage::UsageService;
 pub use views::{ApiKeyView, CreatedApiKey, TokenSet, UserView};
