@@ -463,6 +463,41 @@ prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Tokenizers as the documentation writes them; an unknown tokenizer is refused naming
+    /// the known ones.
+    #[test]
+    fn provider_tokenizers_load_as_written() {
+        use aigw_service::dialect::tokens::{Encoding, PromptCounting};
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("aigw.toml");
+        let toml = r#"
+[[providers]]
+name = "vllm"
+base_url = "http://vllm:8000/v1"
+models = ["gpt-oss-120b", "llama-3.1-70b", "mistral"]
+tokenizers = { "gpt-oss-120b" = { tokenizer = "o200k_base" }, "llama-3.1-70b" = { tokens_per_byte = 0.5 } }
+"#;
+        std::fs::write(&path, toml).unwrap_or_else(|e| panic!("{e}"));
+        let settings =
+            Settings::load_from(Some(&path), Some(&[])).unwrap_or_else(|e| panic!("{e:#}"));
+        let table = aigw_service::prices::PriceTable::from_providers(&settings.providers)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            table.prompt_counting("gpt-oss-120b"),
+            PromptCounting::Tokenizer(Encoding::O200k)
+        );
+        assert_eq!(
+            table.prompt_counting("llama-3.1-70b"),
+            PromptCounting::Bytes { per_million: 500_000 }
+        );
+        assert_eq!(table.prompt_counting("mistral"), PromptCounting::ONE_PER_BYTE);
+        let err = load_error(
+            "[[providers]]\nname = \"x\"\nbase_url = \"https://x\"\nmodels = [\"m\"]\n\
+             tokenizers = { \"m\" = { tokenizer = \"llama3\" } }\n",
+        );
+        assert!(err.contains("o200k_base") && err.contains("cl100k_base"), "{err}");
+    }
+
     fn load_error(toml: &str) -> String {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("aigw.toml");

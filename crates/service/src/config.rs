@@ -253,6 +253,13 @@ pub struct ProviderConfig {
     /// A model without a price costs 0 and its usage says `priced: false`.
     #[serde(default)]
     pub prices: std::collections::BTreeMap<String, PriceConfig>,
+    /// How some of `models` have their prompt counted before a call, for budgets and
+    /// `tpm_limit`: `tokenizers = { "gpt-oss-120b" = { tokenizer = "o200k_base" },
+    /// "llama-3.1-70b" = { tokens_per_byte = 0.5 } }`. A model without an entry is counted
+    /// with OpenAI's tokenizer of its family when `base_url` is on `api.openai.com` (or the
+    /// provider is `echo`), else from the request body's bytes, one token per byte.
+    #[serde(default)]
+    pub tokenizers: std::collections::BTreeMap<String, TokenizerConfig>,
 }
 
 fn default_kind() -> ProviderKind {
@@ -309,5 +316,53 @@ impl PriceConfig {
     /// [`PriceError`] for a negative, non-finite or absurd price.
     pub fn to_price(self) -> Result<ModelPrice, PriceError> {
         ModelPrice::from_usd_per_million(self.input_per_million, self.output_per_million)
+    }
+}
+
+/// One model's entry in `[[providers]] tokenizers = { "MODEL" = { … } }`: how its prompt is
+/// counted in the worst case a budget and a `tpm_limit` reserve before the call
+/// (docs/budgets.md "Whose tokenizer counts the prompt"). What a call is billed is always
+/// the upstream's `usage`, whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerConfig {
+    /// The tokenizer the upstream counts the model's tokens with: `"o200k_base"` or
+    /// `"cl100k_base"`; `"none"` when it is not one of these (the prompt is then counted from
+    /// the request body's bytes). Default: by the model's family for a provider whose
+    /// `base_url` is on `api.openai.com` and for `echo`, else `"none"`.
+    #[serde(default)]
+    pub tokenizer: Option<TokenizerName>,
+    /// With no tokenizer: prompt tokens counted per byte of the request body, above 0 and at
+    /// most 1 (default 1: no byte-level BPE tokenizer makes more tokens than bytes), e.g.
+    /// `0.5` for an upstream whose tokenizer is known never to make more than one token of two
+    /// bytes.
+    #[serde(default)]
+    pub tokens_per_byte: Option<f64>,
+}
+
+/// A tokenizer `tokenizers` may name: `tokenizer = "o200k_base"`, `"cl100k_base"` or
+/// `"none"` (any other value is refused with a message listing these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerName {
+    /// OpenAI's `o200k_base` (GPT-4o, GPT-4.1, GPT-5, the o-series, gpt-oss).
+    O200kBase,
+    /// OpenAI's `cl100k_base` (GPT-4, GPT-3.5).
+    Cl100kBase,
+    /// Not known: the prompt is counted from the body's bytes.
+    None,
+}
+
+impl<'de> Deserialize<'de> for TokenizerName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        match name.as_str() {
+            "o200k_base" => Ok(Self::O200kBase),
+            "cl100k_base" => Ok(Self::Cl100kBase),
+            "none" => Ok(Self::None),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown tokenizer {other:?}; valid tokenizers: \"o200k_base\", \"cl100k_base\" \
+                 (where the upstream counts with it), \"none\" (count the body's bytes)"
+            ))),
+        }
     }
 }

@@ -74,6 +74,6 @@ pub use rate_limit::{Decision, LimitKey, Policy, RateLimitConfig, RateLimiter};
 pub use services::Services;
 pub use teams::Teams;
 pub use tokens::{SigningKey, TokenIssuer};
-pub use usage::config::{PriceConfig, UsageConfig};
+pub use usage::config::{PriceConfig, TokenizerConfig, TokenizerName, UsageConfig};
 pub use usage::UsageService;
 pub use views::{ApiKeyView, CreatedApiKey, TokenSet, UserView};

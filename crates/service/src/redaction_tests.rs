@@ -103,6 +103,7 @@ fn provider_and_gateway_config() {
         base_url: Some("https://api.example.com/v1".into()),
         api_key: Some(SecretString::from(SECRET)),
         models: vec!["m".into()],
+        tokenizers: Default::default(),
         prices: Default::default(),
     };
     assert_hidden(format!("{provider:?}"));

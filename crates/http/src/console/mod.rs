@@ -14,6 +14,7 @@ pub(crate) mod admin;
 pub(crate) mod assets;
 pub(crate) mod chart;
 pub(crate) mod keys;
+pub(crate) mod redirect;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;

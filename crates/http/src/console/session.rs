@@ -16,6 +16,7 @@
 //! before anything else (this also covers the forms used before a session exists: login,
 //! registration, password reset).
 
+use crate::console::redirect::LocalPath;
 use crate::console::render::{self, Shown};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -237,7 +238,8 @@ impl Viewer {
 /// (rate limit, database down) shown as a page.
 #[derive(Debug)]
 pub(crate) enum NoViewer {
-    /// Not signed in, or the session has ended: `303` to `/login?next=…`, cookies removed.
+    /// Not signed in, or the session has ended: `303` to `/login?next=…` (`next`: the page
+    /// asked for, kept when it is a [`LocalPath`]), cookies removed.
     LoggedOut { next: String, keys: Option<ConsoleContext> },
     /// A refusal of the request itself.
     Refused(Shown),
@@ -263,12 +265,16 @@ impl ResponseError for NoViewer {
     fn error_response(&self) -> HttpResponse {
         match self {
             NoViewer::LoggedOut { next, keys } => {
-                let location = if next == "/" || next.is_empty() {
-                    "/login".to_owned()
-                } else {
-                    let next: String =
-                        url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
-                    format!("/login?next={next}")
+                // The page asked for comes back after the login only when it is a path of
+                // this origin as a browser reads it (a request's path may hold anything).
+                let location = match LocalPath::parse(next) {
+                    Some(next) if next.as_str() != "/" => {
+                        let next: String =
+                            url::form_urlencoded::byte_serialize(next.as_str().as_bytes())
+                                .collect();
+                        format!("/login?next={next}")
+                    }
+                    _ => "/login".to_owned(),
                 };
                 let mut response = render::see_other(&location);
                 if let Some(keys) = keys {

@@ -2,6 +2,7 @@
 //! registration, password reset and logout. The forms take the same rate limits and count the
 //! same failures as the API's `/auth/login`, `/auth/register` and `/auth/password-reset`.
 
+use crate::console::redirect::{LocalPath, DEFAULT_PAGE};
 use crate::console::render::{page, see_other, Shown};
 use crate::console::session::{ConsoleContext, Viewer};
 use crate::console::view::{CsrfOnly, Form};
@@ -18,15 +19,7 @@ use serde::Deserialize;
 
 /// `GET /`: the keys page when signed in, else the login page.
 pub(crate) async fn home(viewer: Option<Viewer>) -> HttpResponse {
-    see_other(if viewer.is_some() { "/keys" } else { "/login" })
-}
-
-/// Where to go after logging in: a path of this console, never another site.
-fn local_path(next: Option<&str>) -> String {
-    match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.to_owned(),
-        _ => "/keys".to_owned(),
-    }
+    see_other(if viewer.is_some() { DEFAULT_PAGE } else { "/login" })
 }
 
 /// `?next=…` of the login page.
@@ -85,25 +78,34 @@ impl std::fmt::Debug for RegisterForm {
 }
 
 /// `303` to `location` with the session's cookies set.
-fn signed_in(console: &ConsoleContext, tokens: &TokenSet, location: &str) -> HttpResponse {
-    let mut response = see_other(location);
+fn signed_in(console: &ConsoleContext, tokens: &TokenSet, location: &LocalPath) -> HttpResponse {
+    let mut response = see_other(location.as_str());
     for cookie in console.session_cookies(tokens) {
         let _ = response.add_cookie(&cookie);
     }
     response
 }
 
-fn login_page(status: StatusCode, email: &str, next: &str, error: Option<Shown>) -> HttpResponse {
+fn login_page(
+    status: StatusCode,
+    email: &str,
+    next: &LocalPath,
+    error: Option<Shown>,
+) -> HttpResponse {
+    let next = next.as_str();
     page(status, Value::UNDEFINED, "login.html", context! { title => "Log in", email, next, error })
 }
 
-/// `GET /login`.
+/// `GET /login`: the form, carrying `next` when it is a path of this origin
+/// ([`LocalPath`]), else the default page.
 pub(crate) async fn login_form(query: web::Query<NextQuery>) -> HttpResponse {
-    let next = local_path(query.next.as_deref());
+    let next = LocalPath::or_default(query.next.as_deref());
     login_page(StatusCode::OK, "", &next, None)
 }
 
 /// `POST /login`: checks the password; starts the session or asks for the second factor.
+/// Where the browser goes next is decided before the password is checked, so no `next` can
+/// make a session whose cookies do not reach the browser.
 pub(crate) async fn login(
     state: web::Data<AppState>,
     console: web::Data<ConsoleContext>,
@@ -114,7 +116,7 @@ pub(crate) async fn login(
         Ok(form) => form,
         Err(refused) => return *refused,
     };
-    let next = local_path(form.next.as_deref());
+    let next = LocalPath::or_default(form.next.as_deref());
     let result = async {
         state.limits.refuse_if_failing(&req).await?;
         state.limits.login(&req, &form.email).await?;
@@ -133,7 +135,9 @@ pub(crate) async fn login(
             StatusCode::OK,
             Value::UNDEFINED,
             "login_mfa.html",
-            context! { title => "Second factor", mfa_token => challenge.mfa_token, next },
+            context! {
+                title => "Second factor", mfa_token => challenge.mfa_token, next => next.as_str(),
+            },
         ),
         Err(e) => {
             let shown = Shown::from(e);
@@ -153,7 +157,7 @@ pub(crate) async fn login_mfa(
         Ok(form) => form,
         Err(refused) => return *refused,
     };
-    let next = local_path(form.next.as_deref());
+    let next = LocalPath::or_default(form.next.as_deref());
     let result = async {
         state.limits.refuse_if_failing(&req).await?;
         state.limits.by_ip(&req, Policy::Login).await?;
@@ -179,7 +183,10 @@ pub(crate) async fn login_mfa(
                 error.status,
                 Value::UNDEFINED,
                 "login_mfa.html",
-                context! { title => "Second factor", mfa_token => form.mfa_token, next, error },
+                context! {
+                    title => "Second factor", mfa_token => form.mfa_token, next => next.as_str(),
+                    error,
+                },
             )
         }
     }
@@ -231,7 +238,7 @@ pub(crate) async fn register(
     match result {
         Ok(tokens) => {
             state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
-            signed_in(&console, &tokens, "/keys")
+            signed_in(&console, &tokens, &LocalPath::or_default(None))
         }
         Err(e) => {
             let error = Shown::from(e);

@@ -2,8 +2,9 @@
 //! one database (and one Redis, with `gateway.key_counters = "redis"`), and a fake upstream
 //! (`up-bill`) that bills `n` completions of `max_tokens` each and counts `tools` as prompt
 //! tokens. Every probe must end at or under the budget: many completions per call, large tool
-//! definitions, a PATCH of the budget while calls run, Redis restarted while calls run; and
-//! out-of-range caps are refused with 400, never 503.
+//! definitions, a PATCH of the budget while calls run, Redis restarted while calls run, prompts
+//! an upstream with another tokenizer bills at a token per byte (`up-bytes`); and out-of-range
+//! caps are refused with 400, never 503.
 
 use crate::common;
 use crate::common::upstream::FakeUpstream;
@@ -11,7 +12,7 @@ use crate::key_counters_redis::RedisCounters;
 use crate::rate_limit_contract::RedisServer;
 
 use aigw_http::settings::Settings;
-use aigw_service::{PriceConfig, ProviderConfig, ProviderKind};
+use aigw_service::{PriceConfig, ProviderConfig, ProviderKind, TokenizerConfig, TokenizerName};
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -24,6 +25,9 @@ backend_tests!(
     a_redis_restart_while_calls_run_keeps_them_counted,
     out_of_range_caps_are_refused_naming_the_field,
     a_burst_admits_what_fits,
+    one_large_prompt_cannot_pass_the_budget_of_a_model_without_a_declared_tokenizer,
+    a_clamped_call_of_a_model_without_a_declared_tokenizer_stays_within_the_budget,
+    concurrent_calls_billed_a_token_per_byte_spend_at_most_the_budget,
 );
 
 /// USD per million tokens of `up-bill`, prompt and completion alike: one token costs 100
@@ -33,8 +37,12 @@ const USD_PER_MILLION: f64 = 100.0;
 /// The budget of every probe, USD: 8 000 tokens.
 const BUDGET: f64 = 0.80;
 
-/// A node calling `upstream`'s `up-bill` at [`USD_PER_MILLION`], with its key counters in
-/// `redis` when given (else the database), writing usage and calls in flight every 20 ms.
+/// A node calling `upstream`'s `up-bill` and `up-bytes` at [`USD_PER_MILLION`], with its key
+/// counters in `redis` when given (else the database), writing usage and calls in flight every
+/// 20 ms. `up-bill` bills prompts at about the `cl100k_base` count and is declared to count
+/// with it (these probes are about concurrency, not the tokenizer's margin); `up-bytes`, billed
+/// a token per byte, declares no tokenizer, as an OpenAI-compatible server of another vendor's
+/// model.
 pub(crate) fn billing<'a>(
     upstream: &'a str,
     redis: Option<&'a RedisCounters>,
@@ -53,8 +61,15 @@ pub(crate) fn billing<'a>(
             kind: ProviderKind::Openai,
             base_url: Some(upstream.to_owned()),
             api_key: None,
-            models: vec!["up-bill".into()],
-            prices: BTreeMap::from([("up-bill".to_owned(), price)]),
+            models: vec!["up-bill".into(), "up-bytes".into()],
+            tokenizers: BTreeMap::from([(
+                "up-bill".to_owned(),
+                TokenizerConfig {
+                    tokenizer: Some(TokenizerName::Cl100kBase),
+                    tokens_per_byte: None,
+                },
+            )]),
+            prices: BTreeMap::from([("up-bill".to_owned(), price), ("up-bytes".to_owned(), price)]),
         }];
         s.usage.flush_interval_ms = 20;
     }
@@ -64,14 +79,14 @@ pub(crate) fn billing<'a>(
 pub(crate) struct Cluster {
     pub(crate) b: TestApp,
     pub(crate) a: TestApp,
-    _upstream: FakeUpstream,
+    pub(crate) upstream: FakeUpstream,
 }
 
 pub(crate) async fn cluster(backend: Backend, redis: Option<&RedisCounters>) -> Cluster {
     let upstream = FakeUpstream::start().await;
     let a = spawn_app_with(backend, billing(&upstream.base_url, redis)).await;
     let b = a.spawn_sibling(billing(&upstream.base_url, redis)).await;
-    Cluster { b, a, _upstream: upstream }
+    Cluster { b, a, upstream }
 }
 
 /// A user of `app` and a key with a [`BUDGET`] of `total` period: (token, key id, key).
@@ -354,5 +369,109 @@ async fn a_burst_admits_what_fits(backend: Backend) {
             "{ok} of 200 admitted on a budget for 100 (redis: {redis})"
         );
         assert_within_budget(spent(&nodes.a, &token, ok).await, budget, "burst");
+    }
+}
+
+/// A prompt of `bytes` bytes or so that a BPE tokenizer makes about a sixth as many tokens of
+/// (a common two-word phrase, repeated).
+fn repetitive_prompt(bytes: usize) -> String {
+    "hello world ".repeat(bytes / 12)
+}
+
+/// The requests of model `model` the upstream received.
+fn received(nodes: &Cluster, model: &str) -> Vec<Value> {
+    let bodies = nodes.upstream.requests().into_iter();
+    bodies
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .filter(|body| body["model"] == json!(model))
+        .collect()
+}
+
+/// One call whose prompt is twice the budget in bytes but a third of it in the tokenizer's
+/// count, on a model that declares no tokenizer (its upstream bills a token per byte), with
+/// `max_tokens: 1`: refused before the upstream, since its prompt counts a token per byte.
+async fn one_large_prompt_cannot_pass_the_budget_of_a_model_without_a_declared_tokenizer(
+    backend: Backend,
+) {
+    let nodes = cluster(backend, None).await;
+    let (token, _, key) = budget_key(&nodes.a, "large-prompt").await;
+    let body = json!({"model": "up-bytes", "max_tokens": 1,
+                      "messages": [{"role": "user", "content": repetitive_prompt(16_800)}]});
+    let bytes = serde_json::to_vec(&body).unwrap().len() as f64;
+    assert!(bytes * USD_PER_MILLION / 1e6 > 2.0 * BUDGET, "billed twice the budget");
+    for node in [&nodes.a, &nodes.b] {
+        let reply = node.chat(Auth::Bearer(&key), &body).await;
+        let error = reply.error(429, "budget_exceeded");
+        assert!(error["details"]["reserved_usd"].as_f64().unwrap() > BUDGET, "{error}");
+    }
+    assert!(received(&nodes, "up-bytes").is_empty(), "the upstream received the call");
+    // A call that fits still passes, and its reservation settles to what it was billed.
+    let small = json!({"model": "up-bytes", "max_tokens": 1,
+                       "messages": [{"role": "user", "content": repetitive_prompt(1_200)}]});
+    let reply = nodes.a.chat(Auth::Bearer(&key), &small).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_within_budget(spent(&nodes.a, &token, 1).await, BUDGET, "a call that fits");
+}
+
+/// The same prompt's bytes count in `budget_mode = "clamp"`: a call whose prompt fits but not
+/// its completion cap is sent with `max_tokens` lowered to what the budget has left after a
+/// token per byte of its body (the body the lowering makes, which holds a `max_tokens` the
+/// caller's may not), and is billed within the budget.
+async fn a_clamped_call_of_a_model_without_a_declared_tokenizer_stays_within_the_budget(
+    backend: Backend,
+) {
+    let nodes = cluster(backend, None).await;
+    // About 4 800 bytes of prompt (some 800 tokens to a tokenizer) and 5 000 completion tokens,
+    // or the 4 096 assumed without a cap: 9 800 or 8 900 tokens billed, in a budget of 8 000.
+    let prompt = json!([{"role": "user", "content": repetitive_prompt(4_800)}]);
+    let capped = json!({"model": "up-bytes", "max_tokens": 5000, "messages": prompt});
+    let uncapped = json!({"model": "up-bytes", "messages": prompt});
+    for (i, body) in [capped, uncapped].iter().enumerate() {
+        let user = nodes.a.new_user("clamp-bytes").await;
+        let made = nodes
+            .a
+            .create_key_raw(
+                Auth::Bearer(&user.token),
+                &json!({"name": "c", "permissions": ["ai_gateway", "read"],
+                        "max_budget_usd": BUDGET, "budget_mode": "clamp"}),
+            )
+            .await
+            .data(201);
+        let key = made["key"].as_str().unwrap();
+        let reply = nodes.a.chat(Auth::Bearer(key), body).await;
+        assert_eq!(reply.status, 200, "case {i}: {}", reply.text);
+        let sent = received(&nodes, "up-bytes");
+        assert_eq!(sent.len(), i + 1);
+        let lowered = sent[i]["max_tokens"].as_u64().unwrap();
+        assert!((2_500..3_300).contains(&lowered), "max_tokens lowered to {lowered}");
+        assert_within_budget(spent(&nodes.a, &user.token, 1).await, BUDGET, "clamped");
+        // Nothing is left for another such call: refused, not sent.
+        let again = nodes.a.chat(Auth::Bearer(key), body).await;
+        again.error(429, "budget_exceeded");
+        assert_eq!(received(&nodes, "up-bytes").len(), i + 1);
+    }
+}
+
+/// 200 calls at once over two nodes, each billed a token per byte of its body (about 1 300
+/// tokens, some 230 to a tokenizer) on a budget worth 20 of them, with the counters in the
+/// database and in Redis: at most the budget is spent.
+async fn concurrent_calls_billed_a_token_per_byte_spend_at_most_the_budget(backend: Backend) {
+    for redis in [false, true] {
+        let server = if redis { RedisServer::start() } else { None };
+        if redis && server.is_none() {
+            return; // said loudly by RedisServer::start (and a failure under CI)
+        }
+        let counters = server.as_ref().map(RedisCounters::new);
+        let nodes = cluster(backend, counters.as_ref()).await;
+        let body = json!({"model": "up-bytes", "max_tokens": 16,
+                          "messages": [{"role": "user", "content": repetitive_prompt(1_200)}]});
+        let billed = serde_json::to_vec(&body).unwrap().len() as f64 + 16.0;
+        let budget = 20.0 * billed * USD_PER_MILLION / 1_000_000.0;
+        let (token, _, key) = budget_key_of(&nodes.a, "bytes-burst", budget).await;
+        let ok = fire([&nodes.a, &nodes.b], &key, &body, 200).await;
+        eprintln!("{ok} of 200 calls billed a token per byte admitted on a budget for 20 (redis: {redis})");
+        assert!((15..=20).contains(&ok), "{ok} calls admitted on a budget for 20 (redis: {redis})");
+        let spent = spent(&nodes.a, &token, ok).await;
+        assert_within_budget(spent, budget, &format!("a token per byte (redis: {redis})"));
     }
 }

@@ -45,6 +45,7 @@ pub(crate) fn priced_providers(s: &mut aigw_http::settings::Settings) {
         base_url: None,
         api_key: None,
         models: vec!["priced".into(), "dear".into()],
+        tokenizers: Default::default(),
         prices: BTreeMap::from([
             ("priced".to_owned(), price(INPUT_PER_MILLION, 0.0)),
             ("dear".to_owned(), price(INPUT_PER_MILLION, 1000.0)),

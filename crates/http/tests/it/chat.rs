@@ -35,6 +35,7 @@ fn provider(base_url: &str, models: &[&str]) -> ProviderConfig {
         base_url: Some(base_url.to_owned()),
         api_key: Some(secrecy::SecretString::from(PROVIDER_KEY.to_owned())),
         models: models.iter().map(|m| (*m).to_owned()).collect(),
+        tokenizers: Default::default(),
         prices: Default::default(),
     }
 }

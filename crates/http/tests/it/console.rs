@@ -219,7 +219,142 @@ async fn the_console_can_be_turned_off(backend: Backend) {
     assert_eq!(app.get("/healthz", Auth::None).await.status, 200);
 }
 
+/// The sessions of the user of `token`, as the API lists them.
+async fn sessions(app: &common::TestApp, token: &str) -> usize {
+    let listed = app.get("/api/v1/auth/sessions", Auth::Bearer(token)).await.data(200);
+    listed["sessions"].as_array().unwrap().len()
+}
+
+/// The hidden `next` field of the login page, unescaped.
+fn next_field(page: &str) -> String {
+    let field = "name=\"next\" value=\"";
+    let start = page.find(field).expect("a next field") + field.len();
+    let escaped = page[start..].split('"').next().unwrap();
+    [("&#x2f;", "/"), ("&quot;", "\""), ("&#x27;", "'"), ("&lt;", "<"), ("&gt;", ">")]
+        .iter()
+        .fold(escaped.to_owned(), |text, (entity, c)| text.replace(entity, c))
+        .replace("&amp;", "&")
+}
+
+/// `next` values a browser would read as a way to another site (a tab, a newline or a
+/// carriage return dropped, a backslash read as a slash, encodings, look-alikes of `/`) send
+/// the browser to the default page after the login, with the session's cookies: each login
+/// makes exactly one session, and the browser has it. A path of this origin is kept.
+async fn a_next_leading_off_the_origin_goes_to_the_default_page(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("next").await;
+    let before = sessions(&app, &user.token).await;
+    // The reproductions, as sent on the wire: `GET /login?next=/%09/evil.example`, ….
+    for query in ["/%09/evil.example", "/%0A/x", "/%0D/x", "/%5C/evil.example", "//evil.example"] {
+        let form = Browser::new(&app).get(&format!("/login?next={query}")).await;
+        assert_eq!(form.status, 200, "{query}: {}", form.text);
+        assert_eq!(next_field(&form.text), "/keys", "{query}");
+    }
+    let hostile = [
+        "/\t/evil.example",
+        "/\n/x",
+        "/\r/x",
+        "/\r\n/x",
+        "/\\evil.example",
+        "/ /evil.example",
+        "/%2F%2Fevil.example",
+        "/%5Cevil.example",
+        "/%09/evil.example",
+        "https://evil.example/",
+        "/\u{2215}evil.example",
+        "/\u{ff0f}evil.example",
+    ];
+    for (logins, next) in hostile.iter().enumerate() {
+        let mut browser = Browser::new(&app);
+        let done = browser
+            .post("/login", &[("email", &user.email), ("password", &user.password), ("next", next)])
+            .await;
+        assert_eq!((done.status, done.location.as_deref()), (303, Some("/keys")), "{next:?}");
+        assert!(done.cookie("aigw_access").is_some(), "{next:?}: {:?}", done.set_cookies);
+        assert_eq!(browser.get("/keys").await.status, 200, "{next:?}");
+        assert_eq!(sessions(&app, &user.token).await, before + logins + 1, "{next:?}");
+    }
+    let mut browser = Browser::new(&app);
+    let kept = browser
+        .post("/login", &[("email", &user.email), ("password", &user.password), ("next", "/usage")])
+        .await;
+    assert_eq!((kept.status, kept.location.as_deref()), (303, Some("/usage")), "{}", kept.text);
+}
+
+/// Whatever `next` the login page is given, the `next` its form carries on, resolved by the
+/// `url` crate as a browser resolves a `Location` on this page, stays on this origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_next_the_login_page_keeps_stays_on_the_origin() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let app = spawn_app(Backend::Sqlite).await;
+    let piece = prop_oneof![
+        (0u32..=0x9f).prop_filter_map("a character", char::from_u32).prop_map(String::from),
+        proptest::sample::select(vec![
+            " ",
+            "\u{a0}",
+            "\u{2028}",
+            "\u{3000}",
+            "\u{200b}",
+            "\u{feff}",
+            "\u{2215}",
+            "\u{ff0f}",
+            "\u{29f8}",
+            "\u{ff3c}",
+            "\u{2216}",
+            "%2F",
+            "%5C",
+            "%09",
+            "%0A",
+            "%0D",
+            "%00",
+            "%E2%88%95",
+            "%EF%BC%8F",
+            "%252F",
+            "/",
+            "//",
+            "\\",
+            "@",
+            ":",
+            "?",
+            "#",
+            "..",
+            "evil.example",
+            "https://",
+        ])
+        .prop_map(str::to_owned),
+        "[a-z0-9._~-]{1,6}",
+    ];
+    let candidate = (
+        proptest::sample::select(vec!["/", "//", "/\\", "", "http://"]),
+        proptest::collection::vec(piece, 0..6),
+    )
+        .prop_map(|(start, pieces)| format!("{start}{}", pieces.concat()));
+    let origin = url::Url::parse("http://aigw.test/login").unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let mut runner = TestRunner::new(Config::with_cases(256));
+    let outcome = runner.run(&candidate, |next| {
+        let form = tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                let sent = app.client.get(app.url("/login")).query(&[("next", next.as_str())]);
+                sent.send().await.unwrap().text().await.unwrap()
+            })
+        });
+        let kept = next_field(&form);
+        prop_assert!(kept == "/keys" || kept == next, "{:?} became {:?}", next, kept);
+        let landed = origin.join(&kept).unwrap();
+        prop_assert_eq!(landed.origin(), origin.origin(), "{:?} leads to {}", next, landed);
+        prop_assert!(landed.username().is_empty() && landed.password().is_none());
+        prop_assert_eq!(&landed[url::Position::BeforePath..], kept.as_str());
+        Ok(())
+    });
+    if let Err(failure) = outcome {
+        panic!("{failure}");
+    }
+}
+
 backend_tests!(
+    a_next_leading_off_the_origin_goes_to_the_default_page,
     signs_in_with_cookies_no_script_can_read,
     forms_without_the_sessions_csrf_token_change_nothing,
     user_text_is_shown_as_text,

@@ -30,6 +30,7 @@ async fn priced_app(
             base_url: None,
             api_key: None,
             models: vec!["priced".into()],
+            tokenizers: Default::default(),
             prices: BTreeMap::from([("priced".to_owned(), price)]),
         }];
         s.usage.flush_interval_ms = 20;

@@ -429,6 +429,7 @@ fn more_models(s: &mut aigw_http::settings::Settings) {
         base_url: None,
         api_key: None,
         models: vec!["gpt-4o".into(), "gpt-4o-mini".into(), "o3".into()],
+        tokenizers: Default::default(),
         prices: Default::default(),
     }];
 }

@@ -148,6 +148,7 @@ fn provider(base_url: &str) -> ProviderConfig {
         base_url: Some(base_url.to_owned()),
         api_key: Some(secrecy::SecretString::from("sk-provider".to_owned())),
         models: vec!["up-json".into(), "up-500".into()],
+        tokenizers: Default::default(),
         prices,
     }
 }

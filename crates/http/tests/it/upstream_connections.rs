@@ -26,6 +26,7 @@ async fn app_with(upstream: &KeepAliveUpstream) -> (TestApp, String) {
                 .iter()
                 .map(|m| (*m).to_owned())
                 .collect(),
+            tokenizers: Default::default(),
             prices: Default::default(),
         }];
     })

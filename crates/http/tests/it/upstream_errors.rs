@@ -37,6 +37,7 @@ async fn app_with(
                 .iter()
                 .map(|m| (*m).to_owned())
                 .collect(),
+            tokenizers: Default::default(),
             prices: Default::default(),
         }];
         if let Some(cap) = cap {

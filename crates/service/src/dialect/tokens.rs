@@ -1,6 +1,7 @@
 //! Token estimates with OpenAI's own byte-pair encodings (tiktoken-rs, whose BPE tables are
 //! compiled into the binary: no download, works offline), used when a provider reports no
-//! `usage`.
+//! `usage`, and by a budget's worst case for the models whose upstream is known to count
+//! with them ([`PromptCounting`]).
 //!
 //! - Encoding by model family: `o200k_base` for `gpt-4o*`, `chatgpt-4o*`, `gpt-4.1*`,
 //!   `gpt-5*`, `o1*`, `o3*` and `o4*`; `cl100k_base` for everything else (`gpt-4`,
@@ -47,6 +48,58 @@ pub enum Encoding {
     Cl100k,
     /// `o200k_base` (GPT-4o, GPT-4.1, GPT-5, the o-series).
     O200k,
+}
+
+/// How the prompt of a model's call is counted in the call's worst case, before the call
+/// (docs/budgets.md "Whose tokenizer counts the prompt"). Never used for what a call is
+/// billed: that is the upstream's `usage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptCounting {
+    /// With `Encoding`, the tokenizer the upstream is known to count with.
+    Tokenizer(Encoding),
+    /// From the request body's bytes: the chat format's fixed tokens plus `per_million`
+    /// millionths of a token per byte (1 000 000: one token per byte, the bound no byte-level
+    /// BPE tokenizer can pass).
+    Bytes {
+        /// Millionths of a token per byte, 1 to 1 000 000.
+        per_million: u32,
+    },
+}
+
+impl PromptCounting {
+    /// One token per byte of the body: the bound that holds whatever the upstream's tokenizer.
+    pub const ONE_PER_BYTE: Self = Self::Bytes { per_million: 1_000_000 };
+
+    /// `tokens_per_byte` (0 excluded to 1) as a [`PromptCounting::Bytes`], rounded up to the
+    /// next millionth; `None` outside that range.
+    pub fn per_byte(tokens_per_byte: f64) -> Option<Self> {
+        if !(tokens_per_byte > 0.0 && tokens_per_byte <= 1.0) {
+            return None;
+        }
+        // Within 1..=1e6 after the check: the cast cannot truncate.
+        let per_million = (tokens_per_byte * 1_000_000.0).ceil() as u32;
+        Some(Self::Bytes { per_million: per_million.clamp(1, 1_000_000) })
+    }
+
+    /// The prompt tokens of a chat request `body` counted this way, given its upper bound
+    /// `prompt_bound` ([`crate::dialect::chat::ChatRequestSummary::prompt_bound`]: the
+    /// chat format's fixed tokens plus one per byte of `body`). Never above `prompt_bound`.
+    /// With a tokenizer the body is parsed once and its prompt counted ([`count_prompt`]).
+    pub fn prompt_tokens(self, body: &[u8], prompt_bound: u64) -> u64 {
+        match self {
+            Self::Tokenizer(encoding) => {
+                let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                count_prompt(encoding, &parsed).min(prompt_bound)
+            }
+            Self::Bytes { per_million } => {
+                let bytes = u64::try_from(body.len()).unwrap_or(u64::MAX).min(prompt_bound);
+                let fixed = prompt_bound - bytes;
+                let scaled = u128::from(bytes) * u128::from(per_million);
+                let scaled = u64::try_from(scaled.div_ceil(1_000_000)).unwrap_or(u64::MAX);
+                fixed.saturating_add(scaled).min(prompt_bound)
+            }
+        }
+    }
 }
 
 /// The encoding used to estimate `model`'s tokens.
@@ -200,6 +253,28 @@ mod tests {
         assert_eq!(encoding_for_model("openai/o3-mini"), Encoding::O200k);
         assert_eq!(encoding_for_model("gpt-4-turbo"), Encoding::Cl100k);
         assert_eq!(encoding_for_model("echo"), Encoding::Cl100k);
+    }
+
+    #[test]
+    fn prompt_counting_by_bytes_scales_the_body_not_the_fixed_tokens() {
+        assert_eq!(PromptCounting::per_byte(1.0), Some(PromptCounting::ONE_PER_BYTE));
+        assert_eq!(
+            PromptCounting::per_byte(0.25),
+            Some(PromptCounting::Bytes { per_million: 250_000 })
+        );
+        assert_eq!(PromptCounting::per_byte(1e-9), Some(PromptCounting::Bytes { per_million: 1 }));
+        for bad in [0.0, -0.5, 1.01, f64::NAN, f64::INFINITY] {
+            assert_eq!(PromptCounting::per_byte(bad), None, "{bad}");
+        }
+        let body = [b'x'; 101];
+        // 101 bytes and 10 fixed tokens of the chat format.
+        assert_eq!(PromptCounting::ONE_PER_BYTE.prompt_tokens(&body, 111), 111);
+        let quarter = PromptCounting::Bytes { per_million: 250_000 };
+        assert_eq!(quarter.prompt_tokens(&body, 111), 10 + 26);
+        // Never above the bound, whatever it is given.
+        assert!(quarter.prompt_tokens(&body, 5) <= 5);
+        assert_eq!(PromptCounting::ONE_PER_BYTE.prompt_tokens(&body, 5), 5);
+        assert_eq!(PromptCounting::Tokenizer(Encoding::Cl100k).prompt_tokens(b"not json", 3), 0);
     }
 
     #[test]

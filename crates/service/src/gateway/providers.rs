@@ -862,4 +862,14 @@ mod tests {
         ]});
         assert_eq!(last_user_text(&body), "hello there");
     }
+
+    /// The budget counts the built-in model's prompt with the tokenizer its `usage` uses.
+    #[test]
+    fn the_echo_model_s_prompt_counts_with_its_own_tokenizer() {
+        let prices = crate::prices::PriceTable::from_providers(&[]).unwrap_or_default();
+        assert_eq!(
+            prices.prompt_counting(ECHO_MODEL),
+            tokens::PromptCounting::Tokenizer(tokens::encoding_for_model(ECHO_MODEL))
+        );
+    }
 }

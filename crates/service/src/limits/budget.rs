@@ -2,8 +2,9 @@
 //! reserved atomically against what is left of the key's budget for the current period; after
 //! the answer the reservation settles to the real cost (docs/budgets.md).
 //!
-//! - **Worst case**: the prompt's tokens (counted with the model's tokenizer, as the ledger
-//!   estimates them) plus `max_completion_tokens` / `max_tokens`, or
+//! - **Worst case**: the prompt's tokens (counted with the model's tokenizer where the
+//!   upstream is known to count with it, else from the request body's bytes:
+//!   [`PromptCounting`]) plus `max_completion_tokens` / `max_tokens`, or
 //!   [`DEFAULT_COMPLETION_CAP`](crate::dialect::chat::DEFAULT_COMPLETION_CAP) when the request sets neither, at the model's price. An
 //!   unpriced model costs 0 (it still cannot pass an exhausted budget).
 //! - **Atomicity**: one conditional `UPDATE` of the key's counter row in the database
@@ -17,7 +18,7 @@
 //!   reservation is added to the counter, off the request path.
 
 use crate::db::Db;
-use crate::dialect::tokens;
+use crate::dialect::tokens::PromptCounting;
 use crate::error::ServiceError;
 use crate::levels::LimitLevel;
 use crate::limits::key_counters::{NodeCounters, NodeReserved};
@@ -27,26 +28,29 @@ use aigw_domain::usage::TokenUsage;
 use aigw_domain::{BudgetPeriod, LimitScope};
 use aigw_persistence::budgets::{self, Reserved};
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 /// The counter period of `period` at `now`: the first UTC day (`YYYY-MM-DD`), or `total`.
 pub(crate) fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
     period.start_day(now).map_or_else(|| "total".to_owned(), aigw_domain::usage::format_day)
 }
 
-/// The worst-case token use of a chat request for `model`: the prompt's tokens counted with
-/// the model's tokenizer ([`tokens::count_prompt`]: messages, tool definitions, response
-/// formats) plus `image_prompt` tokens for its images, and `completion_cap`
-/// ([`crate::dialect::chat::ChatRequestSummary::completion_cap`]: the completion cap times `n`).
-/// One parse of the body: the gateway computes it only near a limit.
+/// The worst-case token use of a chat request `body` whose model's prompt is counted as
+/// `counting` says: its prompt's tokens ([`PromptCounting::prompt_tokens`]: the tokenizer's
+/// count of messages, tool definitions and response formats where the upstream is known to
+/// use that tokenizer, else from the body's bytes, never above `prompt_bound`, the summary's
+/// [`crate::dialect::chat::ChatRequestSummary::prompt_bound`]) plus `image_prompt`
+/// tokens for its images, and `completion_cap`
+/// ([`crate::dialect::chat::ChatRequestSummary::completion_cap`]: the completion cap
+/// times `n`). With a tokenizer, one parse of the body: the gateway computes it only near a
+/// limit.
 pub fn worst_case_tokens(
-    model: &str,
+    counting: PromptCounting,
     body: &[u8],
+    prompt_bound: u64,
     image_prompt: u64,
     completion_cap: u64,
 ) -> TokenUsage {
-    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let prompt = tokens::count_prompt(tokens::encoding_for_model(model), &parsed);
+    let prompt = counting.prompt_tokens(body, prompt_bound);
     TokenUsage::new(prompt.saturating_add(image_prompt), completion_cap)
 }
 
@@ -135,6 +139,20 @@ impl Budgets {
     /// The most prompt tokens `images` images cost with `model` (its price's `image_tokens`).
     pub(crate) fn image_prompt(&self, model: &str, images: u64) -> u64 {
         images.saturating_mul(self.prices.image_tokens(model))
+    }
+
+    /// The worst-case token use of a call of `model` with `body` ([`worst_case_tokens`] with
+    /// the model's [`PromptCounting`], `[[providers]] tokenizers`).
+    pub(crate) fn worst_case(
+        &self,
+        model: &str,
+        body: &[u8],
+        prompt_bound: u64,
+        image_prompt: u64,
+        completion_cap: u64,
+    ) -> TokenUsage {
+        let counting = self.prices.prompt_counting(model);
+        worst_case_tokens(counting, body, prompt_bound, image_prompt, completion_cap)
     }
 
     /// The reservation a call of `model` with worst-case token use `worst` needs at `level`
@@ -283,18 +301,46 @@ fn finish(
 mod tests {
     use super::*;
 
+    /// The summary's prompt bound of `body`.
+    fn bound(body: &[u8]) -> u64 {
+        crate::dialect::chat::validate_chat_request(body)
+            .map(|summary| summary.prompt_bound)
+            .unwrap_or(0)
+    }
+
     #[test]
     fn worst_case_counts_the_prompt_tools_images_and_the_cap() {
+        let tokenizer = PromptCounting::Tokenizer(crate::dialect::tokens::Encoding::Cl100k);
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hello there"}]}"#;
-        let worst = worst_case_tokens("m", body, 0, 7);
+        let worst = worst_case_tokens(tokenizer, body, bound(body), 0, 7);
         assert!(worst.prompt_tokens > 2, "{worst:?}");
         assert_eq!(worst.completion_tokens, 7);
-        let with_image = worst_case_tokens("m", body, 2800, 7);
+        let with_image = worst_case_tokens(tokenizer, body, bound(body), 2800, 7);
         assert_eq!(with_image.prompt_tokens, worst.prompt_tokens + 2800);
         let tools = br#"{"model":"m","messages":[{"role":"user","content":"hello there"}],
             "tools":[{"type":"function","function":{"name":"lookup","description":"Finds a word in the dictionary","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}"#;
-        let with_tools = worst_case_tokens("m", tools, 0, 7);
+        let with_tools = worst_case_tokens(tokenizer, tools, bound(tools), 0, 7);
         assert!(with_tools.prompt_tokens > worst.prompt_tokens + 20, "{with_tools:?}");
+    }
+
+    /// Without a tokenizer known to be the upstream's, the prompt counts a token per byte
+    /// (or the configured fraction of one), however few tokens a tokenizer makes of it.
+    #[test]
+    fn without_the_upstream_s_tokenizer_the_prompt_counts_its_bytes() {
+        let text = "the ".repeat(2_000);
+        let body = serde_json::to_vec(&serde_json::json!({
+            "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": text}]
+        }))
+        .unwrap_or_default();
+        let tokenizer = PromptCounting::Tokenizer(crate::dialect::tokens::Encoding::Cl100k);
+        let counted = worst_case_tokens(tokenizer, &body, bound(&body), 0, 1);
+        let bytes = worst_case_tokens(PromptCounting::ONE_PER_BYTE, &body, bound(&body), 0, 1);
+        assert_eq!(bytes.prompt_tokens, bound(&body));
+        assert!(bytes.prompt_tokens > 3 * counted.prompt_tokens, "{bytes:?} {counted:?}");
+        let half = PromptCounting::per_byte(0.5).unwrap_or(PromptCounting::ONE_PER_BYTE);
+        let halved = worst_case_tokens(half, &body, bound(&body), 0, 1);
+        let fixed = bound(&body) - body.len() as u64;
+        assert_eq!(halved.prompt_tokens, fixed + (body.len() as u64).div_ceil(2));
     }
 
     #[test]

@@ -2,16 +2,21 @@
 //! is sent with its `max_tokens` lowered to what is left, instead of being refused.
 //!
 //! What is left pays first for the prompt (at its upper bound, one token per byte of the
-//! body, so that no tokenizer's count can make the call pass the budget; images at the
+//! body, whatever the model's tokenizer: a clamped call runs at the budget's very edge, where
+//! a tokenizer's count a little below the upstream's bill would pass it; images at the
 //! model's `image_tokens`) and for what cannot be lowered (a `prediction`'s tokens); the rest
 //! buys completion tokens at the model's output price, shared by the `n` choices. When not
-//! even one completion token per choice fits, the call is refused as in `refuse` mode.
+//! even one completion token per choice fits, the call is refused as in `refuse` mode. The
+//! lowered body is admitted like any call, so the clamp can never pass the budget.
 
 use crate::dialect::chat::DEFAULT_COMPLETION_CAP;
 use crate::limits::budget::Budgets;
 use aigw_domain::usage::TokenUsage;
 use bytes::Bytes;
 use serde_json::Value;
+
+/// Bytes the lowering adds to a body that sets no cap: `,"max_tokens":1048576` at most.
+const ADDED_BYTES: u64 = 21;
 
 /// The body of a call of `model` with `body` (`bound`: its prompt's upper bound and its
 /// completion tokens at most, [`crate::dialect::chat::ChatRequestSummary`]'s `prompt_bound`
@@ -38,7 +43,11 @@ pub(crate) fn clamped_body(
     // What the cap holds beyond the choices' tokens (a prediction's) cannot be lowered.
     let fixed = completion_cap.saturating_sub(asked.saturating_mul(n));
     let image_prompt = budgets.image_prompt(model, images);
-    let prompt = TokenUsage::new(bound.prompt_tokens.saturating_add(image_prompt), fixed);
+    // The lowered body's bound: longer than this body's by the cap added to it, if any (its
+    // admission counts the bytes of a model without a tokenizer).
+    let capped = object.contains_key("max_tokens") || object.contains_key("max_completion_tokens");
+    let prompt_bound = bound.prompt_tokens.saturating_add(if capped { 0 } else { ADDED_BYTES });
+    let prompt = TokenUsage::new(prompt_bound.saturating_add(image_prompt), fixed);
     let left = left.saturating_sub(budgets.cost_micros(model, &prompt));
     let per_million = budgets.cost_micros(model, &TokenUsage::new(0, 1_000_000));
     if left <= 0 || per_million <= 0 {

@@ -1,9 +1,10 @@
 //! A call's admission against its key's own limits: the rpm/tpm window
 //! ([`crate::limits::key_rates`]) and the budget ([`crate::limits::budget`]), with the call's worst case
 //! computed from one parse of the body (an upper bound first with Redis counters, the
-//! tokenizer's count near a limit: [`BOUND_HEADROOM`]) and counted where
-//! `gateway.key_counters` says: the database, the node's memory, or Redis (one script for both,
-//! the database while Redis is unavailable). Far from the limits, calls are admitted from the
+//! model's prompt count near a limit: [`BOUND_HEADROOM`],
+//! [`crate::limits::budget::worst_case_tokens`]) and counted where `gateway.key_counters`
+//! says: the database, the node's memory, or Redis (one script for both, the database while
+//! Redis is unavailable). Far from the limits, calls are admitted from the
 //! node's lease of the database's or Redis' counters ([`crate::limits::key_leases`]).
 
 use crate::auth::Principal;
@@ -13,7 +14,7 @@ use crate::dialect::chat::ChatRequestSummary;
 use crate::error::ServiceError;
 use crate::levels::LimitLevel;
 use crate::limits::admission::{Admission, BOUND_HEADROOM};
-use crate::limits::budget::{worst_case_tokens, BudgetPlan, Budgets};
+use crate::limits::budget::{BudgetPlan, Budgets};
 use crate::limits::key_counters::{KeyCounters, NodeCounters};
 use crate::limits::key_leases::{Granted, Leases};
 use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus};
@@ -49,6 +50,7 @@ pub struct KeyLimits {
 struct BoundCall {
     tightener: Tightener,
     body: Bytes,
+    prompt_bound: u64,
     image_prompt: u64,
     completion_cap: u64,
 }
@@ -248,7 +250,9 @@ impl KeyLimits {
     ///
     /// The call is first admitted at `bound` (no tokenizer) as long as the key stays
     /// [`BOUND_HEADROOM`] such calls away from its budget and `tpm_limit`; closer to them the
-    /// prompt is counted with the model's tokenizer and the call admitted at that count.
+    /// prompt is counted as the model's [`crate::dialect::tokens::PromptCounting`] says (its
+    /// tokenizer where that is known to be the upstream's, else the body's bytes) and the call
+    /// admitted at that count.
     ///
     /// # Errors
     /// [`ServiceError::RateLimited`] when the key's `rpm_limit` or `tpm_limit` cannot take
@@ -276,7 +280,7 @@ impl KeyLimits {
     }
 
     /// Lowers this node's running calls of counter `key_id` (a key's, a member's or a team's)
-    /// admitted at an upper bound to their exact worst case (the tokenizer's count), giving
+    /// admitted at an upper bound to their exact worst case (the model's prompt count), giving
     /// the difference back to the counter at once; calls refused by it meanwhile wait for it.
     /// Whether anything was given back, or another call's tightening ended meanwhile (room
     /// may have been made).
@@ -288,8 +292,13 @@ impl KeyLimits {
         let mut given_back = 0_i64;
         for call in calls {
             let model = model_of(&call.body);
-            let exact =
-                worst_case_tokens(&model, &call.body, call.image_prompt, call.completion_cap);
+            let exact = self.budgets.worst_case(
+                &model,
+                &call.body,
+                call.prompt_bound,
+                call.image_prompt,
+                call.completion_cap,
+            );
             let cost = self.budgets.cost_micros(&model, &exact);
             given_back = given_back.saturating_add(call.tightener.tighten_to(cost).await);
         }
@@ -301,7 +310,7 @@ impl KeyLimits {
         &self,
         key_id: &str,
         admission: &Admission,
-        (body, image_prompt, completion_cap): (&Bytes, u64, u64),
+        (body, prompt_bound, image_prompt, completion_cap): (&Bytes, u64, u64, u64),
     ) {
         let Some(reservation) = admission.reservation.as_ref() else {
             return;
@@ -309,7 +318,8 @@ impl KeyLimits {
         let Some(tightener) = reservation.tightener() else {
             return;
         };
-        let call = BoundCall { tightener, body: body.clone(), image_prompt, completion_cap };
+        let call =
+            BoundCall { tightener, body: body.clone(), prompt_bound, image_prompt, completion_cap };
         // The key's list usually exists: no copy of its id per call.
         let mut calls = match self.bounded.get_mut(key_id) {
             Some(calls) => calls,
@@ -336,6 +346,7 @@ impl KeyLimits {
             return Ok(Admission::default());
         }
         let image_prompt = if priced { self.budgets.image_prompt(model, images) } else { 0 };
+        let prompt_bound = bound.prompt_tokens;
         let bound = if priced {
             TokenUsage::new(
                 bound.prompt_tokens.saturating_add(image_prompt),
@@ -354,16 +365,17 @@ impl KeyLimits {
             };
             if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
                 if worth_noting(budget.as_ref()) {
-                    let noted = (body, image_prompt, bound.completion_tokens);
+                    let noted = (body, prompt_bound, image_prompt, bound.completion_tokens);
                     self.note_bounded(level.counter, &admission, noted);
                 }
                 return Ok(admission);
             }
         }
-        // Near a limit only: the prompt counted with the model's tokenizer.
+        // Near a limit only: the prompt counted as its model says.
         let exact = || {
             if priced {
-                worst_case_tokens(model, body, image_prompt, bound.completion_tokens)
+                let cap = bound.completion_tokens;
+                self.budgets.worst_case(model, body, prompt_bound, image_prompt, cap)
             } else {
                 TokenUsage::default()
             }
@@ -384,7 +396,7 @@ impl KeyLimits {
                         let admission =
                             Admission { status, reservation: Some(reservation), tokens: None };
                         if headroom > 0 && worth_noting(budget.as_ref()) {
-                            let noted = (body, image_prompt, bound.completion_tokens);
+                            let noted = (body, prompt_bound, image_prompt, bound.completion_tokens);
                             self.note_bounded(level.counter, &admission, noted);
                         }
                         return Ok(admission);
@@ -407,7 +419,7 @@ impl KeyLimits {
         if priced && self.redis.is_none() {
             if let Some(admission) = self.admit_bounded(level, model, &bound).await? {
                 if worth_noting(self.budgets.plan(level, model, &bound).as_ref()) {
-                    let noted = (body, image_prompt, bound.completion_tokens);
+                    let noted = (body, prompt_bound, image_prompt, bound.completion_tokens);
                     self.note_bounded(level.counter, &admission, noted);
                 }
                 return Ok(admission);

@@ -1,4 +1,4 @@
-//! `[usage]` settings and the per-model prices of `[[providers]]`.
+//! `[usage]` settings, and the per-model prices and tokenizers of `[[providers]]`.
 
 use serde::Deserialize;
 
@@ -59,4 +59,6 @@ pub enum RequestRecords {
     None,
 }
 
-pub use crate::config::{PriceConfig, DEFAULT_IMAGE_TOKENS, MAX_IMAGE_TOKENS};
+pub use crate::config::{
+    PriceConfig, TokenizerConfig, TokenizerName, DEFAULT_IMAGE_TOKENS, MAX_IMAGE_TOKENS,
+};

@@ -16,6 +16,8 @@
 //!   `metadata.delay_ms` (a string; default 0), then answers JSON whose `usage` has
 //!   [`billed_prompt`] prompt tokens and `n` times `max_completion_tokens` (or `max_tokens`,
 //!   default 16) completion tokens;
+//! - `up-bytes`: bills like `up-bill`, but one prompt token per byte of the request body it
+//!   received (an upstream whose tokenizer makes tokens of single bytes);
 //! - anything else: answers [`UPSTREAM_JSON`] verbatim, or with `"stream": true` the events of
 //!   [`UPSTREAM_SSE_PIECES`] then `data: [DONE]`. Like OpenAI, a stream asked for usage
 //!   (`"stream_options": {"include_usage": true}`) carries `"usage": null` in every chunk and
@@ -262,6 +264,7 @@ async fn handle(
         }
     }
     let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let body_len = body.len() as u64;
     recorded.lock().unwrap().push(Recorded { method, path: path.clone(), headers, body });
     let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let streaming = parsed["stream"] == serde_json::json!(true);
@@ -297,15 +300,19 @@ async fn handle(
         "up-429" => Some(canned("429 Too Many Requests", "Retry-After: 7\r\n", "{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}".to_owned())),
         "up-302" => Some(canned("302 Found", "Location: /elsewhere\r\n", "{}".to_owned())),
         "up-huge" => Some(canned("200 OK", "", format!("{{\"pad\":\"{}\"}}", "x".repeat(2 * 1024 * 1024)))),
-        "up-bill" => {
+        "up-bill" | "up-bytes" => {
             let delay = parsed["metadata"]["delay_ms"].as_str().and_then(|d| d.parse().ok());
             slow_down(Duration::from_millis(delay.unwrap_or(0))).await;
             let cap = parsed["max_completion_tokens"].as_u64().or(parsed["max_tokens"].as_u64());
             let completion = parsed["n"].as_u64().unwrap_or(1) * cap.unwrap_or(16);
-            let prompt = billed_prompt(&parsed);
+            let prompt = if model == "up-bytes" {
+                body_len
+            } else {
+                billed_prompt(&parsed)
+            };
             Some(canned("200 OK", "", serde_json::json!({
                 "id": "chatcmpl-bill", "object": "chat.completion", "created": 1_700_000_000,
-                "model": "up-bill",
+                "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "billed"},
                              "finish_reason": "length"}],
                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,

@@ -44,6 +44,7 @@ pub async fn app_with_upstream(
             base_url: Some(base),
             api_key: Some(secrecy::SecretString::from("sk-provider".to_owned())),
             models: UPSTREAM_MODELS.iter().map(|m| (*m).to_owned()).collect(),
+            tokenizers: Default::default(),
             prices: [("up-json".to_owned(), PRICE)].into_iter().collect(),
         }];
         s.usage.flush_interval_ms = 200;
