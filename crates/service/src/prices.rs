@@ -10,7 +10,7 @@ use aigw_domain::usage::ModelPrice;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The built-in model's name (`crate::gateway::providers::ECHO_MODEL`, not imported: the
+/// The built-in model's name (`crate::gateway::ECHO_MODEL`, not imported: the
 /// gateway sits above this file). Its answers count with OpenAI's tokenizer.
 const ECHO_MODEL: &str = "echo";
 

@@ -1,10 +1,13 @@
-//! The AI gateway: a chat completion validated (`crate::dialect`), routed by its `model` to a
-//! configured provider and sent upstream ([`providers`]) over pooled connections
-//! (`aigw_infra::upstream_pool`); its answer is a [`ChatReply`]. The call is
-//! admitted against its key's limits (`crate::limits`) and metered into the usage ledger
-//! (`crate::usage`) on the way.
+//! The AI gateway: a chat completion read once by its dialect (`crate::dialect`), routed by
+//! its `model` to a configured provider ([`route`]), admitted against its key's limits
+//! (`crate::limits`), metered (`crate::usage`), sent upstream ([`upstream`], or answered by the
+//! built-in [`echo`] model) and settled when its answer ends: the stages of [`pipeline`].
 
-pub mod providers;
+pub mod echo;
+pub mod pipeline;
+pub mod route;
+pub mod upstream;
 
 pub use crate::dialect::{validate_chat_request, ChatReply, ChatRequestSummary, ROLES};
-pub use providers::{Gateway, ECHO_MODEL, FORWARDED_HEADERS};
+pub use pipeline::{Gateway, FORWARDED_HEADERS};
+pub use route::ECHO_MODEL;

@@ -73,6 +73,46 @@ const BOUND_CALLS_KEPT: usize = 256;
 /// (the usual large budget) pays nothing per call for the notes.
 const NOTED_BELOW_CALLS: i64 = 4096;
 
+/// A call as one level's admission sees it: its model and body, whether the level prices it
+/// (a budget or a `tpm_limit`), and its bound (the prompt's bound plus its images' tokens, and
+/// the completion cap; nothing when not priced).
+struct LevelCall<'a> {
+    level: &'a LimitLevel<'a>,
+    model: &'a str,
+    body: &'a Bytes,
+    priced: bool,
+    prompt_bound: u64,
+    image_prompt: u64,
+    bound: TokenUsage,
+}
+
+impl LevelCall<'_> {
+    /// The call's worst case with its prompt counted as its model says (near a limit only:
+    /// with a tokenizer, a parse of the body); nothing when not priced.
+    fn exact(&self, budgets: &Budgets) -> TokenUsage {
+        if !self.priced {
+            return TokenUsage::default();
+        }
+        let cap = self.bound.completion_tokens;
+        budgets.worst_case(self.model, self.body, self.prompt_bound, self.image_prompt, cap)
+    }
+
+    /// What `KeyLimits::note_bounded` keeps of a call admitted at its bound.
+    fn noted(&self) -> (&Bytes, u64, u64, u64) {
+        (self.body, self.prompt_bound, self.image_prompt, self.bound.completion_tokens)
+    }
+}
+
+/// What an admission in Redis decided.
+enum InRedis {
+    /// Admitted, with what it holds (boxed: the other answers carry nothing).
+    Admitted(Box<Admission>),
+    /// Redis is unavailable: the database counters serve.
+    Unavailable,
+    /// Neither (no attempt decided).
+    Undecided,
+}
+
 /// Whether a call reserving `plan` is noted for [`KeyLimits::tighten`]: its key has a budget
 /// of fewer than [`NOTED_BELOW_CALLS`] such calls.
 fn worth_noting(plan: Option<&BudgetPlan>) -> bool {
@@ -331,7 +371,9 @@ impl KeyLimits {
         calls.push(call);
     }
 
-    /// One admission (see [`Self::admit`]).
+    /// One admission (see [`Self::admit`]): from the node's lease when it has one that fits,
+    /// else in Redis, else in the database (at the bound first while far from the limits,
+    /// then at the exact count).
     async fn admit_once(
         &self,
         level: &LimitLevel<'_>,
@@ -346,8 +388,7 @@ impl KeyLimits {
             return Ok(Admission::default());
         }
         let image_prompt = if priced { self.budgets.image_prompt(model, images) } else { 0 };
-        let prompt_bound = bound.prompt_tokens;
-        let bound = if priced {
+        let with_images = if priced {
             TokenUsage::new(
                 bound.prompt_tokens.saturating_add(image_prompt),
                 bound.completion_tokens,
@@ -355,79 +396,113 @@ impl KeyLimits {
         } else {
             TokenUsage::default()
         };
-        if let Some(leases) = &self.leases {
-            let budget = self.budgets.plan(level, model, &bound);
-            let rates = RatePlan::new(level, &bound);
-            // A lease may be asked for in the background: the future owns its limits.
-            let grant = |budget, rates, headroom| {
-                let limits = self.clone();
-                async move { limits.grant_lease(budget, rates, headroom).await }
-            };
-            if let Some(admission) = leases.admit(budget.as_ref(), rates.as_ref(), grant).await {
-                if worth_noting(budget.as_ref()) {
-                    let noted = (body, prompt_bound, image_prompt, bound.completion_tokens);
-                    self.note_bounded(level.counter, &admission, noted);
-                }
-                return Ok(admission);
-            }
-        }
-        // Near a limit only: the prompt counted as its model says.
-        let exact = || {
-            if priced {
-                let cap = bound.completion_tokens;
-                self.budgets.worst_case(model, body, prompt_bound, image_prompt, cap)
-            } else {
-                TokenUsage::default()
-            }
+        let call = LevelCall {
+            level,
+            model,
+            body,
+            priced,
+            prompt_bound: bound.prompt_tokens,
+            image_prompt,
+            bound: with_images,
         };
+        if let Some(admission) = self.admit_leased(&call).await {
+            return Ok(admission);
+        }
         let mut fallback = false;
         if let Some(redis) = &self.redis {
-            let mut attempts = Vec::with_capacity(2);
-            if priced {
-                attempts.push((bound, BOUND_HEADROOM));
-            }
-            attempts.push((TokenUsage::default(), 0));
-            for (worst, headroom) in attempts {
-                let worst = if headroom > 0 { worst } else { exact() };
-                let budget = self.budgets.plan(level, model, &worst);
-                let rates = RatePlan::new(level, &worst);
-                match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await {
-                    Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
-                        let admission =
-                            Admission { status, reservation: Some(reservation), tokens: None };
-                        if headroom > 0 && worth_noting(budget.as_ref()) {
-                            let noted = (body, prompt_bound, image_prompt, bound.completion_tokens);
-                            self.note_bounded(level.counter, &admission, noted);
-                        }
-                        return Ok(admission);
-                    }
-                    Some(Ok(RedisAdmission::CountExactly)) if headroom > 0 => continue,
-                    Some(Ok(RedisAdmission::CountExactly)) => {
-                        return Err(ServiceError::Unavailable(
-                            "the key's counters answered out of turn; retry".to_owned(),
-                        ))
-                    }
-                    Some(Err(e)) => return Err(e),
-                    None => {
-                        redis.count_fallback();
-                        fallback = true;
-                        break;
-                    }
-                }
+            match self.admit_in_redis(redis, &call).await? {
+                InRedis::Admitted(admission) => return Ok(*admission),
+                InRedis::Unavailable => fallback = true,
+                InRedis::Undecided => {}
             }
         }
         if priced && self.redis.is_none() {
-            if let Some(admission) = self.admit_bounded(level, model, &bound).await? {
-                if worth_noting(self.budgets.plan(level, model, &bound).as_ref()) {
-                    let noted = (body, prompt_bound, image_prompt, bound.completion_tokens);
-                    self.note_bounded(level.counter, &admission, noted);
+            if let Some(admission) = self.admit_bounded(level, model, &call.bound).await? {
+                if worth_noting(self.budgets.plan(level, model, &call.bound).as_ref()) {
+                    self.note_bounded(level.counter, &admission, call.noted());
                 }
                 return Ok(admission);
             }
         }
-        let worst = exact();
-        let budget = self.budgets.plan(level, model, &worst);
-        let rates = RatePlan::new(level, &worst);
+        self.admit_exact(&call, fallback).await
+    }
+
+    /// The call admitted from this node's lease of the level's counters, when it holds one
+    /// that fits (`None`: no leases, or none fits).
+    async fn admit_leased(&self, call: &LevelCall<'_>) -> Option<Admission> {
+        let leases = self.leases.as_ref()?;
+        let budget = self.budgets.plan(call.level, call.model, &call.bound);
+        let rates = RatePlan::new(call.level, &call.bound);
+        // A lease may be asked for in the background: the future owns its limits.
+        let grant = |budget, rates, headroom| {
+            let limits = self.clone();
+            async move { limits.grant_lease(budget, rates, headroom).await }
+        };
+        let admission = leases.admit(budget.as_ref(), rates.as_ref(), grant).await?;
+        if worth_noting(budget.as_ref()) {
+            self.note_bounded(call.level.counter, &admission, call.noted());
+        }
+        Some(admission)
+    }
+
+    /// The call admitted in Redis: at the bound while it leaves [`BOUND_HEADROOM`], else at
+    /// the exact count.
+    ///
+    /// # Errors
+    /// The refusal of a limit; [`ServiceError::Unavailable`] when Redis answers out of turn.
+    async fn admit_in_redis(
+        &self,
+        redis: &RedisCounters,
+        call: &LevelCall<'_>,
+    ) -> Result<InRedis, ServiceError> {
+        let mut attempts = Vec::with_capacity(2);
+        if call.priced {
+            attempts.push((call.bound, BOUND_HEADROOM));
+        }
+        attempts.push((TokenUsage::default(), 0));
+        for (worst, headroom) in attempts {
+            let worst = if headroom > 0 { worst } else { call.exact(&self.budgets) };
+            let budget = self.budgets.plan(call.level, call.model, &worst);
+            let rates = RatePlan::new(call.level, &worst);
+            match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await {
+                Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
+                    let admission =
+                        Admission { status, reservation: Some(reservation), tokens: None };
+                    if headroom > 0 && worth_noting(budget.as_ref()) {
+                        self.note_bounded(call.level.counter, &admission, call.noted());
+                    }
+                    return Ok(InRedis::Admitted(Box::new(admission)));
+                }
+                Some(Ok(RedisAdmission::CountExactly)) if headroom > 0 => continue,
+                Some(Ok(RedisAdmission::CountExactly)) => {
+                    return Err(ServiceError::Unavailable(
+                        "the key's counters answered out of turn; retry".to_owned(),
+                    ))
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    redis.count_fallback();
+                    return Ok(InRedis::Unavailable);
+                }
+            }
+        }
+        Ok(InRedis::Undecided)
+    }
+
+    /// The call admitted at the exact count of its prompt, in the database (or the node's
+    /// memory); its budget in the fallback row of its counter when Redis is unavailable
+    /// (`fallback`).
+    ///
+    /// # Errors
+    /// The refusal of a limit; [`ServiceError::Unavailable`] when the database is down.
+    async fn admit_exact(
+        &self,
+        call: &LevelCall<'_>,
+        fallback: bool,
+    ) -> Result<Admission, ServiceError> {
+        let worst = call.exact(&self.budgets);
+        let budget = self.budgets.plan(call.level, call.model, &worst);
+        let rates = RatePlan::new(call.level, &worst);
         let (status, tokens) = match rates {
             Some(plan) => {
                 let (status, tokens) = self.rates.admit_planned(plan).await?;

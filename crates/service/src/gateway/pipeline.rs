@@ -1,0 +1,288 @@
+//! The AI gateway's pipeline: `POST /api/v1/ai/chat/completions` goes through one stage after
+//! another, each below the one before, the parsed request passed down:
+//!
+//! 1. the dialect (`crate::dialect`): the body read once into a [`ChatRequestSummary`];
+//! 2. the route ([`crate::gateway::route`]): the provider that serves the model, and the key's
+//!    allowed models;
+//! 3. admission (`crate::limits`): budgets, rpm and tpm at every level the key counts
+//!    against, reserved for the call's worst case (clamp mode may lower `max_tokens`);
+//! 4. metering (`crate::usage`): the call enters the ledger's calls in flight and holds its
+//!    reservations;
+//! 5. forwarding ([`crate::gateway::upstream`], or [`crate::gateway::echo`]): the call sent
+//!    upstream and its answer passed back;
+//! 6. settlement: when the answer ends, the meter records the usage and settles the
+//!    reservations (`crate::usage::meter`).
+//!
+//! What a call is forwarded as:
+//!
+//! - The request body is validated (`model`, `messages[i].role`, `messages[i].content`,
+//!   `stream`) and then forwarded byte for byte to `{base_url}/chat/completions` with the
+//!   provider's own key; the caller's API key never leaves the gateway. (A metered stream
+//!   whose caller did not ask for usage gains `"stream_options":{"include_usage":true},`
+//!   after the opening brace: see [`crate::usage::meter::CallMeter::upstream_body`].)
+//! - A 2xx upstream answer is returned unchanged: JSON as JSON, and with `"stream": true`
+//!   server-sent events passed through chunk by chunk as the upstream sends them.
+//! - Upstream answers other than 2xx: a 4xx is passed to the
+//!   caller as [`ServiceError::UpstreamRejected`] with the upstream's status and error message
+//!   (so OpenAI SDKs raise the matching error and do not retry a 400), a 429 with the
+//!   upstream's `Retry-After`; 401, 403 and 407 mean the gateway's own credentials or proxy
+//!   are wrong and become 502 `upstream_error`, as do 3xx (redirects are never followed) and
+//!   5xx. Unreachable: 502; no answer in time: 504 `upstream_timeout`.
+//! - Answers are read up to `gateway.max_response_bytes`; a larger one is 502 (a stream is
+//!   cut there). Upstream calls use no proxy unless `gateway.proxy_url` is set: the
+//!   `*_PROXY` environment variables are ignored.
+//! - The built-in `echo` model answers with the last user message, offline, in the same
+//!   OpenAI shapes (JSON and SSE), with tokenizer counts as its `usage`.
+//! - With a [`Meter`] ([`Gateway::with_meter`]), every routed call is metered into the usage
+//!   ledger (`crate::usage`); for a stream the meter may ask the provider for `usage`.
+
+use crate::auth::{Authorized, Principal};
+use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::dialect::chat::{validate_chat_request, ChatRequestSummary};
+use crate::dialect::reply::ChatReply;
+use crate::error::ServiceError;
+use crate::gateway::echo::echo;
+use crate::gateway::route::{route_table, Provider, RouteTable};
+use crate::gateway::upstream::{record_overhead, Forwarder, UpstreamCall};
+use crate::limits::key_limits::{Admitted, KeyLimits};
+use crate::limits::key_rates::RateStatus;
+use crate::metrics::{name as metric, Metrics};
+use crate::usage::meter::{CallMeter, Meter};
+use aigw_domain::access::op;
+use aigw_domain::usage::TokenUsage;
+use aigw_domain::FieldError;
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Request headers passed on to the upstream when the caller's request carries them: W3C
+/// trace context and the request id.
+pub const FORWARDED_HEADERS: [&str; 3] = ["traceparent", "tracestate", "x-request-id"];
+
+/// Routes chat completions to providers by model name, through the stages of the module
+/// documentation.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    routes: Arc<RouteTable>,
+    upstream: Forwarder,
+    meter: Option<Meter>,
+    key_limits: Option<KeyLimits>,
+    metrics: Metrics,
+}
+
+/// A call past admission: the body that goes upstream (lowered in clamp mode), its summary and
+/// worst case, and what admission holds for it.
+struct AdmittedCall {
+    body: Bytes,
+    summary: ChatRequestSummary,
+    worst: TokenUsage,
+    admission: Admitted,
+}
+
+/// A call on its way upstream: the body as sent, whether the answer must carry `usage`, and
+/// its meter (none for an access token or with metering off).
+struct MeteredCall {
+    body: Bytes,
+    include_usage: bool,
+    meter: Option<CallMeter>,
+}
+
+impl Gateway {
+    /// Builds the routing table (each provider's models, plus `echo` when enabled) and the
+    /// upstream client.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when an `openai` provider has no `base_url` (or not an
+    /// http(s) one), a model is routed twice, or the HTTP client cannot be built.
+    pub fn new(config: &GatewayConfig, providers: &[ProviderConfig]) -> Result<Self, ServiceError> {
+        Ok(Self {
+            routes: Arc::new(route_table(config, providers)?),
+            upstream: Forwarder::new(config, providers.len())?,
+            meter: None,
+            key_limits: None,
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// Meters every routed call into the usage ledger with `meter`.
+    pub fn with_meter(mut self, meter: Option<Meter>) -> Self {
+        self.meter = meter;
+        self
+    }
+
+    /// Counts upstream calls, their latency and time to first byte, and the gateway's own
+    /// overhead into `metrics` (docs/operations.md).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.upstream = self.upstream.with_metrics(metrics.clone());
+        self.metrics = metrics;
+        self
+    }
+
+    /// Enforces keys' budgets and their `rpm_limit` / `tpm_limit` with `key_limits`.
+    pub fn with_key_limits(mut self, key_limits: KeyLimits) -> Self {
+        self.key_limits = Some(key_limits);
+        self
+    }
+
+    /// The model names offered to `principal` (those its key's `allowed_models` match),
+    /// sorted.
+    pub fn models_for(&self, principal: &Principal) -> Vec<String> {
+        self.routes.keys().filter(|m| principal.allows_model(m)).cloned().collect()
+    }
+
+    /// Validates `body` and answers it from the model's provider, for a request that arrived
+    /// at `arrived` (the gateway's overhead is measured from there to the upstream call).
+    /// `request_id` (the answer's `x-request-id`) identifies the call in the usage ledger;
+    /// `forward_headers` (trace context, request id: names from [`FORWARDED_HEADERS`]) go
+    /// upstream with it. Also answers where the key stands against its own `rpm_limit` /
+    /// `tpm_limit` after the call was admitted (`None`: the key has none), for the
+    /// `x-ratelimit-*` headers.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] for a model outside the key's `allowed_models`
+    /// (`required: model:<name>`; `ai_gateway` itself is checked by the proof `principal`
+    /// before this is called); [`ServiceError::Invalid`] on a malformed body (the fields of
+    /// [`validate_chat_request`], and a file sent by id for a key with a budget or a
+    /// `tpm_limit`); [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
+    /// [`ServiceError::BudgetExceeded`] when the key's budget cannot take the call's worst
+    /// case; [`ServiceError::RateLimited`] when its `rpm_limit` or `tpm_limit` cannot;
+    /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
+    pub async fn chat_completion_since(
+        &self,
+        principal: &Authorized<op::ChatCompletion>,
+        request_id: &str,
+        body: Bytes,
+        arrived: Instant,
+        forward_headers: &[(&'static str, String)],
+    ) -> Result<(ChatReply, Option<RateStatus>), ServiceError> {
+        let summary = validate_chat_request(&body)?;
+        let provider = self.route(principal, &summary)?;
+        let admitted = self.admit(principal, body, summary).await?;
+        let status = admitted.admission.status;
+        let summary = admitted.summary.clone();
+        let call = self.meter(principal, request_id, &provider, admitted);
+        let reply = match provider.kind {
+            ProviderKind::Echo => {
+                let reply = serde_json::from_slice::<Value>(&call.body)
+                    .map(|parsed| echo(&parsed, &summary, call.include_usage))
+                    .map_err(|_| FieldError::new("body", "is not valid JSON").into());
+                record_overhead(&self.metrics, &provider.name, arrived);
+                reply
+            }
+            ProviderKind::Openai => {
+                let upstream = UpstreamCall {
+                    provider: provider.clone(),
+                    model: summary.model.clone(),
+                    stream: summary.stream,
+                    arrived,
+                    headers: forward_headers,
+                };
+                self.upstream.forward(upstream, call.body).await
+            }
+        };
+        // Settlement: the meter records the call and settles its reservations when the
+        // answer (or the stream) ends.
+        let reply = match call.meter {
+            Some(meter) => meter.finish(reply),
+            None => reply,
+        };
+        Ok((reply?, status))
+    }
+
+    /// The route: the provider that serves the summary's model, for a caller allowed it.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] (`required: model:<name>`) outside the key's
+    /// `allowed_models`; [`ServiceError::NotFound`] (`resource: model`) for an unknown model.
+    fn route(
+        &self,
+        principal: &Principal,
+        summary: &ChatRequestSummary,
+    ) -> Result<Arc<Provider>, ServiceError> {
+        principal.authorize_model(&summary.model)?;
+        let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
+            resource: "model",
+            id: summary.model.chars().take(128).collect(),
+        })?;
+        Ok(provider.clone())
+    }
+
+    /// Admission at every level the caller's key counts against, for the call's worst case;
+    /// in clamp mode the call may go on with a lowered `max_tokens` (its body and summary
+    /// replaced). With no key limits configured, nothing is held.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] for a file sent by id on a key with a budget or a
+    /// `tpm_limit`; [`ServiceError::BudgetExceeded`] and [`ServiceError::RateLimited`] naming
+    /// the level that refused; [`ServiceError::Unavailable`] when the counters are down.
+    async fn admit(
+        &self,
+        principal: &Principal,
+        body: Bytes,
+        summary: ChatRequestSummary,
+    ) -> Result<AdmittedCall, ServiceError> {
+        let worst = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
+        let Some(limits) = &self.key_limits else {
+            return Ok(AdmittedCall { body, summary, worst, admission: Admitted::default() });
+        };
+        if let Some(field) = &summary.unbounded_part {
+            let limited = principal.limit_levels().any(|level| {
+                level.policy.max_budget_micros.is_some() || level.policy.tpm_limit.is_some()
+            });
+            if limited {
+                return Err(FieldError::new(
+                    field.clone(),
+                    "a file sent by id cannot be priced before the call, so a key with a \
+                     budget or a tpm_limit must send file_data instead",
+                )
+                .into());
+            }
+        }
+        let admitted = limits.admit(principal, &summary.model, &body, &worst, summary.images).await;
+        let mut admission = admitted.inspect_err(|refused| self.count_refusal(refused))?;
+        // A budget in `clamp` mode lowered `max_tokens`: that body goes upstream.
+        Ok(match admission.clamped.take() {
+            Some((body, summary)) => {
+                let worst = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
+                AdmittedCall { body, summary, worst, admission }
+            }
+            None => AdmittedCall { body, summary, worst, admission },
+        })
+    }
+
+    /// Metering: the call enters the ledger (a key's call only) holding its reservations,
+    /// and its body asks a stream's provider for `usage` where the caller did not. Without
+    /// metering there is no real cost: the reservations stay charged.
+    fn meter(
+        &self,
+        principal: &Principal,
+        request_id: &str,
+        provider: &Provider,
+        call: AdmittedCall,
+    ) -> MeteredCall {
+        let AdmittedCall { body, summary, worst, admission } = call;
+        let meter = self.meter.as_ref().and_then(|m| {
+            m.start(principal, request_id, &summary.model, &provider.name, summary.stream, &body)
+        });
+        match meter {
+            Some(mut meter) => {
+                meter.hold(admission, worst);
+                let (body, include_usage) = meter.upstream_body(body, &summary);
+                MeteredCall { body, include_usage, meter: Some(meter) }
+            }
+            None => MeteredCall { body, include_usage: summary.include_usage, meter: None },
+        }
+    }
+
+    /// Counts a refusal by a limit of the key or its team (`aigw_limit_refusals_total`).
+    fn count_refusal(&self, refused: &ServiceError) {
+        let (scope, reason) = match refused {
+            ServiceError::BudgetExceeded { scope, .. } => (*scope, "budget"),
+            ServiceError::RateLimited { scope: Some(scope), .. } => (*scope, "rate"),
+            _ => return,
+        };
+        self.metrics
+            .count(metric::LIMIT_REFUSALS_TOTAL, &[("scope", scope.as_str()), ("reason", reason)]);
+    }
+}

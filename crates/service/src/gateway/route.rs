@@ -1,0 +1,161 @@
+//! The second stage of a gateway call: the provider that serves its model. Each model of
+//! `[[providers]] models` is served by its one provider, and `echo` by the built-in model
+//! when `gateway.echo_model` is on; what a call reuses (the provider's URL, its key as a
+//! header, how a direct connection addresses it) is built here once, at start-up.
+
+use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::error::ServiceError;
+use secrecy::ExposeSecret;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Name of the built-in model.
+pub const ECHO_MODEL: &str = "echo";
+
+/// Each model's provider.
+pub(crate) type RouteTable = BTreeMap<String, Arc<Provider>>;
+
+/// A provider a model is routed to, as configured (`[[providers]]`), with what every call
+/// to it reuses.
+#[derive(Debug)]
+pub(crate) struct Provider {
+    /// Its `name`.
+    pub(crate) name: String,
+    /// Its `kind`.
+    pub(crate) kind: ProviderKind,
+    /// `{base_url}/chat/completions`, built and parsed once (`None` for `echo`).
+    pub(crate) chat_url: Option<http::Uri>,
+    /// `Bearer <api_key>`, built once and marked sensitive (never logged).
+    pub(crate) authorization: Option<http::HeaderValue>,
+    /// How direct calls address it (`None` for `echo`).
+    pub(crate) direct: Option<DirectTarget>,
+}
+
+/// How a direct call (no `gateway.proxy_url`) addresses a provider on its own connection.
+#[derive(Debug)]
+pub(crate) struct DirectTarget {
+    /// The provider's connections in the [`ConnectionPool`].
+    pub(crate) slot: usize,
+    /// `chat_url`'s path and query: the request target (RFC 9112 3.2.1).
+    pub(crate) origin_form: http::Uri,
+    /// `chat_url`'s host, and port when not the scheme's default: the `Host` header.
+    pub(crate) host: http::HeaderValue,
+}
+
+impl DirectTarget {
+    /// The target of `chat_url`, in `slot`.
+    fn new(slot: usize, chat_url: &http::Uri) -> Result<Self, String> {
+        let origin_form = chat_url
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
+            .parse::<http::Uri>()
+            .map_err(|e| e.to_string())?;
+        let authority = chat_url.authority().ok_or("no host")?;
+        let default_port = match chat_url.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        };
+        let host = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+            _ => authority.host().to_owned(),
+        };
+        let host = http::HeaderValue::from_str(&host).map_err(|e| e.to_string())?;
+        Ok(Self { slot, origin_form, host })
+    }
+}
+
+impl Provider {
+    /// The provider's own key, from its `Authorization` value.
+    pub(crate) fn api_key(&self) -> Option<&str> {
+        self.authorization.as_ref()?.to_str().ok()?.strip_prefix("Bearer ")
+    }
+
+    /// A failed call to this provider ([`ServiceError::Upstream`], a 502), for `reason`.
+    pub(crate) fn failed(&self, reason: String) -> ServiceError {
+        ServiceError::Upstream { provider: self.name.clone(), reason }
+    }
+}
+
+/// The routing table of `providers`: each provider's models, plus `echo` when
+/// `config.echo_model` is on.
+///
+/// # Errors
+/// [`ServiceError::Internal`] when an `openai` provider has no `base_url` (or not an http(s)
+/// one), its `api_key` cannot be a header, or a model is routed twice.
+pub(crate) fn route_table(
+    config: &GatewayConfig,
+    providers: &[ProviderConfig],
+) -> Result<RouteTable, ServiceError> {
+    let mut routes = BTreeMap::new();
+    let bad = |m: String| Err(ServiceError::Internal(m));
+    if config.echo_model {
+        routes.insert(
+            ECHO_MODEL.to_owned(),
+            Arc::new(Provider {
+                name: ECHO_MODEL.to_owned(),
+                kind: ProviderKind::Echo,
+                chat_url: None,
+                authorization: None,
+                direct: None,
+            }),
+        );
+    }
+    for (slot, p) in providers.iter().enumerate() {
+        let base_url = p.base_url.clone().unwrap_or_default();
+        if p.kind == ProviderKind::Openai
+            && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+        {
+            return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
+        }
+        let chat_url = match p.kind {
+            ProviderKind::Echo => None,
+            ProviderKind::Openai => {
+                let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+                // Checked as a URL first (the error texts of `url` name the fault), then
+                // kept as the `Uri` every call uses.
+                let parsed = match reqwest::Url::parse(&url) {
+                    Ok(url) => url,
+                    Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+                };
+                match parsed.as_str().parse::<http::Uri>() {
+                    Ok(uri) => Some(uri),
+                    Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+                }
+            }
+        };
+        let authorization = match &p.api_key {
+            Some(key) => {
+                let value = format!("Bearer {}", key.expose_secret());
+                let Ok(mut value) = http::HeaderValue::from_str(&value) else {
+                    return bad(format!(
+                        "provider {}: api_key holds characters a header cannot carry",
+                        p.name
+                    ));
+                };
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        let direct = match &chat_url {
+            Some(url) => match DirectTarget::new(slot, url) {
+                Ok(target) => Some(target),
+                Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
+            },
+            None => None,
+        };
+        let provider = Arc::new(Provider {
+            name: p.name.clone(),
+            kind: p.kind,
+            chat_url,
+            authorization,
+            direct,
+        });
+        for model in &p.models {
+            if routes.insert(model.clone(), provider.clone()).is_some() {
+                return bad(format!("model {model} is routed to more than one provider"));
+            }
+        }
+    }
+    Ok(routes)
+}

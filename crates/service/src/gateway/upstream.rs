@@ -1,0 +1,468 @@
+//! The fourth stage of a gateway call: the routed call sent upstream and its answer read
+//! back, through one client path whether the call goes straight to the provider (keep-alive
+//! connections pooled per worker) or through `gateway.proxy_url` (reqwest): the same request,
+//! timeouts, size cap, metrics and error mapping either way.
+
+use crate::config::GatewayConfig;
+use crate::dialect::reply::ChatReply;
+use crate::error::{ServiceError, UpstreamRejection};
+use crate::gateway::route::Provider;
+use crate::metrics::{name as metric, Metrics};
+use aigw_infra::upstream_pool::ConnectionPool;
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use secrecy::ExposeSecret;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One call to an upstream provider.
+pub(crate) struct UpstreamCall<'a> {
+    /// Its provider.
+    pub(crate) provider: Arc<Provider>,
+    /// The model asked for.
+    pub(crate) model: String,
+    /// Whether the caller asked for a stream.
+    pub(crate) stream: bool,
+    /// When the request arrived (the gateway's overhead is measured from there).
+    pub(crate) arrived: Instant,
+    /// The caller's headers to pass on ([`crate::gateway::FORWARDED_HEADERS`]).
+    pub(crate) headers: &'a [(&'static str, String)],
+}
+
+/// Sends calls upstream: the client and the limits every call has.
+#[derive(Debug, Clone)]
+pub(crate) struct Forwarder {
+    client: Upstream,
+    timeout: Duration,
+    max_response_bytes: usize,
+    metrics: Metrics,
+}
+
+/// Records the time from a request's arrival at `arrived` to now as the gateway's overhead
+/// for `provider`.
+pub(crate) fn record_overhead(metrics: &Metrics, provider: &str, arrived: Instant) {
+    metrics
+        .histogram(metric::GATEWAY_OVERHEAD_SECONDS, &[("provider", provider)])
+        .record(arrived.elapsed().as_secs_f64());
+}
+
+impl Forwarder {
+    /// The client of `config` (direct, or through `gateway.proxy_url`) for `providers`
+    /// providers, with its timeouts and answer cap.
+    ///
+    /// # Errors
+    /// [`ServiceError::Internal`] when the proxy URL or the TLS set-up is refused.
+    pub(crate) fn new(config: &GatewayConfig, providers: usize) -> Result<Self, ServiceError> {
+        let connect_timeout = Duration::from_secs(config.connect_timeout_secs.max(1));
+        let client =
+            match &config.proxy_url {
+                Some(url) => Upstream::Proxied(
+                    reqwest::Client::builder()
+                        .connect_timeout(connect_timeout)
+                        .redirect(reqwest::redirect::Policy::none())
+                        .proxy(reqwest::Proxy::all(url.expose_secret()).map_err(|e| {
+                            ServiceError::Internal(format!("gateway.proxy_url: {e}"))
+                        })?)
+                        .build()
+                        .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?,
+                ),
+                None => {
+                    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+                    http.set_connect_timeout(Some(connect_timeout));
+                    http.set_nodelay(true);
+                    http.enforce_http(false);
+                    let tls = hyper_rustls::HttpsConnectorBuilder::new()
+                        .with_provider_and_webpki_roots(Arc::new(
+                            rustls::crypto::ring::default_provider(),
+                        ))
+                        .map_err(|e| ServiceError::Internal(format!("TLS set-up: {e}")))?
+                        .https_or_http()
+                        .enable_http1()
+                        .wrap_connector(http);
+                    Upstream::Direct(Arc::new(ConnectionPool::new(tls, providers)))
+                }
+            };
+        Ok(Self {
+            client,
+            timeout: Duration::from_secs(config.upstream_timeout_secs.max(1)),
+            max_response_bytes: config.max_response_bytes.max(1),
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// Counts upstream calls, their latency and time to first byte into `metrics`.
+    pub(crate) fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Sends `body` to the call's provider and returns its answer: a 2xx as it came (JSON
+    /// read whole, or a stream passed through), anything else as the matching error.
+    ///
+    /// # Errors
+    /// [`ServiceError::UpstreamTimeout`] when the answer's head or body takes longer than
+    /// `gateway.timeout_secs`; [`ServiceError::UpstreamRejected`] for a 4xx other than 401,
+    /// 403 and 407; [`ServiceError::Upstream`] for everything else that is not a 2xx.
+    pub(crate) async fn forward(
+        &self,
+        call: UpstreamCall<'_>,
+        body: Bytes,
+    ) -> Result<ChatReply, ServiceError> {
+        let UpstreamCall { provider, model, stream, arrived, headers } = call;
+        let labels = UpstreamLabels {
+            metrics: self.metrics.clone(),
+            provider: provider.name.clone(),
+            model,
+        };
+        let request = upstream_request(&provider, body, stream, headers)?;
+        record_overhead(&self.metrics, &provider.name, arrived);
+        let sent = Instant::now();
+        let response =
+            match tokio::time::timeout(self.timeout, self.client.send(&provider, request)).await {
+                Err(_) | Ok(Err(SendError::Timeout)) => {
+                    labels.finished("timeout", sent);
+                    return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
+                }
+                Ok(Err(SendError::Failed(reason))) => {
+                    labels.finished("error", sent);
+                    return Err(provider.failed(format!("request failed: {reason}")));
+                }
+                Ok(Ok(r)) => r,
+            };
+        let UpstreamResponse { status, headers: response_headers, body: response_body } = response;
+        labels.histogram(metric::UPSTREAM_TTFB_SECONDS).record(sent.elapsed().as_secs_f64());
+        let class = crate::metrics::status_class(status.as_u16());
+        let content_type = response_headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        if status.is_success() && stream && content_type.starts_with("text/event-stream") {
+            // A stream is counted once its head is in; its duration when it ends.
+            labels.count(class);
+            let body = self.pass_stream(&provider, response_body, labels, sent);
+            return Ok(ChatReply::Stream { status, content_type, body });
+        }
+        let retry_after = response_headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let bytes = match tokio::time::timeout(
+            self.timeout,
+            read_answer(&provider, response_body, self.max_response_bytes),
+        )
+        .await
+        {
+            Err(_) => {
+                labels.finished("timeout", sent);
+                return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
+            }
+            Ok(result) => {
+                labels.finished(if result.is_ok() { class } else { "error" }, sent);
+                result?
+            }
+        };
+        if status.is_success() {
+            return Ok(ChatReply::Json { status, body: bytes });
+        }
+        Err(upstream_refusal(&provider, status, &bytes, retry_after))
+    }
+
+    /// The upstream's server-sent events, passed on chunk by chunk: cut with an error after
+    /// `gateway.max_response_bytes` in all or when no chunk comes for `gateway.timeout_secs`;
+    /// the call's duration is recorded when it ends.
+    fn pass_stream(
+        &self,
+        provider: &Provider,
+        upstream: BoxStream<'static, Result<Bytes, String>>,
+        labels: UpstreamLabels,
+        sent: Instant,
+    ) -> BoxStream<'static, Result<Bytes, ServiceError>> {
+        let idle = self.timeout;
+        let cap = self.max_response_bytes;
+        let provider_name = provider.name.clone();
+        let chunks = stream::unfold(Some((upstream, 0usize)), move |state| {
+            let provider_name = provider_name.clone();
+            let labels = labels.clone();
+            async move {
+                let (mut upstream, seen) = state?;
+                match tokio::time::timeout(idle, upstream.next()).await {
+                    Ok(None) => {
+                        labels.duration(sent);
+                        None
+                    }
+                    Ok(Some(Ok(chunk))) if seen + chunk.len() > cap => Some((
+                        Err(ServiceError::Upstream {
+                            provider: provider_name,
+                            reason: format!("stream longer than {cap} bytes; cut"),
+                        }),
+                        None,
+                    )),
+                    Ok(Some(Ok(chunk))) => {
+                        let seen = seen + chunk.len();
+                        Some((Ok(chunk), Some((upstream, seen))))
+                    }
+                    Ok(Some(Err(e))) => Some((
+                        Err(ServiceError::Upstream {
+                            provider: provider_name,
+                            reason: format!("stream broke: {e}"),
+                        }),
+                        None,
+                    )),
+                    Err(_) => {
+                        Some((Err(ServiceError::UpstreamTimeout { provider: provider_name }), None))
+                    }
+                }
+            }
+        });
+        chunks.boxed()
+    }
+}
+
+/// How upstream calls are sent: directly on keep-alive connections pooled per worker
+/// ([`ConnectionPool`]: no URL parse, no redirect or retry layer, no lock per call), or with
+/// reqwest through `gateway.proxy_url`.
+#[derive(Debug, Clone)]
+pub(crate) enum Upstream {
+    Direct(Arc<ConnectionPool>),
+    Proxied(reqwest::Client),
+}
+
+/// An upstream's answer head and body, whichever client sent the call.
+struct UpstreamResponse {
+    status: http::StatusCode,
+    headers: http::HeaderMap,
+    body: BoxStream<'static, Result<Bytes, String>>,
+}
+
+/// Why an upstream call got no answer.
+enum SendError {
+    /// The connection or the answer's head took too long.
+    Timeout,
+    /// Anything else, described.
+    Failed(String),
+}
+
+/// Whether `error`, or an error it was caused by, is an I/O timeout (a connect timeout).
+fn caused_by_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// `error` and its causes, for the log and the 502's reason (hyper's own text is terse).
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+impl Upstream {
+    /// Sends `request` (absolute URI) to `provider`; the answer's head within the caller's
+    /// timeout.
+    async fn send(
+        &self,
+        provider: &Provider,
+        request: http::Request<Bytes>,
+    ) -> Result<UpstreamResponse, SendError> {
+        match self {
+            Upstream::Direct(pool) => {
+                let (Some(connect_to), Some(direct)) = (&provider.chat_url, &provider.direct)
+                else {
+                    return Err(SendError::Failed("no upstream URL".to_owned()));
+                };
+                // On a connection of its own: origin-form, with `Host` (RFC 9112 3.2).
+                let (mut parts, body) = request.into_parts();
+                parts.uri = direct.origin_form.clone();
+                parts.headers.insert(http::header::HOST, direct.host.clone());
+                let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
+                let (head, body) =
+                    pool.send(direct.slot, connect_to, request).await.map_err(|e| {
+                        if caused_by_timeout(e.as_ref()) {
+                            SendError::Timeout
+                        } else {
+                            SendError::Failed(describe(e.as_ref()))
+                        }
+                    })?;
+                let body = body.map(|chunk| chunk.map_err(|e| describe(&e))).boxed();
+                Ok(UpstreamResponse { status: head.status, headers: head.headers, body })
+            }
+            Upstream::Proxied(client) => {
+                let request = reqwest::Request::try_from(request)
+                    .map_err(|e| SendError::Failed(e.to_string()))?;
+                let response = client.execute(request).await.map_err(|e| {
+                    if e.is_timeout() {
+                        SendError::Timeout
+                    } else {
+                        SendError::Failed(describe(&e))
+                    }
+                })?;
+                let (status, headers) = (response.status(), response.headers().clone());
+                let body = response.bytes_stream().map(|chunk| chunk.map_err(|e| describe(&e)));
+                Ok(UpstreamResponse { status, headers, body: body.boxed() })
+            }
+        }
+    }
+}
+
+/// The upstream request of a chat call: `POST {base_url}/chat/completions` with `body`, its
+/// JSON content type, the `Accept` of a stream or of JSON, aigw's `User-Agent`, the
+/// provider's key and the caller's `headers` to pass on ([`FORWARDED_HEADERS`]).
+///
+/// # Errors
+/// [`ServiceError::Upstream`] when the provider has no URL (`echo`) or a passed header is not
+/// a valid header name or value.
+fn upstream_request(
+    provider: &Provider,
+    body: Bytes,
+    stream: bool,
+    headers: &[(&'static str, String)],
+) -> Result<http::Request<Bytes>, ServiceError> {
+    let url = provider.chat_url.clone().ok_or_else(|| provider.failed("no upstream URL".into()))?;
+    // Built on its map: `http::request::Builder` parses every name and value again.
+    let mut request = http::Request::new(body);
+    *request.method_mut() = http::Method::POST;
+    *request.uri_mut() = url;
+    let map = request.headers_mut();
+    map.reserve(5 + headers.len());
+    map.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    map.insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(if stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
+    );
+    map.insert(http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT));
+    if let Some(authorization) = &provider.authorization {
+        map.insert(http::header::AUTHORIZATION, authorization.clone());
+    }
+    for (name, value) in headers {
+        let not_built =
+            |e: &dyn std::fmt::Display| provider.failed(format!("request not built: {name}: {e}"));
+        let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| not_built(&e))?;
+        let value = http::HeaderValue::from_str(value).map_err(|e| not_built(&e))?;
+        map.append(name, value);
+    }
+    Ok(request)
+}
+
+/// Reads a whole (non-streamed) answer body, up to `cap` bytes.
+///
+/// # Errors
+/// [`ServiceError::Upstream`] when the body breaks off or is larger than `cap`.
+async fn read_answer(
+    provider: &Provider,
+    mut chunks: BoxStream<'static, Result<Bytes, String>>,
+    cap: usize,
+) -> Result<Bytes, ServiceError> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk =
+            chunk.map_err(|e| provider.failed(format!("reading the answer failed: {e}")))?;
+        if body.len() + chunk.len() > cap {
+            return Err(provider.failed(format!("answer larger than {cap} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// The error a non-2xx answer (`status`, its body `bytes`) becomes: a 4xx other than 401, 403
+/// and 407 is passed to the caller as [`ServiceError::UpstreamRejected`] with the upstream's
+/// message, `type`, `code` and `param` (the provider's own key scrubbed from them) and, for a
+/// 429, its `Retry-After` in seconds (1 when absent); everything else is
+/// [`ServiceError::Upstream`] (the gateway's own key, account or proxy is wrong, a redirect,
+/// a 5xx).
+fn upstream_refusal(
+    provider: &Provider,
+    status: http::StatusCode,
+    bytes: &[u8],
+    retry_after: Option<u64>,
+) -> ServiceError {
+    let error = serde_json::from_slice::<Value>(bytes).ok();
+    let field = |name: &str| {
+        error.as_ref().and_then(|v| v.pointer(&format!("/error/{name}"))).and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+    };
+    let message = field("message").unwrap_or_default();
+    match status.as_u16() {
+        // The gateway's own key, account or proxy is wrong: the caller can do nothing.
+        401 | 403 | 407 => provider.failed(format!("upstream answered {status}: {message}")),
+        code @ 400..=499 => {
+            // Never pass the provider's own key on, should the upstream quote it.
+            let scrub = |s: String| match provider.api_key() {
+                Some(k) if !k.is_empty() => s.replace(k, "***"),
+                _ => s,
+            };
+            let message: String = scrub(message).chars().take(2000).collect();
+            ServiceError::UpstreamRejected(Box::new(UpstreamRejection {
+                provider: provider.name.clone(),
+                status: code,
+                message: if message.is_empty() {
+                    format!("the upstream provider answered {status}")
+                } else {
+                    message
+                },
+                kind: field("type").map(scrub),
+                code: field("code").map(scrub),
+                param: field("param").map(scrub),
+                retry_after_secs: if code == 429 { Some(retry_after.unwrap_or(1)) } else { None },
+            }))
+        }
+        _ => provider.failed(format!("upstream answered {status}: {message}")),
+    }
+}
+
+/// The `User-Agent` of upstream calls.
+const USER_AGENT: &str = concat!("aigw/", env!("CARGO_PKG_VERSION"));
+
+/// The labels of one upstream call's metrics (provider and model: both from configuration).
+#[derive(Clone)]
+struct UpstreamLabels {
+    metrics: Metrics,
+    provider: String,
+    model: String,
+}
+
+impl UpstreamLabels {
+    fn histogram(&self, name: &'static str) -> ::metrics::Histogram {
+        self.metrics.histogram(name, &[("provider", &self.provider), ("model", &self.model)])
+    }
+
+    /// Counts the call with `class` (`2xx`…, `error`, `timeout`).
+    fn count(&self, class: &str) {
+        self.metrics.count(
+            metric::UPSTREAM_REQUESTS_TOTAL,
+            &[("provider", &self.provider), ("model", &self.model), ("status_class", class)],
+        );
+    }
+
+    /// Records the call's latency, from `sent` to now.
+    fn duration(&self, sent: Instant) {
+        self.histogram(metric::UPSTREAM_DURATION_SECONDS).record(sent.elapsed().as_secs_f64());
+    }
+
+    /// Counts the call with `class` and records its latency from `sent`.
+    fn finished(&self, class: &str, sent: Instant) {
+        self.count(class);
+        self.duration(sent);
+    }
+}
