@@ -1,7 +1,7 @@
 //! Rate limiting at the HTTP edge: who the client is, counting a request before the work is
 //! done, and the header fields that tell clients where they stand.
 //!
-//! - Handlers call [`RequestLimits`] (in `AppState::limits`) before doing the work: per client
+//! - Handlers call [`RequestRateLimits`] (in `AppState::limits`) before doing the work: per client
 //!   IP (`register`, `refresh`), per client IP and e-mail (`login`, before the password is
 //!   verified), per credential (`account`, `ai`, after authentication). A refusal is a
 //!   429 `rate_limit_exceeded` with `details.limit`, `details.remaining` (0) and `details.reset`
@@ -175,13 +175,13 @@ impl TrustedProxies {
 
 /// The rate limiter and the client-address rule, as handlers use them.
 #[derive(Debug, Clone)]
-pub(crate) struct RequestLimits {
+pub(crate) struct RequestRateLimits {
     limiter: RateLimiter,
     proxies: TrustedProxies,
     metrics: aigw_service::Metrics,
 }
 
-impl RequestLimits {
+impl RequestRateLimits {
     /// Builds the limiter and parses the trusted proxies of `config`.
     ///
     /// # Errors
@@ -264,7 +264,7 @@ impl RequestLimits {
     }
 
     /// Counts one failed authentication of the client IP (policy `auth_failure`); once the
-    /// quota is spent, [`RequestLimits::refuse_if_failing`] refuses the address.
+    /// quota is spent, [`RequestRateLimits::refuse_if_failing`] refuses the address.
     pub(crate) async fn count_failure(&self, req: &HttpRequest) {
         if self.limiter.policy(Policy::AuthFailure).is_none() {
             return;

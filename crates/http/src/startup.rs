@@ -299,16 +299,17 @@ fn gateway(
     settings: &Settings,
     db: Db,
     usage: &UsageService,
-    limits: &mut crate::rate_limit::RequestLimits,
+    limits: &mut crate::rate_limit::RequestRateLimits,
     metrics: aigw_service::Metrics,
 ) -> anyhow::Result<Gateway> {
-    let key_limits = aigw_service::limits::key_limits::KeyLimits::from_config(
+    let key_limits = aigw_service::governance::key_limits::SpendGovernance::from_config(
         db,
         &settings.gateway,
         &settings.rate_limit,
         aigw_service::prices::PriceTable::from_providers(&settings.providers)?,
         || limits.share_redis(&settings.rate_limit),
-    )?;
+    )?
+    .with_clock(settings.clock.clone());
     Ok(Gateway::new(&settings.gateway, &settings.providers)?
         .with_meter(usage.meter())
         .with_key_limits(key_limits)
@@ -350,7 +351,7 @@ impl Services {
             metrics.clone(),
             services.context.credential_cache().node_id(),
         )?;
-        let mut limits = crate::rate_limit::RequestLimits::new(&settings.rate_limit)?
+        let mut limits = crate::rate_limit::RequestRateLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());
         let gateway = gateway(settings, db, &usage, &mut limits, metrics)?;
         let secret_scanning = settings

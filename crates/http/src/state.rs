@@ -4,7 +4,7 @@
 //! middleware and handlers reach it without going through the start-up code.
 
 use crate::observe::Telemetry;
-use crate::rate_limit::RequestLimits;
+use crate::rate_limit::RequestRateLimits;
 use aigw_service::{
     AccountEmail, Accounts, Administration, ApiKeys, Authenticator, Gateway, LeakReports, Mfa,
     ServiceContext, Teams, UsageService,
@@ -34,7 +34,7 @@ pub(crate) struct AppState {
     /// Chat routing.
     pub(crate) gateway: Gateway,
     /// Rate limits and the client-address rule (`[rate_limit]`).
-    pub(crate) limits: RequestLimits,
+    pub(crate) limits: RequestRateLimits,
     /// `Idempotency-Key` records (see `crate::idempotency`).
     pub(crate) idempotency: aigw_service::idempotency::Idempotency,
     /// The usage ledger (`[usage]`).

@@ -156,7 +156,7 @@ pub struct SigningKeyConfig {
 }
 
 /// Calls' worth of a key's limits a lease takes, by default (`gateway.key_lease_calls`,
-/// [`crate::limits::key_leases`]).
+/// [`crate::governance::key_leases`]).
 pub const DEFAULT_LEASE_CALLS: u32 = 16;
 
 /// `[gateway]`: how chat completions are forwarded.
@@ -279,7 +279,7 @@ pub enum KeyCounters {
     Node,
     /// Counters live in Redis (`rate_limit.redis_url`): one script per admission, exact across
     /// every node using the same Redis; the database counters serve while Redis is unavailable
-    /// ([`crate::limits::redis_counters`]).
+    /// ([`crate::governance::redis_counters`]).
     Redis,
 }
 

@@ -2,7 +2,7 @@
 //! team, the member whose key it is and the team ([`LimitScope`]). Each level has its own
 //! limits (an [`ApiKeyPolicy`]: budget and period, `rpm_limit`, `tpm_limit`, models) and its
 //! own counters, named by [`CounterSubject`]; a call is admitted only when every level admits
-//! it (`crate::limits::key_limits`).
+//! it (`crate::governance::key_limits`).
 
 use aigw_domain::{CounterSubject, LimitScope, TeamId, UserId};
 use aigw_persistence::models::ApiKeyPolicy;

@@ -10,7 +10,7 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
-use aigw_service::limits::key_rates::RateStatus;
+use aigw_service::governance::key_rates::RateStatus;
 use aigw_service::ChatReply;
 use futures_util::StreamExt;
 

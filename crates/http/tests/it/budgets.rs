@@ -104,7 +104,7 @@ pub(crate) async fn fire(nodes: &[&TestApp], key: &str, n: usize) -> (usize, usi
 /// "node"`, one node per database).
 fn node_counters(s: &mut aigw_http::settings::Settings) {
     priced_providers(s);
-    s.gateway.key_counters = aigw_service::limits::key_counters::KeyCounters::Node;
+    s.gateway.key_counters = aigw_service::governance::key_counters::KeyCounters::Node;
 }
 
 async fn fifty_concurrent_calls_spend_at_most_the_budget(backend: Backend) {
@@ -250,14 +250,13 @@ async fn patching_the_budget_takes_effect_at_once(backend: Backend) {
     assert_eq!(reply.status, 200, "{}", reply.text);
 }
 
-/// Waits until at least 15 s are left in the current UTC minute (the limits count per minute),
-/// so that a test's calls fall into one window.
-pub(crate) async fn early_in_a_minute() {
-    let second = chrono::Utc::now().timestamp().rem_euclid(60);
+/// Moves `clock` (the adjustable clock every node of the test reads) to the start of the next
+/// UTC minute when fewer than 15 s are left in the current one (the keys' rate windows are
+/// minutes of that clock), so that a test's calls fall into one window without waiting.
+pub(crate) fn early_in_a_minute(clock: &aigw_service::Clock) {
+    let second = clock.now().timestamp().rem_euclid(60);
     if second > 45 {
-        // Real time: the keys' rate windows are minutes of the system time, which the limits
-        // read directly, not through the settings' `Clock`.
-        tokio::time::sleep(Duration::from_secs(u64::try_from(61 - second).unwrap())).await;
+        advance(clock, (60 - second) * 1000);
     }
 }
 
@@ -275,8 +274,13 @@ pub(crate) async fn rpm_limit_across_two_nodes(
     backend: Backend,
     tweak: &(dyn Fn(&mut aigw_http::settings::Settings) + Sync),
 ) -> (TestApp, String) {
-    let app = spawn_app_with(backend, tweak).await;
-    let node_b = app.spawn_sibling(tweak).await;
+    let clock = aigw_service::Clock::adjustable();
+    let timed = |s: &mut aigw_http::settings::Settings| {
+        tweak(s);
+        s.clock = clock.clone();
+    };
+    let app = spawn_app_with(backend, timed).await;
+    let node_b = app.spawn_sibling(timed).await;
     let user = app.new_user("rpm").await;
     let made = app
         .create_key_raw(
@@ -286,7 +290,7 @@ pub(crate) async fn rpm_limit_across_two_nodes(
         .await
         .data(201);
     let key = made["key"].as_str().unwrap();
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     for (i, node) in [&app, &node_b, &app, &node_b].into_iter().enumerate() {
         let reply = node.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
         assert_eq!(reply.status, 200, "{}", reply.text);
@@ -322,7 +326,7 @@ async fn tpm_limit_reserves_worst_case_tokens_and_settles(backend: Backend) {
 
 async fn node_counters_hold_rpm_and_tpm_limits(backend: Backend) {
     tpm_limit_on_one_node(backend, node_counters).await;
-    let app = spawn_app_with(backend, node_counters).await;
+    let (app, clock) = spawn_app_with_clock(backend, node_counters).await;
     let user = app.new_user("noderpm").await;
     let made = app
         .create_key_raw(
@@ -332,7 +336,7 @@ async fn node_counters_hold_rpm_and_tpm_limits(backend: Backend) {
         .await
         .data(201);
     let key = made["key"].as_str().unwrap();
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     for i in 0..3 {
         let reply = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
         assert_eq!(reply.status, 200, "{}", reply.text);
@@ -345,7 +349,7 @@ async fn node_counters_hold_rpm_and_tpm_limits(backend: Backend) {
 }
 
 async fn tpm_limit_on_one_node(backend: Backend, tweak: fn(&mut aigw_http::settings::Settings)) {
-    let app = spawn_app_with(backend, tweak).await;
+    let (app, clock) = spawn_app_with_clock(backend, tweak).await;
     let user = app.new_user("tpm").await;
     // The prompt's tokens, as the echo (and the reservation) count them.
     let probe = app.key(&user.token, &["ai_gateway"]).await;
@@ -362,7 +366,7 @@ async fn tpm_limit_on_one_node(backend: Backend, tweak: fn(&mut aigw_http::setti
     let key = made["key"].as_str().unwrap();
     let mut big = chat_body("priced", "hi");
     big["max_tokens"] = json!(35);
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     let first = app.chat(Auth::Bearer(key), &big).await;
     assert_eq!(first.status, 200, "{}", first.text);
     assert_eq!(header_i64(&first, "x-ratelimit-limit-tokens"), tpm);
@@ -470,10 +474,10 @@ async fn bound_far_from_the_limits(
     backend: Backend,
     tweak: fn(&mut aigw_http::settings::Settings),
 ) {
-    let app = spawn_app_with(backend, tweak).await;
+    let (app, clock) = spawn_app_with_clock(backend, tweak).await;
     let user = app.new_user("bound").await;
     let (exact, bound) = (BOUND_TEST_EXACT + BOUND_TEST_CAP, BOUND_TEST_BOUND + BOUND_TEST_CAP);
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     one_call_holding(&app, &user.token, 1_000_000_000, bound).await;
     one_call_holding(&app, &user.token, 3 * exact, exact).await;
 }

@@ -14,7 +14,7 @@ use crate::observability::{expect_all, scrape};
 use crate::rate_limit_contract::RedisServer;
 
 use aigw_http::settings::Settings;
-use aigw_service::limits::key_counters::KeyCounters;
+use aigw_service::governance::key_counters::KeyCounters;
 use common::*;
 use serde_json::json;
 use std::collections::HashMap;

@@ -96,11 +96,16 @@ async fn budget_of_300_calls(backend: Backend, tweak: Tweak<'_>) {
 /// An `rpm_limit` of 100 spent on two nodes: each takes leases of 16 requests while 48 more
 /// fit; 100 calls pass in the minute, the 101st does not.
 async fn rpm_limit_of_100_calls(backend: Backend, tweak: Tweak<'_>) {
-    let app = spawn_app_with(backend, tweak).await;
-    let node_b = app.spawn_sibling(tweak).await;
+    let clock = aigw_service::Clock::adjustable();
+    let timed = |s: &mut Settings| {
+        tweak(s);
+        s.clock = clock.clone();
+    };
+    let app = spawn_app_with(backend, timed).await;
+    let node_b = app.spawn_sibling(timed).await;
     let user = app.new_user("lease-rpm").await;
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": 100})).await;
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     spend_exactly(&[&app, &node_b], &key, 100, "rate_limit_exceeded").await;
 }
 
@@ -109,8 +114,13 @@ async fn rpm_limit_of_100_calls(backend: Backend, tweak: Tweak<'_>) {
 /// they did not use is back in the window: the next call's headers count the two calls'
 /// requests and real tokens, and its own upper bound.
 async fn give_back(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
-    let app = spawn_app_with(backend, tweak).await;
-    let node_b = app.spawn_sibling(tweak).await;
+    let clock = aigw_service::Clock::adjustable();
+    let timed = |s: &mut Settings| {
+        tweak(s);
+        s.clock = clock.clone();
+    };
+    let app = spawn_app_with(backend, timed).await;
+    let node_b = app.spawn_sibling(timed).await;
     let user = app.new_user("lease-back").await;
     let (rpm, tpm) = (1000, 1_000_000_000);
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm, "tpm_limit": tpm})).await;
@@ -124,7 +134,7 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
             header_i64(reply, "x-ratelimit-remaining-tokens"),
         )
     };
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     let first = app.chat(Auth::Bearer(&key), &body).await;
     assert_eq!(first.status, 200, "{}", first.text);
     assert_eq!(remaining(&first), (rpm - 1, tpm - bound));
@@ -155,13 +165,18 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
 /// has 7 left), node B's first call sees A's current and next leases counted (16 + at least
 /// 16: twice as many when A used the first one fast) and its own (16, one used).
 async fn next_lease(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
-    let app = spawn_app_with(backend, tweak).await;
-    let node_b = app.spawn_sibling(tweak).await;
+    let clock = aigw_service::Clock::adjustable();
+    let timed = |s: &mut Settings| {
+        tweak(s);
+        s.clock = clock.clone();
+    };
+    let app = spawn_app_with(backend, timed).await;
+    let node_b = app.spawn_sibling(timed).await;
     let user = app.new_user("lease-next").await;
     let rpm = 1000;
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm})).await;
     let body = chat_body("priced", "hi");
-    early_in_a_minute().await;
+    early_in_a_minute(&clock);
     for i in 0..9 {
         let reply = app.chat(Auth::Bearer(&key), &body).await;
         assert_eq!(reply.status, 200, "call {i}: {}", reply.text);

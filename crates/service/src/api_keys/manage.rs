@@ -353,7 +353,7 @@ impl ApiKeys {
                         // days, running calls included, so it stays. A new limit alone keeps
                         // every counter: it never forgets what is in flight.
                         let period = row.policy.budget_period.unwrap_or(BudgetPeriod::Total);
-                        let keep = crate::limits::budget::period_name(period, now);
+                        let keep = crate::governance::budget::period_name(period, now);
                         aigw_persistence::budgets::forget_except(conn, &row.id, &keep)?;
                     }
                     let change = if changes.is_empty() {

@@ -4,7 +4,7 @@
 //! bound it ([`tokens`]) and the upstream's answer with its usage ([`reply`]).
 //!
 //! The later stages take the summary instead of parsing the body again: admission
-//! (`crate::limits`), metering and settlement (`crate::usage`), and the gateway that routes and
+//! (`crate::governance`), metering and settlement (`crate::usage`), and the gateway that routes and
 //! forwards (`crate::gateway`). This module imports none of them.
 
 pub mod chat;

@@ -1,6 +1,6 @@
 //! The AI gateway: a chat completion read once by its dialect (`crate::dialect`), routed by
 //! its `model` to a configured provider ([`route`]), admitted against its key's limits
-//! (`crate::limits`), metered (`crate::usage`), sent upstream ([`upstream`], or answered by the
+//! (`crate::governance`), metered (`crate::usage`), sent upstream ([`upstream`], or answered by the
 //! built-in [`echo`] model) and settled when its answer ends: the stages of [`pipeline`].
 
 pub mod echo;

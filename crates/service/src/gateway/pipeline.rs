@@ -4,7 +4,7 @@
 //! 1. the dialect (`crate::dialect`): the body read once into a [`ChatRequestSummary`];
 //! 2. the route ([`crate::gateway::route`]): the provider that serves the model, and the key's
 //!    allowed models;
-//! 3. admission (`crate::limits`): budgets, rpm and tpm at every level the key counts
+//! 3. admission (`crate::governance`): budgets, rpm and tpm at every level the key counts
 //!    against, reserved for the call's worst case (clamp mode may lower `max_tokens`);
 //! 4. metering (`crate::usage`): the call enters the ledger's calls in flight and holds its
 //!    reservations;
@@ -44,8 +44,8 @@ use crate::error::ServiceError;
 use crate::gateway::echo::echo;
 use crate::gateway::route::{route_table, Provider, RouteTable};
 use crate::gateway::upstream::{record_overhead, Forwarder, UpstreamCall};
-use crate::limits::key_limits::{Admitted, KeyLimits};
-use crate::limits::key_rates::RateStatus;
+use crate::governance::key_limits::{Admitted, SpendGovernance};
+use crate::governance::key_rates::RateStatus;
 use crate::metrics::{name as metric, Metrics};
 use crate::usage::meter::{CallMeter, Meter};
 use aigw_domain::access::op;
@@ -67,7 +67,7 @@ pub struct Gateway {
     routes: Arc<RouteTable>,
     upstream: Forwarder,
     meter: Option<Meter>,
-    key_limits: Option<KeyLimits>,
+    key_limits: Option<SpendGovernance>,
     metrics: Metrics,
 }
 
@@ -120,7 +120,7 @@ impl Gateway {
     }
 
     /// Enforces keys' budgets and their `rpm_limit` / `tpm_limit` with `key_limits`.
-    pub fn with_key_limits(mut self, key_limits: KeyLimits) -> Self {
+    pub fn with_key_limits(mut self, key_limits: SpendGovernance) -> Self {
         self.key_limits = Some(key_limits);
         self
     }

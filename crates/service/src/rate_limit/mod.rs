@@ -1,4 +1,7 @@
-//! Rate limiting (429 `rate_limit_exceeded` with `limit`, `remaining`, `reset`).
+//! Request rate limits (429 `rate_limit_exceeded` with `limit`, `remaining`, `reset`): the named
+//! policies that count requests per client address, per account or per credential on each
+//! route. What a gateway call may spend (budgets, rpm and tpm of keys, members and teams) is
+//! the other limiting part, `crate::governance`.
 //!
 //! A [`RateLimiter`] holds one GCRA limiter per [`Policy`]; [`RateLimiter::check`] counts one
 //! request against a [`LimitKey`] and answers a [`Decision`]. Counters live in the process

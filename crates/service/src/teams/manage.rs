@@ -202,7 +202,7 @@ impl Teams {
                         // A new period opens the team's and its members' counters anew from
                         // the ledger (the counter of the same first day counts the same days).
                         let period = row.policy.budget_period.unwrap_or(BudgetPeriod::Total);
-                        let keep = crate::limits::budget::period_name(period, now);
+                        let keep = crate::governance::budget::period_name(period, now);
                         let team_counter = CounterSubject::Team(&team_id).name();
                         budgets::forget_except(conn, &team_counter, &keep)?;
                         budgets::forget_members_except(conn, &team_id, &keep)?;

@@ -3,7 +3,7 @@
 //! This folder owns the team use cases: the team itself and its policy (`manage`), its
 //! members and invitations (`members`), and its team keys (`keys`). What a call by a
 //! team-scoped key counts against is `crate::levels`; where that is enforced, the gateway's
-//! admission (`crate::limits::key_limits`).
+//! admission (`crate::governance::key_limits`).
 //!
 //! Who may do what, checked in the transaction of each change:
 //!

@@ -21,7 +21,7 @@ use super::pending::{Observed, Pending};
 use super::recorder::RecorderHandle;
 use crate::auth::Principal;
 use crate::dialect::chat::ChatRequestSummary;
-use crate::limits::key_limits::Admitted;
+use crate::governance::key_limits::Admitted;
 use aigw_domain::usage::{TokenUsage, UsageOutcome};
 use bytes::Bytes;
 use serde_json::Value;

@@ -4,8 +4,8 @@
 
 use super::in_flight::InFlightTicket;
 use crate::dialect::tokens;
-use crate::limits::key_rates::TokenReservation;
-use crate::limits::reservation::Reservation;
+use crate::governance::key_rates::TokenReservation;
+use crate::governance::reservation::Reservation;
 use crate::prices::PriceTable;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
 use aigw_domain::{ApiKeyId, TeamId, UserId};

@@ -6,17 +6,18 @@
 //! tokens (as for budgets: prompt plus `max_tokens` or the default cap) only if both stay
 //! within the limits; the tokens settle to the real count when the usage recorder records
 //! the call. With `gateway.key_counters = "node"` the windows live in the node's memory
-//! ([`crate::limits::key_counters`]) instead, with `"redis"` in Redis ([`crate::limits::redis_counters`]).
+//! ([`crate::governance::key_counters`]) instead, with `"redis"` in Redis ([`crate::governance::redis_counters`]).
 //! Answers of keys with limits carry OpenAI's `x-ratelimit-*` headers.
 
 use crate::db::Db;
 use crate::error::ServiceError;
+use crate::governance::key_counters::NodeCounters;
+use crate::governance::reservation::settle_in_background;
 use crate::levels::LimitLevel;
-use crate::limits::key_counters::NodeCounters;
-use crate::limits::reservation::settle_in_background;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::LimitScope;
 use aigw_persistence::key_rates;
+use chrono::{DateTime, Utc};
 
 /// Length of a counting window, in seconds.
 pub const WINDOW_SECS: i64 = 60;
@@ -41,10 +42,12 @@ pub(crate) struct RatePlan {
     pub(crate) key_id: String,
     /// Unix seconds of the window's (the UTC minute's) start.
     pub(crate) window_start: i64,
+    /// Unix seconds when the plan was made (the limits' clock).
+    pub(crate) now: i64,
     reset_secs: i64,
     /// Worst-case tokens counted (0 without a `tpm_limit`).
     pub(crate) tokens: i64,
-    /// Requests counted: 1, or [`crate::limits::key_leases`]' lease of several.
+    /// Requests counted: 1, or [`crate::governance::key_leases`]' lease of several.
     pub(crate) requests: i64,
     /// Requests of the `rpm_limit` the admission must leave free (a lease keeps room for more
     /// calls; 0 otherwise).
@@ -57,19 +60,24 @@ pub(crate) struct RatePlan {
 }
 
 impl RatePlan {
-    /// The admission a call with worst-case token use `worst` needs at `level` (`None`: the
-    /// level has neither `rpm_limit` nor `tpm_limit`).
-    pub(crate) fn new(level: &LimitLevel<'_>, worst: &TokenUsage) -> Option<Self> {
+    /// The admission a call with worst-case token use `worst` needs at `level` at `now` (the
+    /// limits' clock; `None`: the level has neither `rpm_limit` nor `tpm_limit`).
+    pub(crate) fn new(
+        level: &LimitLevel<'_>,
+        worst: &TokenUsage,
+        now: DateTime<Utc>,
+    ) -> Option<Self> {
         let policy = level.policy;
         if policy.rpm_limit.is_none() && policy.tpm_limit.is_none() {
             return None;
         }
-        let now = aigw_domain::time::now().timestamp();
+        let now = now.timestamp();
         let window_start = now - now.rem_euclid(WINDOW_SECS);
         Some(Self {
             scope: level.scope,
             key_id: level.counter.to_owned(),
             window_start,
+            now,
             reset_secs: window_start + WINDOW_SECS - now,
             tokens: match policy.tpm_limit {
                 Some(_) => i64::try_from(worst.total_tokens).unwrap_or(i64::MAX),

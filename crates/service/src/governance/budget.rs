@@ -11,8 +11,8 @@
 //!   (`aigw_persistence::budgets`), shared by every node of the cluster; no lock is held
 //!   while the call runs.
 //!   With `gateway.key_counters = "node"` the counter lives in the node's memory instead
-//!   ([`crate::limits::key_counters`]), opened from the ledger: no database write per call; with
-//!   `"redis"` in Redis, shared by every node ([`crate::limits::redis_counters`]).
+//!   ([`crate::governance::key_counters`]), opened from the ledger: no database write per call; with
+//!   `"redis"` in Redis, shared by every node ([`crate::governance::redis_counters`]).
 //! - **Settlement**: when the usage recorder turns the call into its ledger record (answer
 //!   done, stream ended, failure or cancellation), the difference between the real cost and the
 //!   reservation is added to the counter, off the request path.
@@ -20,9 +20,9 @@
 use crate::db::Db;
 use crate::dialect::tokens::PromptCounting;
 use crate::error::ServiceError;
+use crate::governance::key_counters::{NodeCounters, NodeReserved};
+use crate::governance::reservation::{Counter, Reservation};
 use crate::levels::LimitLevel;
-use crate::limits::key_counters::{NodeCounters, NodeReserved};
-use crate::limits::reservation::{Counter, Reservation};
 use crate::prices::PriceTable;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::{BudgetPeriod, LimitScope};
@@ -61,6 +61,8 @@ pub struct Budgets {
     prices: PriceTable,
     /// The node's memory counters, when `gateway.key_counters = "node"`.
     node: Option<NodeCounters>,
+    /// The time budget periods are read at (see [`crate::Clock`]).
+    clock: crate::Clock,
 }
 
 /// One call's reservation to make: the key, its budget and period, the worst-case cost.
@@ -120,7 +122,18 @@ impl BudgetPlan {
 impl Budgets {
     /// A guard over `db`, pricing calls with `prices`.
     pub fn new(db: Db, prices: PriceTable) -> Self {
-        Self { db, prices, node: None }
+        Self { db, prices, node: None, clock: crate::Clock::system() }
+    }
+
+    /// Reads the current budget period from `clock` (tests move an adjustable one).
+    pub fn with_clock(mut self, clock: crate::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The time the limits read (`Budgets::with_clock`).
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
     }
 
     /// Keeps the counters in `node`'s memory instead of the database (`gateway.key_counters =
@@ -166,7 +179,7 @@ impl Budgets {
         let policy = level.policy;
         let limit = policy.max_budget_micros?;
         let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
-        let now = aigw_domain::time::now();
+        let now = self.clock.now();
         let cost = self.prices.get(model).map_or(0, |p| p.cost_micros(worst));
         let period = period_name(budget_period, now);
         let from = if budget_period == BudgetPeriod::Total {

@@ -1,22 +1,22 @@
 //! A call's reservation in its key's counters ([`Reservation`]), wherever they are: a row of
-//! the database, the node's memory ([`crate::limits::key_counters`]), Redis
-//! ([`crate::limits::redis_held`]) or a node's lease ([`LeaseGrant`], implemented by
-//! [`crate::limits::key_leases`]); its settlement, its release, and its [`Tightener`].
+//! the database, the node's memory ([`crate::governance::key_counters`]), Redis
+//! ([`crate::governance::redis_held`]) or a node's lease ([`LeaseGrant`], implemented by
+//! [`crate::governance::key_leases`]); its settlement, its release, and its [`Tightener`].
 //!
 //! This file sits below the budgets, the rate windows, the Redis counters and the leases,
 //! which all make or hold reservations: a lease holds a reservation of its own and a
 //! reservation may be a call of a lease, so the lease is seen here through a trait.
 
 use crate::db::Db;
-use crate::limits::key_counters::NodeCounters;
-use crate::limits::redis_held::{RedisAdjuster, RedisHeld};
+use crate::governance::key_counters::NodeCounters;
+use crate::governance::redis_held::{RedisAdjuster, RedisHeld};
 use aigw_persistence::budgets;
 use aigw_persistence::PersistenceError;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// The lease a call was taken from, as the call's reservation sees it (implemented by
-/// [`crate::limits::key_leases`]' lease).
+/// [`crate::governance::key_leases`]' lease).
 pub(crate) trait LeaseGrant: std::fmt::Debug + Send + Sync {
     /// Gives a call's bound (`bound_micros`, what its reservation held at the end, and
     /// `call_tokens`) minus its real `cost_micros` and `total_tokens` back to the lease, for
@@ -65,7 +65,7 @@ pub(super) enum Counter {
     Node(NodeCounters, String),
     /// Redis: the budget counter and the rate window, settled by one script.
     Redis(RedisHeld),
-    /// A node's lease ([`crate::limits::key_leases`]): the call's bound was taken from it and its
+    /// A node's lease ([`crate::governance::key_leases`]): the call's bound was taken from it and its
     /// settlement goes back into it.
     Lease(LeaseCall),
 }
@@ -85,7 +85,7 @@ pub struct Reservation {
 const SETTLED: i64 = i64::MIN;
 
 /// Lowers a running call's reservation from its upper bound to its exact worst case, from
-/// outside the call (the node's list of calls admitted at a bound, [`crate::limits::key_limits`]).
+/// outside the call (the node's list of calls admitted at a bound, [`crate::governance::key_limits`]).
 #[derive(Debug)]
 pub(crate) struct Tightener {
     reserved: Weak<AtomicI64>,
@@ -254,7 +254,7 @@ impl Reservation {
     /// Settles a whole lease: `used_micros` and `used_tokens` are what its calls took (settled
     /// calls at their real cost and tokens, the others at their bound); `unused_requests` go
     /// back to a Redis rate window (the database's are given back by
-    /// [`crate::limits::key_rates::KeyRates::give_back_requests`]). In the background.
+    /// [`crate::governance::key_rates::KeyRates::give_back_requests`]). In the background.
     pub(crate) fn settle_lease(self, used_micros: i64, used_tokens: u64, unused_requests: i64) {
         let delta = used_micros - self.take();
         let Reservation { counter, key_id, .. } = self;

@@ -1,7 +1,7 @@
 //! What a call admitted in Redis holds ([`RedisHeld`]) and how it settles: the settlement
 //! script, many settlements per call while the node is busy ([`SETTLE_MANY`]), and the
 //! adjuster that lowers one reservation at once ([`RedisAdjuster`]). The admission itself is
-//! [`crate::limits::redis_counters`]'; this part sits below the reservations that hold it.
+//! [`crate::governance::redis_counters`]'; this part sits below the reservations that hold it.
 
 use crate::redis_link::RedisLink;
 use std::sync::Arc;
@@ -139,7 +139,7 @@ impl std::fmt::Debug for Scripts {
 }
 
 /// Lowers one reservation in a Redis budget counter at once (see
-/// [`crate::limits::reservation::Tightener`]).
+/// [`crate::governance::reservation::Tightener`]).
 #[derive(Debug)]
 pub(crate) struct RedisAdjuster {
     scripts: Arc<Scripts>,

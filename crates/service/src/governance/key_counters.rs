@@ -1,7 +1,7 @@
 //! Where a node keeps the counters of keys' budgets and `rpm_limit` / `tpm_limit`
 //! (docs/budgets.md "Where the counters live"): in the database (default; exact across every
 //! node sharing it), on a deployment of one node in this process's memory, or in Redis
-//! ([`crate::limits::redis_counters`]).
+//! ([`crate::governance::redis_counters`]).
 //!
 //! The memory counters are exact on their node: an admission and a reservation are one
 //! check-and-add under a mutex held for a few map operations (never across an `.await`). A

@@ -24,10 +24,10 @@
 //!   it, so a node never holds more unused calls near a limit than without it; a refused
 //!   one leaves the node to ask again, in the call's path, when the current lease ends.
 
-use crate::limits::admission::{Admission, BOUND_HEADROOM};
-use crate::limits::budget::BudgetPlan;
-use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation, WINDOW_SECS};
-use crate::limits::reservation::{LeaseCall, LeaseGrant, Reservation, Tightener};
+use crate::governance::admission::{Admission, BOUND_HEADROOM};
+use crate::governance::budget::BudgetPlan;
+use crate::governance::key_rates::{KeyRates, RatePlan, RateStatus, TokenReservation, WINDOW_SECS};
+use crate::governance::reservation::{LeaseCall, LeaseGrant, Reservation, Tightener};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -92,7 +92,7 @@ pub(crate) struct Lease {
     /// Calls' worth granted.
     calls: i64,
     /// Granted: micro-USD (lowered when a running call of it is tightened to its exact worst
-    /// case, [`crate::limits::reservation::Tightener`]) and tokens (requests are in `left` only: each call
+    /// case, [`crate::governance::reservation::Tightener`]) and tokens (requests are in `left` only: each call
     /// uses exactly one).
     cost: AtomicI64,
     tokens: i64,
@@ -136,11 +136,11 @@ impl Lease {
         self.terms == *terms && self.taken_at.elapsed() < LEASE_TTL
     }
 
-    /// Where the key stands once `left` is what remains of the lease, for the headers.
-    fn status(&self, left: &Left) -> Option<RateStatus> {
+    /// Where the key stands once `left` is what remains of the lease, at `now` (Unix seconds
+    /// of the limits' clock), for the headers.
+    fn status(&self, left: &Left, now: i64) -> Option<RateStatus> {
         let status = self.status?;
         let window_start = self.terms.window_start?;
-        let now = aigw_domain::time::now().timestamp();
         Some(RateStatus {
             requests: status.requests.map(|(limit, rest)| (limit, rest + left.requests)),
             tokens: status.tokens.map(|(limit, rest)| (limit, rest + left.tokens)),
@@ -255,7 +255,7 @@ impl Slot {
     /// Takes a call of bound `(cost, tokens)` under `terms` from the lease, if it has room; a
     /// lease that cannot serve it (ended, other terms, too little left) ends here, and the next
     /// lease, when one was taken ahead of time, serves instead.
-    fn take(&self, terms: &Terms, cost: i64, tokens: i64) -> Option<Taken> {
+    fn take(&self, terms: &Terms, cost: i64, tokens: i64, now: i64) -> Option<Taken> {
         let mut state = lock(&self.state);
         let mut ended = Vec::new();
         let taken = loop {
@@ -276,7 +276,7 @@ impl Slot {
                     left.requests -= 1;
                     left.cost -= cost;
                     left.tokens -= tokens;
-                    let status = lease.status(&left);
+                    let status = lease.status(&left, now);
                     let half_used = left.requests.saturating_mul(2) < lease.calls;
                     drop(left);
                     let ask_next =
@@ -344,6 +344,8 @@ impl Leases {
         let terms = Terms::of(budget, rates);
         let cost = budget.map_or(0, |b| b.cost);
         let tokens = rates.map_or(0, |r| r.tokens);
+        // The status's reset is counted from the plan's time (without rates there is none).
+        let now = rates.map_or(0, |r| r.now);
         let slot = self.slot(key_id);
         let leased = |taken: Taken| {
             if let Some((calls, extra_room)) = taken.ask_next {
@@ -352,7 +354,7 @@ impl Leases {
             }
             taken.admission
         };
-        if let Some(taken) = slot.take(&terms, cost, tokens) {
+        if let Some(taken) = slot.take(&terms, cost, tokens, now) {
             return Some(leased(taken));
         }
         if slot.refused() {
@@ -360,7 +362,7 @@ impl Leases {
         }
         let _taking = slot.taking.lock().await;
         // Another call may have taken a lease (or been refused one) meanwhile.
-        if let Some(taken) = slot.take(&terms, cost, tokens) {
+        if let Some(taken) = slot.take(&terms, cost, tokens, now) {
             return Some(leased(taken));
         }
         if slot.refused() {
@@ -385,7 +387,7 @@ impl Leases {
         };
         drop(ended);
         self.start_sweeper();
-        slot.take(&terms, cost, tokens).map(leased)
+        slot.take(&terms, cost, tokens, now).map(leased)
     }
 
     fn slot(&self, key_id: &str) -> Arc<Slot> {

@@ -1,25 +1,25 @@
 //! A call's admission against its key's own limits: the rpm/tpm window
-//! ([`crate::limits::key_rates`]) and the budget ([`crate::limits::budget`]), with the call's worst case
+//! ([`crate::governance::key_rates`]) and the budget ([`crate::governance::budget`]), with the call's worst case
 //! computed from one parse of the body (an upper bound first with Redis counters, the
 //! model's prompt count near a limit: [`BOUND_HEADROOM`],
-//! [`crate::limits::budget::worst_case_tokens`]) and counted where `gateway.key_counters`
+//! [`crate::governance::budget::worst_case_tokens`]) and counted where `gateway.key_counters`
 //! says: the database, the node's memory, or Redis (one script for both, the database while
 //! Redis is unavailable). Far from the limits, calls are admitted from the
-//! node's lease of the database's or Redis' counters ([`crate::limits::key_leases`]).
+//! node's lease of the database's or Redis' counters ([`crate::governance::key_leases`]).
 
 use crate::auth::Principal;
 use crate::config::GatewayConfig;
 use crate::db::Db;
 use crate::dialect::chat::ChatRequestSummary;
 use crate::error::ServiceError;
+use crate::governance::admission::{Admission, BOUND_HEADROOM};
+use crate::governance::budget::{BudgetPlan, Budgets};
+use crate::governance::key_counters::{KeyCounters, NodeCounters};
+use crate::governance::key_leases::{Granted, Leases};
+use crate::governance::key_rates::{KeyRates, RatePlan, RateStatus};
+use crate::governance::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
+use crate::governance::reservation::Tightener;
 use crate::levels::LimitLevel;
-use crate::limits::admission::{Admission, BOUND_HEADROOM};
-use crate::limits::budget::{BudgetPlan, Budgets};
-use crate::limits::key_counters::{KeyCounters, NodeCounters};
-use crate::limits::key_leases::{Granted, Leases};
-use crate::limits::key_rates::{KeyRates, RatePlan, RateStatus};
-use crate::limits::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
-use crate::limits::reservation::Tightener;
 use crate::prices::PriceTable;
 use crate::rate_limit::RateLimitConfig;
 use crate::redis_link::RedisLink;
@@ -31,13 +31,13 @@ use std::sync::Arc;
 
 /// The key limits of a node (cheap to clone).
 #[derive(Debug, Clone)]
-pub struct KeyLimits {
+pub struct SpendGovernance {
     budgets: Budgets,
     rates: KeyRates,
     redis: Option<RedisCounters>,
     leases: Option<Leases>,
     /// Per key, this node's running calls admitted at an upper bound (lowered to their exact
-    /// worst case when the key's budget refuses a call: [`KeyLimits::tighten`]).
+    /// worst case when the key's budget refuses a call: [`SpendGovernance::tighten`]).
     bounded: Arc<DashMap<String, Vec<BoundCall>>>,
     /// Per key, held while its bounded calls are tightened: calls refused meanwhile wait for
     /// the room it makes.
@@ -97,7 +97,7 @@ impl LevelCall<'_> {
         budgets.worst_case(self.model, self.body, self.prompt_bound, self.image_prompt, cap)
     }
 
-    /// What `KeyLimits::note_bounded` keeps of a call admitted at its bound.
+    /// What `SpendGovernance::note_bounded` keeps of a call admitted at its bound.
     fn noted(&self) -> (&Bytes, u64, u64, u64) {
         (self.body, self.prompt_bound, self.image_prompt, self.bound.completion_tokens)
     }
@@ -113,7 +113,7 @@ enum InRedis {
     Undecided,
 }
 
-/// Whether a call reserving `plan` is noted for [`KeyLimits::tighten`]: its key has a budget
+/// Whether a call reserving `plan` is noted for [`SpendGovernance::tighten`]: its key has a budget
 /// of fewer than [`NOTED_BELOW_CALLS`] such calls.
 fn worth_noting(plan: Option<&BudgetPlan>) -> bool {
     plan.is_some_and(|p| p.limit / p.cost.max(1) < NOTED_BELOW_CALLS)
@@ -130,11 +130,11 @@ pub struct Admitted {
     /// Each limited level's admission, key first.
     pub levels: Vec<Admission>,
     /// The request body to send instead of the caller's, with its summary, when a budget in
-    /// `clamp` mode lowered its `max_tokens` ([`crate::limits::clamp`]).
+    /// `clamp` mode lowered its `max_tokens` ([`crate::governance::clamp`]).
     pub clamped: Option<(Bytes, ChatRequestSummary)>,
 }
 
-impl KeyLimits {
+impl SpendGovernance {
     /// The key limits of a node as configured: budgets priced with `prices` and rpm/tpm
     /// windows, counted where `gateway.key_counters` says (docs/budgets.md "Where the counters
     /// live"): in `db`; in this node's memory (`node`: one node only); or in Redis over the
@@ -178,6 +178,13 @@ impl KeyLimits {
         Ok(limits)
     }
 
+    /// Reads the time (budget periods, rate windows) from `clock` (tests move an adjustable
+    /// one instead of waiting for a minute to begin).
+    pub fn with_clock(mut self, clock: crate::Clock) -> Self {
+        self.budgets = self.budgets.with_clock(clock);
+        self
+    }
+
     /// Limits counted by `budgets` and `rates` (each in the database or the node's memory).
     pub fn new(budgets: Budgets, rates: KeyRates) -> Self {
         Self {
@@ -191,7 +198,7 @@ impl KeyLimits {
     }
 
     /// Admits calls far from their key's limits from leases of `calls` calls' worth
-    /// ([`crate::limits::key_leases`]; 0 or 1: no leases). For counters in the database or Redis:
+    /// ([`crate::governance::key_leases`]; 0 or 1: no leases). For counters in the database or Redis:
     /// the node's memory counters need none.
     pub fn with_leases(mut self, calls: u32) -> Self {
         self.leases = (calls > 1).then(|| Leases::new(calls));
@@ -216,7 +223,7 @@ impl KeyLimits {
     ///
     /// A level whose budget is in `clamp` mode and cannot take the call's worst case has the
     /// call admitted once more with its `max_tokens` lowered to what that budget has left
-    /// ([`crate::limits::clamp`]); the lowered body is then [`Admitted::clamped`].
+    /// ([`crate::governance::clamp`]); the lowered body is then [`Admitted::clamped`].
     pub async fn admit(
         &self,
         principal: &Principal,
@@ -239,7 +246,14 @@ impl KeyLimits {
         let left = limit_micros.saturating_sub(*spent_micros);
         let clamped = clamps
             .then(|| {
-                crate::limits::clamp::clamped_body(&self.budgets, model, body, bound, images, left)
+                crate::governance::clamp::clamped_body(
+                    &self.budgets,
+                    model,
+                    body,
+                    bound,
+                    images,
+                    left,
+                )
             })
             .flatten();
         let Some(clamped) = clamped else {
@@ -300,7 +314,7 @@ impl KeyLimits {
     /// [`ServiceError::Unavailable`] when the counters' database is down.
     ///
     /// A call refused by the budget first lowers this node's running calls of the key that
-    /// were admitted at an upper bound to their exact worst case (`KeyLimits::tighten`),
+    /// were admitted at an upper bound to their exact worst case (`SpendGovernance::tighten`),
     /// and is admitted once more if that gave anything back: a burst of calls near the
     /// budget admits what fits, not what fits after the bounds' over-reservation.
     async fn admit_level(
@@ -432,7 +446,7 @@ impl KeyLimits {
     async fn admit_leased(&self, call: &LevelCall<'_>) -> Option<Admission> {
         let leases = self.leases.as_ref()?;
         let budget = self.budgets.plan(call.level, call.model, &call.bound);
-        let rates = RatePlan::new(call.level, &call.bound);
+        let rates = RatePlan::new(call.level, &call.bound, self.budgets.now());
         // A lease may be asked for in the background: the future owns its limits.
         let grant = |budget, rates, headroom| {
             let limits = self.clone();
@@ -463,7 +477,7 @@ impl KeyLimits {
         for (worst, headroom) in attempts {
             let worst = if headroom > 0 { worst } else { call.exact(&self.budgets) };
             let budget = self.budgets.plan(call.level, call.model, &worst);
-            let rates = RatePlan::new(call.level, &worst);
+            let rates = RatePlan::new(call.level, &worst, self.budgets.now());
             match redis.admit(&self.budgets, budget.as_ref(), rates.as_ref(), headroom).await {
                 Some(Ok(RedisAdmission::Admitted(status, reservation))) => {
                     let admission =
@@ -502,7 +516,7 @@ impl KeyLimits {
     ) -> Result<Admission, ServiceError> {
         let worst = call.exact(&self.budgets);
         let budget = self.budgets.plan(call.level, call.model, &worst);
-        let rates = RatePlan::new(call.level, &worst);
+        let rates = RatePlan::new(call.level, &worst, self.budgets.now());
         let (status, tokens) = match rates {
             Some(plan) => {
                 let (status, tokens) = self.rates.admit_planned(plan).await?;
@@ -528,7 +542,7 @@ impl KeyLimits {
     /// failed (nothing counted).
     async fn grant_lease(
         &self,
-        budget: Option<crate::limits::budget::BudgetPlan>,
+        budget: Option<crate::governance::budget::BudgetPlan>,
         rates: Option<RatePlan>,
         headroom: i64,
     ) -> Option<Granted> {
@@ -585,7 +599,7 @@ impl KeyLimits {
             }
             None => None,
         };
-        let (status, tokens) = match RatePlan::new(level, bound) {
+        let (status, tokens) = match RatePlan::new(level, bound, self.budgets.now()) {
             Some(mut plan) => {
                 plan.room = plan.tokens.saturating_mul(BOUND_HEADROOM);
                 match self.rates.admit_bounded(plan).await {

@@ -3,8 +3,8 @@
 //! an upper bound of its worst case ([`BOUND_HEADROOM`]). Shared by the leases and the key
 //! limits above them.
 
-use crate::limits::key_rates::{RateStatus, TokenReservation};
-use crate::limits::reservation::Reservation;
+use crate::governance::key_rates::{RateStatus, TokenReservation};
+use crate::governance::reservation::Reservation;
 
 /// How many more calls of the same upper bound a key must have room for, in its budget and
 /// its `tpm_limit`, for a call to be admitted at the bound. Closer to a limit

@@ -10,7 +10,7 @@
 //! lowered body is admitted like any call, so the clamp can never pass the budget.
 
 use crate::dialect::chat::DEFAULT_COMPLETION_CAP;
-use crate::limits::budget::Budgets;
+use crate::governance::budget::Budgets;
 use aigw_domain::usage::TokenUsage;
 use bytes::Bytes;
 use serde_json::Value;

@@ -10,7 +10,7 @@
 //!   period - the same read as the node counters' - by [`OPEN`], which creates it only when it
 //!   is still missing (SET NX semantics); then the admission runs once more.
 //! - **Settlement**: sent in the background when the usage recorder records the call, many
-//!   calls' settlements in one script while the node is busy ([`crate::limits::redis_held`]).
+//!   calls' settlements in one script while the node is busy ([`crate::governance::redis_held`]).
 //! - **Names**: `{prefix}kc:{<key id>}:b:<kind>/<period's first day>` (a hash: `c`
 //!   committed micro-USD, `g` the generation the opener chose) and
 //!   `{prefix}kc:{<key id>}:w:<minute's Unix start>` (`r` requests, `t` tokens); the key id in
@@ -25,10 +25,10 @@
 
 use crate::db::Db;
 use crate::error::ServiceError;
-use crate::limits::budget::{BudgetPlan, Budgets};
-use crate::limits::key_rates::{RatePlan, RateStatus};
-use crate::limits::redis_held::{flag, placeholder, RedisHeld, Scripts};
-use crate::limits::reservation::Reservation;
+use crate::governance::budget::{BudgetPlan, Budgets};
+use crate::governance::key_rates::{RatePlan, RateStatus};
+use crate::governance::redis_held::{flag, placeholder, RedisHeld, Scripts};
+use crate::governance::reservation::Reservation;
 use crate::redis_link::RedisLink;
 use aigw_persistence::budgets;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -318,7 +318,7 @@ impl RedisCounters {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::limits::redis_held::SETTLE_MANY;
+    use crate::governance::redis_held::SETTLE_MANY;
 
     type Admitted = (i64, i64, String, i64, i64);
 
