@@ -123,6 +123,9 @@ if [ -n "$cores" ]; then
   log "server under test on CPUs $srv_cpus ($cores workers); mock upstream and wrk on CPUs $load_cpus"
 fi
 
+# Where cargo builds (CARGO_TARGET_DIR, else target/), as an absolute path.
+target_dir=${CARGO_TARGET_DIR:-target}
+case "$target_dir" in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
 # The aigw binaries measured, by profile (an empty name: the one given with --aigw or --bin).
 declare -A profile_bins
 if [ -n "$bin_dir" ]; then
@@ -130,7 +133,7 @@ if [ -n "$bin_dir" ]; then
 else
   log "building the dist profile (aigw, bare, rate, keys, meter)"
   cargo build --profile dist --quiet -p aigw-http -p aigw-bench --bins
-  bin=$PWD/target/dist
+  bin=$target_dir/dist
 fi
 if [ -n "$aigw" ] || [ -n "$bin_dir" ]; then
   case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
@@ -140,7 +143,7 @@ else
   log "building the release profile's aigw (what \`cargo run --release\` runs)"
   cargo build --release --quiet -p aigw-http --bin aigw
   profile_bins[dist]=$bin/aigw
-  profile_bins[release]=$PWD/target/release/aigw
+  profile_bins[release]=$target_dir/release/aigw
   profiles=(dist release)
 fi
 
