@@ -165,10 +165,23 @@ start_refs
 declare -A result
 
 # added_ratios "DIRECT_P50 DIRECT_P99" "HOP_P50 HOP_P99" "VIA_P50 VIA_P99": the latency a server
-# adds over the upstream itself, divided by what the nginx hop adds: "p50 / p99".
+# adds over the upstream itself, divided by what the nginx hop adds: "p50 / p99" ("n/a" where
+# the hop adds nothing: at concurrency 1 the CPUs' wake-up latency can make the direct call
+# the slower one).
 added_ratios() {
-  local d=($1) h=($2) v=($3)
-  echo "$(ratio $((v[0] - d[0])) $((h[0] - d[0]))) / $(ratio $((v[1] - d[1])) $((h[1] - d[1])))"
+  local d=($1) h=($2) v=($3) p50=n/a p99=n/a
+  [ $((h[0] - d[0])) -gt 0 ] && p50=$(ratio $((v[0] - d[0])) $((h[0] - d[0])))
+  [ $((h[1] - d[1])) -gt 0 ] && p99=$(ratio $((v[1] - d[1])) $((h[1] - d[1])))
+  echo "$p50 / $p99"
+}
+# over "HOP_P50 HOP_P99" "VIA_P50 VIA_P99": µs a server adds over the nginx hop, "p50 p99".
+over() { local h=($1) v=($2); echo "$((v[0] - h[0])) $((v[1] - h[1]))"; }
+# median_pair ",P50 P99,P50 P99,...": the median of each column, "P50 P99".
+median_pair() {
+  local p50 p99
+  p50=$(tr ',' '\n' <<<"$1" | awk 'NF { print $1 }' | tr '\n' ' ' | median)
+  p99=$(tr ',' '\n' <<<"$1" | awk 'NF { print $2 }' | tr '\n' ' ' | median)
+  echo "${p50%.*} ${p99%.*}"
 }
 
 # --- one backend --------------------------------------------------------------------------------
@@ -253,15 +266,20 @@ run_backend() {
   result[$col,p50_aigw]=$via
   result[$col,added]=$(ratio $((via - direct)) $((hop - direct)))
 
-  log "$col: latency at concurrency 1 (one connection): direct upstream, nginx hop, aigw, aigw with key limits"
-  local c1_direct c1_hop c1_aigw c1_limited
-  c1_direct=$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$mock_port/v1/chat/completions")
-  c1_hop=$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")
-  c1_aigw=$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")
-  c1_limited=$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")
+  log "$col: latency at concurrency 1 (one connection), $rounds interleaved round(s): direct upstream, nginx hop, aigw, aigw with key limits"
+  local c1_direct_l="" c1_hop_l="" c1_aigw_l="" c1_limited_l="" c1_direct c1_hop c1_aigw c1_limited
+  for _ in $(seq "$rounds"); do
+    c1_direct_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$mock_port/v1/chat/completions")"
+    c1_hop_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
+    c1_aigw_l+=",$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
+    c1_limited_l+=",$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
+  done
+  c1_direct=$(median_pair "$c1_direct_l") c1_hop=$(median_pair "$c1_hop_l")
+  c1_aigw=$(median_pair "$c1_aigw_l") c1_limited=$(median_pair "$c1_limited_l")
   result[$col,c1]="$c1_direct / $c1_hop / $c1_aigw / $c1_limited"
   result[$col,c1_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_aigw")
   result[$col,c1_limited_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_limited")
+  result[$col,c1_over_hop]=$(over "$c1_hop" "$c1_aigw")" / "$(over "$c1_hop" "$c1_limited")
 
   log "$col: /me p99 at 500 req/s, idle and during a login storm"
   local idle storm login_lua="$dir/login.lua"
@@ -414,6 +432,7 @@ echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p9
 echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
 echo "| p50 p99 µs at concurrency 1: direct / hop / aigw / aigw with key limits |$(col c1)"
+echo "| µs aigw adds over the nginx hop at concurrency 1, p50 p99: plain key / key with limits |$(col c1_over_hop)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"
 
