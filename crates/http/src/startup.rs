@@ -432,8 +432,8 @@ fn serve(
         caps_metrics,
     );
     let description = web::Data::new(routes::document::ApiDescription::new(
-        &<crate::openapi::ApiDoc as utoipa::OpenApi>::openapi(),
-    )?);
+        <crate::openapi::ApiDoc as utoipa::OpenApi>::openapi,
+    ));
     let app = move || {
         App::new()
             .app_data(state.clone())
