@@ -4,6 +4,7 @@
 //! this crate, so no caller re-parses a stored string.
 
 use crate::schema::{api_keys, refresh_tokens, sessions, users};
+use aigw_domain::{ApiKeyId, SessionId, TeamId, UserId};
 use aigw_domain::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns, PermissionSet, Role};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
@@ -32,7 +33,7 @@ fn role_from_storage(stored: &str) -> Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserRow {
     /// UUIDv7 string.
-    pub id: String,
+    pub id: UserId,
     /// Normalised e-mail address (`aigw_domain::normalize_email`), unique; its UTS 39
     /// skeleton is stored beside it (unique too) when the row is inserted.
     pub email: String,
@@ -56,9 +57,9 @@ pub struct UserRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRow {
     /// UUIDv7 string; the `sid` claim of the session's access tokens.
-    pub id: String,
+    pub id: SessionId,
     /// Owner.
-    pub user_id: String,
+    pub user_id: UserId,
     /// Login time, UTC.
     pub created_at: DateTime<Utc>,
     /// Absolute end of the session (login + refresh lifetime), UTC; rotation never extends it.
@@ -84,7 +85,7 @@ pub struct RefreshTokenRow {
     /// UUIDv7 string.
     pub id: String,
     /// The session (family) this token belongs to.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// SHA-256 hex digest of the token.
     pub token_hash: String,
     /// The token this one replaced, if any.
@@ -101,9 +102,9 @@ pub struct RefreshTokenRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRow {
     /// UUIDv7 string.
-    pub id: String,
+    pub id: ApiKeyId,
     /// Owner.
-    pub user_id: String,
+    pub user_id: UserId,
     /// Label chosen by the creator.
     pub name: String,
     /// First 12 characters of the key, in clear.
@@ -129,7 +130,7 @@ pub struct ApiKeyRow {
     /// When the key was last rotated, UTC.
     pub rotated_at: Option<DateTime<Utc>>,
     /// The team the key is scoped to (fixed at creation).
-    pub team_id: Option<String>,
+    pub team_id: Option<TeamId>,
     /// Whether the key belongs to its team (a team key; `user_id` then records who created it)
     /// rather than to its user.
     pub team_owned: bool,
@@ -250,7 +251,7 @@ impl From<UserRecord> for UserRow {
     fn from(r: UserRecord) -> Self {
         Self {
             role: role_from_storage(&r.role),
-            id: r.id,
+            id: r.id.into(),
             email: r.email,
             name: r.name,
             password_hash: r.password_hash,
@@ -265,7 +266,7 @@ impl From<UserRecord> for UserRow {
 impl From<&UserRow> for UserRecord {
     fn from(r: &UserRow) -> Self {
         Self {
-            id: r.id.clone(),
+            id: r.id.to_string(),
             email: r.email.clone(),
             name: r.name.clone(),
             role: r.role.as_str().to_owned(),
@@ -300,8 +301,8 @@ pub(crate) struct SessionRecord {
 impl From<SessionRecord> for SessionRow {
     fn from(r: SessionRecord) -> Self {
         Self {
-            id: r.id,
-            user_id: r.user_id,
+            id: r.id.into(),
+            user_id: r.user_id.into(),
             created_at: to_utc(r.created_at),
             expires_at: to_utc(r.expires_at),
             revoked_at: r.revoked_at.map(to_utc),
@@ -317,8 +318,8 @@ impl From<SessionRecord> for SessionRow {
 impl From<&SessionRow> for SessionRecord {
     fn from(r: &SessionRow) -> Self {
         Self {
-            id: r.id.clone(),
-            user_id: r.user_id.clone(),
+            id: r.id.to_string(),
+            user_id: r.user_id.to_string(),
             created_at: from_utc(r.created_at),
             expires_at: from_utc(r.expires_at),
             revoked_at: r.revoked_at.map(from_utc),
@@ -348,7 +349,7 @@ impl From<RefreshTokenRecord> for RefreshTokenRow {
     fn from(r: RefreshTokenRecord) -> Self {
         Self {
             id: r.id,
-            session_id: r.session_id,
+            session_id: r.session_id.into(),
             token_hash: r.token_hash,
             parent_id: r.parent_id,
             created_at: to_utc(r.created_at),
@@ -362,7 +363,7 @@ impl From<&RefreshTokenRow> for RefreshTokenRecord {
     fn from(r: &RefreshTokenRow) -> Self {
         Self {
             id: r.id.clone(),
-            session_id: r.session_id.clone(),
+            session_id: r.session_id.to_string(),
             token_hash: r.token_hash.clone(),
             parent_id: r.parent_id.clone(),
             created_at: from_utc(r.created_at),
@@ -479,11 +480,11 @@ impl From<ApiKeyRecord> for ApiKeyRow {
             previous_key_hash: r.previous_key_hash,
             previous_key_expires_at: r.previous_key_expires_at.map(to_utc),
             rotated_at: r.rotated_at.map(to_utc),
-            team_id: r.team_id,
+            team_id: r.team_id.map(TeamId::from),
             team_owned: r.team_owned,
             permissions: PermissionSet::from_storage(&r.permissions),
-            id: r.id,
-            user_id: r.user_id,
+            id: r.id.into(),
+            user_id: r.user_id.into(),
             name: r.name,
             key_prefix: r.key_prefix,
             key_hash: r.key_hash,
@@ -498,8 +499,8 @@ impl From<ApiKeyRecord> for ApiKeyRow {
 impl From<&ApiKeyRow> for ApiKeyRecord {
     fn from(r: &ApiKeyRow) -> Self {
         Self {
-            id: r.id.clone(),
-            user_id: r.user_id.clone(),
+            id: r.id.to_string(),
+            user_id: r.user_id.to_string(),
             name: r.name.clone(),
             key_prefix: r.key_prefix.clone(),
             key_hash: r.key_hash.clone(),
@@ -517,7 +518,7 @@ impl From<&ApiKeyRow> for ApiKeyRecord {
             previous_key_hash: r.previous_key_hash.clone(),
             previous_key_expires_at: r.previous_key_expires_at.map(from_utc),
             rotated_at: r.rotated_at.map(from_utc),
-            team_id: r.team_id.clone(),
+            team_id: r.team_id.as_deref().map(str::to_owned),
             team_owned: r.team_owned,
             budget_mode: r.policy.budget_mode.map(|m| m.as_str().to_owned()),
         }

@@ -9,6 +9,7 @@ use crate::models::{from_utc, metadata_to_storage, models_to_storage, to_utc, Ap
 use crate::pool::DbConnection;
 use crate::schema::{team_invitations as inv, team_members as m, teams as t, users};
 use aigw_domain::TeamRole;
+use aigw_domain::{TeamId, UserId};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
@@ -16,11 +17,11 @@ use diesel::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeamRow {
     /// UUIDv7 string.
-    pub id: String,
+    pub id: TeamId,
     /// Display name.
     pub name: String,
     /// The user who created it.
-    pub created_by: String,
+    pub created_by: UserId,
     /// Creation time, UTC.
     pub created_at: DateTime<Utc>,
     /// Last change of its name or policy, UTC.
@@ -61,9 +62,9 @@ impl TeamChanges {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRow {
     /// The team.
-    pub team_id: String,
+    pub team_id: TeamId,
     /// The member.
-    pub user_id: String,
+    pub user_id: UserId,
     /// The member's role.
     pub role: TeamRole,
     /// The member's own budget, overriding the team's default, micro-USD.
@@ -82,13 +83,13 @@ pub struct TeamInvitationRow {
     /// UUIDv7 string.
     pub id: String,
     /// The team.
-    pub team_id: String,
+    pub team_id: TeamId,
     /// The invited address, normalised.
     pub email: String,
     /// The role the member will have.
     pub role: TeamRole,
     /// Who invited.
-    pub created_by: String,
+    pub created_by: UserId,
     /// When, UTC.
     pub created_at: DateTime<Utc>,
     /// When registration used it, UTC.
@@ -125,9 +126,9 @@ impl From<TeamRecord> for TeamRow {
                 (r.rpm_limit, r.tpm_limit),
                 r.metadata.as_deref(),
             ),
-            id: r.id,
+            id: r.id.into(),
             name: r.name,
-            created_by: r.created_by,
+            created_by: r.created_by.into(),
             created_at: to_utc(r.created_at),
             updated_at: to_utc(r.updated_at),
             member_budget_micros: r.member_budget_micros,
@@ -163,8 +164,8 @@ struct MemberRecord {
 impl MemberRecord {
     fn into_row(self, email: String, name: String) -> MemberRow {
         MemberRow {
-            team_id: self.team_id,
-            user_id: self.user_id,
+            team_id: self.team_id.into(),
+            user_id: self.user_id.into(),
             role: TeamRole::from_stored(&self.role),
             budget_micros: self.budget_micros,
             created_at: to_utc(self.created_at),
@@ -192,9 +193,9 @@ impl From<InvitationRecord> for TeamInvitationRow {
         Self {
             role: TeamRole::from_stored(&r.role),
             id: r.id,
-            team_id: r.team_id,
+            team_id: r.team_id.into(),
             email: r.email,
-            created_by: r.created_by,
+            created_by: r.created_by.into(),
             created_at: to_utc(r.created_at),
             accepted_at: r.accepted_at.map(to_utc),
             revoked_at: r.revoked_at.map(to_utc),
@@ -213,9 +214,9 @@ pub fn insert(
 ) -> Result<(), PersistenceError> {
     let p = &team.policy;
     let record = TeamRecord {
-        id: team.id.clone(),
+        id: team.id.to_string(),
         name: team.name.clone(),
-        created_by: team.created_by.clone(),
+        created_by: team.created_by.to_string(),
         created_at: from_utc(team.created_at),
         updated_at: from_utc(team.updated_at),
         deleted_at: None,
@@ -472,10 +473,10 @@ pub fn insert_invitation(
 ) -> Result<(), PersistenceError> {
     let record = InvitationRecord {
         id: row.id.clone(),
-        team_id: row.team_id.clone(),
+        team_id: row.team_id.to_string(),
         email: row.email.clone(),
         role: row.role.as_str().to_owned(),
-        created_by: row.created_by.clone(),
+        created_by: row.created_by.to_string(),
         created_at: from_utc(row.created_at),
         accepted_at: None,
         revoked_at: None,

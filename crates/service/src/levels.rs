@@ -52,7 +52,7 @@ impl TeamScope {
         });
         Self {
             counter: CounterSubject::Team(&team.id).name(),
-            team_id: team.id.into(),
+            team_id: team.id,
             policy: team.policy,
             member,
         }

@@ -13,7 +13,7 @@ use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::invitation::InvitationSecret;
 use aigw_domain::AuditAction;
-use aigw_domain::{CredentialChangeKind, Email, FieldError, Role, UserName};
+use aigw_domain::{CredentialChangeKind, Email, FieldError, Role, UserId, UserName};
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{invitations, transaction, users, DbConnection, PersistenceError};
 
@@ -116,7 +116,7 @@ impl Accounts {
         let password_hash = self.ctx.passwords.hash(password).await?;
         let now = self.ctx.clock.now();
         Ok(UserRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: UserId::generate(),
             email: email.as_str().to_owned(),
             name: name.into_string(),
             role,

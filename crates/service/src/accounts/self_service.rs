@@ -44,7 +44,7 @@ impl SessionView {
         Self {
             current: current == Some(row.id.as_str()),
             last_used_at: row.last_used_at.unwrap_or(row.created_at),
-            id: row.id,
+            id: row.id.into_string(),
             created_at: row.created_at,
             expires_at: row.expires_at,
             user_agent: row.user_agent,

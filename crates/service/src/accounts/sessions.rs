@@ -15,7 +15,7 @@ use crate::metrics::name as metric;
 use crate::views::{TokenSet, UserView};
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
-use aigw_domain::{CredentialChangeKind, RefreshTokenSecret};
+use aigw_domain::{CredentialChangeKind, RefreshTokenSecret, SessionId, UserId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::{RefreshTokenRow, SessionRow, UserRow};
 use aigw_persistence::{sessions, transaction, users, DbConnection};
@@ -79,8 +79,8 @@ impl Accounts {
         let ttl = i64::try_from(self.ctx.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
         let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::MAX);
         let session = SessionRow {
-            id: uuid::Uuid::now_v7().to_string(),
-            user_id: user_id.to_owned(),
+            id: SessionId::generate(),
+            user_id: UserId::from(user_id),
             created_at: now,
             expires_at,
             revoked_at: None,
@@ -102,7 +102,7 @@ impl Accounts {
         let secret = RefreshTokenSecret::generate(&mut OsRng);
         let token = RefreshTokenRow {
             id: uuid::Uuid::now_v7().to_string(),
-            session_id: session_id.to_owned(),
+            session_id: SessionId::from(session_id),
             token_hash: secret.digest().into_string(),
             parent_id: None,
             created_at: now,
@@ -148,7 +148,7 @@ impl Accounts {
             expires_at: access.expires_at,
             expires_in: access.expires_in,
             refresh_token: refresh.expose().to_owned(),
-            session_id: session_id.into(),
+            session_id,
         })
     }
 
@@ -300,7 +300,7 @@ impl Accounts {
                                 && session.id != session_id
                                 && sessions::revoke_session(conn, &session.id, "logout", now)?
                             {
-                                revoked.push(session.id);
+                                revoked.push(session.id.into_string());
                             }
                         }
                     }

@@ -535,8 +535,8 @@ impl Administration {
             .chain(teams.into_iter().map(|r| OpenInvitation {
                 id: r.id,
                 email: r.email,
-                team_id: Some(r.team_id),
-                created_by: r.created_by,
+                team_id: Some(r.team_id.to_string()),
+                created_by: r.created_by.to_string(),
                 created_at: r.created_at,
                 expires_at: None,
             }))

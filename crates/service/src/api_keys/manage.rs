@@ -122,8 +122,8 @@ impl ApiKeys {
         let policy = request.policy.parse()?;
         let secret = ApiKeySecret::generate(&mut OsRng);
         let row = ApiKeyRow {
-            id: uuid::Uuid::now_v7().to_string(),
-            user_id: principal.user_id().to_string(),
+            id: ApiKeyId::generate(),
+            user_id: principal.user_id().clone(),
             name: name.into_string(),
             key_prefix: secret.key_prefix().to_owned(),
             key_hash: secret.digest().into_string(),
@@ -136,7 +136,7 @@ impl ApiKeys {
             previous_key_hash: None,
             previous_key_expires_at: None,
             rotated_at: None,
-            team_id: team.as_ref().map(|(id, _)| id.clone()),
+            team_id: team.as_ref().map(|(id, _)| TeamId::from(id.as_str())),
             team_owned: team.as_ref().is_some_and(|(_, owned)| *owned),
         };
         let created =

@@ -50,10 +50,10 @@ impl CachedKey {
         Self {
             replaced_until,
             policy: Arc::new(row.policy),
-            team_id: row.team_id,
+            team_id: row.team_id.map(String::from),
             team_owned: row.team_owned,
-            key_id: row.id,
-            user_id: row.user_id,
+            key_id: row.id.to_string(),
+            user_id: row.user_id.to_string(),
             permissions: row.permissions,
             expires_at: row.expires_at,
             revoked: row.revoked_at.is_some(),

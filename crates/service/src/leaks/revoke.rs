@@ -411,12 +411,12 @@ fn revoke_all(
                     Some(row) => {
                         let owner = users::find_by_id(conn, &row.user_id)?;
                         leaked.push(LeakedKey {
-                            owner_user_id: row.user_id.clone(),
+                            owner_user_id: row.user_id.to_string(),
                             owner_email: owner.map(|u| u.email),
-                            key_id: row.id.clone(),
+                            key_id: row.id.to_string(),
                             key_name: row.name.clone(),
                             key_prefix: secret.key_prefix().to_owned(),
-                            team_id: row.team_id.clone(),
+                            team_id: row.team_id.clone().map(String::from),
                             url: token.url.clone(),
                             source: token.source.clone(),
                             revoked_at: row.revoked_at.unwrap_or(now),
@@ -427,8 +427,8 @@ fn revoke_all(
                     None => finding = Finding::UnknownKey,
                 }
             }
-            let key_id = found.as_ref().map(|r| r.id.clone());
-            let owner = found.map(|r| r.user_id);
+            let key_id = found.as_ref().map(|r| r.id.to_string());
+            let owner = found.map(|r| r.user_id.into_string());
             looked.insert(digest.clone(), Looked { finding, key_id, owner });
         }
         let Some(Looked { finding, key_id: Some(key_id), owner }) = looked.get(&digest) else {

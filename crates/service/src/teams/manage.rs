@@ -68,9 +68,9 @@ impl Teams {
         let now = time::now();
         let user_id = principal.user_id().to_owned();
         let row = TeamRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: TeamId::generate(),
             name,
-            created_by: user_id.to_string(),
+            created_by: user_id.clone(),
             created_at: now,
             updated_at: now,
             policy,

@@ -102,10 +102,10 @@ impl Teams {
                     let Some(user) = users::find_by_email(conn, &email)? else {
                         let invitation = TeamInvitationRow {
                             id: uuid::Uuid::now_v7().to_string(),
-                            team_id: team_id.to_string(),
+                            team_id: team_id.clone(),
                             email: email.clone(),
                             role,
-                            created_by: user_id.to_string(),
+                            created_by: user_id.clone(),
                             created_at: now,
                             accepted_at: None,
                             revoked_at: None,

@@ -67,9 +67,9 @@ pub struct TeamView {
 impl TeamView {
     fn new(row: TeamRow, role: Option<TeamRole>) -> Self {
         Self {
-            id: row.id,
+            id: row.id.to_string(),
             name: row.name,
-            created_by: row.created_by,
+            created_by: row.created_by.to_string(),
             created_at: row.created_at,
             updated_at: row.updated_at,
             policy: row.policy,
@@ -114,7 +114,15 @@ pub struct Member {
 impl From<MemberRow> for Member {
     fn from(row: MemberRow) -> Self {
         let MemberRow { team_id, user_id, role, budget_micros, created_at, email, name } = row;
-        Self { team_id, user_id, role, budget_micros, created_at, email, name }
+        Self {
+            team_id: team_id.to_string(),
+            user_id: user_id.to_string(),
+            role,
+            budget_micros,
+            created_at,
+            email,
+            name,
+        }
     }
 }
 
@@ -151,7 +159,16 @@ impl From<TeamInvitationRow> for TeamInvitationView {
             accepted_at,
             revoked_at,
         } = row;
-        Self { id, team_id, email, role, created_by, created_at, accepted_at, revoked_at }
+        Self {
+            id,
+            team_id: team_id.to_string(),
+            email,
+            role,
+            created_by: created_by.to_string(),
+            created_at,
+            accepted_at,
+            revoked_at,
+        }
     }
 }
 

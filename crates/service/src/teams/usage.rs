@@ -55,7 +55,7 @@ pub(super) fn with_spend(
     members
         .into_iter()
         .map(|member| {
-            let spend_micros = spend.get(&member.user_id).copied().unwrap_or(0);
+            let spend_micros = spend.get(member.user_id.as_str()).copied().unwrap_or(0);
             MemberView { member: member.into(), spend_micros, budget_reset_at }
         })
         .collect()
