@@ -12,6 +12,7 @@ use crate::models::{
 };
 use crate::pool::DbConnection;
 use crate::schema::{refresh_tokens, sessions};
+use aigw_domain::{SessionId, UserId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -102,10 +103,11 @@ pub fn find_successor(
 /// On database failure.
 pub fn revoke_session(
     conn: &mut DbConnection,
-    id: &str,
+    id: &SessionId,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let now = from_utc(now);
     let n = diesel::update(sessions::table.find(id).filter(sessions::revoked_at.is_null()))
         .set((sessions::revoked_at.eq(now), sessions::revoked_reason.eq(reason)))
@@ -123,11 +125,13 @@ pub fn revoke_session(
 /// On database failure.
 pub fn revoke_user_sessions(
     conn: &mut DbConnection,
-    user_id: &str,
-    keep: Option<&str>,
+    user_id: &UserId,
+    keep: Option<&SessionId>,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, PersistenceError> {
+    let user_id = user_id.as_str();
+    let keep = keep.map(SessionId::as_str);
     let now = from_utc(now);
     conn.transaction(|conn| {
         // The UPDATE comes first so SQLite takes the write lock before reading.
@@ -157,7 +161,8 @@ pub fn revoke_user_sessions(
 ///
 /// # Errors
 /// On database failure.
-pub fn is_revoked(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+pub fn is_revoked(conn: &mut DbConnection, id: &SessionId) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let revoked_at = sessions::table
         .find(id)
         .select(sessions::revoked_at)
@@ -219,9 +224,10 @@ pub fn clear_sealed_before(
 /// On database failure.
 pub fn list_live_for_user(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     now: DateTime<Utc>,
 ) -> Result<Vec<SessionRow>, PersistenceError> {
+    let user_id = user_id.as_str();
     Ok(sessions::table
         .filter(sessions::user_id.eq(user_id))
         .filter(sessions::revoked_at.is_null())
@@ -241,11 +247,13 @@ pub fn list_live_for_user(
 /// On database failure.
 pub fn revoke_own_session(
     conn: &mut DbConnection,
-    id: &str,
-    user_id: &str,
+    id: &SessionId,
+    user_id: &UserId,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
+    let user_id = user_id.as_str();
     let n = diesel::update(
         sessions::table
             .filter(sessions::id.eq(id))
@@ -263,9 +271,10 @@ pub fn revoke_own_session(
 /// On database failure.
 pub fn touch(
     conn: &mut DbConnection,
-    id: &str,
+    id: &SessionId,
     now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(sessions::table.find(id))
         .set(sessions::last_used_at.eq(from_utc(now)))
         .execute(conn)?;
@@ -280,9 +289,10 @@ pub fn touch(
 /// On database failure.
 pub fn retire_refresh_tokens(
     conn: &mut DbConnection,
-    id: &str,
+    id: &SessionId,
     now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(
         refresh_tokens::table
             .filter(refresh_tokens::session_id.eq(id))
@@ -302,8 +312,9 @@ pub fn retire_refresh_tokens(
 /// On database failure.
 pub fn find_session(
     conn: &mut DbConnection,
-    id: &str,
+    id: &SessionId,
 ) -> Result<Option<SessionRow>, PersistenceError> {
+    let id = id.as_str();
     Ok(sessions::table
         .find(id)
         .select(SessionRecord::as_select())

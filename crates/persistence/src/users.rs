@@ -4,6 +4,7 @@ use crate::error::PersistenceError;
 use crate::models::{from_utc, UserRecord, UserRow};
 use crate::pool::DbConnection;
 use crate::schema::users;
+use aigw_domain::UserId;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -36,7 +37,11 @@ pub fn find_by_email(
 ///
 /// # Errors
 /// On database failure.
-pub fn find_by_id(conn: &mut DbConnection, id: &str) -> Result<Option<UserRow>, PersistenceError> {
+pub fn find_by_id(
+    conn: &mut DbConnection,
+    id: &UserId,
+) -> Result<Option<UserRow>, PersistenceError> {
+    let id = id.as_str();
     Ok(users::table
         .find(id)
         .select(UserRecord::as_select())
@@ -72,10 +77,11 @@ pub fn find_by_ids(
 /// On database failure.
 pub fn update_password_hash(
     conn: &mut DbConnection,
-    id: &str,
+    id: &UserId,
     password_hash: &str,
     now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(users::table.find(id))
         .set((users::password_hash.eq(password_hash), users::updated_at.eq(from_utc(now))))
         .execute(conn)?;
@@ -123,11 +129,12 @@ pub fn list(
 /// On database failure.
 pub fn update_access(
     conn: &mut DbConnection,
-    id: &str,
+    id: &UserId,
     role: aigw_domain::Role,
     disabled_at: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(users::table.find(id))
         .set((
             users::role.eq(role.as_str()),
@@ -145,7 +152,8 @@ pub fn update_access(
 ///
 /// # Errors
 /// On database failure.
-pub fn lock_if_enabled(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+pub fn lock_if_enabled(conn: &mut DbConnection, id: &UserId) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let n = diesel::update(users::table.find(id).filter(users::disabled_at.is_null()))
         .set(users::disabled_at.eq(None::<chrono::NaiveDateTime>))
         .execute(conn)?;
@@ -160,7 +168,8 @@ pub fn lock_if_enabled(conn: &mut DbConnection, id: &str) -> Result<bool, Persis
 ///
 /// # Errors
 /// On database failure.
-pub fn lock(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+pub fn lock(conn: &mut DbConnection, id: &UserId) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let n = diesel::update(users::table.find(id)).set(users::id.eq(users::id)).execute(conn)?;
     Ok(n == 1)
 }
@@ -182,10 +191,11 @@ pub fn lock_by_email(conn: &mut DbConnection, email: &str) -> Result<bool, Persi
 /// On database failure.
 pub fn update_name(
     conn: &mut DbConnection,
-    id: &str,
+    id: &UserId,
     name: &str,
     now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(users::table.find(id))
         .set((users::name.eq(name), users::updated_at.eq(from_utc(now))))
         .execute(conn)?;
@@ -243,9 +253,10 @@ pub fn backfill_email_skeletons(
 /// On database failure.
 pub fn mark_email_verified(
     conn: &mut DbConnection,
-    id: &str,
+    id: &UserId,
     at: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(users::table.find(id).filter(users::email_verified_at.is_null()))
         .set((users::email_verified_at.eq(from_utc(at)), users::updated_at.eq(from_utc(at))))
         .execute(conn)?;
@@ -260,10 +271,11 @@ pub fn mark_email_verified(
 /// others on database failure.
 pub fn change_email(
     conn: &mut DbConnection,
-    id: &str,
+    id: &UserId,
     email: &str,
     at: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     diesel::update(users::table.find(id))
         .set((
             users::email.eq(email),

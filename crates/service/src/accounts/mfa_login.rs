@@ -19,6 +19,7 @@ use aigw_domain::mfa::{
     MfaToken, SessionAmr, FAILED_CODES_WINDOW_SECS, MAX_CHALLENGE_ATTEMPTS,
     MAX_FAILED_CODES_PER_WINDOW,
 };
+use aigw_domain::UserId;
 use aigw_domain::{time, AuditAction};
 use aigw_persistence::mfa::{self, ChallengeRow, TotpRow};
 use aigw_persistence::models::UserRow;
@@ -138,7 +139,7 @@ impl Accounts {
                         ServiceError::Internal("a counted challenge vanished".to_owned())
                     })?;
                     let totp = mfa::find_totp(conn, &challenge.user_id)?;
-                    let user = users::find_by_id(conn, &challenge.user_id)?;
+                    let user = users::find_by_id(conn, &UserId::from(challenge.user_id.as_str()))?;
                     Ok::<_, ServiceError>(Attempt::Open(Box::new((challenge, totp, user))))
                 })
             })

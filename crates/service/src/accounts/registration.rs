@@ -220,7 +220,7 @@ impl Accounts {
     /// Replaces a user's hash with one of the configured parameters; failures are logged
     /// only (the login itself has succeeded).
     async fn rehash(&self, user_id: &str, password: String) {
-        let id = user_id.to_owned();
+        let id = UserId::from(user_id);
         let result = async {
             let hash = self.ctx.passwords.hash(password).await?;
             let now = self.ctx.clock.now();

@@ -102,7 +102,7 @@ impl Accounts {
         id: &str,
     ) -> Result<(), ServiceError> {
         let (user_id, _) = session_caller(principal)?;
-        let wanted = id.to_owned();
+        let wanted = SessionId::from(id);
         let now = self.ctx.clock.now();
         let event =
             Event::new(AuditAction::SessionEnded, Some(&user_id), Some(&user_id), now).target(id);

@@ -264,7 +264,7 @@ impl Administration {
 /// On database failure (the transaction then rolls back).
 fn apply_user_update(
     conn: &mut DbConnection,
-    id: &str,
+    id: &UserId,
     update: UserUpdate,
     template: &Event,
     now: DateTime<Utc>,

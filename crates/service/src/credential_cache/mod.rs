@@ -41,7 +41,7 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use crate::levels::TeamScope;
 use crate::views::UserView;
-use aigw_domain::CredentialChangeKind;
+use aigw_domain::{CredentialChangeKind, SessionId, UserId};
 use aigw_persistence::changes::{self, ChangeRow};
 use aigw_persistence::{api_keys, sessions, teams, users, DbConnection};
 use chrono::{DateTime, Utc};
@@ -194,7 +194,7 @@ impl CredentialCache {
         }
         let trusted = self.trusted();
         let (loaded_at, loaded) = (inner.position(), Instant::now());
-        let wanted = id.to_owned();
+        let wanted = UserId::from(id);
         let row = inner.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         let view = row.as_ref().map(UserView::from);
         if trusted {
@@ -263,7 +263,7 @@ impl CredentialCache {
         if self.health().fresh {
             return Ok(false);
         }
-        let wanted = id.to_owned();
+        let wanted = SessionId::from(id);
         self.inner.db.run(move |conn| Ok(sessions::is_revoked(conn, &wanted)?)).await
     }
 

@@ -13,6 +13,7 @@ use crate::mfa::Mfa;
 use crate::password::Verification;
 use aigw_domain::access::op;
 use aigw_domain::mfa::TotpCode;
+use aigw_domain::UserId;
 use aigw_domain::{AuditAction, FieldError};
 use aigw_persistence::mfa::{self, TotpRow};
 use aigw_persistence::{transaction, users};
@@ -227,7 +228,7 @@ impl Mfa {
             .password_policy
             .check_length_bound(&password)
             .map_err(|e| FieldError::new("password", e.issue))?;
-        let wanted = user_id.to_owned();
+        let wanted = UserId::from(user_id);
         let (user, totp) = self
             .ctx
             .db
