@@ -6,6 +6,7 @@ use crate::error::PersistenceError;
 use crate::models::{from_utc, ApiKeyChanges, ApiKeyChangeset, ApiKeyRecord, ApiKeyRow};
 use crate::pool::DbConnection;
 use crate::schema::api_keys;
+use aigw_domain::{ApiKeyId, TeamId, UserId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -47,8 +48,9 @@ pub fn insert(conn: &mut DbConnection, row: &ApiKeyRow) -> Result<(), Persistenc
 /// On database failure.
 pub fn list_for_user(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
 ) -> Result<Vec<ApiKeyRow>, PersistenceError> {
+    let user_id = user_id.as_str();
     Ok(api_keys::table
         .filter(api_keys::user_id.eq(user_id))
         .filter(api_keys::team_owned.eq(false))
@@ -84,9 +86,10 @@ pub fn find_by_hash(
 /// On database failure.
 pub fn find_for(
     conn: &mut DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     owner: KeyOwner<'_>,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    let id = id.as_str();
     let query = api_keys::table.filter(api_keys::id.eq(id.to_owned())).into_boxed();
     Ok(owned_by!(query, owner)
         .select(ApiKeyRecord::as_select())
@@ -128,9 +131,10 @@ pub fn page_for(
 /// On database failure.
 pub fn revoke_team_keys(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: &TeamId,
     now: DateTime<Utc>,
 ) -> Result<usize, PersistenceError> {
+    let team_id = team_id.as_str();
     let live = api_keys::table
         .filter(api_keys::team_id.eq(team_id))
         .filter(api_keys::revoked_at.is_null());
@@ -144,12 +148,13 @@ pub fn revoke_team_keys(
 /// On database failure.
 pub fn update(
     conn: &mut DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     owner: KeyOwner<'_>,
     changes: &ApiKeyChanges,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
     if !changes.is_empty() {
-        let statement = diesel::update(api_keys::table.filter(api_keys::id.eq(id))).into_boxed();
+        let statement =
+            diesel::update(api_keys::table.filter(api_keys::id.eq(id.as_str()))).into_boxed();
         owned_by!(statement, owner).set(ApiKeyChangeset::from(changes)).execute(conn)?;
     }
     find_for(conn, id, owner)
@@ -165,13 +170,14 @@ pub fn update(
 /// [`PersistenceError::Conflict`] on a digest collision; others on database failure.
 pub fn rotate(
     conn: &mut DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     owner: KeyOwner<'_>,
     key_prefix: &str,
     key_hash: &str,
     previous_expires_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let statement = diesel::update(
         api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::revoked_at.is_null()),
     )
@@ -196,10 +202,11 @@ pub fn rotate(
 /// On database failure.
 pub fn revoke(
     conn: &mut DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     owner: Option<KeyOwner<'_>>,
     now: DateTime<Utc>,
 ) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    let id = id.as_str();
     conn.transaction(|conn| {
         let mut update = diesel::update(
             api_keys::table.filter(api_keys::id.eq(id)).filter(api_keys::revoked_at.is_null()),
@@ -270,9 +277,10 @@ pub fn list_all(
 /// On database failure.
 pub fn delete(
     conn: &mut DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     owner: KeyOwner<'_>,
 ) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let statement = diesel::delete(api_keys::table.filter(api_keys::id.eq(id))).into_boxed();
     let n = owned_by!(statement, owner).execute(conn)?;
     Ok(n == 1)
@@ -285,10 +293,11 @@ pub fn delete(
 /// On database failure.
 pub fn touch_last_used(
     conn: &mut DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     now: DateTime<Utc>,
     not_before: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let id = id.as_str();
     let not_before = from_utc(not_before);
     diesel::update(
         api_keys::table

@@ -530,7 +530,7 @@ impl ApiKeys {
 /// On database failure (the caller's transaction then rolls back).
 pub(crate) fn revoke_in_transaction(
     conn: &mut aigw_persistence::DbConnection,
-    id: &str,
+    id: &ApiKeyId,
     owner: Option<&Owner>,
     event: &Event,
     by_admin: bool,

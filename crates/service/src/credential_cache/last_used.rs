@@ -8,6 +8,7 @@
 
 use crate::db::Db;
 use crate::error::ServiceError;
+use aigw_domain::ApiKeyId;
 use aigw_persistence::{api_keys, transaction};
 use chrono::{DateTime, Duration, Utc};
 use std::collections::HashMap;
@@ -59,7 +60,7 @@ impl LastUsed {
             transaction(conn, |conn| {
                 for (id, at) in &written {
                     let not_before = *at - Duration::seconds(RESOLUTION_SECS);
-                    api_keys::touch_last_used(conn, id, *at, not_before)?;
+                    api_keys::touch_last_used(conn, &ApiKeyId::from(id.as_str()), *at, not_before)?;
                 }
                 Ok::<_, ServiceError>(())
             })
