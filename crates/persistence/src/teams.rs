@@ -210,7 +210,7 @@ impl From<InvitationRecord> for TeamInvitationRow {
 pub fn insert(
     conn: &mut DbConnection,
     team: &TeamRow,
-    owner: &str,
+    owner: &UserId,
 ) -> Result<(), PersistenceError> {
     let p = &team.policy;
     let record = TeamRecord {
@@ -238,7 +238,8 @@ pub fn insert(
 ///
 /// # Errors
 /// On database failure.
-pub fn find(conn: &mut DbConnection, id: &str) -> Result<Option<TeamRow>, PersistenceError> {
+pub fn find(conn: &mut DbConnection, id: &TeamId) -> Result<Option<TeamRow>, PersistenceError> {
+    let id = id.as_str();
     Ok(t::table
         .filter(t::id.eq(id))
         .filter(t::deleted_at.is_null())
@@ -265,7 +266,8 @@ pub fn find_any(
 ///
 /// # Errors
 /// On database failure.
-pub fn lock(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError> {
+pub fn lock(conn: &mut DbConnection, id: &TeamId) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let n = diesel::update(t::table.filter(t::id.eq(id)).filter(t::deleted_at.is_null()))
         .set(t::id.eq(t::id))
         .execute(conn)?;
@@ -279,10 +281,11 @@ pub fn lock(conn: &mut DbConnection, id: &str) -> Result<bool, PersistenceError>
 /// On database failure.
 pub fn list_for_user(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<(TeamRow, TeamRole)>, PersistenceError> {
+    let user_id = user_id.as_str();
     let mut query = m::table
         .inner_join(t::table)
         .filter(m::user_id.eq(user_id.to_owned()))
@@ -303,7 +306,7 @@ pub fn list_for_user(
 /// On database failure.
 pub fn update(
     conn: &mut DbConnection,
-    id: &str,
+    id: &TeamId,
     changes: &TeamChanges,
     now: DateTime<Utc>,
 ) -> Result<Option<TeamRow>, PersistenceError> {
@@ -320,7 +323,7 @@ pub fn update(
         member_budget_micros: changes.member_budget_micros,
         budget_mode: p.budget_mode.map(|m| m.map(|m| m.as_str().to_owned())),
     };
-    diesel::update(t::table.filter(t::id.eq(id)).filter(t::deleted_at.is_null()))
+    diesel::update(t::table.filter(t::id.eq(id.as_str())).filter(t::deleted_at.is_null()))
         .set(set)
         .execute(conn)?;
     find(conn, id)
@@ -333,9 +336,10 @@ pub fn update(
 /// On database failure.
 pub fn delete(
     conn: &mut DbConnection,
-    id: &str,
+    id: &TeamId,
     now: DateTime<Utc>,
 ) -> Result<bool, PersistenceError> {
+    let id = id.as_str();
     let n = diesel::update(t::table.filter(t::id.eq(id)).filter(t::deleted_at.is_null()))
         .set(t::deleted_at.eq(from_utc(now)))
         .execute(conn)?;
@@ -353,11 +357,13 @@ pub fn delete(
 /// [`PersistenceError::Conflict`] when already a member; others on database failure.
 pub fn insert_member(
     conn: &mut DbConnection,
-    team_id: &str,
-    user_id: &str,
+    team_id: &TeamId,
+    user_id: &UserId,
     role: TeamRole,
     now: DateTime<Utc>,
 ) -> Result<(), PersistenceError> {
+    let team_id = team_id.as_str();
+    let user_id = user_id.as_str();
     let record = MemberRecord {
         team_id: team_id.to_owned(),
         user_id: user_id.to_owned(),
@@ -375,9 +381,11 @@ pub fn insert_member(
 /// On database failure.
 pub fn member(
     conn: &mut DbConnection,
-    team_id: &str,
-    user_id: &str,
+    team_id: &TeamId,
+    user_id: &UserId,
 ) -> Result<Option<MemberRow>, PersistenceError> {
+    let team_id = team_id.as_str();
+    let user_id = user_id.as_str();
     let row: Option<(MemberRecord, String, String)> = m::table
         .inner_join(users::table)
         .filter(m::team_id.eq(team_id))
@@ -394,10 +402,11 @@ pub fn member(
 /// On database failure.
 pub fn list_members(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: &TeamId,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<MemberRow>, PersistenceError> {
+    let team_id = team_id.as_str();
     let mut query = m::table
         .inner_join(users::table)
         .filter(m::team_id.eq(team_id.to_owned()))
@@ -418,11 +427,13 @@ pub fn list_members(
 /// On database failure.
 pub fn update_member(
     conn: &mut DbConnection,
-    team_id: &str,
-    user_id: &str,
+    team_id: &TeamId,
+    user_id: &UserId,
     role: Option<TeamRole>,
     budget_micros: Option<Option<i64>>,
 ) -> Result<bool, PersistenceError> {
+    let team_id = team_id.as_str();
+    let user_id = user_id.as_str();
     #[derive(AsChangeset)]
     #[diesel(table_name = m)]
     struct Set {
@@ -443,9 +454,11 @@ pub fn update_member(
 /// On database failure.
 pub fn delete_member(
     conn: &mut DbConnection,
-    team_id: &str,
-    user_id: &str,
+    team_id: &TeamId,
+    user_id: &UserId,
 ) -> Result<bool, PersistenceError> {
+    let team_id = team_id.as_str();
+    let user_id = user_id.as_str();
     let target = m::table.filter(m::team_id.eq(team_id)).filter(m::user_id.eq(user_id));
     Ok(diesel::delete(target).execute(conn)? == 1)
 }
@@ -454,7 +467,8 @@ pub fn delete_member(
 ///
 /// # Errors
 /// On database failure.
-pub fn count_owners(conn: &mut DbConnection, team_id: &str) -> Result<i64, PersistenceError> {
+pub fn count_owners(conn: &mut DbConnection, team_id: &TeamId) -> Result<i64, PersistenceError> {
+    let team_id = team_id.as_str();
     Ok(m::table
         .filter(m::team_id.eq(team_id))
         .filter(m::role.eq(TeamRole::Owner.as_str()))

@@ -5,7 +5,7 @@
 
 use crate::audit::Event;
 use crate::error::ServiceError;
-use aigw_domain::{AuditAction, TeamRole};
+use aigw_domain::{AuditAction, TeamId, TeamRole, UserId};
 use aigw_persistence::models::UserRow;
 use aigw_persistence::teams::{self, TeamRow};
 use aigw_persistence::DbConnection;
@@ -31,8 +31,8 @@ impl TeamAccess {
     /// neither a member nor a platform admin.
     pub(crate) fn of(
         conn: &mut DbConnection,
-        team_id: &str,
-        user_id: &str,
+        team_id: &TeamId,
+        user_id: &UserId,
         platform_admin: bool,
     ) -> Result<(TeamRow, Self), ServiceError> {
         let team = teams::find(conn, team_id)?.ok_or_else(|| team_not_found(team_id))?;
@@ -79,8 +79,8 @@ pub(crate) fn team_not_found(id: &str) -> ServiceError {
 /// member; [`ServiceError::Forbidden`] (`team_admin`) for a team key by a plain member.
 pub(crate) fn check_key_creation(
     conn: &mut DbConnection,
-    team_id: &str,
-    user_id: &str,
+    team_id: &TeamId,
+    user_id: &UserId,
     team_owned: bool,
 ) -> Result<(), ServiceError> {
     // Locks the team's row: a concurrent removal of the member waits for the key, and then

@@ -41,7 +41,7 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use crate::levels::TeamScope;
 use crate::views::UserView;
-use aigw_domain::{CredentialChangeKind, SessionId, UserId};
+use aigw_domain::{CredentialChangeKind, SessionId, TeamId, UserId};
 use aigw_persistence::changes::{self, ChangeRow};
 use aigw_persistence::{api_keys, sessions, teams, users, DbConnection};
 use chrono::{DateTime, Utc};
@@ -227,7 +227,7 @@ impl CredentialCache {
         }
         let trusted = self.trusted();
         let (loaded_at, loaded) = (inner.position(), Instant::now());
-        let (team, user) = (team_id.to_owned(), member.map(str::to_owned));
+        let (team, user) = (TeamId::from(team_id), member.map(UserId::from));
         let standing = inner
             .db
             .run(move |conn| {

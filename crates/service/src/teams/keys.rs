@@ -16,7 +16,11 @@ use aigw_persistence::api_keys;
 
 impl Teams {
     /// Requires `principal` to manage team `team_id` (its owners and admins, platform admins).
-    async fn manages_team(&self, principal: &Principal, team_id: &str) -> Result<(), ServiceError> {
+    async fn manages_team(
+        &self,
+        principal: &Principal,
+        team_id: &TeamId,
+    ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (team_id.to_owned(), principal.user_id().to_owned());
         self.ctx

@@ -276,8 +276,8 @@ impl Teams {
     async fn remove_member(
         &self,
         principal: &Principal,
-        id: &str,
-        member_id: &str,
+        id: &TeamId,
+        member_id: &UserId,
         admin: bool,
     ) -> Result<(), ServiceError> {
         let now = time::now();
