@@ -11,6 +11,7 @@
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::{mfa_challenges, mfa_recovery_codes, mfa_totp};
+use aigw_domain::UserId;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
@@ -72,8 +73,9 @@ pub struct ChallengeRow {
 /// On database failure.
 pub fn find_totp(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
 ) -> Result<Option<TotpRow>, PersistenceError> {
+    let user_id = user_id.as_str();
     Ok(mfa_totp::table.find(user_id).select(TotpRow::as_select()).first(conn).optional()?)
 }
 
@@ -81,7 +83,8 @@ pub fn find_totp(
 ///
 /// # Errors
 /// On database failure.
-pub fn totp_enabled(conn: &mut DbConnection, user_id: &str) -> Result<bool, PersistenceError> {
+pub fn totp_enabled(conn: &mut DbConnection, user_id: &UserId) -> Result<bool, PersistenceError> {
+    let user_id = user_id.as_str();
     let n: i64 = mfa_totp::table
         .filter(mfa_totp::user_id.eq(user_id))
         .filter(mfa_totp::enabled_at.is_not_null())
@@ -103,7 +106,7 @@ pub fn start_enrollment(conn: &mut DbConnection, row: &TotpRow) -> Result<bool, 
             .filter(mfa_totp::enabled_at.is_null()),
     )
     .execute(conn)?;
-    if find_totp(conn, &row.user_id)?.is_some() {
+    if find_totp(conn, &UserId::from(row.user_id.as_str()))?.is_some() {
         return Ok(false);
     }
     diesel::insert_into(mfa_totp::table).values(row).execute(conn)?;
@@ -118,11 +121,12 @@ pub fn start_enrollment(conn: &mut DbConnection, row: &TotpRow) -> Result<bool, 
 /// On database failure.
 pub fn enable_totp(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     secret_sealed: &str,
     step: i64,
     now: NaiveDateTime,
 ) -> Result<bool, PersistenceError> {
+    let user_id = user_id.as_str();
     let n = diesel::update(
         mfa_totp::table
             .filter(mfa_totp::user_id.eq(user_id))
@@ -143,9 +147,10 @@ pub fn enable_totp(
 /// On database failure.
 pub fn claim_step(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     step: i64,
 ) -> Result<bool, PersistenceError> {
+    let user_id = user_id.as_str();
     let n = diesel::update(
         mfa_totp::table
             .filter(mfa_totp::user_id.eq(user_id))
@@ -161,7 +166,8 @@ pub fn claim_step(
 ///
 /// # Errors
 /// On database failure.
-pub fn delete_totp(conn: &mut DbConnection, user_id: &str) -> Result<bool, PersistenceError> {
+pub fn delete_totp(conn: &mut DbConnection, user_id: &UserId) -> Result<bool, PersistenceError> {
+    let user_id = user_id.as_str();
     let n = diesel::delete(
         mfa_totp::table
             .filter(mfa_totp::user_id.eq(user_id))
@@ -182,9 +188,10 @@ pub fn delete_totp(conn: &mut DbConnection, user_id: &str) -> Result<bool, Persi
 /// On database failure.
 pub fn replace_recovery_codes(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     rows: &[RecoveryCodeRow],
 ) -> Result<(), PersistenceError> {
+    let user_id = user_id.as_str();
     diesel::delete(mfa_recovery_codes::table.filter(mfa_recovery_codes::user_id.eq(user_id)))
         .execute(conn)?;
     // One statement per row: a multi-row insert is not one query on every backend diesel's
@@ -202,10 +209,11 @@ pub fn replace_recovery_codes(
 /// On database failure.
 pub fn use_recovery_code(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     code_hash: &str,
     now: NaiveDateTime,
 ) -> Result<bool, PersistenceError> {
+    let user_id = user_id.as_str();
     let n = diesel::update(
         mfa_recovery_codes::table
             .filter(mfa_recovery_codes::user_id.eq(user_id))
@@ -223,8 +231,9 @@ pub fn use_recovery_code(
 /// On database failure.
 pub fn unused_recovery_codes(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
 ) -> Result<i64, PersistenceError> {
+    let user_id = user_id.as_str();
     Ok(mfa_recovery_codes::table
         .filter(mfa_recovery_codes::user_id.eq(user_id))
         .filter(mfa_recovery_codes::used_at.is_null())
@@ -261,9 +270,10 @@ pub fn insert_challenge(
 /// On database failure.
 pub fn failed_attempts_since(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     since: NaiveDateTime,
 ) -> Result<(i64, Option<NaiveDateTime>), PersistenceError> {
+    let user_id = user_id.as_str();
     let rows: Vec<(i64, Option<NaiveDateTime>, NaiveDateTime)> = mfa_challenges::table
         .filter(mfa_challenges::user_id.eq(user_id))
         .filter(mfa_challenges::created_at.ge(since))

@@ -78,10 +78,11 @@ impl Accounts {
             .ctx
             .db
             .run(move |conn| {
-                if !mfa::totp_enabled(conn, &row.user_id)? {
+                let user_id = UserId::from(row.user_id.as_str());
+                if !mfa::totp_enabled(conn, &user_id)? {
                     return Ok(false);
                 }
-                let (failed, oldest) = mfa::failed_attempts_since(conn, &row.user_id, since)?;
+                let (failed, oldest) = mfa::failed_attempts_since(conn, &user_id, since)?;
                 if failed >= MAX_FAILED_CODES_PER_WINDOW {
                     // Again once the oldest failing challenge leaves the window.
                     let reset = oldest.map_or(now + window, |t| t.and_utc() + window);
@@ -138,8 +139,9 @@ impl Accounts {
                     let challenge = mfa::find_challenge(conn, &digest)?.ok_or_else(|| {
                         ServiceError::Internal("a counted challenge vanished".to_owned())
                     })?;
-                    let totp = mfa::find_totp(conn, &challenge.user_id)?;
-                    let user = users::find_by_id(conn, &UserId::from(challenge.user_id.as_str()))?;
+                    let user_id = UserId::from(challenge.user_id.as_str());
+                    let totp = mfa::find_totp(conn, &user_id)?;
+                    let user = users::find_by_id(conn, &user_id)?;
                     Ok::<_, ServiceError>(Attempt::Open(Box::new((challenge, totp, user))))
                 })
             })

@@ -1,6 +1,7 @@
 //! A presented second factor that matched ([`Proof`]), claimed in the transaction of the
 //! change it allows: what enrollment, recovery and login challenges share.
 
+use aigw_domain::UserId;
 use aigw_persistence::mfa;
 use aigw_persistence::{DbConnection, PersistenceError};
 use chrono::{DateTime, Utc};
@@ -21,7 +22,7 @@ impl Proof {
     pub(crate) fn claim(
         &self,
         conn: &mut DbConnection,
-        user_id: &str,
+        user_id: &UserId,
         now: DateTime<Utc>,
     ) -> Result<bool, PersistenceError> {
         match self {
