@@ -6,6 +6,7 @@ use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
 use crate::schema::account_tokens;
 use aigw_domain::account_token::TokenPurpose;
+use aigw_domain::UserId;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
@@ -143,10 +144,11 @@ pub fn find_valid(
 /// On database failure.
 pub fn withdraw(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     purposes: &[TokenPurpose],
     now: DateTime<Utc>,
 ) -> Result<usize, PersistenceError> {
+    let user_id = user_id.as_str();
     let stored: Vec<&str> = purposes.iter().map(|p| p.as_str()).collect();
     Ok(diesel::update(
         account_tokens::table

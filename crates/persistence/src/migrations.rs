@@ -73,7 +73,7 @@ mod tests {
         c.run_pending_migrations(SQLITE).unwrap();
         let mut conn = DbConnection::Sqlite(c);
         assert_eq!(crate::usage_records::count(&mut conn).unwrap(), 4);
-        let listed = crate::usage_records::list_records(&mut conn, "u1", None, 10).unwrap();
+        let listed = crate::usage_records::list_records(&mut conn, &"u1".into(), None, 10).unwrap();
         let ids: Vec<&str> = listed.iter().map(|r| r.request_id.as_str()).collect();
         assert_eq!(ids, ["r3", "r2", "r1"]);
         let r1 = &listed[2];

@@ -532,10 +532,11 @@ pub fn list_invitations(
 /// On database failure.
 pub fn revoke_invitation(
     conn: &mut DbConnection,
-    team_id: Option<&str>,
+    team_id: Option<&TeamId>,
     id: &str,
     now: DateTime<Utc>,
 ) -> Result<Option<String>, PersistenceError> {
+    let team_id = team_id.map(TeamId::as_str);
     let open = inv::table
         .filter(inv::id.eq(id))
         .filter(inv::accepted_at.is_null())

@@ -17,6 +17,7 @@ use crate::schema::usage_daily;
 use crate::usage_records::insert_batches;
 use aigw_domain::ledger::{RollupKey, UsageFlush, UsageSums};
 use aigw_domain::usage::{format_day, UsageRecord};
+use aigw_domain::UserId;
 use chrono::{NaiveDate, NaiveDateTime};
 use diesel::dsl::sql;
 use diesel::prelude::*;
@@ -306,12 +307,13 @@ pub struct UsageTotalsRow {
 /// On database failure.
 pub fn summary(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     from: NaiveDate,
     to: NaiveDate,
     api_key_id: Option<&str>,
     group: UsageGroup,
 ) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
+    let user_id = user_id.as_str();
     use usage_daily::dsl as d;
     let (from, to) = (format_day(from), format_day(to));
     macro_rules! grouped {

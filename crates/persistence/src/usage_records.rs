@@ -22,6 +22,7 @@ use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::usage_record_batches;
 use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use aigw_domain::UserId;
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 use diesel::prelude::*;
 use std::collections::BTreeMap;
@@ -182,10 +183,11 @@ pub(crate) use insert_batches;
 /// On database failure; a deserialization error on a batch this module did not write.
 pub fn list_records(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     after: Option<(NaiveDateTime, &str)>,
     limit: i64,
 ) -> Result<Vec<UsageRecord>, PersistenceError> {
+    let user_id = user_id.as_str();
     use usage_record_batches::dsl as b;
     let wanted = usize::try_from(limit).unwrap_or(0);
     let after = after.map(|(at, id)| (at.and_utc(), id));
@@ -249,9 +251,10 @@ pub fn list_records(
 /// On database failure; a deserialization error on a batch this module did not write.
 pub fn find_record(
     conn: &mut DbConnection,
-    user_id: &str,
+    user_id: &UserId,
     request_id: &str,
 ) -> Result<Option<UsageRecord>, PersistenceError> {
+    let user_id = user_id.as_str();
     use usage_record_batches::dsl as b;
     let bodies: Vec<String> = b::usage_record_batches
         .filter(b::user_id.eq(user_id))

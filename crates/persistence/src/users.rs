@@ -295,8 +295,9 @@ pub fn change_email(
 pub fn email_taken(
     conn: &mut DbConnection,
     email: &str,
-    except_id: &str,
+    except_id: &UserId,
 ) -> Result<bool, PersistenceError> {
+    let except_id = except_id.as_str();
     let skeleton = aigw_domain::email_skeleton(email);
     let n: i64 = users::table
         .filter(users::id.ne(except_id))

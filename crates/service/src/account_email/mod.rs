@@ -22,6 +22,7 @@ use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
+use aigw_domain::UserId;
 use aigw_persistence::account_tokens::{self, AccountTokenRow};
 use aigw_persistence::DbConnection;
 use chrono::{DateTime, Utc};
@@ -93,7 +94,12 @@ impl AccountEmail {
         issued: &Issued,
     ) -> Result<(), ServiceError> {
         let row = &issued.row;
-        account_tokens::withdraw(conn, &row.user_id, &[row.purpose], row.created_at)?;
+        account_tokens::withdraw(
+            conn,
+            &UserId::from(row.user_id.as_str()),
+            &[row.purpose],
+            row.created_at,
+        )?;
         account_tokens::insert(conn, row, issued.token.digest().as_str())?;
         Ok(())
     }

@@ -32,7 +32,7 @@ use crate::prices::PriceTable;
 use aggregate::KeepRecords;
 use aigw_domain::access::op;
 use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
-use aigw_domain::{FieldError, Role};
+use aigw_domain::{FieldError, Role, UserId};
 use aigw_persistence::usage::{self as ledger, UsageGroup, UsageTotalsRow};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -315,7 +315,7 @@ impl UsageService {
         api_key_id: Option<&str>,
     ) -> Result<HashMap<String, UsageTotals>, ServiceError> {
         let range = DayRange::last_days(aigw_domain::time::now().date_naive(), DEFAULT_RANGE_DAYS);
-        let (user_id, key) = (user_id.to_owned(), api_key_id.map(str::to_owned));
+        let (user_id, key) = (UserId::from(user_id), api_key_id.map(str::to_owned));
         let rows = self
             .db
             .run(move |conn| {
@@ -352,7 +352,7 @@ impl UsageService {
             by_start.entry(start).or_default().push(key.id.to_string());
         }
         let (user_id, today, single) = (
-            user_id.to_owned(),
+            UserId::from(user_id),
             now.date_naive(),
             (keys.len() == 1).then(|| keys[0].id.to_string()),
         );

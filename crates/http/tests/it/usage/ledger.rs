@@ -242,7 +242,8 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
         .unwrap();
         assert_eq!(spent, 500 + 7 + 7);
         let mut outcome = |id: &str| {
-            let found = aigw_persistence::usage_records::find_record(&mut conn, "user-1", id);
+            let found =
+                aigw_persistence::usage_records::find_record(&mut conn, &"user-1".into(), id);
             found.unwrap().unwrap().outcome
         };
         assert_eq!(outcome(&billed), UsageOutcome::Interrupted);
@@ -340,7 +341,7 @@ async fn records_in_batches_page_newest_first_across_flushes_and_minutes(backend
             loop {
                 let page = usage_records::list_records(
                     &mut conn,
-                    "user-3",
+                    &"user-3".into(),
                     after.as_ref().map(|(t, id)| (*t, id.as_str())),
                     limit,
                 )
@@ -364,7 +365,9 @@ async fn records_in_batches_page_newest_first_across_flushes_and_minutes(backend
         let pruned = usage_records::prune_before(&mut conn, cutoff, 16).unwrap();
         assert_eq!((pruned.batches, pruned.records), (1, 1));
         assert_eq!(usage_records::count(&mut conn).unwrap(), 12 * 150);
-        assert!(usage_records::find_record(&mut conn, "user-3", "req-09999").unwrap().is_none());
+        assert!(usage_records::find_record(&mut conn, &"user-3".into(), "req-09999")
+            .unwrap()
+            .is_none());
     })
     .await
     .unwrap();
