@@ -23,6 +23,7 @@ backend_tests!(
     node_counters_hold_fifty_concurrent_calls_to_the_budget,
     node_counters_open_from_the_ledger_and_follow_patches,
     node_counters_hold_rpm_and_tpm_limits,
+    the_rate_window_is_a_minute_of_the_settings_clock,
     database_counters_admit_at_a_bound_far_from_the_limits,
     node_counters_admit_at_a_bound_far_from_the_limits,
 );
@@ -250,6 +251,22 @@ async fn patching_the_budget_takes_effect_at_once(backend: Backend) {
     assert_eq!(reply.status, 200, "{}", reply.text);
 }
 
+/// Two nodes on one database started with `tweak`, both reading the returned adjustable clock
+/// (the limits' rate windows and budget periods are read from it).
+pub(crate) async fn two_nodes_on_one_clock(
+    backend: Backend,
+    tweak: &(dyn Fn(&mut aigw_http::settings::Settings) + Sync),
+) -> (TestApp, TestApp, aigw_service::Clock) {
+    let clock = aigw_service::Clock::adjustable();
+    let timed = |s: &mut aigw_http::settings::Settings| {
+        tweak(s);
+        s.clock = clock.clone();
+    };
+    let app = spawn_app_with(backend, timed).await;
+    let node_b = app.spawn_sibling(timed).await;
+    (app, node_b, clock)
+}
+
 /// Moves `clock` (the adjustable clock every node of the test reads) to the start of the next
 /// UTC minute when fewer than 15 s are left in the current one (the keys' rate windows are
 /// minutes of that clock), so that a test's calls fall into one window without waiting.
@@ -274,13 +291,7 @@ pub(crate) async fn rpm_limit_across_two_nodes(
     backend: Backend,
     tweak: &(dyn Fn(&mut aigw_http::settings::Settings) + Sync),
 ) -> (TestApp, String) {
-    let clock = aigw_service::Clock::adjustable();
-    let timed = |s: &mut aigw_http::settings::Settings| {
-        tweak(s);
-        s.clock = clock.clone();
-    };
-    let app = spawn_app_with(backend, timed).await;
-    let node_b = app.spawn_sibling(timed).await;
+    let (app, node_b, clock) = two_nodes_on_one_clock(backend, tweak).await;
     let user = app.new_user("rpm").await;
     let made = app
         .create_key_raw(
@@ -346,6 +357,31 @@ async fn node_counters_hold_rpm_and_tpm_limits(backend: Backend) {
     let error = refused.error(429, "rate_limit_exceeded");
     assert_eq!(error["details"]["limit"], json!(3), "{error}");
     assert!(refused.header("retry-after").is_some());
+}
+
+/// A key's rate window is a minute of the settings' clock, not of the system time: moved a
+/// minute on, the clock opens a new window, and a key refused by its `rpm_limit` is admitted
+/// again at once.
+async fn the_rate_window_is_a_minute_of_the_settings_clock(backend: Backend) {
+    let (app, clock) = spawn_app_with_clock(backend, priced_providers).await;
+    let user = app.new_user("rpmclock").await;
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "rpm", "permissions": ["ai_gateway"], "rpm_limit": 1}),
+        )
+        .await
+        .data(201);
+    let key = made["key"].as_str().unwrap();
+    early_in_a_minute(&clock);
+    let first = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let refused = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    refused.error(429, "rate_limit_exceeded");
+    advance(&clock, 60_000);
+    let next_minute = app.chat(Auth::Bearer(key), &chat_body("priced", "hi")).await;
+    assert_eq!(next_minute.status, 200, "{}", next_minute.text);
+    assert_eq!(header_i64(&next_minute, "x-ratelimit-remaining-requests"), 0);
 }
 
 async fn tpm_limit_on_one_node(backend: Backend, tweak: fn(&mut aigw_http::settings::Settings)) {

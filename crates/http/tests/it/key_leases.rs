@@ -5,7 +5,9 @@
 //! `rpm_limit` of 100 passes exactly that many calls, spent one by one over two nodes,
 //! whatever leases were taken on the way.
 
-use crate::budgets::{cost_of_one_call, early_in_a_minute, header_i64, priced_providers};
+use crate::budgets::{
+    cost_of_one_call, early_in_a_minute, header_i64, priced_providers, two_nodes_on_one_clock,
+};
 use crate::common;
 use crate::key_counters_redis::RedisCounters;
 use crate::rate_limit_contract::RedisServer;
@@ -96,13 +98,7 @@ async fn budget_of_300_calls(backend: Backend, tweak: Tweak<'_>) {
 /// An `rpm_limit` of 100 spent on two nodes: each takes leases of 16 requests while 48 more
 /// fit; 100 calls pass in the minute, the 101st does not.
 async fn rpm_limit_of_100_calls(backend: Backend, tweak: Tweak<'_>) {
-    let clock = aigw_service::Clock::adjustable();
-    let timed = |s: &mut Settings| {
-        tweak(s);
-        s.clock = clock.clone();
-    };
-    let app = spawn_app_with(backend, timed).await;
-    let node_b = app.spawn_sibling(timed).await;
+    let (app, node_b, clock) = two_nodes_on_one_clock(backend, tweak).await;
     let user = app.new_user("lease-rpm").await;
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": 100})).await;
     early_in_a_minute(&clock);
@@ -114,13 +110,7 @@ async fn rpm_limit_of_100_calls(backend: Backend, tweak: Tweak<'_>) {
 /// they did not use is back in the window: the next call's headers count the two calls'
 /// requests and real tokens, and its own upper bound.
 async fn give_back(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
-    let clock = aigw_service::Clock::adjustable();
-    let timed = |s: &mut Settings| {
-        tweak(s);
-        s.clock = clock.clone();
-    };
-    let app = spawn_app_with(backend, timed).await;
-    let node_b = app.spawn_sibling(timed).await;
+    let (app, node_b, clock) = two_nodes_on_one_clock(backend, tweak).await;
     let user = app.new_user("lease-back").await;
     let (rpm, tpm) = (1000, 1_000_000_000);
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm, "tpm_limit": tpm})).await;
@@ -165,13 +155,7 @@ async fn give_back(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
 /// has 7 left), node B's first call sees A's current and next leases counted (16 + at least
 /// 16: twice as many when A used the first one fast) and its own (16, one used).
 async fn next_lease(backend: Backend, tweak: Tweak<'_>, counted: Counted<'_>) {
-    let clock = aigw_service::Clock::adjustable();
-    let timed = |s: &mut Settings| {
-        tweak(s);
-        s.clock = clock.clone();
-    };
-    let app = spawn_app_with(backend, timed).await;
-    let node_b = app.spawn_sibling(timed).await;
+    let (app, node_b, clock) = two_nodes_on_one_clock(backend, tweak).await;
     let user = app.new_user("lease-next").await;
     let rpm = 1000;
     let (_, key) = key_with(&app, &user.token, json!({"rpm_limit": rpm})).await;

@@ -80,10 +80,11 @@ struct AdmittedCall {
     admission: Admitted,
 }
 
-/// A call on its way upstream: the body as sent, whether the answer must carry `usage`, and
-/// its meter (none for an access token or with metering off).
+/// A call on its way upstream: the body as sent and its summary, whether the answer must carry
+/// `usage`, and its meter (none for an access token or with metering off).
 struct MeteredCall {
     body: Bytes,
+    summary: ChatRequestSummary,
     include_usage: bool,
     meter: Option<CallMeter>,
 }
@@ -160,21 +161,20 @@ impl Gateway {
         let provider = self.route(principal, &summary)?;
         let admitted = self.admit(principal, body, summary).await?;
         let status = admitted.admission.status;
-        let summary = admitted.summary.clone();
         let call = self.meter(principal, request_id, &provider, admitted);
         let reply = match provider.kind {
             ProviderKind::Echo => {
                 let reply = serde_json::from_slice::<Value>(&call.body)
-                    .map(|parsed| echo(&parsed, &summary, call.include_usage))
+                    .map(|parsed| echo(&parsed, &call.summary, call.include_usage))
                     .map_err(|_| FieldError::new("body", "is not valid JSON").into());
                 record_overhead(&self.metrics, &provider.name, arrived);
                 reply
             }
             ProviderKind::Openai => {
                 let upstream = UpstreamCall {
-                    provider: provider.clone(),
-                    model: summary.model.clone(),
-                    stream: summary.stream,
+                    provider,
+                    model: call.summary.model,
+                    stream: call.summary.stream,
                     arrived,
                     headers: forward_headers,
                 };
@@ -269,9 +269,12 @@ impl Gateway {
             Some(mut meter) => {
                 meter.hold(admission, worst);
                 let (body, include_usage) = meter.upstream_body(body, &summary);
-                MeteredCall { body, include_usage, meter: Some(meter) }
+                MeteredCall { body, summary, include_usage, meter: Some(meter) }
             }
-            None => MeteredCall { body, include_usage: summary.include_usage, meter: None },
+            None => {
+                let include_usage = summary.include_usage;
+                MeteredCall { body, summary, include_usage, meter: None }
+            }
         }
     }
 
