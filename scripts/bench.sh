@@ -126,7 +126,7 @@ fi
 # Where cargo builds (CARGO_TARGET_DIR, else target/), as an absolute path.
 target_dir=${CARGO_TARGET_DIR:-target}
 case "$target_dir" in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
-# The aigw binaries measured, by profile (an empty name: the one given with --aigw or --bin).
+# The aigw binaries measured, by profile ("given": the one of --aigw or --bin).
 declare -A profile_bins
 if [ -n "$bin_dir" ]; then
   bin=$(cd "$bin_dir" && pwd)
@@ -138,7 +138,7 @@ fi
 if [ -n "$aigw" ] || [ -n "$bin_dir" ]; then
   case "${aigw:=$bin/aigw}" in /*) ;; *) aigw=$PWD/$aigw ;; esac
   [ -x "$aigw" ] || { log "--aigw: $aigw is not an executable"; exit 2; }
-  profile_bins[""]=$aigw profiles=("")
+  profile_bins[given]=$aigw profiles=(given)
 else
   log "building the release profile's aigw (what \`cargo run --release\` runs)"
   cargo build --release --quiet -p aigw-http --bin aigw
@@ -388,7 +388,8 @@ for profile in "${profiles[@]}"; do
       log "PostgreSQL not reachable on 127.0.0.1:5432 as postgres: skipped"
       continue
     fi
-    column=$backend${profile:+-$profile}
+    column=$backend
+    [ "$profile" = given ] || column+="-$profile"
     run_backend "$backend" "$column"
     ran+=("$column")
     case " ${ran_backends[*]} " in *" $backend "*) ;; *) ran_backends+=("$backend") ;; esac
