@@ -161,6 +161,7 @@ mod tests {
             user_id: "u".into(),
             model: "m".into(),
             provider: "p".into(),
+            endpoint: crate::usage::Endpoint::Chat,
             streamed: false,
             outcome: UsageOutcome::Ok,
             tokens: TokenUsage::new(3, 4),

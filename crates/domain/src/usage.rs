@@ -54,24 +54,88 @@ impl UsageOutcome {
 }
 
 /// Token counts of one request, as the provider reported them or as estimated.
+///
+/// The kinds nest: `prompt_tokens` counts every input token, those read from and written to
+/// the provider's prompt cache included (`cached_tokens`, `cache_write_tokens` are parts of
+/// it, never added to it); `completion_tokens` counts every output token, reasoning included
+/// (`reasoning_tokens` is a part of it). So a cache hit is never counted twice, whatever the
+/// dialect reported it as (OpenAI reports cached tokens inside the prompt; Anthropic beside
+/// it, and the dialect's reader adds them in).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
-    /// Tokens of the prompt (the request's messages).
+    /// Tokens of the input (the request's messages, input or prompt), every kind.
     pub prompt_tokens: u64,
-    /// Tokens of the completion (the answer).
+    /// Tokens of the output (the answer), reasoning included.
     pub completion_tokens: u64,
     /// The provider's `total_tokens`, normally their sum.
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache (OpenAI's
+    /// `cached_tokens`, Anthropic's `cache_read_input_tokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// Of `completion_tokens`, the model's reasoning (billed as output, as providers do).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 impl TokenUsage {
-    /// Counts whose total is the sum of the two parts.
+    /// Counts whose total is the sum of the two parts, with no cached or reasoning tokens.
     pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
         Self {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens.saturating_add(completion_tokens),
+            ..Self::default()
         }
+    }
+
+    /// The prompt tokens billed at the input price: those neither read from nor written to
+    /// the cache.
+    pub fn uncached_prompt_tokens(&self) -> u64 {
+        self.prompt_tokens
+            .saturating_sub(self.cached_tokens)
+            .saturating_sub(self.cache_write_tokens)
+    }
+}
+
+/// The endpoint (API dialect) a metered call was made to: the ledger's `endpoint`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// OpenAI's chat completions (`POST /api/v1/ai/chat/completions`).
+    #[default]
+    Chat,
+    /// OpenAI's embeddings (`POST /api/v1/ai/embeddings`).
+    Embeddings,
+    /// OpenAI's Responses API (`POST /api/v1/ai/responses`).
+    Responses,
+    /// Anthropic's Messages API (`POST /api/v1/ai/anthropic/v1/messages`).
+    Messages,
+}
+
+impl Endpoint {
+    /// Every endpoint, in a stable order.
+    pub const ALL: [Endpoint; 4] = [Self::Chat, Self::Embeddings, Self::Responses, Self::Messages];
+
+    /// The stored and shown name: `chat`, `embeddings`, `responses`, `messages`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Embeddings => "embeddings",
+            Self::Responses => "responses",
+            Self::Messages => "messages",
+        }
+    }
+
+    /// Parses a stored name; `None` for anything else.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == name)
     }
 }
 
@@ -88,6 +152,9 @@ pub struct UsageRecord {
     pub model: String,
     /// The provider that served it (`echo` for the built-in model).
     pub provider: String,
+    /// The endpoint called (`chat` for records written before endpoints were recorded).
+    #[serde(default)]
+    pub endpoint: Endpoint,
     /// Whether the caller asked for `"stream": true`.
     pub streamed: bool,
     /// How the call ended.
@@ -135,43 +202,85 @@ const TOKENS_PER_PRICE_UNIT: u128 = 1_000_000;
 pub struct ModelPrice {
     /// µUSD per million prompt tokens.
     pub input_micros_per_million: u64,
-    /// µUSD per million completion tokens.
+    /// µUSD per million completion tokens (reasoning tokens included).
     pub output_micros_per_million: u64,
+    /// µUSD per million prompt tokens read from the provider's cache (by default the input
+    /// price).
+    pub cached_input_micros_per_million: u64,
+    /// µUSD per million prompt tokens written to the provider's cache (by default the input
+    /// price).
+    pub cache_write_micros_per_million: u64,
 }
 
 /// A price that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field} must be a number of USD per million tokens between 0 and {MAX_USD_PER_MILLION}")]
 pub struct PriceError {
-    /// `input_per_million` or `output_per_million`.
+    /// `input_per_million`, `output_per_million`, `cached_input_per_million` or
+    /// `cache_write_per_million`.
     pub field: &'static str,
+}
+
+/// USD per million tokens as µUSD per million tokens, rounded to the nearest.
+fn micros_per_million(usd: f64, field: &'static str) -> Result<u64, PriceError> {
+    if !usd.is_finite() || !(0.0..=MAX_USD_PER_MILLION).contains(&usd) {
+        return Err(PriceError { field });
+    }
+    // In range by the check above: at most 1e12, far below u64::MAX.
+    Ok((usd * MICROS_PER_USD as f64).round() as u64)
 }
 
 impl ModelPrice {
     /// Converts prices given in USD per million tokens, rounded to the nearest µUSD per
-    /// million tokens (the finest step a price can take).
+    /// million tokens (the finest step a price can take); cached and cache-written prompt
+    /// tokens cost the input price.
     ///
     /// # Errors
     /// [`PriceError`] when a price is negative, not finite, or above [`MAX_USD_PER_MILLION`].
     pub fn from_usd_per_million(input: f64, output: f64) -> Result<Self, PriceError> {
-        let convert = |usd: f64, field: &'static str| {
-            if !usd.is_finite() || !(0.0..=MAX_USD_PER_MILLION).contains(&usd) {
-                return Err(PriceError { field });
-            }
-            // In range by the check above: at most 1e12, far below u64::MAX.
-            Ok((usd * MICROS_PER_USD as f64).round() as u64)
-        };
+        let input = micros_per_million(input, "input_per_million")?;
         Ok(Self {
-            input_micros_per_million: convert(input, "input_per_million")?,
-            output_micros_per_million: convert(output, "output_per_million")?,
+            input_micros_per_million: input,
+            output_micros_per_million: micros_per_million(output, "output_per_million")?,
+            cached_input_micros_per_million: input,
+            cache_write_micros_per_million: input,
         })
     }
 
-    /// The cost of `tokens` in µUSD: `(prompt × input + completion × output) / 1,000,000`,
-    /// computed exactly and rounded once, half up, to a whole µUSD. The error is thus at most
-    /// 0.5 µUSD per request, never accumulated per token.
+    /// This price with its own prices for prompt tokens read from (`cached_input`) and
+    /// written to (`cache_write`) the provider's cache, in USD per million tokens; `None`
+    /// keeps the input price.
+    ///
+    /// # Errors
+    /// [`PriceError`] naming `cached_input_per_million` or `cache_write_per_million`, as
+    /// [`Self::from_usd_per_million`].
+    pub fn with_cache_prices(
+        mut self,
+        cached_input: Option<f64>,
+        cache_write: Option<f64>,
+    ) -> Result<Self, PriceError> {
+        if let Some(usd) = cached_input {
+            self.cached_input_micros_per_million =
+                micros_per_million(usd, "cached_input_per_million")?;
+        }
+        if let Some(usd) = cache_write {
+            self.cache_write_micros_per_million =
+                micros_per_million(usd, "cache_write_per_million")?;
+        }
+        Ok(self)
+    }
+
+    /// The cost of `tokens` in µUSD: `(uncached prompt × input + cached × cached input +
+    /// cache writes × cache write + completion × output) / 1,000,000`, computed exactly and
+    /// rounded once, half up, to a whole µUSD. The error is thus at most 0.5 µUSD per
+    /// request, never accumulated per token.
     pub fn cost_micros(&self, tokens: &TokenUsage) -> u64 {
-        let exact = u128::from(tokens.prompt_tokens) * u128::from(self.input_micros_per_million)
+        let cached = tokens.cached_tokens.min(tokens.prompt_tokens);
+        let written = tokens.cache_write_tokens.min(tokens.prompt_tokens - cached);
+        let exact = u128::from(tokens.prompt_tokens - cached - written)
+            * u128::from(self.input_micros_per_million)
+            + u128::from(cached) * u128::from(self.cached_input_micros_per_million)
+            + u128::from(written) * u128::from(self.cache_write_micros_per_million)
             + u128::from(tokens.completion_tokens) * u128::from(self.output_micros_per_million);
         let rounded = (exact + TOKENS_PER_PRICE_UNIT / 2) / TOKENS_PER_PRICE_UNIT;
         u64::try_from(rounded).unwrap_or(u64::MAX)
@@ -302,7 +411,9 @@ mod tests {
             p,
             Ok(ModelPrice {
                 input_micros_per_million: 150_000,
-                output_micros_per_million: 600_000
+                output_micros_per_million: 600_000,
+                cached_input_micros_per_million: 150_000,
+                cache_write_micros_per_million: 150_000,
             })
         );
         assert!(ModelPrice::from_usd_per_million(-1.0, 0.0).is_err());
@@ -312,20 +423,49 @@ mod tests {
 
     #[test]
     fn cost_rounds_once_half_up() {
-        let p =
-            ModelPrice { input_micros_per_million: 150_000, output_micros_per_million: 600_000 };
+        let p = ModelPrice::from_usd_per_million(0.15, 0.60).unwrap_or_else(|_| unreachable!());
         // 1000 × 0.15 + 500 × 0.60 = 150 + 300 µUSD.
         assert_eq!(p.cost_micros(&TokenUsage::new(1000, 500)), 450);
         // 3 × 0.15 = 0.45 µUSD rounds down; 4 × 0.15 = 0.6 rounds up; 0.5 rounds up.
         assert_eq!(p.cost_micros(&TokenUsage::new(3, 0)), 0);
         assert_eq!(p.cost_micros(&TokenUsage::new(4, 0)), 1);
-        let half = ModelPrice { input_micros_per_million: 500_000, output_micros_per_million: 0 };
+        let half = ModelPrice::from_usd_per_million(0.5, 0.0).unwrap_or(p);
         assert_eq!(half.cost_micros(&TokenUsage::new(1, 0)), 1);
         // No overflow at the extremes.
         let max =
             ModelPrice::from_usd_per_million(MAX_USD_PER_MILLION, MAX_USD_PER_MILLION).unwrap_or(p);
         assert_eq!(max.cost_micros(&TokenUsage::new(u64::MAX, u64::MAX)), u64::MAX);
         assert!((micros_to_usd(450) - 0.00045).abs() < 1e-12);
+    }
+
+    /// Cached and cache-written tokens are parts of the prompt, each at its own price, never
+    /// billed twice; a report whose parts exceed the prompt bills at most the prompt.
+    #[test]
+    fn cached_tokens_are_billed_once_at_their_price() {
+        let p = ModelPrice::from_usd_per_million(3.0, 15.0)
+            .and_then(|p| p.with_cache_prices(Some(0.3), Some(3.75)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tokens = TokenUsage {
+            cached_tokens: 1000,
+            cache_write_tokens: 2000,
+            reasoning_tokens: 50,
+            ..TokenUsage::new(4000, 100)
+        };
+        assert_eq!(tokens.uncached_prompt_tokens(), 1000);
+        // 1000 × 3 + 1000 × 0.3 + 2000 × 3.75 + 100 × 15 = 3000 + 300 + 7500 + 1500 µUSD.
+        assert_eq!(p.cost_micros(&tokens), 12_300);
+        let odd =
+            TokenUsage { cached_tokens: 9000, cache_write_tokens: 9000, ..TokenUsage::new(10, 0) };
+        assert_eq!(p.cost_micros(&odd), 3, "10 cached tokens at 0.3 µUSD");
+        let plain = ModelPrice::from_usd_per_million(3.0, 15.0).unwrap_or(p);
+        assert_eq!(plain.cost_micros(&tokens), 4000 * 3 + 1500, "no cache prices: the input price");
+        assert_eq!(
+            p.with_cache_prices(Some(-1.0), None).map_err(|e| e.field),
+            Err("cached_input_per_million")
+        );
+        for e in Endpoint::ALL {
+            assert_eq!(Endpoint::parse(e.as_str()), Some(e));
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 
 use crate::dto;
 use crate::routes::{
-    account, account_email, admin, api_keys, auth, chat, health, mfa, secret_scanning, teams, usage,
+    account, account_email, admin, api_keys, auth, chat, embeddings, health, mfa, models,
+    responses, secret_scanning, teams, usage,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -16,7 +17,7 @@ use utoipa::{Modify, OpenApi};
         auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         api_keys::update, api_keys::rotate,
-        chat::completions, chat::models, health::healthz, health::readyz,
+        chat::completions, embeddings::create, responses::create, models::list, models::retrieve, health::healthz, health::readyz,
         usage::summary, usage::requests, health::metrics,
         admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
         admin::revoke_api_key,
@@ -40,6 +41,7 @@ use utoipa::{Modify, OpenApi};
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
         dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto,
+        dto::EmbeddingRequest, dto::EmbeddingInput, dto::EmbeddingEncoding, dto::ResponseRequest,
         dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName, dto::BudgetModeName,
         crate::dto::usage::UsageTotalsDto, crate::dto::usage::UsageRowDto,
         crate::dto::usage::UsageSummaryData, crate::dto::usage::UsageRecordDto,
@@ -292,7 +294,12 @@ impl Modify for NoNul {
                     for found in refs {
                         if let RefOr::Ref(reference) = found {
                             let name = reference.ref_location.rsplit('/').next().unwrap_or("");
-                            if name != "ChatCompletionRequest" {
+                            // The gateway's bodies are passed through: their texts are the
+                            // caller's, whatever they hold.
+                            if !matches!(
+                                name,
+                                "ChatCompletionRequest" | "EmbeddingRequest" | "ResponseRequest"
+                            ) {
                                 bodies.insert(name.to_owned());
                             }
                         }

@@ -74,12 +74,14 @@ fn record_of(user_id: &str, r: Read) -> UsageRecord {
         user_id: user_id.into(),
         model,
         provider,
+        endpoint: aigw_domain::usage::Endpoint::Chat,
         streamed,
         outcome: UsageOutcome::parse(&outcome).unwrap_or(UsageOutcome::UpstreamError),
         tokens: TokenUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: total,
+            ..TokenUsage::default()
         },
         estimated: r.9,
         cost_micros: r.10,

@@ -3,7 +3,7 @@
 //! whole seconds.
 
 use crate::password::Argon2Config;
-use aigw_domain::usage::{ModelPrice, PriceError};
+use aigw_domain::usage::{Endpoint, ModelPrice, PriceError};
 use secrecy::SecretString;
 use serde::Deserialize;
 
@@ -204,9 +204,11 @@ impl Default for GatewayConfig {
 
 /// The kind of an upstream provider: `kind = "openai"` or `kind = "echo"` (any other value
 /// is refused with a message listing these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ProviderKind {
-    /// Any OpenAI-compatible HTTP API (`POST {base_url}/chat/completions`).
+    /// Any OpenAI-compatible HTTP API (`POST {base_url}/chat/completions`, `/embeddings`,
+    /// `/responses`).
+    #[default]
     Openai,
     /// The built-in echo model (no network).
     Echo,
@@ -215,6 +217,24 @@ pub enum ProviderKind {
 impl ProviderKind {
     /// The valid `kind` values, as the configuration spells them.
     pub const NAMES: [&'static str; 2] = ["openai", "echo"];
+
+    /// The endpoints (API dialects) a provider of this kind serves.
+    pub fn endpoints(self) -> &'static [Endpoint] {
+        match self {
+            Self::Openai => &[Endpoint::Chat, Endpoint::Embeddings, Endpoint::Responses],
+            Self::Echo => &[Endpoint::Chat],
+        }
+    }
+
+    /// The path of `endpoint` below the provider's `base_url`.
+    pub fn path(self, endpoint: Endpoint) -> &'static str {
+        match endpoint {
+            Endpoint::Chat => "/chat/completions",
+            Endpoint::Embeddings => "/embeddings",
+            Endpoint::Responses => "/responses",
+            Endpoint::Messages => "/v1/messages",
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for ProviderKind {
@@ -232,7 +252,7 @@ impl<'de> Deserialize<'de> for ProviderKind {
 }
 
 /// `[[providers]]`: one upstream and the models it serves.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Name used in logs and errors.
@@ -260,6 +280,12 @@ pub struct ProviderConfig {
     /// provider is `echo`), else from the request body's bytes, one token per byte.
     #[serde(default)]
     pub tokenizers: std::collections::BTreeMap<String, TokenizerConfig>,
+    /// The context window of some of `models`, in tokens: `context_windows = { "gpt-4.1" =
+    /// 1047576 }`. A call whose input the gateway cannot see (a previous response, a
+    /// conversation, a file sent by id) reserves it as its prompt for a key with a budget or
+    /// a `tpm_limit`; without an entry such a call is refused for such keys.
+    #[serde(default)]
+    pub context_windows: std::collections::BTreeMap<String, u64>,
 }
 
 fn default_kind() -> ProviderKind {
@@ -285,13 +311,23 @@ pub enum KeyCounters {
 
 /// One model's price in `[[providers]] prices = { "MODEL" = { … } }`, in USD per million
 /// tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     /// USD per million prompt tokens, e.g. `0.15`.
     pub input_per_million: f64,
-    /// USD per million completion tokens, e.g. `0.60`.
+    /// USD per million completion tokens, e.g. `0.60` (reasoning tokens are billed as
+    /// completion tokens, as the providers bill them).
     pub output_per_million: f64,
+    /// USD per million prompt tokens read from the provider's prompt cache (OpenAI's
+    /// `cached_tokens`, Anthropic's `cache_read_input_tokens`), e.g. `0.075`; by default
+    /// `input_per_million`.
+    #[serde(default)]
+    pub cached_input_per_million: Option<f64>,
+    /// USD per million prompt tokens written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`), e.g. `3.75`; by default `input_per_million`.
+    #[serde(default)]
+    pub cache_write_per_million: Option<f64>,
     /// Most prompt tokens the provider bills for one image (`image_url` part), e.g. `1445`
     /// for GPT-4o at high detail; the budget's and `tpm_limit`'s worst case adds it per
     /// image (default [`DEFAULT_IMAGE_TOKENS`]).
@@ -315,7 +351,8 @@ impl PriceConfig {
     /// # Errors
     /// [`PriceError`] for a negative, non-finite or absurd price.
     pub fn to_price(self) -> Result<ModelPrice, PriceError> {
-        ModelPrice::from_usd_per_million(self.input_per_million, self.output_per_million)
+        ModelPrice::from_usd_per_million(self.input_per_million, self.output_per_million)?
+            .with_cache_prices(self.cached_input_per_million, self.cache_write_per_million)
     }
 }
 

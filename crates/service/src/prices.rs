@@ -27,6 +27,34 @@ pub struct PriceTable {
     /// How each model's prompt is counted in a worst case; a model not listed: one token per
     /// byte.
     prompt_counting: Arc<HashMap<String, PromptCounting>>,
+    /// Models whose provider sets their context window, in tokens.
+    context_windows: Arc<HashMap<String, u64>>,
+}
+
+/// The largest context window a model may be given, in tokens (2^24: several times the
+/// largest offered today, small enough that a worst case priced with it never overflows).
+pub const MAX_CONTEXT_WINDOW: u64 = 1 << 24;
+
+/// Adds `provider`'s `context_windows` to `windows`.
+///
+/// # Errors
+/// A start-up error's text when an entry names a model the provider does not serve or a
+/// window outside 1 to [`MAX_CONTEXT_WINDOW`].
+fn read_context_windows(
+    provider: &ProviderConfig,
+    windows: &mut HashMap<String, u64>,
+) -> Result<(), String> {
+    for (model, tokens) in &provider.context_windows {
+        let at = format!("provider {}: context_windows.{model}", provider.name);
+        if !provider.models.contains(model) {
+            return Err(format!("{at} names a model not in its models list"));
+        }
+        if !(1..=MAX_CONTEXT_WINDOW).contains(tokens) {
+            return Err(format!("{at} must be from 1 to {MAX_CONTEXT_WINDOW} tokens"));
+        }
+        windows.insert(model.clone(), *tokens);
+    }
+    Ok(())
 }
 
 /// How `provider` counts `model`'s prompt when its `tokenizers` say nothing of it: with
@@ -78,12 +106,15 @@ impl PriceTable {
     /// model its provider does not serve (a typo would silently leave the model unpriced or
     /// counted otherwise), a price is negative, not finite or absurd, or a tokenizer entry sets
     /// neither `tokenizer` nor `tokens_per_byte`, a `tokens_per_byte` beside a tokenizer other
-    /// than `none`, or one outside (0, 1].
+    /// than `none`, or one outside (0, 1]; or a context window names a model not served or is
+    /// outside 1 to [`MAX_CONTEXT_WINDOW`].
     pub fn from_providers(providers: &[ProviderConfig]) -> Result<Self, ServiceError> {
         let mut prices = HashMap::new();
         let mut image_tokens = HashMap::new();
         let mut prompt_counting = HashMap::new();
+        let mut context_windows = HashMap::new();
         for provider in providers {
+            read_context_windows(provider, &mut context_windows).map_err(ServiceError::Internal)?;
             for model in &provider.models {
                 prompt_counting.insert(model.clone(), default_counting(provider, model));
             }
@@ -132,6 +163,7 @@ impl PriceTable {
             prices: Arc::new(prices),
             image_tokens: Arc::new(image_tokens),
             prompt_counting: Arc::new(prompt_counting),
+            context_windows: Arc::new(context_windows),
         })
     }
 
@@ -145,6 +177,11 @@ impl PriceTable {
     /// [`DEFAULT_IMAGE_TOKENS`].
     pub fn image_tokens(&self, model: &str) -> u64 {
         self.image_tokens.get(model).copied().unwrap_or(DEFAULT_IMAGE_TOKENS)
+    }
+
+    /// The context window of `model` in tokens, when its provider sets one.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.context_windows.get(model).copied()
     }
 
     /// The price of `model`, if it has one.
@@ -168,6 +205,7 @@ mod tests {
             models: vec!["gpt-4o".into(), "gpt-4".into(), "llama".into()],
             prices: BTreeMap::new(),
             tokenizers: tokenizers.iter().map(|(m, c)| ((*m).to_owned(), *c)).collect(),
+            ..ProviderConfig::default()
         }
     }
 

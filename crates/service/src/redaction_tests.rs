@@ -105,6 +105,7 @@ fn provider_and_gateway_config() {
         models: vec!["m".into()],
         tokenizers: Default::default(),
         prices: Default::default(),
+        ..ProviderConfig::default()
     };
     assert_hidden(format!("{provider:?}"));
     let gateway = GatewayConfig {

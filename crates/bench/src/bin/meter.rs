@@ -88,6 +88,7 @@ fn generate(
                 user_id: "bench-user".into(),
                 model: model_names[i % models].clone(),
                 provider: "bench".to_owned(),
+                endpoint: aigw_domain::usage::Endpoint::Chat,
                 streamed: false,
                 outcome: UsageOutcome::Ok,
                 tokens: TokenUsage::new(12, 30),

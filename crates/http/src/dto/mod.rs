@@ -55,6 +55,50 @@ pub(crate) enum BodyErrors {
     NotJson(ErrorEnvelope),
 }
 
+/// Answers every gateway call (`/ai/…` with a body) can give besides the provider's own answer
+/// (OpenAPI responses shared by those endpoints).
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum GatewayErrors {
+    /// 400 `invalid_request`: a malformed field, a model whose provider does not serve the
+    /// endpoint, input the gateway cannot price for a key with limits; or the upstream's 400.
+    #[response(
+        status = 400,
+        description = "A field is malformed (details.field), the model's provider does not serve this endpoint (field: model), or the upstream refused the request (upstream_rejected)"
+    )]
+    Invalid(ErrorEnvelope),
+    /// 401 `unauthorized`.
+    #[response(status = 401, description = "Missing or bad API key")]
+    Unauthorized(ErrorEnvelope),
+    /// 403 `forbidden`.
+    #[response(
+        status = 403,
+        description = "Access token, key without ai_gateway, or a model outside the key's allowed_models (required: model:<name>)"
+    )]
+    Forbidden(ErrorEnvelope),
+    /// 404 `not_found`.
+    #[response(status = 404, description = "Unknown model")]
+    UnknownModel(ErrorEnvelope),
+    /// 409 `upstream_rejected`.
+    #[response(
+        status = 409,
+        description = "The upstream refused the request (upstream_rejected, the upstream's status)"
+    )]
+    Conflict(ErrorEnvelope),
+    /// 422 `upstream_rejected`.
+    #[response(
+        status = 422,
+        description = "The upstream refused the request (upstream_rejected, the upstream's status)"
+    )]
+    Unprocessable(ErrorEnvelope),
+    /// 502 `upstream_error`.
+    #[response(status = 502, description = "The upstream failed, answered 5xx, or is unreachable")]
+    Upstream(ErrorEnvelope),
+    /// 504 `upstream_timeout`.
+    #[response(status = 504, description = "The upstream did not answer in time")]
+    Timeout(ErrorEnvelope),
+}
+
 /// Answers every rate-limited, database-backed endpoint can give (OpenAPI responses shared by
 /// those endpoints).
 #[derive(Debug, utoipa::IntoResponses)]
@@ -691,6 +735,90 @@ pub(crate) struct ChatCompletionRequest {
     pub(crate) n: Option<u64>,
 }
 
+/// An embeddings `input`: a non-empty string, or an array (1 to 2048 entries) of non-empty
+/// strings, of token ids, or of non-empty arrays of token ids. Its schema is written out
+/// (below) because the derive cannot state the lengths of the variants.
+#[derive(Debug)]
+#[allow(dead_code)]
+pub(crate) struct EmbeddingInput;
+
+impl utoipa::PartialSchema for EmbeddingInput {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+        let text = || ObjectBuilder::new().schema_type(Type::String).min_length(Some(1));
+        let id = || {
+            ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)).maximum(Some(u32::MAX))
+        };
+        let array = |items: utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>| {
+            ArrayBuilder::new().items(items).min_items(Some(1)).max_items(Some(2048))
+        };
+        OneOfBuilder::new()
+            .description(Some("A text, texts, token ids, or arrays of token ids"))
+            .item(text())
+            .item(array(text().into()))
+            .item(array(id().into()))
+            .item(array(array(id().into()).into()))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for EmbeddingInput {}
+
+/// `POST /ai/embeddings` body (OpenAI's shape; every other field is forwarded unchanged).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct EmbeddingRequest {
+    /// A model name from configuration whose provider serves embeddings.
+    #[schema(example = "text-embedding-3-small", min_length = 1)]
+    pub(crate) model: String,
+    /// What to embed. A key with a budget or a `tpm_limit` reserves one token per byte of
+    /// its texts (or one per token id) before the call.
+    pub(crate) input: EmbeddingInput,
+    /// Dimensions of the embeddings (1 to 65 536; models that support it).
+    #[schema(minimum = 1, maximum = 65536)]
+    pub(crate) dimensions: Option<u64>,
+    /// `float` (default) or `base64`.
+    #[schema(example = "float")]
+    pub(crate) encoding_format: Option<EmbeddingEncoding>,
+    /// The end user, passed through to the provider.
+    pub(crate) user: Option<String>,
+}
+
+/// How embeddings are encoded in the answer.
+#[derive(Debug, ToSchema)]
+#[allow(non_camel_case_types, dead_code)]
+pub(crate) enum EmbeddingEncoding {
+    /// Arrays of numbers.
+    float,
+    /// Base64 of little-endian 32-bit floats.
+    base64,
+}
+
+/// `POST /ai/responses` body (OpenAI's Responses API; every other field, `tools`,
+/// `reasoning`, `text` and the rest, is forwarded unchanged).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ResponseRequest {
+    /// A model name from configuration whose provider serves the Responses API.
+    #[schema(example = "gpt-4.1-mini", min_length = 1)]
+    pub(crate) model: String,
+    /// A string, or an array of input items (messages with `role` user, assistant, system or
+    /// developer and a string or content-part `content`; function calls and their outputs).
+    #[schema(value_type = Object)]
+    pub(crate) input: Option<serde_json::Value>,
+    /// System instructions.
+    pub(crate) instructions: Option<String>,
+    /// Most output tokens, reasoning included (1 to 1 048 576). A key with a budget or a
+    /// `tpm_limit` reserves it before the call; without it, 4096 are reserved.
+    #[schema(minimum = 1, maximum = 1048576)]
+    pub(crate) max_output_tokens: Option<u64>,
+    /// Answer as server-sent events (`text/event-stream`).
+    pub(crate) stream: Option<bool>,
+    /// Continue from a stored response: input the gateway cannot see, reserved at the
+    /// model's context window for keys with a budget or a `tpm_limit`.
+    pub(crate) previous_response_id: Option<String>,
+}
+
 /// One server-sent event of a streamed chat completion (`text/event-stream`).
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
@@ -719,8 +847,14 @@ pub(crate) struct ModelDto {
     pub(crate) id: String,
     /// Always `model`.
     pub(crate) object: String,
+    /// Always 0 (OpenAI's creation time, Unix seconds: the gateway does not know it).
+    pub(crate) created: i64,
     /// Always `aigw`.
     pub(crate) owned_by: String,
+    /// The endpoints (API dialects) the model is served on: `chat`, `embeddings`,
+    /// `responses`, `messages`.
+    #[schema(value_type = Vec<String>, example = json!(["chat", "embeddings"]))]
+    pub(crate) endpoints: Vec<String>,
 }
 
 /// `Debug` for request and answer bodies that carry a password, token or key: the secret

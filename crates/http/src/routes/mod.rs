@@ -9,8 +9,12 @@ pub(crate) mod attempts;
 pub(crate) mod auth;
 pub(crate) mod chat;
 pub(crate) mod document;
+pub(crate) mod embeddings;
+pub(crate) mod gateway;
 pub(crate) mod health;
 pub(crate) mod mfa;
+pub(crate) mod models;
+pub(crate) mod responses;
 pub(crate) mod secret_scanning;
 pub(crate) mod teams;
 pub(crate) mod usage;
@@ -55,8 +59,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
     .service(one("/readyz", &["GET"], get_or_head().to(health::readyz)));
 }
 
-/// `/ai/…`: chat completions (the hot route, first) and the model list (API keys with
-/// `ai_gateway`).
+/// `/ai/…`: chat completions (the hot route, first), embeddings, responses, and the models
+/// (API keys with `ai_gateway`).
 fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
     cfg.service(
         web::resource("/ai/chat/completions")
@@ -66,7 +70,25 @@ fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
             .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
     );
     cfg.service(
-        one("/ai/models", &["GET"], get_or_head().to(chat::models)).app_data(LimitedBy(Policy::Ai)),
+        web::resource("/ai/embeddings")
+            .app_data(BodyLimit(chat_limit))
+            .app_data(LimitedBy(Policy::Ai))
+            .route(web::post().to(embeddings::create))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+    );
+    cfg.service(
+        web::resource("/ai/responses")
+            .app_data(BodyLimit(chat_limit))
+            .app_data(LimitedBy(Policy::Ai))
+            .route(web::post().to(responses::create))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+    );
+    cfg.service(
+        one("/ai/models", &["GET"], get_or_head().to(models::list)).app_data(LimitedBy(Policy::Ai)),
+    );
+    cfg.service(
+        one("/ai/models/{model:.+}", &["GET"], get_or_head().to(models::retrieve))
+            .app_data(LimitedBy(Policy::Ai)),
     );
 }
 
@@ -393,7 +415,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 52;
+pub(crate) const SECURED: usize = 55;
 
 #[cfg(test)]
 mod tests {
@@ -402,14 +424,17 @@ mod tests {
     use super::SECURED;
 
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 10] = [
+    const HANDLERS: [(&str, &str); 13] = [
         ("account", include_str!("account.rs")),
         ("account_email", include_str!("account_email.rs")),
         ("admin", include_str!("admin.rs")),
         ("api_keys", include_str!("api_keys.rs")),
         ("auth", include_str!("auth.rs")),
         ("chat", include_str!("chat.rs")),
+        ("embeddings", include_str!("embeddings.rs")),
         ("mfa", include_str!("mfa.rs")),
+        ("models", include_str!("models.rs")),
+        ("responses", include_str!("responses.rs")),
         ("secret_scanning", include_str!("secret_scanning.rs")),
         ("teams", include_str!("teams.rs")),
         ("usage", include_str!("usage.rs")),

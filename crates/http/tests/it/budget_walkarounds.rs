@@ -55,6 +55,7 @@ pub(crate) fn billing<'a>(
             input_per_million: USD_PER_MILLION,
             output_per_million: USD_PER_MILLION,
             image_tokens: None,
+            ..PriceConfig::default()
         };
         s.providers = vec![ProviderConfig {
             name: "bill".into(),
@@ -70,6 +71,7 @@ pub(crate) fn billing<'a>(
                 },
             )]),
             prices: BTreeMap::from([("up-bill".to_owned(), price), ("up-bytes".to_owned(), price)]),
+            ..ProviderConfig::default()
         }];
         s.usage.flush_interval_ms = 20;
     }

@@ -39,6 +39,7 @@ pub(crate) fn priced_providers(s: &mut aigw_http::settings::Settings) {
         input_per_million: input,
         output_per_million: output,
         image_tokens: None,
+        ..PriceConfig::default()
     };
     s.providers = vec![ProviderConfig {
         name: "local".into(),
@@ -51,6 +52,7 @@ pub(crate) fn priced_providers(s: &mut aigw_http::settings::Settings) {
             ("priced".to_owned(), price(INPUT_PER_MILLION, 0.0)),
             ("dear".to_owned(), price(INPUT_PER_MILLION, 1000.0)),
         ]),
+        ..ProviderConfig::default()
     }];
     s.usage.flush_interval_ms = 20;
 }

@@ -37,6 +37,7 @@ fn provider(base_url: &str, models: &[&str]) -> ProviderConfig {
         models: models.iter().map(|m| (*m).to_owned()).collect(),
         tokenizers: Default::default(),
         prices: Default::default(),
+        ..ProviderConfig::default()
     }
 }
 

@@ -23,6 +23,7 @@ async fn priced_app(
             input_per_million: PRICE_PER_MILLION,
             output_per_million: PRICE_PER_MILLION,
             image_tokens: None,
+            ..PriceConfig::default()
         };
         s.providers = vec![ProviderConfig {
             name: "local".into(),
@@ -32,6 +33,7 @@ async fn priced_app(
             models: vec!["priced".into()],
             tokenizers: Default::default(),
             prices: BTreeMap::from([("priced".to_owned(), price)]),
+            ..ProviderConfig::default()
         }];
         s.usage.flush_interval_ms = 20;
         tweak(s);

@@ -431,6 +431,7 @@ fn more_models(s: &mut aigw_http::settings::Settings) {
         models: vec!["gpt-4o".into(), "gpt-4o-mini".into(), "o3".into()],
         tokenizers: Default::default(),
         prices: Default::default(),
+        ..ProviderConfig::default()
     }];
 }
 

@@ -140,7 +140,12 @@ fn provider(base_url: &str) -> ProviderConfig {
     let mut prices = BTreeMap::new();
     prices.insert(
         "up-json".to_owned(),
-        PriceConfig { input_per_million: 1.0, output_per_million: 2.0, image_tokens: None },
+        PriceConfig {
+            input_per_million: 1.0,
+            output_per_million: 2.0,
+            image_tokens: None,
+            ..PriceConfig::default()
+        },
     );
     ProviderConfig {
         name: "fake".into(),
@@ -150,6 +155,7 @@ fn provider(base_url: &str) -> ProviderConfig {
         models: vec!["up-json".into(), "up-500".into()],
         tokenizers: Default::default(),
         prices,
+        ..ProviderConfig::default()
     }
 }
 

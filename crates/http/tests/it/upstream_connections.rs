@@ -28,6 +28,7 @@ async fn app_with(upstream: &KeepAliveUpstream) -> (TestApp, String) {
                 .collect(),
             tokenizers: Default::default(),
             prices: Default::default(),
+            ..ProviderConfig::default()
         }];
     })
     .await;

@@ -39,6 +39,7 @@ async fn app_with(
                 .collect(),
             tokenizers: Default::default(),
             prices: Default::default(),
+            ..ProviderConfig::default()
         }];
         if let Some(cap) = cap {
             s.gateway.max_response_bytes = cap;

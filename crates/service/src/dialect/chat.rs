@@ -8,6 +8,8 @@
 //! bytes, not a second copy of every string in it. Errors name the field by its JSON path.
 //! As with `serde_json::Value`, a key given twice counts once, with its last value.
 
+use crate::dialect::summary::RequestSummary;
+use aigw_domain::usage::Endpoint;
 use aigw_domain::FieldError;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -30,40 +32,6 @@ pub const MAX_CHOICES: u64 = 128;
 /// What `max_tokens` and `max_completion_tokens` may be.
 const CAP_RANGE: (u64, u64) = (1, MAX_COMPLETION_TOKENS);
 
-/// What a validated chat request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatRequestSummary {
-    /// The `model` field.
-    pub model: String,
-    /// The `stream` field (default false).
-    pub stream: bool,
-    /// Whether the body has a `stream_options` member (of any value).
-    pub has_stream_options: bool,
-    /// Whether the caller asked for a final usage chunk: `stream_options.include_usage` is
-    /// `true`.
-    pub include_usage: bool,
-    /// An upper bound of the prompt's text tokens under any byte-level BPE encoding, without
-    /// a tokenizer: the chat format's fixed tokens of each message (as if each had a `name`)
-    /// plus one token per byte of the whole request body. Every text a provider bills as
-    /// input (`messages` of every content kind, `tools`, `functions`, `response_format`
-    /// schemas, `tool_choice`, and any field added later) is in the body, and a byte-level
-    /// BPE token stands for at least one byte. Images are billed by size, not by bytes: see
-    /// [`Self::images`].
-    pub prompt_bound: u64,
-    /// The `image_url` content parts of every message: each is billed as up to a model's
-    /// image tokens (`image_tokens` of its price), which are added to the prompt.
-    pub images: u64,
-    /// The completion tokens the call can be billed at most: (`max_completion_tokens`, else
-    /// `max_tokens`, else [`DEFAULT_COMPLETION_CAP`]) times `n`, plus one
-    /// token per byte of a `prediction` (rejected predicted tokens are billed as completion
-    /// tokens).
-    pub completion_cap: u64,
-    /// The JSON path of the first content part whose input cannot be bounded before the call
-    /// (a `file` part that names an uploaded file by `file_id` instead of sending its
-    /// `file_data`): a key with a budget or a `tpm_limit` cannot send it.
-    pub unbounded_part: Option<String>,
-}
-
 /// Checks the fields the gateway relies on; every other field is passed through untouched.
 ///
 /// # Errors
@@ -75,7 +43,7 @@ pub struct ChatRequestSummary {
 /// a string), `stream` (not a boolean), `max_completion_tokens` and `max_tokens` (not an
 /// integer from 1 to [`MAX_COMPLETION_TOKENS`]) or `n` (not an integer from 1 to
 /// [`MAX_CHOICES`]), exactly as the OpenAPI description's `ChatCompletionRequest` says.
-pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldError> {
+pub fn validate_chat_request(body: &[u8]) -> Result<RequestSummary, FieldError> {
     let top: Fields<'_> = serde_json::from_slice(body).map_err(|_| {
         if serde_json::from_slice::<IgnoredAny>(body).is_ok() {
             FieldError::new("body", "must be a JSON object")
@@ -126,12 +94,14 @@ pub fn validate_chat_request(body: &[u8]) -> Result<ChatRequestSummary, FieldErr
     let completion_cap = per_choice
         .saturating_mul(choices)
         .saturating_add(u64::try_from(predicted).unwrap_or(u64::MAX));
-    Ok(ChatRequestSummary {
+    Ok(RequestSummary {
+        endpoint: Endpoint::Chat,
         model,
         stream,
         has_stream_options: top.stream_options.is_some(),
         include_usage,
         prompt_bound,
+        prompt_floor: 0,
         images: parts.images,
         completion_cap,
         unbounded_part: parts.unbounded,
@@ -400,13 +370,15 @@ mod tests {
         let ok = validate_chat_request(body);
         assert_eq!(
             ok,
-            Ok(ChatRequestSummary {
+            Ok(RequestSummary {
+                endpoint: Endpoint::Chat,
                 model: "m1".into(),
                 stream: true,
                 has_stream_options: false,
                 include_usage: false,
                 // 3 + 2 messages * (3 + 1) + the body's bytes.
                 prompt_bound: 11 + body.len() as u64,
+                prompt_floor: 0,
                 images: 0,
                 completion_cap: DEFAULT_COMPLETION_CAP,
                 unbounded_part: None,

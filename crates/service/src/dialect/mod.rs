@@ -1,15 +1,40 @@
-//! The first stage of a gateway call: what a request of one API dialect says, read once. For
-//! OpenAI's chat completions: the body validated and summarised ([`chat`]: the model, the
-//! prompt's bound in tokens, the completion cap, images, streaming), the token counts that
-//! bound it ([`tokens`]) and the upstream's answer with its usage ([`reply`]).
+//! The first stage of a gateway call: what a request of one API dialect says, read once into
+//! a [`RequestSummary`] (the model, the prompt's bound in tokens, the output cap, images,
+//! streaming), and what its answer reports as usage ([`usage`]). One module per dialect:
+//! OpenAI's chat completions ([`chat`]), embeddings ([`embeddings`]) and Responses API
+//! ([`responses`]); the token counts
+//! that bound a prompt ([`tokens`]); the gateway's answer ([`reply`]).
 //!
 //! The later stages take the summary instead of parsing the body again: admission
-//! (`crate::governance`), metering and settlement (`crate::usage`), and the gateway that routes and
-//! forwards (`crate::gateway`). This module imports none of them.
+//! (`crate::governance`), metering and settlement (`crate::usage`), and the gateway that
+//! routes and forwards (`crate::gateway`). This module imports none of them.
 
 pub mod chat;
+pub mod embeddings;
 pub mod reply;
+pub mod responses;
+pub mod summary;
 pub mod tokens;
+pub mod usage;
 
-pub use chat::{validate_chat_request, ChatRequestSummary, ROLES};
-pub use reply::ChatReply;
+pub use aigw_domain::usage::Endpoint;
+pub use chat::{validate_chat_request, ROLES};
+pub use reply::GatewayReply;
+pub use summary::RequestSummary;
+
+use aigw_domain::FieldError;
+
+/// Validates a request `body` sent to `endpoint` and summarises it.
+///
+/// # Errors
+/// [`FieldError`] naming the first malformed field, as the dialect's validator says
+/// ([`validate_chat_request`], [`embeddings::validate_embeddings_request`],
+/// [`responses::validate_responses_request`]).
+pub fn validate(endpoint: Endpoint, body: &[u8]) -> Result<RequestSummary, FieldError> {
+    match endpoint {
+        Endpoint::Chat => validate_chat_request(body),
+        Endpoint::Embeddings => embeddings::validate_embeddings_request(body),
+        Endpoint::Responses => responses::validate_responses_request(body),
+        Endpoint::Messages => Err(FieldError::new("body", "this endpoint is not served yet")),
+    }
+}

@@ -1,4 +1,4 @@
-//! What the gateway answers to a chat completion ([`ChatReply`]), which the usage meter
+//! What the gateway answers to a chat completion ([`GatewayReply`]), which the usage meter
 //! wraps to record the call: defined apart from the gateway so that the meter does not
 //! depend on it.
 
@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
 /// The answer to a chat completion.
-pub enum ChatReply {
+pub enum GatewayReply {
     /// A complete JSON body, returned unchanged with `status`.
     Json {
         /// HTTP status (2xx).
@@ -26,13 +26,13 @@ pub enum ChatReply {
     },
 }
 
-impl std::fmt::Debug for ChatReply {
+impl std::fmt::Debug for GatewayReply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ChatReply::Json { status, body } => {
-                write!(f, "ChatReply::Json({status}, {} bytes)", body.len())
+            GatewayReply::Json { status, body } => {
+                write!(f, "GatewayReply::Json({status}, {} bytes)", body.len())
             }
-            ChatReply::Stream { status, .. } => write!(f, "ChatReply::Stream({status})"),
+            GatewayReply::Stream { status, .. } => write!(f, "GatewayReply::Stream({status})"),
         }
     }
 }

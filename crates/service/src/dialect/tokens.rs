@@ -21,6 +21,7 @@
 //! off request paths where texts can be large. The tables load on first use (tens of
 //! milliseconds); [`warm_up`] does that ahead of time.
 
+use aigw_domain::usage::Endpoint;
 use serde_json::Value;
 use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
@@ -81,25 +82,82 @@ impl PromptCounting {
         Some(Self::Bytes { per_million: per_million.clamp(1, 1_000_000) })
     }
 
-    /// The prompt tokens of a chat request `body` counted this way, given its upper bound
-    /// `prompt_bound` ([`crate::dialect::chat::ChatRequestSummary::prompt_bound`]: the
-    /// chat format's fixed tokens plus one per byte of `body`). Never above `prompt_bound`.
-    /// With a tokenizer the body is parsed once and its prompt counted ([`count_prompt`]).
-    pub fn prompt_tokens(self, body: &[u8], prompt_bound: u64) -> u64 {
-        match self {
-            Self::Tokenizer(encoding) => {
+    /// The prompt tokens of a request `body` to `endpoint` counted this way, given its upper
+    /// bound `prompt_bound` ([`crate::dialect::RequestSummary::prompt_bound`]). Never above
+    /// `prompt_bound`.
+    ///
+    /// - A tokenizer counts a chat prompt ([`count_prompt`]: the body parsed once) and an
+    ///   embeddings input ([`count_embeddings_input`]); for the Responses and Messages
+    ///   dialects, whose prompt format no tokenizer here reproduces, the bound itself.
+    /// - Bytes scale the body's bytes and keep the dialect's fixed tokens; an embeddings
+    ///   input's token ids count one each, unscaled.
+    pub fn prompt_tokens(self, endpoint: Endpoint, body: &[u8], prompt_bound: u64) -> u64 {
+        match (self, endpoint) {
+            (Self::Tokenizer(encoding), Endpoint::Chat) => {
                 let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
                 count_prompt(encoding, &parsed).min(prompt_bound)
             }
-            Self::Bytes { per_million } => {
+            (Self::Tokenizer(encoding), Endpoint::Embeddings) => {
+                let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                count_embeddings_input(Some(encoding), &parsed).min(prompt_bound)
+            }
+            (Self::Tokenizer(_), Endpoint::Responses | Endpoint::Messages) => prompt_bound,
+            (Self::Bytes { per_million }, Endpoint::Embeddings) => {
+                let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                let (text_bytes, token_ids) = embeddings_input_parts(&parsed);
+                scale(text_bytes, per_million).saturating_add(token_ids).min(prompt_bound)
+            }
+            (Self::Bytes { per_million }, _) => {
                 let bytes = u64::try_from(body.len()).unwrap_or(u64::MAX).min(prompt_bound);
                 let fixed = prompt_bound - bytes;
-                let scaled = u128::from(bytes) * u128::from(per_million);
-                let scaled = u64::try_from(scaled.div_ceil(1_000_000)).unwrap_or(u64::MAX);
-                fixed.saturating_add(scaled).min(prompt_bound)
+                fixed.saturating_add(scale(bytes, per_million)).min(prompt_bound)
             }
         }
     }
+}
+
+/// `bytes` at `per_million` millionths of a token each, rounded up.
+fn scale(bytes: u64, per_million: u32) -> u64 {
+    let scaled = u128::from(bytes) * u128::from(per_million);
+    u64::try_from(scaled.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// The bytes of an embeddings request's text inputs and the number of its token ids.
+fn embeddings_input_parts(body: &Value) -> (u64, u64) {
+    let (mut text, mut ids) = (0_u64, 0_u64);
+    let mut add = |value: &Value| match value {
+        Value::String(s) => text = text.saturating_add(s.len() as u64),
+        Value::Number(_) => ids = ids.saturating_add(1),
+        Value::Array(tokens) => ids = ids.saturating_add(tokens.len() as u64),
+        _ => {}
+    };
+    match body.get("input") {
+        Some(Value::Array(entries)) => entries.iter().for_each(&mut add),
+        Some(other) => add(other),
+        None => {}
+    }
+    (text, ids)
+}
+
+/// The tokens of an embeddings request's `input`: its texts counted with `encoding` (at one
+/// token per byte without one), its token ids one each.
+pub fn count_embeddings_input(encoding: Option<Encoding>, body: &Value) -> u64 {
+    let mut tokens = 0_u64;
+    let mut add = |value: &Value| {
+        let n = match value {
+            Value::String(s) => encoding.map_or(s.len() as u64, |e| count_text(e, s)),
+            Value::Number(_) => 1,
+            Value::Array(ids) => ids.len() as u64,
+            _ => 0,
+        };
+        tokens = tokens.saturating_add(n);
+    };
+    match body.get("input") {
+        Some(Value::Array(entries)) => entries.iter().for_each(&mut add),
+        Some(other) => add(other),
+        None => {}
+    }
+    tokens
 }
 
 /// The encoding used to estimate `model`'s tokens.
@@ -268,13 +326,20 @@ mod tests {
         }
         let body = [b'x'; 101];
         // 101 bytes and 10 fixed tokens of the chat format.
-        assert_eq!(PromptCounting::ONE_PER_BYTE.prompt_tokens(&body, 111), 111);
+        assert_eq!(PromptCounting::ONE_PER_BYTE.prompt_tokens(Endpoint::Chat, &body, 111), 111);
         let quarter = PromptCounting::Bytes { per_million: 250_000 };
-        assert_eq!(quarter.prompt_tokens(&body, 111), 10 + 26);
+        assert_eq!(quarter.prompt_tokens(Endpoint::Chat, &body, 111), 10 + 26);
         // Never above the bound, whatever it is given.
-        assert!(quarter.prompt_tokens(&body, 5) <= 5);
-        assert_eq!(PromptCounting::ONE_PER_BYTE.prompt_tokens(&body, 5), 5);
-        assert_eq!(PromptCounting::Tokenizer(Encoding::Cl100k).prompt_tokens(b"not json", 3), 0);
+        assert!(quarter.prompt_tokens(Endpoint::Chat, &body, 5) <= 5);
+        assert_eq!(PromptCounting::ONE_PER_BYTE.prompt_tokens(Endpoint::Chat, &body, 5), 5);
+        assert_eq!(
+            PromptCounting::Tokenizer(Encoding::Cl100k).prompt_tokens(
+                Endpoint::Chat,
+                b"not json",
+                3
+            ),
+            0
+        );
     }
 
     #[test]

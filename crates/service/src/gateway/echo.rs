@@ -1,8 +1,8 @@
 //! The built-in `echo` model: an offline provider that answers with the last user message in
 //! OpenAI's shapes (JSON and server-sent events), with tokenizer counts as its `usage`.
 
-use crate::dialect::chat::ChatRequestSummary;
-use crate::dialect::reply::ChatReply;
+use crate::dialect::reply::GatewayReply;
+use crate::dialect::summary::RequestSummary;
 use crate::dialect::tokens;
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
@@ -29,7 +29,7 @@ fn last_user_text(body: &Value) -> String {
 /// completion (or, when streaming, as `chat.completion.chunk` events ending in `[DONE]`, with a
 /// final usage chunk when `include_usage`). Its `usage` counts tokens with the `cl100k_base`
 /// tokenizer, as OpenAI counts a chat prompt.
-pub(crate) fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bool) -> ChatReply {
+pub(crate) fn echo(body: &Value, summary: &RequestSummary, include_usage: bool) -> GatewayReply {
     let text = last_user_text(body);
     let id = format!("chatcmpl-{}", uuid::Uuid::now_v7().simple());
     let created = chrono::Utc::now().timestamp();
@@ -56,7 +56,7 @@ pub(crate) fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bo
             }],
             "usage": usage
         });
-        return ChatReply::Json {
+        return GatewayReply::Json {
             status: http::StatusCode::OK,
             body: Bytes::from(reply.to_string()),
         };
@@ -87,7 +87,7 @@ pub(crate) fn echo(body: &Value, summary: &ChatRequestSummary, include_usage: bo
         })));
     }
     events.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
-    ChatReply::Stream {
+    GatewayReply::Stream {
         status: http::StatusCode::OK,
         content_type: "text/event-stream".to_owned(),
         body: stream::iter(events).boxed(),

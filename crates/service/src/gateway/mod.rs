@@ -8,6 +8,6 @@ pub mod pipeline;
 pub mod route;
 pub mod upstream;
 
-pub use crate::dialect::{validate_chat_request, ChatReply, ChatRequestSummary, ROLES};
+pub use crate::dialect::{validate_chat_request, GatewayReply, RequestSummary, ROLES};
 pub use pipeline::{Gateway, FORWARDED_HEADERS};
 pub use route::ECHO_MODEL;

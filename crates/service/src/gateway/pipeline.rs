@@ -1,7 +1,7 @@
 //! The AI gateway's pipeline: `POST /api/v1/ai/chat/completions` goes through one stage after
 //! another, each below the one before, the parsed request passed down:
 //!
-//! 1. the dialect (`crate::dialect`): the body read once into a [`ChatRequestSummary`];
+//! 1. the dialect (`crate::dialect`): the body read once into a [`RequestSummary`];
 //! 2. the route ([`crate::gateway::route`]): the provider that serves the model, and the key's
 //!    allowed models;
 //! 3. admission (`crate::governance`): budgets, rpm and tpm at every level the key counts
@@ -38,8 +38,8 @@
 
 use crate::auth::{Authorized, Principal};
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
-use crate::dialect::chat::{validate_chat_request, ChatRequestSummary};
-use crate::dialect::reply::ChatReply;
+use crate::dialect::reply::GatewayReply;
+use crate::dialect::{self, Endpoint, RequestSummary};
 use crate::error::ServiceError;
 use crate::gateway::echo::echo;
 use crate::gateway::route::{route_table, Provider, RouteTable};
@@ -75,7 +75,7 @@ pub struct Gateway {
 /// worst case, and what admission holds for it.
 struct AdmittedCall {
     body: Bytes,
-    summary: ChatRequestSummary,
+    summary: RequestSummary,
     worst: TokenUsage,
     admission: Admitted,
 }
@@ -84,7 +84,7 @@ struct AdmittedCall {
 /// `usage`, and its meter (none for an access token or with metering off).
 struct MeteredCall {
     body: Bytes,
-    summary: ChatRequestSummary,
+    summary: RequestSummary,
     include_usage: bool,
     meter: Option<CallMeter>,
 }
@@ -126,38 +126,51 @@ impl Gateway {
         self
     }
 
-    /// The model names offered to `principal` (those its key's `allowed_models` match),
-    /// sorted.
-    pub fn models_for(&self, principal: &Principal) -> Vec<String> {
-        self.routes.keys().filter(|m| principal.allows_model(m)).cloned().collect()
+    /// The models offered to `principal` (those its key's `allowed_models` match), sorted by
+    /// name, each with the endpoints it is served on.
+    pub fn models_for(&self, principal: &Principal) -> Vec<(String, &'static [Endpoint])> {
+        self.routes
+            .iter()
+            .filter(|(m, _)| principal.allows_model(m))
+            .map(|(m, provider)| (m.clone(), provider.kind.endpoints()))
+            .collect()
     }
 
-    /// Validates `body` and answers it from the model's provider, for a request that arrived
-    /// at `arrived` (the gateway's overhead is measured from there to the upstream call).
-    /// `request_id` (the answer's `x-request-id`) identifies the call in the usage ledger;
-    /// `forward_headers` (trace context, request id: names from [`FORWARDED_HEADERS`]) go
-    /// upstream with it. Also answers where the key stands against its own `rpm_limit` /
-    /// `tpm_limit` after the call was admitted (`None`: the key has none), for the
-    /// `x-ratelimit-*` headers.
+    /// The endpoints `model` is served on, when the gateway routes it and `principal`'s
+    /// `allowed_models` match it; `None` otherwise.
+    pub fn model_for(&self, principal: &Principal, model: &str) -> Option<&'static [Endpoint]> {
+        let provider = self.routes.get(model).filter(|_| principal.allows_model(model))?;
+        Some(provider.kind.endpoints())
+    }
+
+    /// Validates `body`, a request to `endpoint`, and answers it from the model's provider,
+    /// for a request that arrived at `arrived` (the gateway's overhead is measured from there
+    /// to the upstream call). `request_id` (the answer's `x-request-id`) identifies the call
+    /// in the usage ledger; `forward_headers` (trace context, request id: names from
+    /// [`FORWARDED_HEADERS`]; a dialect's own headers) go upstream with it. Also answers
+    /// where the key stands against its own `rpm_limit` / `tpm_limit` after the call was
+    /// admitted (`None`: the key has none), for the `x-ratelimit-*` headers.
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] for a model outside the key's `allowed_models`
     /// (`required: model:<name>`; `ai_gateway` itself is checked by the proof `principal`
     /// before this is called); [`ServiceError::Invalid`] on a malformed body (the fields of
-    /// [`validate_chat_request`], and a file sent by id for a key with a budget or a
-    /// `tpm_limit`); [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
+    /// [`dialect::validate`], a model whose provider does not serve `endpoint`, and a part
+    /// the gateway cannot price for a key with a budget or a `tpm_limit`);
+    /// [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
     /// [`ServiceError::BudgetExceeded`] when the key's budget cannot take the call's worst
     /// case; [`ServiceError::RateLimited`] when its `rpm_limit` or `tpm_limit` cannot;
     /// [`ServiceError::Upstream`] / [`ServiceError::UpstreamTimeout`] when the provider fails.
-    pub async fn chat_completion_since(
+    pub async fn call(
         &self,
+        endpoint: Endpoint,
         principal: &Authorized<op::ChatCompletion>,
         request_id: &str,
         body: Bytes,
         arrived: Instant,
         forward_headers: &[(&'static str, String)],
-    ) -> Result<(ChatReply, Option<RateStatus>), ServiceError> {
-        let summary = validate_chat_request(&body)?;
+    ) -> Result<(GatewayReply, Option<RateStatus>), ServiceError> {
+        let summary = dialect::validate(endpoint, &body)?;
         let provider = self.route(principal, &summary)?;
         let admitted = self.admit(principal, body, summary).await?;
         let status = admitted.admission.status;
@@ -173,6 +186,7 @@ impl Gateway {
             ProviderKind::Openai => {
                 let upstream = UpstreamCall {
                     provider,
+                    endpoint,
                     model: call.summary.model,
                     stream: call.summary.stream,
                     arrived,
@@ -194,17 +208,19 @@ impl Gateway {
     ///
     /// # Errors
     /// [`ServiceError::Forbidden`] (`required: model:<name>`) outside the key's
-    /// `allowed_models`; [`ServiceError::NotFound`] (`resource: model`) for an unknown model.
+    /// `allowed_models`; [`ServiceError::NotFound`] (`resource: model`) for an unknown model;
+    /// [`ServiceError::Invalid`] (`model`) when its provider does not serve the endpoint.
     fn route(
         &self,
         principal: &Principal,
-        summary: &ChatRequestSummary,
+        summary: &RequestSummary,
     ) -> Result<Arc<Provider>, ServiceError> {
         principal.authorize_model(&summary.model)?;
         let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
+        provider.serves(&summary.model, summary.endpoint)?;
         Ok(provider.clone())
     }
 
@@ -220,26 +236,35 @@ impl Gateway {
         &self,
         principal: &Principal,
         body: Bytes,
-        summary: ChatRequestSummary,
+        summary: RequestSummary,
     ) -> Result<AdmittedCall, ServiceError> {
         let worst = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
         let Some(limits) = &self.key_limits else {
             return Ok(AdmittedCall { body, summary, worst, admission: Admitted::default() });
         };
+        let mut summary = summary;
         if let Some(field) = &summary.unbounded_part {
             let limited = principal.limit_levels().any(|level| {
                 level.policy.max_budget_micros.is_some() || level.policy.tpm_limit.is_some()
             });
             if limited {
-                return Err(FieldError::new(
-                    field.clone(),
-                    "a file sent by id cannot be priced before the call, so a key with a \
-                     budget or a tpm_limit must send file_data instead",
-                )
-                .into());
+                // Input the gateway cannot see: the model's whole context window is the
+                // prompt's bound, when configured.
+                let Some(window) = limits.context_window(&summary.model) else {
+                    return Err(FieldError::new(
+                        field.clone(),
+                        "this input cannot be priced before the call, so a key with a budget \
+                         or a tpm_limit must send it in the request (a file as file_data), or \
+                         the model needs a context_windows entry",
+                    )
+                    .into());
+                };
+                summary.prompt_bound = summary.prompt_bound.max(window);
+                summary.prompt_floor = window;
             }
         }
-        let admitted = limits.admit(principal, &summary.model, &body, &worst, summary.images).await;
+        let worst = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
+        let admitted = limits.admit(principal, &summary, &body).await;
         let mut admission = admitted.inspect_err(|refused| self.count_refusal(refused))?;
         // A budget in `clamp` mode lowered `max_tokens`: that body goes upstream.
         Ok(match admission.clamped.take() {
@@ -262,9 +287,10 @@ impl Gateway {
         call: AdmittedCall,
     ) -> MeteredCall {
         let AdmittedCall { body, summary, worst, admission } = call;
-        let meter = self.meter.as_ref().and_then(|m| {
-            m.start(principal, request_id, &summary.model, &provider.name, summary.stream, &body)
-        });
+        let meter = self
+            .meter
+            .as_ref()
+            .and_then(|m| m.start(principal, request_id, &summary, &provider.name, &body));
         match meter {
             Some(mut meter) => {
                 meter.hold(admission, worst);

@@ -1,10 +1,14 @@
 //! The second stage of a gateway call: the provider that serves its model. Each model of
 //! `[[providers]] models` is served by its one provider, and `echo` by the built-in model
-//! when `gateway.echo_model` is on; what a call reuses (the provider's URL, its key as a
-//! header, how a direct connection addresses it) is built here once, at start-up.
+//! when `gateway.echo_model` is on; a provider serves the endpoints (API dialects) its kind
+//! speaks ([`ProviderKind::endpoints`]). What a call reuses (the provider's URL of each
+//! endpoint, its key as a header, how a direct connection addresses it) is built here once,
+//! at start-up.
 
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::ServiceError;
+use aigw_domain::usage::Endpoint;
+use aigw_domain::FieldError;
 use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,12 +27,41 @@ pub(crate) struct Provider {
     pub(crate) name: String,
     /// Its `kind`.
     pub(crate) kind: ProviderKind,
-    /// `{base_url}/chat/completions`, built and parsed once (`None` for `echo`).
-    pub(crate) chat_url: Option<http::Uri>,
+    /// The upstream URL of each endpoint it serves (`{base_url}/chat/completions`, …),
+    /// built and parsed once (none for `echo`).
+    pub(crate) targets: Vec<Target>,
     /// `Bearer <api_key>`, built once and marked sensitive (never logged).
     pub(crate) authorization: Option<http::HeaderValue>,
     /// How direct calls address it (`None` for `echo`).
     pub(crate) direct: Option<DirectTarget>,
+}
+
+/// Where one endpoint of a provider is called.
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// The endpoint.
+    pub(crate) endpoint: Endpoint,
+    /// Its absolute URL (`{base_url}/chat/completions`, …).
+    pub(crate) url: http::Uri,
+    /// The URL's path and query: the request target of a direct call (RFC 9112 3.2.1).
+    pub(crate) origin_form: http::Uri,
+}
+
+impl Target {
+    /// The target of `endpoint` at `{base_url}{path}`.
+    fn new(endpoint: Endpoint, base_url: &str, path: &str) -> Result<Self, String> {
+        let url = format!("{}{path}", base_url.trim_end_matches('/'));
+        // Checked as a URL first (the error texts of `url` name the fault), then kept as the
+        // `Uri` every call uses.
+        let parsed = reqwest::Url::parse(&url).map_err(|e| e.to_string())?;
+        let url = parsed.as_str().parse::<http::Uri>().map_err(|e| e.to_string())?;
+        let origin_form = url
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
+            .parse::<http::Uri>()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { endpoint, url, origin_form })
+    }
 }
 
 /// How a direct call (no `gateway.proxy_url`) addresses a provider on its own connection.
@@ -36,22 +69,15 @@ pub(crate) struct Provider {
 pub(crate) struct DirectTarget {
     /// The provider's connections in the [`ConnectionPool`].
     pub(crate) slot: usize,
-    /// `chat_url`'s path and query: the request target (RFC 9112 3.2.1).
-    pub(crate) origin_form: http::Uri,
-    /// `chat_url`'s host, and port when not the scheme's default: the `Host` header.
+    /// The host of its URLs, and port when not the scheme's default: the `Host` header.
     pub(crate) host: http::HeaderValue,
 }
 
 impl DirectTarget {
-    /// The target of `chat_url`, in `slot`.
-    fn new(slot: usize, chat_url: &http::Uri) -> Result<Self, String> {
-        let origin_form = chat_url
-            .path_and_query()
-            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
-            .parse::<http::Uri>()
-            .map_err(|e| e.to_string())?;
-        let authority = chat_url.authority().ok_or("no host")?;
-        let default_port = match chat_url.scheme_str() {
+    /// The direct target of a provider whose URLs are like `url`, in `slot`.
+    fn new(slot: usize, url: &http::Uri) -> Result<Self, String> {
+        let authority = url.authority().ok_or("no host")?;
+        let default_port = match url.scheme_str() {
             Some("https") => 443,
             _ => 80,
         };
@@ -60,7 +86,7 @@ impl DirectTarget {
             _ => authority.host().to_owned(),
         };
         let host = http::HeaderValue::from_str(&host).map_err(|e| e.to_string())?;
-        Ok(Self { slot, origin_form, host })
+        Ok(Self { slot, host })
     }
 }
 
@@ -68,6 +94,33 @@ impl Provider {
     /// The provider's own key, from its `Authorization` value.
     pub(crate) fn api_key(&self) -> Option<&str> {
         self.authorization.as_ref()?.to_str().ok()?.strip_prefix("Bearer ")
+    }
+
+    /// Where `endpoint` is called; `None` when the provider does not serve it (or is `echo`).
+    pub(crate) fn target(&self, endpoint: Endpoint) -> Option<&Target> {
+        self.targets.iter().find(|t| t.endpoint == endpoint)
+    }
+
+    /// Checks that the provider of `model` serves `endpoint`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] naming `model` and the endpoints it has.
+    pub(crate) fn serves(&self, model: &str, endpoint: Endpoint) -> Result<(), ServiceError> {
+        let endpoints = self.kind.endpoints();
+        if endpoints.contains(&endpoint) {
+            return Ok(());
+        }
+        let names: Vec<&str> = endpoints.iter().map(|e| e.as_str()).collect();
+        let model: String = model.chars().take(128).collect();
+        Err(FieldError::new(
+            "model",
+            format!(
+                "{model} is not served on the {} endpoint; its endpoints: {}",
+                endpoint.as_str(),
+                names.join(", ")
+            ),
+        )
+        .into())
     }
 
     /// A failed call to this provider ([`ServiceError::Upstream`], a 502), for `reason`.
@@ -94,7 +147,7 @@ pub(crate) fn route_table(
             Arc::new(Provider {
                 name: ECHO_MODEL.to_owned(),
                 kind: ProviderKind::Echo,
-                chat_url: None,
+                targets: Vec::new(),
                 authorization: None,
                 direct: None,
             }),
@@ -107,22 +160,16 @@ pub(crate) fn route_table(
         {
             return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
         }
-        let chat_url = match p.kind {
-            ProviderKind::Echo => None,
-            ProviderKind::Openai => {
-                let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-                // Checked as a URL first (the error texts of `url` name the fault), then
-                // kept as the `Uri` every call uses.
-                let parsed = match reqwest::Url::parse(&url) {
-                    Ok(url) => url,
-                    Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
-                };
-                match parsed.as_str().parse::<http::Uri>() {
-                    Ok(uri) => Some(uri),
+        let mut targets = Vec::new();
+        if p.kind != ProviderKind::Echo {
+            for endpoint in p.kind.endpoints() {
+                let path = p.kind.path(*endpoint);
+                match Target::new(*endpoint, &base_url, path) {
+                    Ok(target) => targets.push(target),
                     Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
                 }
             }
-        };
+        }
         let authorization = match &p.api_key {
             Some(key) => {
                 let value = format!("Bearer {}", key.expose_secret());
@@ -137,8 +184,8 @@ pub(crate) fn route_table(
             }
             None => None,
         };
-        let direct = match &chat_url {
-            Some(url) => match DirectTarget::new(slot, url) {
+        let direct = match targets.first() {
+            Some(target) => match DirectTarget::new(slot, &target.url) {
                 Ok(target) => Some(target),
                 Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
             },
@@ -147,7 +194,7 @@ pub(crate) fn route_table(
         let provider = Arc::new(Provider {
             name: p.name.clone(),
             kind: p.kind,
-            chat_url,
+            targets,
             authorization,
             direct,
         });

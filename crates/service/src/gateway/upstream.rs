@@ -4,10 +4,11 @@
 //! timeouts, size cap, metrics and error mapping either way.
 
 use crate::config::GatewayConfig;
-use crate::dialect::reply::ChatReply;
+use crate::dialect::reply::GatewayReply;
 use crate::error::{ServiceError, UpstreamRejection};
-use crate::gateway::route::Provider;
+use crate::gateway::route::{Provider, Target};
 use crate::metrics::{name as metric, Metrics};
+use aigw_domain::usage::Endpoint;
 use aigw_infra::upstream_pool::ConnectionPool;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -20,6 +21,8 @@ use std::time::{Duration, Instant};
 pub(crate) struct UpstreamCall<'a> {
     /// Its provider.
     pub(crate) provider: Arc<Provider>,
+    /// The endpoint called (the provider serves it: checked when routed).
+    pub(crate) endpoint: Endpoint,
     /// The model asked for.
     pub(crate) model: String,
     /// Whether the caller asked for a stream.
@@ -108,18 +111,22 @@ impl Forwarder {
         &self,
         call: UpstreamCall<'_>,
         body: Bytes,
-    ) -> Result<ChatReply, ServiceError> {
-        let UpstreamCall { provider, model, stream, arrived, headers } = call;
+    ) -> Result<GatewayReply, ServiceError> {
+        let UpstreamCall { provider, endpoint, model, stream, arrived, headers } = call;
+        let target =
+            provider.target(endpoint).ok_or_else(|| provider.failed("no upstream URL".into()))?;
         let labels = UpstreamLabels {
             metrics: self.metrics.clone(),
             provider: provider.name.clone(),
             model,
         };
-        let request = upstream_request(&provider, body, stream, headers)?;
+        let request = upstream_request(&provider, target, body, stream, headers)?;
         record_overhead(&self.metrics, &provider.name, arrived);
         let sent = Instant::now();
         let response =
-            match tokio::time::timeout(self.timeout, self.client.send(&provider, request)).await {
+            match tokio::time::timeout(self.timeout, self.client.send(&provider, target, request))
+                .await
+            {
                 Err(_) | Ok(Err(SendError::Timeout)) => {
                     labels.finished("timeout", sent);
                     return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
@@ -142,7 +149,7 @@ impl Forwarder {
             // A stream is counted once its head is in; its duration when it ends.
             labels.count(class);
             let body = self.pass_stream(&provider, response_body, labels, sent);
-            return Ok(ChatReply::Stream { status, content_type, body });
+            return Ok(GatewayReply::Stream { status, content_type, body });
         }
         let retry_after = response_headers
             .get(http::header::RETRY_AFTER)
@@ -164,7 +171,7 @@ impl Forwarder {
             }
         };
         if status.is_success() {
-            return Ok(ChatReply::Json { status, body: bytes });
+            return Ok(GatewayReply::Json { status, body: bytes });
         }
         Err(upstream_refusal(&provider, status, &bytes, retry_after))
     }
@@ -271,22 +278,23 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl Upstream {
-    /// Sends `request` (absolute URI) to `provider`; the answer's head within the caller's
-    /// timeout.
+    /// Sends `request` (absolute URI) to `provider`'s `target`; the answer's head within the
+    /// caller's timeout.
     async fn send(
         &self,
         provider: &Provider,
+        target: &Target,
         request: http::Request<Bytes>,
     ) -> Result<UpstreamResponse, SendError> {
         match self {
             Upstream::Direct(pool) => {
-                let (Some(connect_to), Some(direct)) = (&provider.chat_url, &provider.direct)
-                else {
+                let Some(direct) = &provider.direct else {
                     return Err(SendError::Failed("no upstream URL".to_owned()));
                 };
+                let connect_to = &target.url;
                 // On a connection of its own: origin-form, with `Host` (RFC 9112 3.2).
                 let (mut parts, body) = request.into_parts();
-                parts.uri = direct.origin_form.clone();
+                parts.uri = target.origin_form.clone();
                 parts.headers.insert(http::header::HOST, direct.host.clone());
                 let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
                 let (head, body) =
@@ -318,7 +326,7 @@ impl Upstream {
     }
 }
 
-/// The upstream request of a chat call: `POST {base_url}/chat/completions` with `body`, its
+/// The upstream request of a call: `POST` to the endpoint's `target` URL with `body`, its
 /// JSON content type, the `Accept` of a stream or of JSON, aigw's `User-Agent`, the
 /// provider's key and the caller's `headers` to pass on ([`FORWARDED_HEADERS`]).
 ///
@@ -327,11 +335,12 @@ impl Upstream {
 /// a valid header name or value.
 fn upstream_request(
     provider: &Provider,
+    target: &Target,
     body: Bytes,
     stream: bool,
     headers: &[(&'static str, String)],
 ) -> Result<http::Request<Bytes>, ServiceError> {
-    let url = provider.chat_url.clone().ok_or_else(|| provider.failed("no upstream URL".into()))?;
+    let url = target.url.clone();
     // Built on its map: `http::request::Builder` parses every name and value again.
     let mut request = http::Request::new(body);
     *request.method_mut() = http::Method::POST;

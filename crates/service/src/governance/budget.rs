@@ -24,7 +24,7 @@ use crate::governance::key_counters::{NodeCounters, NodeReserved};
 use crate::governance::reservation::{Counter, Reservation};
 use crate::levels::LimitLevel;
 use crate::prices::PriceTable;
-use aigw_domain::usage::TokenUsage;
+use aigw_domain::usage::{Endpoint, TokenUsage};
 use aigw_domain::{BudgetPeriod, LimitScope};
 use aigw_persistence::budgets::{self, Reserved};
 use chrono::{DateTime, Utc};
@@ -34,23 +34,40 @@ pub(crate) fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
     period.start_day(now).map_or_else(|| "total".to_owned(), aigw_domain::usage::format_day)
 }
 
-/// The worst-case token use of a chat request `body` whose model's prompt is counted as
-/// `counting` says: its prompt's tokens ([`PromptCounting::prompt_tokens`]: the tokenizer's
-/// count of messages, tool definitions and response formats where the upstream is known to
-/// use that tokenizer, else from the body's bytes, never above `prompt_bound`, the summary's
-/// [`crate::dialect::chat::ChatRequestSummary::prompt_bound`]) plus `image_prompt`
+/// How a call's prompt is counted in its worst case besides its model's counting: the
+/// endpoint (API dialect) its body is in, and the fewest prompt tokens it counts
+/// ([`crate::dialect::RequestSummary::prompt_floor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptShape {
+    /// The endpoint of the body.
+    pub endpoint: Endpoint,
+    /// The fewest prompt tokens counted.
+    pub floor: u64,
+}
+
+impl PromptShape {
+    /// A chat completion with no floor.
+    pub const CHAT: Self = Self { endpoint: Endpoint::Chat, floor: 0 };
+}
+
+/// The worst-case token use of a request `body` (of `shape`'s endpoint) whose model's prompt is
+/// counted as `counting` says: its prompt's tokens ([`PromptCounting::prompt_tokens`]: the
+/// tokenizer's count of messages, tool definitions and response formats where the upstream
+/// is known to use that tokenizer, else from the body's bytes, never above `prompt_bound`,
+/// the summary's [`crate::dialect::RequestSummary::prompt_bound`], never below `shape.floor`)
+/// plus `image_prompt`
 /// tokens for its images, and `completion_cap`
-/// ([`crate::dialect::chat::ChatRequestSummary::completion_cap`]: the completion cap
-/// times `n`). With a tokenizer, one parse of the body: the gateway computes it only near a
+/// ([`crate::dialect::RequestSummary::completion_cap`]: the dialect's output cap). With a tokenizer, one parse of the body: the gateway computes it only near a
 /// limit.
 pub fn worst_case_tokens(
     counting: PromptCounting,
+    shape: PromptShape,
     body: &[u8],
     prompt_bound: u64,
     image_prompt: u64,
     completion_cap: u64,
 ) -> TokenUsage {
-    let prompt = counting.prompt_tokens(body, prompt_bound);
+    let prompt = counting.prompt_tokens(shape.endpoint, body, prompt_bound).max(shape.floor);
     TokenUsage::new(prompt.saturating_add(image_prompt), completion_cap)
 }
 
@@ -159,13 +176,19 @@ impl Budgets {
     pub(crate) fn worst_case(
         &self,
         model: &str,
+        shape: PromptShape,
         body: &[u8],
         prompt_bound: u64,
         image_prompt: u64,
         completion_cap: u64,
     ) -> TokenUsage {
         let counting = self.prices.prompt_counting(model);
-        worst_case_tokens(counting, body, prompt_bound, image_prompt, completion_cap)
+        worst_case_tokens(counting, shape, body, prompt_bound, image_prompt, completion_cap)
+    }
+
+    /// The price table the budgets are priced with.
+    pub(crate) fn prices(&self) -> &PriceTable {
+        &self.prices
     }
 
     /// The reservation a call of `model` with worst-case token use `worst` needs at `level`
@@ -325,14 +348,15 @@ mod tests {
     fn worst_case_counts_the_prompt_tools_images_and_the_cap() {
         let tokenizer = PromptCounting::Tokenizer(crate::dialect::tokens::Encoding::Cl100k);
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hello there"}]}"#;
-        let worst = worst_case_tokens(tokenizer, body, bound(body), 0, 7);
+        let worst = worst_case_tokens(tokenizer, PromptShape::CHAT, body, bound(body), 0, 7);
         assert!(worst.prompt_tokens > 2, "{worst:?}");
         assert_eq!(worst.completion_tokens, 7);
-        let with_image = worst_case_tokens(tokenizer, body, bound(body), 2800, 7);
+        let with_image =
+            worst_case_tokens(tokenizer, PromptShape::CHAT, body, bound(body), 2800, 7);
         assert_eq!(with_image.prompt_tokens, worst.prompt_tokens + 2800);
         let tools = br#"{"model":"m","messages":[{"role":"user","content":"hello there"}],
             "tools":[{"type":"function","function":{"name":"lookup","description":"Finds a word in the dictionary","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}"#;
-        let with_tools = worst_case_tokens(tokenizer, tools, bound(tools), 0, 7);
+        let with_tools = worst_case_tokens(tokenizer, PromptShape::CHAT, tools, bound(tools), 0, 7);
         assert!(with_tools.prompt_tokens > worst.prompt_tokens + 20, "{with_tools:?}");
     }
 
@@ -346,12 +370,19 @@ mod tests {
         }))
         .unwrap_or_default();
         let tokenizer = PromptCounting::Tokenizer(crate::dialect::tokens::Encoding::Cl100k);
-        let counted = worst_case_tokens(tokenizer, &body, bound(&body), 0, 1);
-        let bytes = worst_case_tokens(PromptCounting::ONE_PER_BYTE, &body, bound(&body), 0, 1);
+        let counted = worst_case_tokens(tokenizer, PromptShape::CHAT, &body, bound(&body), 0, 1);
+        let bytes = worst_case_tokens(
+            PromptCounting::ONE_PER_BYTE,
+            PromptShape::CHAT,
+            &body,
+            bound(&body),
+            0,
+            1,
+        );
         assert_eq!(bytes.prompt_tokens, bound(&body));
         assert!(bytes.prompt_tokens > 3 * counted.prompt_tokens, "{bytes:?} {counted:?}");
         let half = PromptCounting::per_byte(0.5).unwrap_or(PromptCounting::ONE_PER_BYTE);
-        let halved = worst_case_tokens(half, &body, bound(&body), 0, 1);
+        let halved = worst_case_tokens(half, PromptShape::CHAT, &body, bound(&body), 0, 1);
         let fixed = bound(&body) - body.len() as u64;
         assert_eq!(halved.prompt_tokens, fixed + (body.len() as u64).div_ceil(2));
     }

@@ -10,10 +10,10 @@
 use crate::auth::Principal;
 use crate::config::GatewayConfig;
 use crate::db::Db;
-use crate::dialect::chat::ChatRequestSummary;
+use crate::dialect::summary::RequestSummary;
 use crate::error::ServiceError;
 use crate::governance::admission::{Admission, BOUND_HEADROOM};
-use crate::governance::budget::{BudgetPlan, Budgets};
+use crate::governance::budget::{BudgetPlan, Budgets, PromptShape};
 use crate::governance::key_counters::{KeyCounters, NodeCounters};
 use crate::governance::key_leases::{Granted, Leases};
 use crate::governance::key_rates::{KeyRates, RatePlan, RateStatus};
@@ -49,13 +49,38 @@ pub struct SpendGovernance {
 #[derive(Debug)]
 struct BoundCall {
     tightener: Tightener,
+    shape: PromptShape,
     body: Bytes,
     prompt_bound: u64,
     image_prompt: u64,
     completion_cap: u64,
 }
 
-/// The `model` of a chat request body (validated before it was admitted).
+/// A call as admission sees it: its model and endpoint, its body, its bound (the prompt's
+/// upper bound and the output cap: [`RequestSummary`]'s `prompt_bound` and
+/// `completion_cap`) and its images.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    model: &'a str,
+    shape: PromptShape,
+    body: &'a Bytes,
+    bound: TokenUsage,
+    images: u64,
+}
+
+impl<'a> Asked<'a> {
+    fn new(summary: &'a RequestSummary, body: &'a Bytes) -> Self {
+        Self {
+            model: &summary.model,
+            shape: PromptShape { endpoint: summary.endpoint, floor: summary.prompt_floor },
+            body,
+            bound: TokenUsage::new(summary.prompt_bound, summary.completion_cap),
+            images: summary.images,
+        }
+    }
+}
+
+/// The `model` of a request body (validated before it was admitted).
 fn model_of(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Model {
@@ -79,6 +104,7 @@ const NOTED_BELOW_CALLS: i64 = 4096;
 struct LevelCall<'a> {
     level: &'a LimitLevel<'a>,
     model: &'a str,
+    shape: PromptShape,
     body: &'a Bytes,
     priced: bool,
     prompt_bound: u64,
@@ -94,12 +120,19 @@ impl LevelCall<'_> {
             return TokenUsage::default();
         }
         let cap = self.bound.completion_tokens;
-        budgets.worst_case(self.model, self.body, self.prompt_bound, self.image_prompt, cap)
+        budgets.worst_case(
+            self.model,
+            self.shape,
+            self.body,
+            self.prompt_bound,
+            self.image_prompt,
+            cap,
+        )
     }
 
     /// What `SpendGovernance::note_bounded` keeps of a call admitted at its bound.
-    fn noted(&self) -> (&Bytes, u64, u64, u64) {
-        (self.body, self.prompt_bound, self.image_prompt, self.bound.completion_tokens)
+    fn noted(&self) -> (PromptShape, &Bytes, u64, u64, u64) {
+        (self.shape, self.body, self.prompt_bound, self.image_prompt, self.bound.completion_tokens)
     }
 }
 
@@ -131,7 +164,7 @@ pub struct Admitted {
     pub levels: Vec<Admission>,
     /// The request body to send instead of the caller's, with its summary, when a budget in
     /// `clamp` mode lowered its `max_tokens` ([`crate::governance::clamp`]).
-    pub clamped: Option<(Bytes, ChatRequestSummary)>,
+    pub clamped: Option<(Bytes, RequestSummary)>,
 }
 
 impl SpendGovernance {
@@ -212,6 +245,11 @@ impl SpendGovernance {
         self
     }
 
+    /// The context window of `model` in tokens, when its provider sets one.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.budgets.prices().context_window(model)
+    }
+
     /// Admits `principal`'s call at every level it counts against (its key, and for a
     /// team-scoped key the member and the team: [`LimitLevel::of_key`]), in that order; a
     /// level that refuses gives back what the levels before it reserved, so a call holds
@@ -227,12 +265,11 @@ impl SpendGovernance {
     pub async fn admit(
         &self,
         principal: &Principal,
-        model: &str,
+        summary: &RequestSummary,
         body: &Bytes,
-        bound: &TokenUsage,
-        images: u64,
     ) -> Result<Admitted, ServiceError> {
-        let refused = match self.admit_levels(principal, model, body, bound, images).await {
+        let asked = Asked::new(summary, body);
+        let refused = match self.admit_levels(principal, &asked).await {
             Err(refused @ ServiceError::BudgetExceeded { .. }) => refused,
             outcome => return outcome,
         };
@@ -245,23 +282,18 @@ impl SpendGovernance {
         });
         let left = limit_micros.saturating_sub(*spent_micros);
         let clamped = clamps
-            .then(|| {
-                crate::governance::clamp::clamped_body(
-                    &self.budgets,
-                    model,
-                    body,
-                    bound,
-                    images,
-                    left,
-                )
-            })
+            .then(|| crate::governance::clamp::clamped_body(&self.budgets, summary, body, left))
             .flatten();
         let Some(clamped) = clamped else {
             return Err(refused);
         };
-        let summary = crate::dialect::chat::validate_chat_request(&clamped)?;
-        let bound = TokenUsage::new(summary.prompt_bound, summary.completion_cap);
-        let mut admitted = self.admit_levels(principal, model, &clamped, &bound, images).await?;
+        let mut lowered = crate::dialect::validate(summary.endpoint, &clamped)?;
+        // A bound raised to the model's context window (input the gateway cannot see) holds
+        // for the lowered body too.
+        lowered.prompt_bound = lowered.prompt_bound.max(summary.prompt_bound);
+        lowered.prompt_floor = summary.prompt_floor;
+        let summary = lowered;
+        let mut admitted = self.admit_levels(principal, &Asked::new(&summary, &clamped)).await?;
         admitted.clamped = Some((clamped, summary));
         Ok(admitted)
     }
@@ -270,17 +302,14 @@ impl SpendGovernance {
     async fn admit_levels(
         &self,
         principal: &Principal,
-        model: &str,
-        body: &Bytes,
-        bound: &TokenUsage,
-        images: u64,
+        asked: &Asked<'_>,
     ) -> Result<Admitted, ServiceError> {
         let mut admitted = Admitted::default();
         for level in principal.limit_levels() {
             if !level.is_limited() {
                 continue;
             }
-            match self.admit_level(&level, model, body, bound, images).await {
+            match self.admit_level(&level, asked).await {
                 Ok(admission) => {
                     if admitted.status.is_none() {
                         admitted.status = admission.status;
@@ -299,7 +328,7 @@ impl SpendGovernance {
     }
 
     /// Admits a call at `level`: `model` with request `body`, whose worst case is at most
-    /// `bound` ([`crate::dialect::chat::ChatRequestSummary`]'s `prompt_bound` and
+    /// `bound` ([`crate::dialect::chat::RequestSummary`]'s `prompt_bound` and
     /// `completion_cap`) plus `images` images at the model's `image_tokens`.
     ///
     /// The call is first admitted at `bound` (no tokenizer) as long as the key stays
@@ -320,14 +349,11 @@ impl SpendGovernance {
     async fn admit_level(
         &self,
         level: &LimitLevel<'_>,
-        model: &str,
-        body: &Bytes,
-        bound: &TokenUsage,
-        images: u64,
+        asked: &Asked<'_>,
     ) -> Result<Admission, ServiceError> {
-        match self.admit_once(level, model, body, bound, images).await {
+        match self.admit_once(level, asked).await {
             Err(ServiceError::BudgetExceeded { .. }) if self.tighten(level.counter).await => {
-                self.admit_once(level, model, body, bound, images).await
+                self.admit_once(level, asked).await
             }
             outcome => outcome,
         }
@@ -348,6 +374,7 @@ impl SpendGovernance {
             let model = model_of(&call.body);
             let exact = self.budgets.worst_case(
                 &model,
+                call.shape,
                 &call.body,
                 call.prompt_bound,
                 call.image_prompt,
@@ -364,7 +391,13 @@ impl SpendGovernance {
         &self,
         key_id: &str,
         admission: &Admission,
-        (body, prompt_bound, image_prompt, completion_cap): (&Bytes, u64, u64, u64),
+        (shape, body, prompt_bound, image_prompt, completion_cap): (
+            PromptShape,
+            &Bytes,
+            u64,
+            u64,
+            u64,
+        ),
     ) {
         let Some(reservation) = admission.reservation.as_ref() else {
             return;
@@ -372,8 +405,14 @@ impl SpendGovernance {
         let Some(tightener) = reservation.tightener() else {
             return;
         };
-        let call =
-            BoundCall { tightener, body: body.clone(), prompt_bound, image_prompt, completion_cap };
+        let call = BoundCall {
+            tightener,
+            shape,
+            body: body.clone(),
+            prompt_bound,
+            image_prompt,
+            completion_cap,
+        };
         // The key's list usually exists: no copy of its id per call.
         let mut calls = match self.bounded.get_mut(key_id) {
             Some(calls) => calls,
@@ -391,11 +430,9 @@ impl SpendGovernance {
     async fn admit_once(
         &self,
         level: &LimitLevel<'_>,
-        model: &str,
-        body: &Bytes,
-        bound: &TokenUsage,
-        images: u64,
+        asked: &Asked<'_>,
     ) -> Result<Admission, ServiceError> {
+        let Asked { model, shape, body, bound, images } = *asked;
         let policy = level.policy;
         let priced = policy.max_budget_micros.is_some() || policy.tpm_limit.is_some();
         if !priced && policy.rpm_limit.is_none() {
@@ -413,6 +450,7 @@ impl SpendGovernance {
         let call = LevelCall {
             level,
             model,
+            shape,
             body,
             priced,
             prompt_bound: bound.prompt_tokens,

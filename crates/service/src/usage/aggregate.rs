@@ -199,6 +199,7 @@ mod tests {
             user_id: "u".into(),
             model: model.into(),
             provider: "p".into(),
+            endpoint: aigw_domain::usage::Endpoint::Chat,
             streamed: false,
             outcome: UsageOutcome::Ok,
             tokens: TokenUsage::new(2, 3),

@@ -4,7 +4,7 @@
 use super::meter::CallMeter;
 use super::pending::Observed;
 use super::sse::MeteredStream;
-use crate::dialect::reply::ChatReply;
+use crate::dialect::reply::GatewayReply;
 use crate::error::ServiceError;
 use aigw_domain::usage::UsageOutcome;
 
@@ -16,21 +16,22 @@ impl CallMeter {
     /// The provider's error, unchanged.
     pub fn finish(
         mut self,
-        reply: Result<ChatReply, ServiceError>,
-    ) -> Result<ChatReply, ServiceError> {
+        reply: Result<GatewayReply, ServiceError>,
+    ) -> Result<GatewayReply, ServiceError> {
         match reply {
-            Ok(ChatReply::Json { status, body }) => {
+            Ok(GatewayReply::Json { status, body }) => {
                 let failed = status.is_client_error() || status.is_server_error();
                 let outcome = if failed { UsageOutcome::UpstreamError } else { UsageOutcome::Ok };
                 self.record(outcome, Observed::Json(body.clone()));
-                Ok(ChatReply::Json { status, body })
+                Ok(GatewayReply::Json { status, body })
             }
-            Ok(ChatReply::Stream { status, content_type, body }) => {
+            Ok(GatewayReply::Stream { status, content_type, body }) => {
                 let strip = !self.caller_wants_usage;
-                Ok(ChatReply::Stream {
+                let endpoint = self.endpoint();
+                Ok(GatewayReply::Stream {
                     status,
                     content_type,
-                    body: Box::pin(MeteredStream::new(body, self, strip)),
+                    body: Box::pin(MeteredStream::new(body, endpoint, self, strip)),
                 })
             }
             Err(e) => {

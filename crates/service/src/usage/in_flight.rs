@@ -294,6 +294,7 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
         user_id: call.user_id.as_str().into(),
         model: call.model.clone(),
         provider: call.provider.clone(),
+        endpoint: aigw_domain::usage::Endpoint::Chat,
         streamed: call.streamed,
         outcome: UsageOutcome::Interrupted,
         tokens: TokenUsage::new(to_u64(call.prompt_tokens), to_u64(call.completion_tokens)),

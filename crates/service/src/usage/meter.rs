@@ -1,4 +1,4 @@
-//! Metering one chat completion: the seam between the gateway and the recorder.
+//! Metering one gateway call: the seam between the gateway and the recorder.
 //!
 //! The gateway starts a [`CallMeter`] once a request is routed to a provider, lets it adjust
 //! the upstream body of a stream ([`CallMeter::upstream_body`]: ask for `usage`), and hands it
@@ -20,14 +20,14 @@ use super::in_flight::{CallFacts, InFlight};
 use super::pending::{Observed, Pending};
 use super::recorder::RecorderHandle;
 use crate::auth::Principal;
-use crate::dialect::chat::ChatRequestSummary;
+use crate::dialect::summary::RequestSummary;
 use crate::governance::key_limits::Admitted;
-use aigw_domain::usage::{TokenUsage, UsageOutcome};
+use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome};
 use bytes::Bytes;
 use serde_json::Value;
 use std::time::Instant;
 
-/// Starts meters for routed chat completions (cheap to clone; one per gateway).
+/// Starts meters for routed gateway calls (cheap to clone; one per gateway).
 #[derive(Debug, Clone)]
 pub struct Meter {
     recorder: RecorderHandle,
@@ -46,14 +46,14 @@ impl Meter {
     }
 
     /// Starts metering a call of `principal` (an API key; `None` for anything else, which
-    /// cannot call the gateway) to `provider`'s `model`. `request` is the body as received.
+    /// cannot call the gateway), summarised as `summary` (its endpoint, model and whether it
+    /// streams), to `provider`. `request` is the body as received.
     pub fn start(
         &self,
         principal: &Principal,
         request_id: &str,
-        model: &str,
+        summary: &RequestSummary,
         provider: &str,
-        streamed: bool,
         request: &Bytes,
     ) -> Option<CallMeter> {
         let Principal::ApiKey { key_id, user_id, team, .. } = principal else {
@@ -66,9 +66,10 @@ impl Meter {
                 request_id: request_id.to_owned(),
                 api_key_id: key_id.clone(),
                 user_id: user_id.clone(),
-                model: model.to_owned(),
+                endpoint: summary.endpoint,
+                model: summary.model.clone(),
                 provider: provider.to_owned(),
-                streamed,
+                streamed: summary.stream,
                 started_at: aigw_domain::time::now(),
                 outcome: UsageOutcome::Ok,
                 latency_ms: 0,
@@ -104,9 +105,12 @@ impl CallMeter {
     /// bytes: `"stream_options":{"include_usage":true},` goes right after the opening brace.
     /// Only when the caller sent `stream_options` without `include_usage: true` is the body
     /// re-serialised (same fields, `include_usage` set). Other bodies go unchanged.
-    pub fn upstream_body(&mut self, body: Bytes, request: &ChatRequestSummary) -> (Bytes, bool) {
+    ///
+    /// Only chat completions need this: the other dialects always report usage (a stream's
+    /// final event carries it), so their body goes unchanged and nothing is stripped.
+    pub fn upstream_body(&mut self, body: Bytes, request: &RequestSummary) -> (Bytes, bool) {
         let streamed = self.pending.as_ref().is_some_and(|p| p.streamed);
-        self.caller_wants_usage = request.include_usage;
+        self.caller_wants_usage = request.include_usage || request.endpoint != Endpoint::Chat;
         if !streamed || self.caller_wants_usage {
             return (body, self.caller_wants_usage);
         }
@@ -171,6 +175,11 @@ impl CallMeter {
             pending.in_flight = Some(book.enter(&facts, reserved, price.is_some(), worst));
         }
         pending.held = held;
+    }
+
+    /// The endpoint of the metered call (`chat` once recorded: it is not read then).
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        self.pending.as_ref().map_or(Endpoint::Chat, |p| p.endpoint)
     }
 
     /// Records `outcome` unless already recorded.

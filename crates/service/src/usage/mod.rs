@@ -453,6 +453,7 @@ mod tests {
             user_id: "u".into(),
             model: String::new(),
             provider: String::new(),
+            endpoint: aigw_domain::usage::Endpoint::Chat,
             streamed: false,
             outcome: aigw_domain::usage::UsageOutcome::Ok,
             tokens: aigw_domain::usage::TokenUsage::new(0, 0),

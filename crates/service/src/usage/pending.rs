@@ -3,11 +3,11 @@
 //! The meter fills it while the call runs; the recorder finishes it.
 
 use super::in_flight::InFlightTicket;
-use crate::dialect::tokens;
+use crate::dialect::{tokens, usage};
 use crate::governance::key_rates::TokenReservation;
 use crate::governance::reservation::Reservation;
 use crate::prices::PriceTable;
-use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome, UsageRecord};
 use aigw_domain::{ApiKeyId, TeamId, UserId};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -36,6 +36,8 @@ pub(crate) struct Pending {
     pub(crate) request_id: String,
     pub(crate) api_key_id: ApiKeyId,
     pub(crate) user_id: UserId,
+    /// The endpoint called: which dialect's usage its answer reports.
+    pub(crate) endpoint: Endpoint,
     pub(crate) model: String,
     pub(crate) provider: String,
     pub(crate) streamed: bool,
@@ -56,46 +58,6 @@ pub(crate) struct Pending {
     pub(crate) in_flight: Option<InFlightTicket>,
 }
 
-/// The `usage` object of an OpenAI answer or chunk.
-#[derive(Debug, Deserialize)]
-struct UsageField {
-    prompt_tokens: u64,
-    completion_tokens: u64,
-    total_tokens: Option<u64>,
-}
-
-impl UsageField {
-    fn into_usage(self) -> TokenUsage {
-        let sum = self.prompt_tokens.saturating_add(self.completion_tokens);
-        TokenUsage {
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
-            total_tokens: self.total_tokens.unwrap_or(sum),
-        }
-    }
-}
-
-/// An answer, of which only `usage` is read: kept as the raw text of its value (borrowed from
-/// the answer, no tree), then read as a [`UsageField`] by [`UsageOnly::usage`].
-#[derive(Debug, Deserialize)]
-struct UsageOnly<'a> {
-    #[serde(default, borrow)]
-    usage: Option<&'a serde_json::value::RawValue>,
-}
-
-impl UsageOnly<'_> {
-    /// The answer's `usage`; one that is null or not a usage object reads as absent rather
-    /// than failing the answer's parse.
-    fn usage(&self) -> Option<UsageField> {
-        self.usage.and_then(|raw| serde_json::from_str::<UsageField>(raw.get()).ok())
-    }
-}
-
-/// Reads a `usage` object (`prompt_tokens`, `completion_tokens`, optional `total_tokens`).
-pub(crate) fn parse_usage(value: &Value) -> Option<TokenUsage> {
-    UsageField::deserialize(value).ok().map(UsageField::into_usage)
-}
-
 impl Pending {
     /// The call's tokens when they need no estimate: the provider's `usage`, or none at all for
     /// a failure before any answer (`upstream_error`: nothing was generated). `None` when
@@ -104,14 +66,10 @@ impl Pending {
     pub(crate) fn known_usage(&self) -> Option<TokenUsage> {
         let failed = self.outcome == UsageOutcome::UpstreamError;
         match &self.observed {
-            Observed::Json(body) => {
-                let reported =
-                    serde_json::from_slice::<UsageOnly<'_>>(body).ok().and_then(|a| a.usage());
-                match reported {
-                    Some(usage) => Some(usage.into_usage()),
-                    None => failed.then(TokenUsage::default),
-                }
-            }
+            Observed::Json(body) => match reported_usage(self.endpoint, body) {
+                Some(usage) => Some(usage),
+                None => failed.then(TokenUsage::default),
+            },
             Observed::Stream { usage, .. } => *usage,
             Observed::Nothing => failed.then(TokenUsage::default),
         }
@@ -152,6 +110,7 @@ impl Pending {
             user_id: self.user_id,
             model: self.model,
             provider: self.provider,
+            endpoint: self.endpoint,
             streamed: self.streamed,
             outcome: self.outcome,
             tokens: usage,
@@ -168,17 +127,30 @@ impl Pending {
 }
 
 impl Pending {
-    /// The call's tokens counted with the model's tokenizer: the prompt, plus what came of
-    /// the answer (a JSON answer's message, or the text streamed so far).
+    /// The call's tokens counted with the model's tokenizer: the prompt (chat: its messages
+    /// in the chat format; embeddings: its input; the other dialects: the text of the whole
+    /// body, an over-count of their prompt), plus what came of the answer (a JSON answer's
+    /// generated text, or the text streamed so far).
     fn estimate(&self) -> TokenUsage {
         let encoding = tokens::encoding_for_model(&self.model);
-        let prompt = serde_json::from_slice::<Value>(&self.request)
-            .map(|body| tokens::count_prompt(encoding, &body))
-            .unwrap_or(0);
+        let prompt = match self.endpoint {
+            Endpoint::Chat => serde_json::from_slice::<Value>(&self.request)
+                .map(|body| tokens::count_prompt(encoding, &body))
+                .unwrap_or(0),
+            Endpoint::Embeddings => serde_json::from_slice::<Value>(&self.request)
+                .map(|body| tokens::count_embeddings_input(Some(encoding), &body))
+                .unwrap_or(0),
+            Endpoint::Responses | Endpoint::Messages => {
+                tokens::count_text(encoding, &String::from_utf8_lossy(&self.request))
+            }
+        };
         let completion = match &self.observed {
             Observed::Json(body) => {
                 let answer = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-                tokens::count_completion_json(encoding, &answer)
+                match self.endpoint {
+                    Endpoint::Chat => tokens::count_completion_json(encoding, &answer),
+                    other => tokens::count_text(encoding, &usage::answer_text(other, &answer)),
+                }
             }
             Observed::Stream { completion, .. } => tokens::count_text(encoding, completion),
             Observed::Nothing => 0,
@@ -187,12 +159,27 @@ impl Pending {
     }
 }
 
+/// An answer, of which only `usage` is kept: as the raw text of its value (borrowed from the
+/// answer; serde skips every other member without building a tree).
+#[derive(Debug, Deserialize)]
+struct UsageOnly<'a> {
+    #[serde(default, borrow)]
+    usage: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The usage a JSON answer of `endpoint` reports; one that is null or not a usage object
+/// reads as absent rather than failing the answer's parse.
+fn reported_usage(endpoint: Endpoint, answer: &[u8]) -> Option<TokenUsage> {
+    let raw = serde_json::from_slice::<UsageOnly<'_>>(answer).ok()?.usage?;
+    usage::read_usage(endpoint, &serde_json::from_str::<Value>(raw.get()).ok()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn reported(answer: &str) -> Option<TokenUsage> {
-        serde_json::from_str::<UsageOnly<'_>>(answer).ok()?.usage().map(UsageField::into_usage)
+        reported_usage(Endpoint::Chat, answer.as_bytes())
     }
 
     #[test]

@@ -251,6 +251,7 @@ mod tests {
             user_id: "u".into(),
             model: "m".into(),
             provider: "p".into(),
+            endpoint: aigw_domain::usage::Endpoint::Chat,
             streamed: false,
             outcome: UsageOutcome::Ok,
             tokens: TokenUsage::new(1, 2),

@@ -1,10 +1,11 @@
 //! The metered server-sent-events stream: passes a provider's stream to the caller event by
-//! event, reads the `usage` and the text of its chunks on the way, and records the call when
+//! event, reads the `usage` and the text of its events on the way (where the dialect puts
+//! them: `crate::dialect::usage`), and records the call when
 //! the stream ends, fails, or is dropped early (the caller disconnected: actix drops a
 //! response body whose connection is gone).
 //!
-//! When aigw itself asked for `usage` (the caller did not), it removes what that option
-//! adds, so the caller receives what the provider sends without it:
+//! When aigw itself asked a chat completion for `usage` (the caller did not), it removes what
+//! that option adds, so the caller receives what the provider sends without it:
 //!
 //! - the usage-only final chunk (`"choices": []` with a `usage` object) is dropped;
 //! - the `"usage":null` member of the other chunks is cut out of the event's bytes (only
@@ -15,9 +16,10 @@
 //! terminating blank line arrives; a chunk holding several events goes out as one chunk.
 
 use super::meter::CallMeter;
-use super::pending::{parse_usage, Observed};
+use super::pending::Observed;
+use crate::dialect::usage::{stream_text, stream_usage};
 use crate::error::ServiceError;
-use aigw_domain::usage::{TokenUsage, UsageOutcome};
+use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{BoxStream, Stream};
 use serde_json::Value;
@@ -30,6 +32,8 @@ const MAX_KEPT_TEXT: usize = 4 * 1024 * 1024;
 /// A provider's SSE stream, metered (see the module docs).
 pub struct MeteredStream {
     inner: BoxStream<'static, Result<Bytes, ServiceError>>,
+    /// The dialect of the events: where their usage and text are.
+    endpoint: Endpoint,
     meter: CallMeter,
     strip_usage: bool,
     buffer: BytesMut,
@@ -53,11 +57,13 @@ impl std::fmt::Debug for MeteredStream {
 impl MeteredStream {
     pub(crate) fn new(
         inner: BoxStream<'static, Result<Bytes, ServiceError>>,
+        endpoint: Endpoint,
         meter: CallMeter,
         strip_usage: bool,
     ) -> Self {
         Self {
             inner,
+            endpoint,
             meter,
             strip_usage,
             buffer: BytesMut::new(),
@@ -102,9 +108,7 @@ impl MeteredStream {
             out.extend_from_slice(&event);
             return;
         };
-        if let Some(usage) = chunk.get("usage").and_then(parse_usage) {
-            self.usage = Some(usage);
-        }
+        self.usage = stream_usage(self.endpoint, &chunk, self.usage);
         self.collect_text(&chunk);
         if !self.strip_usage {
             out.extend_from_slice(&event);
@@ -125,28 +129,14 @@ impl MeteredStream {
     }
 
     fn collect_text(&mut self, chunk: &Value) {
-        let choices = chunk.get("choices").and_then(Value::as_array);
-        for delta in choices.into_iter().flatten().filter_map(|c| c.get("delta")) {
-            let mut push = |s: &str| {
-                if self.completion.len() + s.len() <= MAX_KEPT_TEXT {
-                    self.completion.push_str(s);
-                } else {
-                    self.overflow += s.len();
-                }
-            };
-            for key in ["content", "refusal"] {
-                if let Some(s) = delta.get(key).and_then(Value::as_str) {
-                    push(s);
-                }
+        let (completion, overflow) = (&mut self.completion, &mut self.overflow);
+        stream_text(self.endpoint, chunk, |s| {
+            if completion.len() + s.len() <= MAX_KEPT_TEXT {
+                completion.push_str(s);
+            } else {
+                *overflow += s.len();
             }
-            for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                for key in ["/function/name", "/function/arguments"] {
-                    if let Some(s) = call.pointer(key).and_then(Value::as_str) {
-                        push(s);
-                    }
-                }
-            }
-        }
+        });
     }
 }
 

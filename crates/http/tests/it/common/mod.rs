@@ -5,10 +5,13 @@
 
 pub mod browser;
 pub mod eventually;
+pub mod gateway_calls;
 pub mod keep_alive;
 pub mod proxy;
 pub mod smtp;
 pub mod upstream;
+pub mod upstream_embeddings;
+pub mod upstream_responses;
 
 pub use eventually::{eventually, eventually_blocking, listening};
 

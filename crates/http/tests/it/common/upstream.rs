@@ -1,4 +1,6 @@
 //! A tiny fake OpenAI-compatible upstream on a random port (raw HTTP/1.1 over tokio).
+//! `POST /embeddings` is answered by `super::upstream_embeddings`, `/responses…` by
+//! `super::upstream_responses`.
 //!
 //! `POST /chat/completions` behaves by the `model` of the request body:
 //! - `up-500`: answers 500 with an OpenAI-style error body;
@@ -201,6 +203,16 @@ fn stream_events(model: &str, pieces: &[&str], include_usage: bool) -> Vec<Strin
 /// The JSON answer of `up-nousage`: [`UPSTREAM_JSON`]'s shape without `usage`.
 pub const UPSTREAM_JSON_NO_USAGE: &str = "{\"id\":\"chatcmpl-upstream-2\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":\"up-nousage\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"hello world\"},\"finish_reason\":\"stop\"}]}";
 
+/// The method of the last request `recorded`.
+fn method_of(recorded: &Mutex<Vec<Recorded>>) -> String {
+    recorded.lock().unwrap().last().map(|r| r.method.clone()).unwrap_or_default()
+}
+
+/// Writes `data` as one chunk of a chunked body (for the other dialects' streams).
+pub async fn write_chunk_to(stream: &mut TcpStream, data: &str) -> std::io::Result<()> {
+    write_chunk(stream, data).await
+}
+
 fn find_header_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n")
 }
@@ -269,6 +281,22 @@ async fn handle(
     let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let streaming = parsed["stream"] == serde_json::json!(true);
 
+    // The other dialects' endpoints, each answered by a module of its own.
+    if path == "/embeddings" {
+        let response = super::upstream_embeddings::answer(&model, &parsed);
+        stream.write_all(response.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
+    if path.starts_with("/responses") {
+        return super::upstream_responses::serve(
+            stream,
+            &method_of(&recorded),
+            &path,
+            &parsed,
+            body_len,
+        )
+        .await;
+    }
     if path != "/chat/completions" {
         let msg = "{\"error\":{\"message\":\"no such path\"}}";
         let response = format!(

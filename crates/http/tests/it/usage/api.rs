@@ -153,6 +153,7 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
         user_id: user.id.as_str().into(),
         model: "echo".into(),
         provider: "echo".into(),
+        endpoint: aigw_domain::usage::Endpoint::Chat,
         streamed: false,
         outcome: UsageOutcome::Ok,
         tokens: TokenUsage::new(5, 6),

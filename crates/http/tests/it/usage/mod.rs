@@ -21,8 +21,13 @@ pub const UPSTREAM_MODELS: [&str; 7] =
 
 /// `up-json`'s price: 1000 USD per million prompt tokens, 2000 per million completion tokens
 /// (large, so that small token counts give visible costs).
-pub const PRICE: PriceConfig =
-    PriceConfig { input_per_million: 1000.0, output_per_million: 2000.0, image_tokens: None };
+pub const PRICE: PriceConfig = PriceConfig {
+    input_per_million: 1000.0,
+    output_per_million: 2000.0,
+    image_tokens: None,
+    cached_input_per_million: None,
+    cache_write_per_million: None,
+};
 
 /// The cost of `prompt` and `completion` tokens of `up-json`, in USD.
 pub fn cost_usd(prompt: u64, completion: u64) -> f64 {
@@ -46,6 +51,7 @@ pub async fn app_with_upstream(
             models: UPSTREAM_MODELS.iter().map(|m| (*m).to_owned()).collect(),
             tokenizers: Default::default(),
             prices: [("up-json".to_owned(), PRICE)].into_iter().collect(),
+            ..ProviderConfig::default()
         }];
         s.usage.flush_interval_ms = 200;
         tweak(s);

@@ -1,0 +1,294 @@
+//! What each dialect's answer reports as usage, read into one [`TokenUsage`] whose kinds nest
+//! (cached and cache-written tokens are parts of the prompt, reasoning a part of the output:
+//! see [`TokenUsage`]), and the text of an answer for an estimate when it reports none.
+//!
+//! - Chat completions: `usage` (`prompt_tokens`, `completion_tokens`, `total_tokens`,
+//!   `prompt_tokens_details.cached_tokens`, `completion_tokens_details.reasoning_tokens`), in
+//!   the JSON answer or a stream's usage chunk.
+//! - Embeddings: `usage` (`prompt_tokens`, `total_tokens`); no output.
+//! - Responses: `usage` (`input_tokens`, `input_tokens_details.cached_tokens`,
+//!   `output_tokens`, `output_tokens_details.reasoning_tokens`, `total_tokens`) of the
+//!   response, in a stream that of `response.completed` (or `response.incomplete`,
+//!   `response.failed`).
+//! - Anthropic Messages: `usage` (`input_tokens`, `output_tokens`,
+//!   `cache_creation_input_tokens`, `cache_read_input_tokens`; the cache counts are beside
+//!   `input_tokens`, so they are added to the prompt here); in a stream `message_start`'s
+//!   `message.usage`, then each `message_delta`'s `usage`, cumulative: each count it gives
+//!   replaces the one before.
+
+use aigw_domain::usage::{Endpoint, TokenUsage};
+use serde_json::Value;
+
+/// A count of `value` at `pointer`, when it is a non-negative integer.
+fn count(value: &Value, pointer: &str) -> Option<u64> {
+    value.pointer(pointer).and_then(Value::as_u64)
+}
+
+/// The usage object of a chat completion or an embeddings answer; `None` unless
+/// `prompt_tokens` is a count (`completion_tokens` defaults to 0 for embeddings, whose answer
+/// has none, and must be a count when present).
+fn openai_usage(usage: &Value) -> Option<TokenUsage> {
+    let prompt = count(usage, "/prompt_tokens")?;
+    let completion = match usage.get("completion_tokens") {
+        None | Some(Value::Null) => 0,
+        Some(value) => value.as_u64()?,
+    };
+    let mut tokens = TokenUsage::new(prompt, completion);
+    if let Some(total) = count(usage, "/total_tokens") {
+        tokens.total_tokens = total;
+    }
+    tokens.cached_tokens = count(usage, "/prompt_tokens_details/cached_tokens").unwrap_or(0);
+    tokens.reasoning_tokens =
+        count(usage, "/completion_tokens_details/reasoning_tokens").unwrap_or(0);
+    Some(tokens)
+}
+
+/// The usage object of a response (Responses API); `None` unless `input_tokens` and
+/// `output_tokens` are counts.
+fn responses_usage(usage: &Value) -> Option<TokenUsage> {
+    let mut tokens =
+        TokenUsage::new(count(usage, "/input_tokens")?, count(usage, "/output_tokens")?);
+    if let Some(total) = count(usage, "/total_tokens") {
+        tokens.total_tokens = total;
+    }
+    tokens.cached_tokens = count(usage, "/input_tokens_details/cached_tokens").unwrap_or(0);
+    tokens.reasoning_tokens = count(usage, "/output_tokens_details/reasoning_tokens").unwrap_or(0);
+    Some(tokens)
+}
+
+/// Anthropic's usage object over `before` (a stream's counts so far): each count present
+/// replaces the one before; `None` when the object holds none of them.
+fn messages_usage(usage: &Value, before: Option<TokenUsage>) -> Option<TokenUsage> {
+    let previous = before.unwrap_or_default();
+    let input = count(usage, "/input_tokens");
+    let output = count(usage, "/output_tokens");
+    let written = count(usage, "/cache_creation_input_tokens");
+    let read = count(usage, "/cache_read_input_tokens");
+    if input.is_none() && output.is_none() && written.is_none() && read.is_none() {
+        return before;
+    }
+    let old_uncached = previous.uncached_prompt_tokens();
+    let uncached = input.unwrap_or(old_uncached);
+    let written = written.unwrap_or(previous.cache_write_tokens);
+    let read = read.unwrap_or(previous.cached_tokens);
+    let output = output.unwrap_or(previous.completion_tokens);
+    let prompt = uncached.saturating_add(written).saturating_add(read);
+    Some(TokenUsage {
+        cached_tokens: read,
+        cache_write_tokens: written,
+        ..TokenUsage::new(prompt, output)
+    })
+}
+
+/// The usage a JSON answer of `endpoint` reports; `None` when it has none (or none that reads
+/// as counts). Only `usage` is looked at.
+pub fn answer_usage(endpoint: Endpoint, answer: &Value) -> Option<TokenUsage> {
+    read_usage(endpoint, answer.get("usage")?)
+}
+
+/// A JSON answer's `usage` object of `endpoint` read as counts; `None` when it does not read
+/// as the dialect's usage.
+pub fn read_usage(endpoint: Endpoint, usage: &Value) -> Option<TokenUsage> {
+    match endpoint {
+        Endpoint::Chat | Endpoint::Embeddings => openai_usage(usage),
+        Endpoint::Responses => responses_usage(usage),
+        Endpoint::Messages => messages_usage(usage, None),
+    }
+}
+
+/// The usage known after a stream's event `data` of `endpoint`, given what was known before.
+pub fn stream_usage(
+    endpoint: Endpoint,
+    data: &Value,
+    before: Option<TokenUsage>,
+) -> Option<TokenUsage> {
+    let kind = data.get("type").and_then(Value::as_str);
+    match endpoint {
+        Endpoint::Chat | Endpoint::Embeddings => {
+            data.get("usage").and_then(openai_usage).or(before)
+        }
+        Endpoint::Responses => match kind {
+            Some("response.completed" | "response.incomplete" | "response.failed") => {
+                data.pointer("/response/usage").and_then(responses_usage).or(before)
+            }
+            _ => before,
+        },
+        Endpoint::Messages => match kind {
+            Some("message_start") => {
+                data.pointer("/message/usage").map_or(before, |u| messages_usage(u, before))
+            }
+            Some("message_delta") => {
+                data.get("usage").map_or(before, |u| messages_usage(u, before))
+            }
+            _ => before,
+        },
+    }
+}
+
+/// Appends the generated text of a stream's event `data` of `endpoint` (for an estimate when
+/// the stream reports no usage) through `push`.
+pub fn stream_text(endpoint: Endpoint, data: &Value, mut push: impl FnMut(&str)) {
+    match endpoint {
+        Endpoint::Chat => {
+            let choices = data.get("choices").and_then(Value::as_array);
+            for delta in choices.into_iter().flatten().filter_map(|c| c.get("delta")) {
+                for key in ["content", "refusal"] {
+                    if let Some(s) = delta.get(key).and_then(Value::as_str) {
+                        push(s);
+                    }
+                }
+                for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten()
+                {
+                    for key in ["/function/name", "/function/arguments"] {
+                        if let Some(s) = call.pointer(key).and_then(Value::as_str) {
+                            push(s);
+                        }
+                    }
+                }
+            }
+        }
+        Endpoint::Embeddings => {}
+        Endpoint::Responses => {
+            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
+            if kind.ends_with(".delta") {
+                if let Some(s) = data.get("delta").and_then(Value::as_str) {
+                    push(s);
+                }
+            }
+        }
+        Endpoint::Messages => {
+            if data.get("type").and_then(Value::as_str) == Some("content_block_delta") {
+                for key in ["/delta/text", "/delta/partial_json", "/delta/thinking"] {
+                    if let Some(s) = data.pointer(key).and_then(Value::as_str) {
+                        push(s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The generated text of a JSON answer of `endpoint` (for an estimate when it reports no
+/// usage): chat's choices are counted by `crate::dialect::tokens::count_completion_json`;
+/// this serves the other dialects.
+pub fn answer_text(endpoint: Endpoint, answer: &Value) -> String {
+    let mut text = String::new();
+    let mut push = |s: &str| {
+        text.push_str(s);
+        text.push('\n');
+    };
+    match endpoint {
+        Endpoint::Chat | Endpoint::Embeddings => {}
+        Endpoint::Responses => {
+            for item in answer.get("output").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(s) = item.get("arguments").and_then(Value::as_str) {
+                    push(s);
+                }
+                for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+                    if let Some(s) = part.get("text").and_then(Value::as_str) {
+                        push(s);
+                    }
+                }
+            }
+        }
+        Endpoint::Messages => {
+            for block in answer.get("content").and_then(Value::as_array).into_iter().flatten() {
+                for key in ["text", "thinking"] {
+                    if let Some(s) = block.get(key).and_then(Value::as_str) {
+                        push(s);
+                    }
+                }
+                if let Some(input) = block.get("input") {
+                    push(&input.to_string());
+                }
+            }
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn openai_usage_keeps_cached_and_reasoning_tokens_inside_their_totals() {
+        let answer = json!({"usage": {"prompt_tokens": 100, "completion_tokens": 20,
+            "total_tokens": 120, "prompt_tokens_details": {"cached_tokens": 64},
+            "completion_tokens_details": {"reasoning_tokens": 12}}});
+        let usage = answer_usage(Endpoint::Chat, &answer);
+        assert_eq!(
+            usage,
+            Some(TokenUsage {
+                cached_tokens: 64,
+                reasoning_tokens: 12,
+                ..TokenUsage::new(100, 20)
+            })
+        );
+        let embeddings = json!({"usage": {"prompt_tokens": 8, "total_tokens": 8}});
+        assert_eq!(answer_usage(Endpoint::Embeddings, &embeddings), Some(TokenUsage::new(8, 0)));
+        for bad in [
+            json!({}),
+            json!({"usage": null}),
+            json!({"usage": {"prompt_tokens": -1}}),
+            json!({"usage": {"prompt_tokens": 1, "completion_tokens": "2"}}),
+        ] {
+            assert_eq!(answer_usage(Endpoint::Chat, &bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn responses_usage_comes_from_the_completed_event() {
+        let usage = json!({"input_tokens": 50, "input_tokens_details": {"cached_tokens": 10},
+            "output_tokens": 30, "output_tokens_details": {"reasoning_tokens": 20},
+            "total_tokens": 80});
+        let expected =
+            TokenUsage { cached_tokens: 10, reasoning_tokens: 20, ..TokenUsage::new(50, 30) };
+        assert_eq!(answer_usage(Endpoint::Responses, &json!({"usage": usage})), Some(expected));
+        let created = json!({"type": "response.created", "response": {"usage": null}});
+        assert_eq!(stream_usage(Endpoint::Responses, &created, None), None);
+        let done = json!({"type": "response.completed", "response": {"usage": usage}});
+        assert_eq!(stream_usage(Endpoint::Responses, &done, None), Some(expected));
+        let delta = json!({"type": "response.output_text.delta", "delta": "hi"});
+        assert_eq!(stream_usage(Endpoint::Responses, &delta, Some(expected)), Some(expected));
+        let mut text = String::new();
+        stream_text(Endpoint::Responses, &delta, |s| text.push_str(s));
+        assert_eq!(text, "hi");
+    }
+
+    /// Anthropic reports cache reads and writes beside `input_tokens`: they join the prompt
+    /// once; a stream's `message_delta` counts replace `message_start`'s.
+    #[test]
+    fn messages_usage_adds_the_cache_to_the_prompt_and_the_last_count_wins() {
+        let start = json!({"type": "message_start", "message": {"usage": {"input_tokens": 10,
+            "cache_creation_input_tokens": 200, "cache_read_input_tokens": 300,
+            "output_tokens": 1}}});
+        let after_start = stream_usage(Endpoint::Messages, &start, None);
+        let expected_start =
+            TokenUsage { cached_tokens: 300, cache_write_tokens: 200, ..TokenUsage::new(510, 1) };
+        assert_eq!(after_start, Some(expected_start));
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 42}});
+        let after_delta = stream_usage(Endpoint::Messages, &delta, after_start);
+        assert_eq!(
+            after_delta,
+            Some(TokenUsage { ..TokenUsage::new(510, 42) }.with_cache(300, 200))
+        );
+        let ping = json!({"type": "ping"});
+        assert_eq!(stream_usage(Endpoint::Messages, &ping, after_delta), after_delta);
+        let answer = json!({"content": [{"type": "text", "text": "hello"}],
+            "usage": {"input_tokens": 7, "output_tokens": 3}});
+        assert_eq!(answer_usage(Endpoint::Messages, &answer), Some(TokenUsage::new(7, 3)));
+        assert_eq!(answer_text(Endpoint::Messages, &answer), "hello\n");
+    }
+
+    trait WithCache {
+        fn with_cache(self, read: u64, written: u64) -> Self;
+    }
+
+    impl WithCache for TokenUsage {
+        fn with_cache(self, read: u64, written: u64) -> Self {
+            TokenUsage { cached_tokens: read, cache_write_tokens: written, ..self }
+        }
+    }
+}
