@@ -152,7 +152,7 @@ async fn models_name_their_endpoints_and_are_retrieved(backend: Backend) {
     assert_eq!(one.status, 200, "{}", one.text);
     assert_eq!(one.json()["id"], "emb-bill");
     assert_eq!(one.json()["object"], "model");
-    assert_eq!(one.json()["endpoints"], json!(["chat", "embeddings"]));
+    assert_eq!(one.json()["endpoints"], json!(["chat", "embeddings", "responses"]));
     app.get("/api/v1/ai/models/nope", Auth::Bearer(&key)).await.not_found("model", "nope");
     let limited = app
         .create_key_raw(

@@ -109,9 +109,14 @@ async fn responses_are_passed_through_and_metered_with_cached_and_reasoning_toke
 
     let nousage = respond(&app, &key, &json!({"model": "resp-nousage", "input": "x"})).await;
     assert_eq!(nousage.status, 200, "{}", nousage.text);
-    let broken =
-        respond(&app, &key, &json!({"model": "resp-break", "input": "x", "stream": true})).await;
-    assert_eq!(broken.status, 200, "the head came before the break");
+    let broken = app
+        .request(reqwest::Method::POST, PATH, Auth::Bearer(&key))
+        .json(&json!({"model": "resp-break", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), 200, "the head came before the break");
+    assert!(broken.bytes().await.is_err(), "the caller sees the stream cut");
 
     let found = records_of(&app, &[&user], 4).await;
     let by_model = |model: &str, streamed: bool| {
@@ -204,7 +209,7 @@ async fn a_clamped_response_lowers_max_output_tokens(backend: Backend) {
 }
 
 /// 200 calls at once over two nodes, each billed its body's bytes and 100 output tokens, on
-/// a budget worth 20 of them: at most the budget is spent, plain and streamed.
+/// a budget worth 20 of their worst cases: at most the budget is spent, plain and streamed.
 async fn responses_budgets_hold_over_two_nodes_plain_and_streamed(backend: Backend) {
     let upstream = FakeUpstream::start().await;
     let a = spawn_app_with(backend, responses_provider(&upstream.base_url)).await;
@@ -225,10 +230,9 @@ async fn responses_budgets_hold_over_two_nodes_plain_and_streamed(backend: Backe
             .data(201);
         let key = made["key"].as_str().unwrap().to_owned();
         let (ok, _) = fire_at([&a, &b], PATH, &[key], &body, 200).await;
-        assert!(
-            (15..=20).contains(&ok),
-            "{ok} calls admitted on a budget for 20 (stream: {stream})"
-        );
+        // Calls settle below their worst case (half the prompt is cached, at a tenth of the
+        // price) as they end, so more than 20 may fit; what may never pass is the budget.
+        assert!(ok >= 15, "{ok} calls admitted on a budget for 20 worst cases (stream: {stream})");
         let spent = cost_of(&records_of(&a, &[&user], ok).await);
         assert!(spent <= budget + 1e-9, "spent ${spent:.4} of ${budget:.4} (stream: {stream})");
     }
