@@ -48,6 +48,8 @@
 #                with usage.enabled = false                                          target >= 0.9
 #                and its p99 (wrk's, at cCONNS): metered ÷ unmetered                 target <= 1.5
 #   log/nolog    GET /auth/me req/s with the access log on (the default) ÷ off       target >= 0.9
+#   embeddings/hop  an embeddings call via aigw ÷ via the hop; and that ratio ÷ chat/hop,
+#                target >= 0.9 (an endpoint of another dialect costs about what chat does)
 #   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
@@ -224,8 +226,8 @@ run_backend() {
   result[$col,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams (${secs}s each, c$conns)"
-  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" r
+  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams, embeddings (${secs}s each, c$conns)"
+  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" embed_hop_l="" embed_l="" r
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
@@ -239,6 +241,8 @@ run_backend() {
     team_l+=" $(wrk_rps "$conns" "$secs" -s "$post_lua" -H "authorization: $team_key" "$base/api/v1/ai/chat/completions")"
     stream_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" "http://127.0.0.1:$hop_port/stream/v1/chat/completions")"
     stream_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
+    embed_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$embed_lua" "http://127.0.0.1:$hop_port/v1/embeddings")"
+    embed_l+=" $(wrk_rps "$conns" "$secs" -s "$embed_lua" -H "authorization: $key" "$base/api/v1/ai/embeddings")"
   done
   result[$col,bare]=$(echo "$bare_l" | median)
   result[$col,me]=$(echo "$me_l" | median)
@@ -252,6 +256,8 @@ run_backend() {
   result[$col,team]=$(echo "$team_l" | median)
   result[$col,stream_hop]=$(echo "$stream_hop_l" | median)
   result[$col,stream]=$(echo "$stream_l" | median)
+  result[$col,embed_hop]=$(echo "$embed_hop_l" | median)
+  result[$col,embed]=$(echo "$embed_l" | median)
   result[$col,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
   access_lines_check "$col"
   aigw_stop "$col-unmetered"; aigw_stop "$col-nolog" # done: only the main one is measured below
@@ -361,6 +367,8 @@ PY
   result[$col,limited_ratio]=$(ratio "${result[$col,limited]}" "${result[$col,hop]}")
   result[$col,team_ratio]=$(ratio "${result[$col,team]}" "${result[$col,chat]}")
   result[$col,stream_ratio]=$(ratio "${result[$col,stream]}" "${result[$col,stream_hop]}")
+  result[$col,embed_ratio]=$(ratio "${result[$col,embed]}" "${result[$col,embed_hop]}")
+  result[$col,embed_vs_chat]=$(ratio_of_ratios "${result[$col,embed]}" "${result[$col,embed_hop]}" "${result[$col,chat]}" "${result[$col,hop]}")
   result[$col,metered_ratio]=$(ratio "${result[$col,chat]}" "${result[$col,unmetered]}")
   result[$col,metered_p99_ratio]=$(ratio "${result[$col,chat_p99]}" "${result[$col,unmetered_p99]}")
   result[$col,log_ratio]=$(ratio "${result[$col,me]}" "${result[$col,me_nolog]}")
@@ -372,6 +380,7 @@ PY
   result[$col,p99s]="$idle / $storm (${result[$col,logins]})"
   result[$col,keyrps]="$few / $many"
   result[$col,streams]="${result[$col,stream_hop]} / ${result[$col,stream]}"
+  result[$col,embeds]="${result[$col,embed_hop]} / ${result[$col,embed]}"
 
   aigw_stop "$col"
   if [ "$backend" = postgres ]; then
@@ -409,6 +418,8 @@ echo "| API-key chat via aigw ÷ nginx hop (req/s) |$(col chat_ratio) >= 0.50 |"
 echo "| chat with budget + rpm + tpm on the key ÷ nginx hop (req/s) |$(col limited_ratio) >= 0.50 |"
 echo "| chat with a team-scoped key (team budget + rpm) ÷ plain key chat (req/s) |$(col team_ratio) >= 0.9 |"
 echo "| streamed chat via aigw ÷ the same stream via the nginx hop (req/s) |$(col stream_ratio) – |"
+echo "| embeddings via aigw ÷ via the nginx hop (req/s) |$(col embed_ratio) – |"
+echo "| (embeddings ÷ hop) ÷ (chat ÷ hop) |$(col embed_vs_chat) >= 0.9 |"
 echo "| chat metered ÷ unmetered (req/s) |$(col metered_ratio) >= 0.9 |"
 echo "| chat p99 metered ÷ unmetered (wrk c$conns) |$(col metered_p99_ratio) <= 1.5 |"
 echo "| GET /auth/me access log on ÷ off (req/s) |$(col log_ratio) >= 0.9 |"
@@ -428,6 +439,7 @@ echo "| aigw chat req/s |$(col chat)"
 echo "| aigw chat req/s, key with budget + rpm + tpm |$(col limited)"
 echo "| aigw chat req/s, team-scoped key (team budget + rpm) |$(col team)"
 echo "| streamed chat req/s: nginx hop / aigw |$(col streams)"
+echo "| embeddings req/s: nginx hop / aigw |$(col embeds)"
 echo "| aigw chat req/s: metered / unmetered |$(col unmetered_rps)"
 echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p99s)"
 echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"

@@ -112,6 +112,8 @@ json_str() { grep -o "\"$1\":\"[^\"]*\"" | head -1 | cut -d'"' -f4; } # the firs
 rss_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'; }
+# (A ÷ B) ÷ (C ÷ D), two decimals: one request's ratio to its reference over another's.
+ratio_of_ratios() { awk -v a="$1" -v b="$2" -v c="$3" -v d="$4" 'BEGIN { if (b * c + 0 == 0) print "n/a"; else printf "%.2f\n", (a / b) / (c / d) }'; }
 
 # wrk_run CONNS SECS WRK_ARGS...: prints "req/s p99_us" (wrk -t$wrk_threads --latency, on the
 # CPUs $load_cpus). A run with answers other than 2xx/3xx fails the benchmark (their rate would
@@ -169,8 +171,12 @@ events+="$chunk[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
 events+="$chunk[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4,\"total_tokens\":16}}\n\n"
 events+='data: [DONE]\n\n'
 
+embed_body='{"model":"mock-embed","input":"Say hello to the benchmark in one short sentence."}'
+embedding='{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023,-0.0093,0.0158,-0.0041,0.0072,-0.0115,0.0034,0.0087]}],"model":"mock-embed","usage":{"prompt_tokens":12,"total_tokens":12}}'
+
 # --- references: bare actix, nginx mock upstream, nginx hop ------------------------------------
-# start_refs: starts the three and sets bare_port, mock_port, hop_port, post_lua, stream_lua.
+# start_refs: starts the three and sets bare_port, mock_port, hop_port, post_lua, stream_lua,
+# embed_lua.
 # Server under test (bare, the hop) on $srv_cpus with $srv_workers workers (empty: all CPUs, as
 # many workers); the mock upstream on $load_cpus with $mock_workers.
 srv_cpus=${srv_cpus:-} srv_workers=${srv_workers:-} mock_workers=${mock_workers:-}
@@ -203,14 +209,15 @@ start_refs() {
   # bare takes its worker count as a second argument (actix's default, one per CPU it may run
   # on, gives the same under taskset).
   spawn pin "$srv_cpus" "$bin/bare" "127.0.0.1:$bare_port" ${srv_workers:+"$srv_workers"} >"$work/bare.log" 2>&1
-  nginx_conf mock "${mock_workers:-auto}" "$load_cpus" "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } }"
+  nginx_conf mock "${mock_workers:-auto}" "$load_cpus" "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } location = /v1/embeddings { default_type application/json; return 200 '$embedding'; } }"
   nginx_conf hop "${srv_workers:-auto}" "$srv_cpus" "upstream mock { server 127.0.0.1:$mock_port; keepalive 64; } server { listen 127.0.0.1:$hop_port; location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
   wait_http "http://127.0.0.1:$bare_port/"
   wait_http "http://127.0.0.1:$mock_port/"
   wait_http "http://127.0.0.1:$hop_port/"
-  post_lua="$work/post.lua" stream_lua="$work/stream.lua"
+  post_lua="$work/post.lua" stream_lua="$work/stream.lua" embed_lua="$work/embed.lua"
   post_script "$post_lua" "$chat_body"
   post_script "$stream_lua" "$stream_body"
+  post_script "$embed_lua" "$embed_body"
 }
 
 # --- aigw ---------------------------------------------------------------------------------------
@@ -250,8 +257,8 @@ key_counters = "$key_counters"
 [[providers]]
 name = "mock"
 base_url = "http://127.0.0.1:$mock_port/v1"
-models = ["mock-model"]
-prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 } }
+models = ["mock-model", "mock-embed"]
+prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 }, "mock-embed" = { input_per_million = 0.02, output_per_million = 0.0 } }
 [[providers]]
 name = "mock-stream"
 base_url = "http://127.0.0.1:$mock_port/stream/v1"
