@@ -41,10 +41,11 @@ pub(crate) async fn list(
 
 /// One model (API key with `ai_gateway`), as in the list: 404 `not_found` for a model the
 /// gateway does not route or the key's `allowed_models` do not match (the list does not show
-/// it either). The name may contain `/` (`openai/gpt-4o`).
+/// it either), 400 for a name with U+0000. The name may contain `/` (`openai/gpt-4o`).
 #[utoipa::path(get, path = "/api/v1/ai/models/{model}", tag = "ai", security(("api_key" = [])),
     params(("model" = String, Path, description = "The model's name, as in the list")),
     responses((status = 200, body = ModelDto), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 400, description = "The name holds U+0000 (field: model)", body = ErrorEnvelope),
         (status = 404, description = "Unknown model, or one outside the key's allowed_models", body = ErrorEnvelope),
         ServerErrors))]
 pub(crate) async fn retrieve(
@@ -53,6 +54,7 @@ pub(crate) async fn retrieve(
     model: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let model = model.into_inner();
+    aigw_domain::validation::refuse_nul("model", &model)?;
     match state.gateway.model_for(&caller, &model) {
         Some(endpoints) => Ok(HttpResponse::Ok().json(model_dto(model, endpoints))),
         None => {

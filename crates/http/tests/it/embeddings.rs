@@ -168,6 +168,8 @@ async fn models_name_their_endpoints_and_are_retrieved(backend: Backend) {
     hidden.not_found("model", "emb-bill");
     let nested = app.get("/api/v1/ai/models/vendor/model", Auth::Bearer(&key)).await;
     nested.not_found("model", "vendor/model");
+    let nul = app.get("/api/v1/ai/models/a%00", Auth::Bearer(&key)).await;
+    assert_eq!(nul.invalid("model")["details"]["issue"], aigw_domain::validation::NUL_ISSUE);
 }
 
 /// A body of `emb-bill` billed `tokens` input tokens.

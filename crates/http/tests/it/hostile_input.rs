@@ -220,7 +220,9 @@ async fn every_documented_string_refuses_nul(backend: Backend) {
     };
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
-        if path.contains("chat/completions") {
+        // The gateway's routes take an API key, not this admin's token, and pass their bodies
+        // through as the caller wrote them (`embeddings.rs` checks the one path parameter).
+        if path.starts_with("/api/v1/ai/") {
             continue;
         }
         for (method, operation) in item.as_object().unwrap() {
