@@ -118,6 +118,27 @@ async fn cached_and_reasoning_tokens_are_recorded_priced_and_grouped_by_endpoint
     let by_day = app.get("/api/v1/usage", auth).await.data(200);
     assert_eq!(by_day["rows"].as_array().unwrap().len(), 1, "{by_day}");
     assert_eq!(by_day["rows"][0]["requests"], json!(2), "{by_day}");
+    // The rows themselves: one per endpoint, the kinds in their columns.
+    let url = app.database_url.clone();
+    let stored = tokio::task::spawn_blocking(move || {
+        use aigw_persistence::schema::usage_daily as d;
+        use diesel::{QueryDsl, RunQueryDsl};
+        let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
+        let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
+        let mut conn = pool.get().unwrap();
+        d::table
+            .order(d::endpoint)
+            .select((d::endpoint, d::requests, d::cached_tokens, d::reasoning_tokens))
+            .load::<(String, i64, i64, i64)>(&mut conn)
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (cached_i, reasoning_i) = (cached as i64, reasoning as i64);
+    assert_eq!(
+        stored,
+        [("chat".to_owned(), 1, cached_i, reasoning_i), ("embeddings".to_owned(), 1, 0, 0)]
+    );
     let only = app.get("/api/v1/usage?group_by=model&endpoint=embeddings", auth).await.data(200);
     assert_eq!(only["totals"]["requests"], json!(1), "{only}");
     assert_eq!(only["rows"][0]["model"], json!("emb-bill"), "{only}");
