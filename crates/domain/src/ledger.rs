@@ -2,18 +2,21 @@
 //! one, summed per rollup row, plus the per-request records where those are kept.
 //!
 //! A node does not write one row per call. It adds every finished call to in-memory sums per
-//! (API key, model, UTC day) and writes the sums as one [`UsageFlush`] per interval, so the
-//! statements it sends depend on how many keys and models were active, not on the call rate.
+//! (API key, model, endpoint, UTC day) and writes the sums as one [`UsageFlush`] per
+//! interval, so the statements it sends depend on how many keys and models were active, not
+//! on the call rate.
 //! A flush carries an id (a UUIDv7) recorded in the same transaction as its sums: a flush
 //! applied twice (a replay of the spool file after a crash or an outage) counts once.
 
 use crate::id::{ApiKeyId, TeamId, UserId};
-use crate::usage::UsageRecord;
+use crate::usage::{Endpoint, UsageRecord};
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 
 /// Sums over a set of calls: a row of the daily rollups, or an increment added to one.
-/// Tokens are counts; cost is integer micro-USD.
+/// Tokens are counts, nested as in [`crate::usage::TokenUsage`] (`cached_tokens` and
+/// `cache_write_tokens` are parts of `prompt_tokens`, `reasoning_tokens` of
+/// `completion_tokens`); cost is integer micro-USD.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageSums {
     /// Calls counted.
@@ -30,6 +33,15 @@ pub struct UsageSums {
     pub estimated_requests: u64,
     /// Calls of models without a price.
     pub unpriced_requests: u64,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// Of `completion_tokens`, the model's reasoning.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 impl UsageSums {
@@ -48,6 +60,9 @@ impl UsageSums {
             cost_micros: record.cost_micros,
             estimated_requests: u64::from(record.estimated),
             unpriced_requests: u64::from(!record.priced),
+            cached_tokens: record.tokens.cached_tokens,
+            cache_write_tokens: record.tokens.cache_write_tokens,
+            reasoning_tokens: record.tokens.reasoning_tokens,
         }
     }
 
@@ -65,10 +80,13 @@ impl UsageSums {
         self.cost_micros = self.cost_micros.saturating_add(other.cost_micros);
         self.estimated_requests = self.estimated_requests.saturating_add(other.estimated_requests);
         self.unpriced_requests = self.unpriced_requests.saturating_add(other.unpriced_requests);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
     }
 }
 
-/// Which rollup row a call counts towards: its API key, model and UTC day, with the key's
+/// Which rollup row a call counts towards: its API key, model, endpoint and UTC day, with the key's
 /// owner, team and team member (the same for every call of a key) and the provider that
 /// served the model (for the per-provider metrics; not part of the row's identity).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -77,6 +95,9 @@ pub struct RollupKey {
     pub api_key_id: ApiKeyId,
     /// The requested model.
     pub model: String,
+    /// The endpoint called (`chat` in a flush spooled before endpoints were recorded).
+    #[serde(default)]
+    pub endpoint: Endpoint,
     /// The UTC day of the calls' start.
     pub day: NaiveDate,
     /// The key's owner.
@@ -97,6 +118,7 @@ impl RollupKey {
         Self {
             api_key_id: record.api_key_id.clone(),
             model: record.model.clone(),
+            endpoint: record.endpoint,
             day: record.day(),
             user_id: record.user_id.clone(),
             team_id: record.team_id.clone(),
@@ -164,7 +186,7 @@ mod tests {
             endpoint: crate::usage::Endpoint::Chat,
             streamed: false,
             outcome: UsageOutcome::Ok,
-            tokens: TokenUsage::new(3, 4),
+            tokens: TokenUsage { cached_tokens: 1, reasoning_tokens: 2, ..TokenUsage::new(3, 4) },
             estimated,
             cost_micros: cost,
             priced,
@@ -190,10 +212,14 @@ mod tests {
                 cost_micros: 10,
                 estimated_requests: 1,
                 unpriced_requests: 1,
+                cached_tokens: 2,
+                cache_write_tokens: 0,
+                reasoning_tokens: 4,
             }
         );
         let key = RollupKey::of(&record(1, false, true));
         assert_eq!(key.day.to_string(), "1970-01-04");
+        assert_eq!(key.endpoint, crate::usage::Endpoint::Chat);
     }
 
     #[test]
@@ -210,5 +236,25 @@ mod tests {
         assert_eq!(serde_json::from_str::<UsageFlush>(&text).ok(), Some(flush.clone()));
         assert_eq!(flush.calls(), 2);
         assert!(!flush.is_empty());
+    }
+
+    #[test]
+    fn a_flush_spooled_before_endpoints_and_token_kinds_reads_as_chat_with_zeros() {
+        let old = r#"{"id":"f","rollups":[{"key":{"api_key_id":"k","model":"m",
+            "day":"2026-11-27","user_id":"u","provider":"p"},"sums":{"requests":1,
+            "prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"cost_micros":9,
+            "estimated_requests":0,"unpriced_requests":0}}]}"#;
+        let flush: UsageFlush = serde_json::from_str(old).unwrap_or_default();
+        let rollup = &flush.rollups[0];
+        assert_eq!(rollup.key.endpoint, crate::usage::Endpoint::Chat);
+        assert_eq!(rollup.sums.prompt_tokens, 3);
+        assert_eq!(
+            (
+                rollup.sums.cached_tokens,
+                rollup.sums.cache_write_tokens,
+                rollup.sums.reasoning_tokens
+            ),
+            (0, 0, 0)
+        );
     }
 }

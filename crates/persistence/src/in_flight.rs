@@ -16,6 +16,7 @@ use crate::error::PersistenceError;
 use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
 use crate::schema::{calls_in_flight as f, credential_feed_nodes};
+use aigw_domain::usage::Endpoint;
 use aigw_domain::CounterSubject;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::dsl::{exists, not, sql};
@@ -37,6 +38,8 @@ pub struct CallInFlight {
     pub model: String,
     /// The provider serving it.
     pub provider: String,
+    /// The endpoint called (a row written before endpoints were kept reads as `chat`).
+    pub endpoint: Endpoint,
     /// Whether the caller asked for a stream.
     pub streamed: bool,
     /// What the call reserved (its worst case), micro-USD: what it is billed if a crash cuts
@@ -73,6 +76,7 @@ struct Row {
     started_at: NaiveDateTime,
     team_id: Option<String>,
     member_id: Option<String>,
+    endpoint: String,
 }
 
 impl From<&CallInFlight> for Row {
@@ -92,6 +96,7 @@ impl From<&CallInFlight> for Row {
             started_at: from_utc(c.started_at),
             team_id: c.team_id.clone(),
             member_id: c.member_id.clone(),
+            endpoint: c.endpoint.as_str().to_owned(),
         }
     }
 }
@@ -105,6 +110,7 @@ impl From<Row> for CallInFlight {
             user_id: r.user_id,
             model: r.model,
             provider: r.provider,
+            endpoint: Endpoint::parse(&r.endpoint).unwrap_or_default(),
             streamed: r.streamed,
             reserved_micros: r.reserved_micros,
             priced: r.priced,

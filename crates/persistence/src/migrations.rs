@@ -93,4 +93,114 @@ mod tests {
         assert!(!r2.streamed && !r2.priced && r2.estimated);
         assert_eq!(listed[0].started_at.timestamp_micros(), 1_795_773_660_123_456);
     }
+
+    /// The rollups kept before endpoints were recorded stay, as `chat` with no cached or
+    /// reasoning tokens, under the new key (API key, model, endpoint, day) with the table's
+    /// indexes; a call of another endpoint the same day is a row of its own, and sums by the
+    /// old key add both. Reverting folds them back into one row.
+    #[test]
+    #[allow(clippy::too_many_lines)]
+    fn rollups_kept_before_endpoints_read_as_chat_and_endpoints_get_rows_of_their_own() {
+        use crate::usage::{summary, UsageFilter, UsageGroup};
+        use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome, UsageRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let mut c =
+            SqliteConnection::establish(&dir.path().join("a.db").to_string_lossy()).unwrap();
+        let all = MigrationSource::<diesel::sqlite::Sqlite>::migrations(&SQLITE).unwrap();
+        let before =
+            all.iter().filter(|m| m.name().version().to_string().as_str() < "20261202").count();
+        for _ in 0..before {
+            c.run_next_migration(SQLITE).unwrap();
+        }
+        diesel::sql_query(
+            "INSERT INTO usage_daily (api_key_id, model, day, user_id, requests, prompt_tokens, \
+             completion_tokens, total_tokens, cost_micros, estimated_requests, \
+             unpriced_requests, team_id, member_id) VALUES \
+             ('k1','gpt','2026-11-27','u1',3,30,60,90,900,1,0,NULL,NULL), \
+             ('k2','gpt','2026-11-27','u2',1,1,2,3,4,0,1,'t1','u2')",
+        )
+        .execute(&mut c)
+        .unwrap();
+        c.run_pending_migrations(SQLITE).unwrap();
+        let indexes: Vec<String> = diesel::dsl::sql::<diesel::sql_types::Text>(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'usage_daily' \
+             AND name NOT LIKE 'sqlite_autoindex%' ORDER BY name",
+        )
+        .load(&mut c)
+        .unwrap();
+        assert_eq!(indexes, ["usage_daily_team_idx", "usage_daily_user_day_idx"]);
+        let mut conn = DbConnection::Sqlite(c);
+        let day = chrono::NaiveDate::from_ymd_opt(2026, 11, 27).unwrap();
+        let read = |conn: &mut DbConnection, group| {
+            summary(conn, &"u1".into(), day, day, UsageFilter::default(), group).unwrap()
+        };
+        let rows = read(&mut conn, UsageGroup::Endpoint);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].group.as_str(), rows[0].requests, rows[0].cost_micros),
+            ("chat", 3, 900)
+        );
+        assert_eq!((rows[0].cached_tokens, rows[0].reasoning_tokens), (0, 0));
+        let started_at = day.and_hms_opt(12, 0, 0).unwrap().and_utc();
+        let record = UsageRecord {
+            request_id: "r1".into(),
+            api_key_id: "k1".into(),
+            user_id: "u1".into(),
+            model: "gpt".into(),
+            provider: "p".into(),
+            endpoint: Endpoint::Embeddings,
+            streamed: false,
+            outcome: UsageOutcome::Ok,
+            tokens: TokenUsage { cached_tokens: 4, ..TokenUsage::new(10, 0) },
+            estimated: false,
+            cost_micros: 100,
+            priced: true,
+            latency_ms: 1,
+            started_at,
+            team_id: None,
+            member_id: None,
+        };
+        let flush = aigw_domain::ledger::UsageFlush {
+            id: "f1".into(),
+            tracked: vec![record],
+            ..Default::default()
+        };
+        crate::usage::apply_flush(&mut conn, &flush).unwrap();
+        let rows = read(&mut conn, UsageGroup::Endpoint);
+        let shown: Vec<(&str, i64, i64)> =
+            rows.iter().map(|r| (r.group.as_str(), r.requests, r.cached_tokens)).collect();
+        assert_eq!(shown, [("chat", 3, 0), ("embeddings", 1, 4)]);
+        let by_key = read(&mut conn, UsageGroup::ApiKey);
+        assert_eq!((by_key.len(), by_key[0].requests, by_key[0].cost_micros), (1, 4, 1000));
+        let spent = crate::budgets::ledger_spend_since(
+            &mut conn,
+            aigw_domain::CounterSubject::Key("k1"),
+            "2026-11-01",
+        )
+        .unwrap();
+        assert_eq!(spent, 1000);
+        let team = crate::usage::team_summary(
+            &mut conn,
+            Some("t1"),
+            day,
+            day,
+            None,
+            crate::usage::TeamUsageGroup::Member,
+        )
+        .unwrap();
+        assert_eq!((team.len(), team[0].group.as_str(), team[0].requests), (1, "u2", 1));
+
+        let DbConnection::Sqlite(mut c) = conn else { unreachable!() };
+        c.revert_last_migration(SQLITE).unwrap();
+        let rows: Vec<(String, i64, i64)> = diesel::dsl::sql::<(
+            diesel::sql_types::Text,
+            diesel::sql_types::BigInt,
+            diesel::sql_types::BigInt,
+        )>(
+            "SELECT api_key_id, requests, cost_micros FROM usage_daily ORDER BY api_key_id",
+        )
+        .load(&mut c)
+        .unwrap();
+        assert_eq!(rows, [("k1".to_owned(), 4, 1000), ("k2".to_owned(), 1, 4)]);
+    }
 }

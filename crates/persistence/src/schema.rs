@@ -97,9 +97,12 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// Daily usage rollups per (API key, model, UTC day `YYYY-MM-DD`), added to by each
-    /// usage flush (the calls of a node's interval, summed). Money in micro-USD.
-    usage_daily (api_key_id, model, day) {
+    /// Daily usage rollups per (API key, model, endpoint, UTC day `YYYY-MM-DD`), added to by
+    /// each usage flush (the calls of a node's interval, summed). Money in micro-USD; the
+    /// token kinds nest (`cached_tokens` and `cache_write_tokens` are parts of
+    /// `prompt_tokens`, `reasoning_tokens` of `completion_tokens`). `endpoint` is
+    /// `aigw_domain::usage::Endpoint::as_str`.
+    usage_daily (api_key_id, model, endpoint, day) {
         api_key_id -> Text,
         model -> Text,
         day -> Text,
@@ -113,6 +116,10 @@ diesel::table! {
         unpriced_requests -> BigInt,
         team_id -> Nullable<Text>,
         member_id -> Nullable<Text>,
+        endpoint -> Text,
+        cached_tokens -> BigInt,
+        cache_write_tokens -> BigInt,
+        reasoning_tokens -> BigInt,
     }
 }
 
@@ -243,6 +250,7 @@ diesel::table! {
         team_id -> Nullable<Text>,
         member_id -> Nullable<Text>,
         billed_at -> Nullable<Timestamp>,
+        endpoint -> Text,
     }
 }
 

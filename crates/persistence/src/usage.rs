@@ -1,11 +1,12 @@
-//! Repository of the usage ledger: `usage_daily` (rollups per API key, model and UTC day),
+//! Repository of the usage ledger: `usage_daily` (rollups per API key, model, endpoint and
+//! UTC day),
 //! the per-request records where those are kept (in batches: [`crate::usage_records`]) and
 //! `usage_flushes` (the ids of the flushes applied).
 //!
 //! Nodes write flushes, not calls: [`apply_flush`] adds a node's sums of one interval to the
 //! rollups, and its per-request records as batches, in one transaction recording the
 //! flush's id, so a flush replayed after a crash or an outage never counts twice. Rollup rows
-//! are updated in a fixed order (by key, model, day), so two nodes writing at once cannot
+//! are updated in a fixed order (by key, model, endpoint, day), so two nodes writing at once cannot
 //! deadlock. [`bill_interrupted`] bills the calls cut by a stopped node.
 //!
 //! Usage queries read the rollups only ([`summary`], [`team_summary`]); the raw records are
@@ -42,6 +43,10 @@ struct DailyRow {
     unpriced_requests: i64,
     team_id: Option<String>,
     member_id: Option<String>,
+    endpoint: String,
+    cached_tokens: i64,
+    cache_write_tokens: i64,
+    reasoning_tokens: i64,
 }
 
 impl DailyRow {
@@ -57,22 +62,26 @@ impl DailyRow {
             self.estimated_requests.saturating_add(to_i64(sums.estimated_requests));
         self.unpriced_requests =
             self.unpriced_requests.saturating_add(to_i64(sums.unpriced_requests));
+        self.cached_tokens = self.cached_tokens.saturating_add(to_i64(sums.cached_tokens));
+        self.cache_write_tokens =
+            self.cache_write_tokens.saturating_add(to_i64(sums.cache_write_tokens));
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(to_i64(sums.reasoning_tokens));
     }
 }
 
-/// Rollup rows per upsert statement (13 values each): a flush of 1,000 keys × 5 models is 10
-/// statements, not 5,000 round trips.
+/// Rollup rows per upsert statement (17 values each, under SQLite's 32,766 bind parameters):
+/// a flush of 1,000 keys × 5 models is 10 statements, not 5,000 round trips.
 const ROLLUP_ROWS_PER_UPSERT: usize = 500;
 
 /// Adds increments to their rollup rows in one multi-row statement, creating those missing
 /// (on a concrete connection: the multi-backend connection has no `ON CONFLICT`). The rows
-/// must be distinct (one per key, model and day).
+/// must be distinct (one per key, model, endpoint and day).
 macro_rules! upsert_daily {
     ($c:ident, $inc:expr) => {{
         use usage_daily::dsl as d;
         diesel::insert_into(d::usage_daily)
             .values($inc)
-            .on_conflict((d::api_key_id, d::model, d::day))
+            .on_conflict((d::api_key_id, d::model, d::endpoint, d::day))
             .do_update()
             .set((
                 d::requests.eq(d::requests + excluded(d::requests)),
@@ -82,6 +91,9 @@ macro_rules! upsert_daily {
                 d::cost_micros.eq(d::cost_micros + excluded(d::cost_micros)),
                 d::estimated_requests.eq(d::estimated_requests + excluded(d::estimated_requests)),
                 d::unpriced_requests.eq(d::unpriced_requests + excluded(d::unpriced_requests)),
+                d::cached_tokens.eq(d::cached_tokens + excluded(d::cached_tokens)),
+                d::cache_write_tokens.eq(d::cache_write_tokens + excluded(d::cache_write_tokens)),
+                d::reasoning_tokens.eq(d::reasoning_tokens + excluded(d::reasoning_tokens)),
             ))
             .execute($c)?;
     }};
@@ -219,11 +231,14 @@ pub fn bill_interrupted(
     Ok(billed?)
 }
 
-/// The rollup rows of `increments`, merged per row and ordered by row (key, model, day), so
-/// concurrent writers lock rollup rows in the same order.
+/// A rollup row's identity: API key, model, endpoint, day (the table's key, in its order).
+type RowId = (String, String, &'static str, NaiveDate);
+
+/// The rollup rows of `increments`, merged per row and ordered by row (key, model, endpoint,
+/// day), so concurrent writers lock rollup rows in the same order.
 fn daily_rows<K: std::borrow::Borrow<RollupKey>>(
     increments: impl Iterator<Item = (K, UsageSums)>,
-) -> BTreeMap<(String, String, NaiveDate), DailyRow> {
+) -> BTreeMap<RowId, DailyRow> {
     let mut rows = BTreeMap::new();
     for (key, sums) in increments {
         add_daily(&mut rows, key.borrow(), sums);
@@ -231,16 +246,14 @@ fn daily_rows<K: std::borrow::Borrow<RollupKey>>(
     rows
 }
 
-fn add_daily(
-    rows: &mut BTreeMap<(String, String, NaiveDate), DailyRow>,
-    key: &RollupKey,
-    sums: UsageSums,
-) {
+fn add_daily(rows: &mut BTreeMap<RowId, DailyRow>, key: &RollupKey, sums: UsageSums) {
+    let endpoint = key.endpoint.as_str();
     let row = rows
-        .entry((key.api_key_id.as_str().to_owned(), key.model.clone(), key.day))
+        .entry((key.api_key_id.as_str().to_owned(), key.model.clone(), endpoint, key.day))
         .or_insert_with(|| DailyRow {
             api_key_id: key.api_key_id.as_str().to_owned(),
             model: key.model.clone(),
+            endpoint: endpoint.to_owned(),
             day: format_day(key.day),
             user_id: key.user_id.as_str().to_owned(),
             team_id: key.team_id.as_deref().map(str::to_owned),
@@ -263,6 +276,9 @@ macro_rules! sums_of {
             sql::<BigInt>("CAST(SUM(cost_micros) AS BIGINT)"),
             sql::<BigInt>("CAST(SUM(estimated_requests) AS BIGINT)"),
             sql::<BigInt>("CAST(SUM(unpriced_requests) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(cached_tokens) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(cache_write_tokens) AS BIGINT)"),
+            sql::<BigInt>("CAST(SUM(reasoning_tokens) AS BIGINT)"),
         )
     };
 }
@@ -276,12 +292,14 @@ pub enum UsageGroup {
     Model,
     /// By API key id.
     ApiKey,
+    /// By endpoint (`chat`, `embeddings`, `responses`, `messages`).
+    Endpoint,
 }
 
 /// Sums over a group of rollup rows.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Queryable)]
 pub struct UsageTotalsRow {
-    /// The group's value: a day, a model or an API key id.
+    /// The group's value: a day, a model, an API key id, an endpoint, a member or a team.
     pub group: String,
     /// Requests counted.
     pub requests: i64,
@@ -297,11 +315,27 @@ pub struct UsageTotalsRow {
     pub estimated_requests: i64,
     /// Requests of models without a price.
     pub unpriced_requests: i64,
+    /// Of the prompt tokens, those read from the provider's prompt cache.
+    pub cached_tokens: i64,
+    /// Of the prompt tokens, those written to the provider's prompt cache.
+    pub cache_write_tokens: i64,
+    /// Of the completion tokens, the model's reasoning.
+    pub reasoning_tokens: i64,
 }
 
-/// The rollups of `user_id` for the days `from..=to` (optionally of one API key), summed per
-/// `group` and sorted by it; team keys' calls are their team's ([`team_summary`]), not their
-/// creator's. Reads `usage_daily` only, through its `(user_id, day)` index.
+/// Which rollups a summary reads, besides its days and owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageFilter<'a> {
+    /// Only this API key's calls.
+    pub api_key_id: Option<&'a str>,
+    /// Only the calls to this endpoint (`Endpoint::as_str`).
+    pub endpoint: Option<&'a str>,
+}
+
+/// The rollups of `user_id` for the days `from..=to` (only those `filter` selects: one API key,
+/// one endpoint), summed per `group` and sorted by it; team keys' calls are their team's
+/// ([`team_summary`]), not their creator's. Reads `usage_daily` only, through its
+/// `(user_id, day)` index.
 ///
 /// # Errors
 /// On database failure.
@@ -310,7 +344,7 @@ pub fn summary(
     user_id: &UserId,
     from: NaiveDate,
     to: NaiveDate,
-    api_key_id: Option<&str>,
+    filter: UsageFilter<'_>,
     group: UsageGroup,
 ) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
     let user_id = user_id.as_str();
@@ -329,8 +363,11 @@ pub fn summary(
                 .select(sums_of!($column))
                 .order($column.asc())
                 .into_boxed();
-            if let Some(key) = api_key_id {
+            if let Some(key) = filter.api_key_id {
                 query = query.filter(d::api_key_id.eq(key));
+            }
+            if let Some(endpoint) = filter.endpoint {
+                query = query.filter(d::endpoint.eq(endpoint));
             }
             query.load::<UsageTotalsRow>(conn)?
         }};
@@ -339,6 +376,7 @@ pub fn summary(
         UsageGroup::Day => grouped!(d::day),
         UsageGroup::Model => grouped!(d::model),
         UsageGroup::ApiKey => grouped!(d::api_key_id),
+        UsageGroup::Endpoint => grouped!(d::endpoint),
     })
 }
 
@@ -355,11 +393,13 @@ pub enum TeamUsageGroup {
     Member,
     /// By team id (every team's usage: [`team_summary`] with no team).
     Team,
+    /// By endpoint (`chat`, `embeddings`, `responses`, `messages`).
+    Endpoint,
 }
 
-/// The rollups of team `team_id` (of every team when `None`) for the days `from..=to`,
-/// summed per `group` and sorted by it. Reads `usage_daily` through its `(team_id, day)`
-/// index.
+/// The rollups of team `team_id` (of every team when `None`) for the days `from..=to` (of
+/// one endpoint when `endpoint` is given), summed per `group` and sorted by it. Reads
+/// `usage_daily` through its `(team_id, day)` index.
 ///
 /// # Errors
 /// On database failure.
@@ -368,6 +408,7 @@ pub fn team_summary(
     team_id: Option<&str>,
     from: NaiveDate,
     to: NaiveDate,
+    endpoint: Option<&str>,
     group: TeamUsageGroup,
 ) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
     use usage_daily::dsl as d;
@@ -385,6 +426,9 @@ pub fn team_summary(
             if let Some(team) = team_id {
                 query = query.filter(d::team_id.eq(team));
             }
+            if let Some(endpoint) = endpoint {
+                query = query.filter(d::endpoint.eq(endpoint));
+            }
             let rows: Vec<NullableTotalsRow> = query.load(conn)?;
             rows.into_iter().map(NullableTotalsRow::into_row).collect::<Vec<_>>()
         }};
@@ -395,6 +439,7 @@ pub fn team_summary(
         TeamUsageGroup::ApiKey => grouped!(d::api_key_id, d::api_key_id.nullable()),
         TeamUsageGroup::Member => grouped!(d::member_id, d::member_id),
         TeamUsageGroup::Team => grouped!(d::team_id, d::team_id),
+        TeamUsageGroup::Endpoint => grouped!(d::endpoint, d::endpoint.nullable()),
     })
 }
 
@@ -409,6 +454,9 @@ struct NullableTotalsRow {
     cost_micros: i64,
     estimated_requests: i64,
     unpriced_requests: i64,
+    cached_tokens: i64,
+    cache_write_tokens: i64,
+    reasoning_tokens: i64,
 }
 
 impl NullableTotalsRow {
@@ -422,6 +470,9 @@ impl NullableTotalsRow {
             cost_micros: self.cost_micros,
             estimated_requests: self.estimated_requests,
             unpriced_requests: self.unpriced_requests,
+            cached_tokens: self.cached_tokens,
+            cache_write_tokens: self.cache_write_tokens,
+            reasoning_tokens: self.reasoning_tokens,
         }
     }
 }

@@ -8,9 +8,11 @@
 //!
 //! `body` holds one array per record, in this order:
 //! `[request_id, api_key_id, model, provider, streamed, outcome, prompt_tokens,
-//! completion_tokens, total_tokens, estimated, cost_micros, priced, latency_ms, started_at]`,
-//! money in micro-USD, `latency_ms` in milliseconds, `started_at` in microseconds since the
-//! Unix epoch (UTC). A batch's oldest and newest (`started_at`, `request_id`) bound its
+//! completion_tokens, total_tokens, estimated, cost_micros, priced, latency_ms, started_at,
+//! endpoint, cached_tokens, cache_write_tokens, reasoning_tokens]`, money in micro-USD,
+//! `latency_ms` in milliseconds, `started_at` in microseconds since the Unix epoch (UTC),
+//! `endpoint` as `Endpoint::as_str` names it. Arrays of the first 14 elements (batches
+//! written before endpoints and token kinds were kept) read as `chat` with zeros. A batch's oldest and newest (`started_at`, `request_id`) bound its
 //! records: the caller's records are read newest first by keyset paging over those bounds
 //! ([`list_records`]), and retention deletes a batch once its newest record is older than the
 //! cutoff ([`prune_before`]), so records outlive the cutoff by at most a minute.
@@ -21,7 +23,7 @@
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::usage_record_batches;
-use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome, UsageRecord};
 use aigw_domain::UserId;
 use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 use diesel::prelude::*;
@@ -36,16 +38,55 @@ const BATCHES_PER_READ: i64 = 8;
 /// Batches inserted per statement.
 pub(crate) const BATCHES_PER_INSERT: usize = 100;
 
-/// A record as stored in a batch's `body` (the user is the batch's).
-type Stored<'a> =
-    (&'a str, &'a str, &'a str, &'a str, bool, &'a str, u64, u64, u64, bool, u64, bool, u64, i64);
+/// A record as stored in a batch's `body` (the user is the batch's), one JSON array.
+#[derive(Debug, serde::Serialize)]
+struct Stored<'a>(
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    bool,
+    &'a str,
+    u64,
+    u64,
+    u64,
+    bool,
+    u64,
+    bool,
+    u64,
+    i64,
+    &'a str,
+    u64,
+    u64,
+    u64,
+);
 
-/// A record as read back from a batch's `body`.
-type Read =
-    (String, String, String, String, bool, String, u64, u64, u64, bool, u64, bool, u64, i64);
+/// A record as read back from a batch's `body`: 14 elements, or 18 (the endpoint and the
+/// token kinds; absent from batches written before they were kept).
+#[derive(Debug, serde::Deserialize)]
+struct Read(
+    String,
+    String,
+    String,
+    String,
+    bool,
+    String,
+    u64,
+    u64,
+    u64,
+    bool,
+    u64,
+    bool,
+    u64,
+    i64,
+    #[serde(default)] Option<String>,
+    #[serde(default)] u64,
+    #[serde(default)] u64,
+    #[serde(default)] u64,
+);
 
 fn stored(r: &UsageRecord) -> Stored<'_> {
-    (
+    Stored(
         &r.request_id,
         &r.api_key_id,
         &r.model,
@@ -60,28 +101,36 @@ fn stored(r: &UsageRecord) -> Stored<'_> {
         r.priced,
         r.latency_ms,
         r.started_at.timestamp_micros(),
+        r.endpoint.as_str(),
+        r.tokens.cached_tokens,
+        r.tokens.cache_write_tokens,
+        r.tokens.reasoning_tokens,
     )
 }
 
 /// The record of `user_id` read from a batch. An outcome name this build does not know reads
-/// as `upstream_error`; a time outside chrono's range as the epoch.
+/// as `upstream_error`; an endpoint it does not know (or none) as `chat`; a time outside
+/// chrono's range as the epoch.
 fn record_of(user_id: &str, r: Read) -> UsageRecord {
     let (request_id, api_key_id, model, provider, streamed, outcome, prompt, completion, total) =
         (r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8);
+    let endpoint = r.14.as_deref().and_then(Endpoint::parse).unwrap_or_default();
     UsageRecord {
         request_id,
         api_key_id: api_key_id.into(),
         user_id: user_id.into(),
         model,
         provider,
-        endpoint: aigw_domain::usage::Endpoint::Chat,
+        endpoint,
         streamed,
         outcome: UsageOutcome::parse(&outcome).unwrap_or(UsageOutcome::UpstreamError),
         tokens: TokenUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: total,
-            ..TokenUsage::default()
+            cached_tokens: r.15,
+            cache_write_tokens: r.16,
+            reasoning_tokens: r.17,
         },
         estimated: r.9,
         cost_micros: r.10,
@@ -321,4 +370,54 @@ pub fn prune_before(
         batches: deleted,
         records: oldest.iter().map(|(_, n)| u64::try_from(*n).unwrap_or(0)).sum(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_batch_written_before_endpoints_were_kept_reads_as_chat_with_zeros() {
+        let old = r#"[["r1","k1","gpt","openai",true,"ok",10,20,30,false,123,true,45,
+            1795773601500000]]"#;
+        let records = decode("u1", old).unwrap();
+        let r = &records[0];
+        assert_eq!((r.request_id.as_str(), r.endpoint), ("r1", Endpoint::Chat));
+        assert_eq!(r.tokens, TokenUsage::new(10, 20));
+        assert_eq!((r.cost_micros, r.latency_ms), (123, 45));
+        assert_eq!(r.started_at.timestamp_micros(), 1_795_773_601_500_000);
+    }
+
+    #[test]
+    fn a_batch_keeps_the_endpoint_and_every_token_kind() {
+        let record = UsageRecord {
+            request_id: "r1".into(),
+            api_key_id: "k1".into(),
+            user_id: "u1".into(),
+            model: "m".into(),
+            provider: "p".into(),
+            endpoint: Endpoint::Embeddings,
+            streamed: false,
+            outcome: UsageOutcome::Ok,
+            tokens: TokenUsage {
+                cached_tokens: 3,
+                cache_write_tokens: 2,
+                reasoning_tokens: 4,
+                ..TokenUsage::new(10, 20)
+            },
+            estimated: false,
+            cost_micros: 7,
+            priced: true,
+            latency_ms: 1,
+            started_at: DateTime::from_timestamp_micros(1_795_773_601_500_000).unwrap(),
+            team_id: None,
+            member_id: None,
+        };
+        let batch = batches(std::iter::once(&record)).unwrap();
+        assert!(batch[0].body.contains(r#","embeddings",3,2,4]"#), "{}", batch[0].body);
+        assert_eq!(decode("u1", &batch[0].body).unwrap(), vec![record]);
+        let unknown = r#"[["r","k","m","p",false,"ok",1,2,3,false,0,true,0,0,"telepathy",0,0,0]]"#;
+        assert_eq!(decode("u", unknown).unwrap()[0].endpoint, Endpoint::Chat);
+    }
 }

@@ -1,5 +1,5 @@
 //! `/usage`: the viewer's usage over a range of days (totals, cost and tokens per day as
-//! charts, by model, by key) and their calls one by one. The same use cases as
+//! charts, by model, by endpoint, by key) and their calls one by one. The same use cases as
 //! `GET /api/v1/usage` and `GET /api/v1/usage/requests`.
 
 use crate::console::chart::Chart;
@@ -49,6 +49,7 @@ impl UsageParams {
             to: given(&self.to),
             group_by: Some(group_by.to_owned()),
             api_key_id: given(&self.api_key_id),
+            endpoint: None,
         }
     }
 
@@ -99,6 +100,9 @@ fn totals_view(t: &UsageTotals) -> Value {
         prompt_tokens => count(t.prompt_tokens),
         completion_tokens => count(t.completion_tokens),
         total_tokens => count(t.total_tokens),
+        cached_tokens => count(t.cached_tokens),
+        cache_write_tokens => count(t.cache_write_tokens),
+        reasoning_tokens => count(t.reasoning_tokens),
         cost => cost(t.cost_micros),
         estimated_requests => t.estimated_requests,
         unpriced_requests => t.unpriced_requests,
@@ -144,10 +148,11 @@ fn day_series(range: &DayRange, summary: &UsageSummary) -> Vec<(String, UsageTot
         .collect()
 }
 
-/// The page's data: the three summaries and, when kept, a page of calls.
+/// The page's data: the four summaries and, when kept, a page of calls.
 struct Usage {
     by_day: UsageSummary,
     by_model: UsageSummary,
+    by_endpoint: UsageSummary,
     by_key: UsageSummary,
     requests: Option<UsagePage>,
 }
@@ -158,6 +163,7 @@ fn request_row(r: &UsageRecord, names: &HashMap<&str, &str>) -> Value {
         id => r.request_id,
         at => r.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
         model => r.model,
+        endpoint => r.endpoint.as_str(),
         key_id => r.api_key_id,
         key_name => names.get(r.api_key_id.as_str()).copied().unwrap_or(r.api_key_id.as_str()),
         outcome => r.outcome.as_str(),
@@ -165,6 +171,7 @@ fn request_row(r: &UsageRecord, names: &HashMap<&str, &str>) -> Value {
         prompt_tokens => count(r.tokens.prompt_tokens),
         completion_tokens => count(r.tokens.completion_tokens),
         total_tokens => count(r.tokens.total_tokens),
+        cached_tokens => count(r.tokens.cached_tokens),
         estimated => r.estimated,
         cost => cost(r.cost_micros),
         priced => r.priced,
@@ -216,6 +223,12 @@ fn usage_page(
             .iter()
             .map(|(model, t)| group_row(model, None, t, total_cost))
             .collect();
+        let endpoints: Vec<Value> = usage
+            .by_endpoint
+            .rows
+            .iter()
+            .map(|(endpoint, t)| group_row(endpoint, None, t, total_cost))
+            .collect();
         let by_key: Vec<Value> = usage
             .by_key
             .rows
@@ -237,7 +250,7 @@ fn usage_page(
                 range => context! { from => format_day(range.from), to => format_day(range.to),
                     days => range.days() },
                 totals => totals_view(&usage.by_day.totals),
-                cost_chart, token_chart, models, by_key,
+                cost_chart, token_chart, models, endpoints, by_key,
                 records_kept => kept, requests, next,
                 one_key => given(&params.api_key_id).is_some(),
             },
@@ -246,8 +259,9 @@ fn usage_page(
     viewer.page(status, "usage.html", minijinja::value::merge_maps([values, context! { form }]))
 }
 
-/// `GET /usage`: totals, charts per day, tables by model and by key over `from`..`to`
-/// (default: the last 30 days; `api_key_id`: one key's usage), and a page of calls.
+/// `GET /usage`: totals, charts per day, tables by model, by endpoint and by key over
+/// `from`..`to` (default: the last 30 days; `api_key_id`: one key's usage), and a page of
+/// calls.
 ///
 /// Errors: a bad `from`, `to` (not a date, `from` after `to`, more than 366 days) or
 /// `cursor` re-renders the picker with the field marked (400); a database outage is a 503
@@ -272,6 +286,7 @@ pub(crate) async fn show(
         let caller = viewer.authorized::<op::ReadUsage>()?;
         let by_day = state.usage.summary(&caller, params.query("day")).await?;
         let by_model = state.usage.summary(&caller, params.query("model")).await?;
+        let by_endpoint = state.usage.summary(&caller, params.query("endpoint")).await?;
         let by_key = state.usage.summary(&caller, params.query("api_key")).await?;
         let requests = if state.usage.keeps_request_records() {
             let cursor = params.cursor.as_deref().map(str::trim).filter(|c| !c.is_empty());
@@ -279,7 +294,13 @@ pub(crate) async fn show(
         } else {
             None
         };
-        Ok::<_, aigw_service::ServiceError>(Usage { by_day, by_model, by_key, requests })
+        Ok::<_, aigw_service::ServiceError>(Usage {
+            by_day,
+            by_model,
+            by_endpoint,
+            by_key,
+            requests,
+        })
     }
     .await;
     match usage {

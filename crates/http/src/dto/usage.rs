@@ -10,14 +10,20 @@ use utoipa::ToSchema;
 /// Usage summed over a set of requests.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct UsageTotalsDto {
-    /// Chat completions recorded.
+    /// Gateway calls recorded (every endpoint).
     pub(crate) requests: u64,
-    /// Prompt tokens.
+    /// Prompt (input) tokens, every kind: cached and cache-write tokens included.
     pub(crate) prompt_tokens: u64,
-    /// Completion tokens.
+    /// Completion (output) tokens, reasoning included.
     pub(crate) completion_tokens: u64,
     /// Total tokens.
     pub(crate) total_tokens: u64,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache.
+    pub(crate) cached_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's prompt cache.
+    pub(crate) cache_write_tokens: u64,
+    /// Of `completion_tokens`, the model's reasoning.
+    pub(crate) reasoning_tokens: u64,
     /// Cost in USD (exact sum of integer micro-USD; unpriced models count 0).
     pub(crate) cost_usd: f64,
     /// Requests whose tokens were estimated with a tokenizer (the provider reported none).
@@ -33,6 +39,9 @@ impl From<&UsageTotals> for UsageTotalsDto {
             prompt_tokens: t.prompt_tokens,
             completion_tokens: t.completion_tokens,
             total_tokens: t.total_tokens,
+            cached_tokens: t.cached_tokens,
+            cache_write_tokens: t.cache_write_tokens,
+            reasoning_tokens: t.reasoning_tokens,
             cost_usd: micros_to_usd(t.cost_micros),
             estimated_requests: t.estimated_requests,
             priced: t.priced(),
@@ -40,8 +49,8 @@ impl From<&UsageTotals> for UsageTotalsDto {
     }
 }
 
-/// One row of a usage summary: the group's value (`day`, `model` or `api_key_id`, as
-/// grouped) and its sums.
+/// One row of a usage summary: the group's value (`day`, `model`, `api_key_id`, `endpoint`,
+/// `member_id` or `team_id`, as grouped) and its sums.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct UsageRowDto {
     /// UTC day `YYYY-MM-DD` (`group_by=day`).
@@ -59,6 +68,9 @@ pub(crate) struct UsageRowDto {
     /// Team id (`group_by=team`, platform admins).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) team_id: Option<String>,
+    /// Endpoint (`group_by=endpoint`): `chat`, `embeddings`, `responses` or `messages`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) endpoint: Option<String>,
     /// The sums.
     #[serde(flatten)]
     pub(crate) totals: UsageTotalsDto,
@@ -71,7 +83,8 @@ pub(crate) struct UsageSummaryData {
     pub(crate) from: String,
     /// Last day, inclusive.
     pub(crate) to: String,
-    /// `day`, `model`, `api_key`, `member` (a team's usage) or `team` (platform admins).
+    /// `day`, `model`, `api_key`, `endpoint`, `member` (a team's usage) or `team` (platform
+    /// admins).
     pub(crate) group_by: String,
     /// One row per value with usage, sorted by it.
     pub(crate) rows: Vec<UsageRowDto>,
@@ -91,6 +104,7 @@ impl From<UsageSummary> for UsageSummaryData {
                     api_key_id: None,
                     member_id: None,
                     team_id: None,
+                    endpoint: None,
                     totals: totals.into(),
                 };
                 let slot = match s.group_by {
@@ -99,6 +113,7 @@ impl From<UsageSummary> for UsageSummaryData {
                     GroupBy::ApiKey => &mut row.api_key_id,
                     GroupBy::Member => &mut row.member_id,
                     GroupBy::Team => &mut row.team_id,
+                    GroupBy::Endpoint => &mut row.endpoint,
                 };
                 *slot = Some(value.clone());
                 row
@@ -114,7 +129,7 @@ impl From<UsageSummary> for UsageSummaryData {
     }
 }
 
-/// One usage record: a metered chat completion.
+/// One usage record: a metered gateway call.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct UsageRecordDto {
     /// The call's request id (its `x-request-id`).
@@ -125,16 +140,24 @@ pub(crate) struct UsageRecordDto {
     pub(crate) model: String,
     /// The provider that served it (`echo` for the built-in model).
     pub(crate) provider: String,
+    /// The endpoint called: `chat`, `embeddings`, `responses` or `messages`.
+    pub(crate) endpoint: String,
     /// Whether it was a `"stream": true` call.
     pub(crate) streamed: bool,
     /// `ok`, `upstream_error`, `client_cancelled`, `timeout` or `interrupted`.
     pub(crate) outcome: String,
-    /// Prompt tokens.
+    /// Prompt (input) tokens, every kind: cached and cache-write tokens included.
     pub(crate) prompt_tokens: u64,
-    /// Completion tokens.
+    /// Completion (output) tokens, reasoning included.
     pub(crate) completion_tokens: u64,
     /// Total tokens.
     pub(crate) total_tokens: u64,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache.
+    pub(crate) cached_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's prompt cache.
+    pub(crate) cache_write_tokens: u64,
+    /// Of `completion_tokens`, the model's reasoning.
+    pub(crate) reasoning_tokens: u64,
     /// True when the tokens were estimated with a tokenizer.
     pub(crate) estimated: bool,
     /// Cost in USD (0 when unpriced).
@@ -154,11 +177,15 @@ impl From<UsageRecord> for UsageRecordDto {
             api_key_id: r.api_key_id.into(),
             model: r.model,
             provider: r.provider,
+            endpoint: r.endpoint.as_str().to_owned(),
             streamed: r.streamed,
             outcome: r.outcome.as_str().to_owned(),
             prompt_tokens: r.tokens.prompt_tokens,
             completion_tokens: r.tokens.completion_tokens,
             total_tokens: r.tokens.total_tokens,
+            cached_tokens: r.tokens.cached_tokens,
+            cache_write_tokens: r.tokens.cache_write_tokens,
+            reasoning_tokens: r.tokens.reasoning_tokens,
             estimated: r.estimated,
             cost_usd: micros_to_usd(r.cost_micros),
             priced: r.priced,

@@ -467,19 +467,21 @@ pub(crate) async fn delete_key(
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: key_id.into(), deleted: true })))
 }
 
-/// A team's usage over a range of UTC days, grouped by `day` (default), `model`, `member` or
-/// `api_key` (owners and admins). Reads the daily rollups; deleted keys keep their usage.
+/// A team's usage over a range of UTC days, grouped by `day` (default), `model`, `member`,
+/// `api_key` or `endpoint`, optionally of one endpoint (owners and admins). Reads the daily
+/// rollups; deleted keys keep their usage.
 #[utoipa::path(get, path = "/api/v1/teams/{id}/usage", tag = "teams",
     params(
         ("id" = String, Path, description = "Team id"),
         ("from" = Option<String>, Query, format = Date, description = "First UTC day, YYYY-MM-DD (default: 29 days before `to`)"),
         ("to" = Option<String>, Query, format = Date, description = "Last UTC day, inclusive, YYYY-MM-DD (default: today); at most 366 days after `from`"),
-        ("group_by" = Option<String>, Query, pattern = "^(day|model|member|api_key)$", description = "`day` (default), `model`, `member` or `api_key`"),
+        ("group_by" = Option<String>, Query, pattern = "^(day|model|member|api_key|endpoint)$", description = "`day` (default), `model`, `member`, `api_key` or `endpoint`"),
+        ("endpoint" = Option<String>, Query, pattern = "^(chat|embeddings|responses|messages)$", description = "Only the calls to this endpoint: `chat`, `embeddings`, `responses` or `messages`"),
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<UsageSummaryData>),
-        (status = 400, description = "Bad date, range, group_by or id, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
+        (status = 400, description = "Bad date, range, group_by, endpoint or id, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "An API key without `read`, or not a team owner or admin (required: team_admin)", body = ErrorEnvelope),
         (status = 404, description = "No such team, or the caller is not a member", body = ErrorEnvelope),
@@ -491,12 +493,13 @@ pub(crate) async fn usage(
     id: After<PathId<TeamId>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    let mut params = query_params(&req, &["from", "to", "group_by"])?;
+    let mut params = query_params(&req, &["from", "to", "group_by", "endpoint"])?;
     let query = UsageQuery {
         from: params.remove("from"),
         to: params.remove("to"),
         group_by: params.remove("group_by"),
         api_key_id: None,
+        endpoint: params.remove("endpoint"),
     };
     let summary = state.teams.team_usage(&caller, &id, query).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(UsageSummaryData::from(summary))))

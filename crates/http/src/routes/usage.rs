@@ -9,19 +9,21 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_service::usage::UsageQuery;
 
-/// The caller's usage over a range of UTC days, grouped by day, model or API key (access
-/// token, or API key with `read`). Reads the daily rollups.
+/// The caller's usage over a range of UTC days, grouped by day, model, API key or endpoint,
+/// optionally of one key or one endpoint (access token, or API key with `read`). Reads the
+/// daily rollups.
 #[utoipa::path(get, path = "/api/v1/usage", tag = "usage",
     params(
         ("from" = Option<String>, Query, format = Date, description = "First UTC day, YYYY-MM-DD (default: 29 days before `to`)"),
         ("to" = Option<String>, Query, format = Date, description = "Last UTC day, inclusive, YYYY-MM-DD (default: today); at most 366 days after `from`"),
-        ("group_by" = Option<String>, Query, pattern = "^(day|model|api_key|team)$", description = "`day` (default), `model` or `api_key`; `team` (every team's usage) for platform admins (access token of role admin)"),
+        ("group_by" = Option<String>, Query, pattern = "^(day|model|api_key|endpoint|team)$", description = "`day` (default), `model`, `api_key` or `endpoint`; `team` (every team's usage) for platform admins (access token of role admin)"),
         ("api_key_id" = Option<String>, Query, description = "Only this API key's usage"),
+        ("endpoint" = Option<String>, Query, pattern = "^(chat|embeddings|responses|messages)$", description = "Only the calls to this endpoint: `chat`, `embeddings`, `responses` or `messages`"),
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<UsageSummaryData>),
-        (status = 400, description = "Bad date, range or group_by, an api_key_id that contains NUL, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
+        (status = 400, description = "Bad date, range, group_by or endpoint, an api_key_id that contains NUL, or an unknown parameter (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
         ServerErrors))]
 pub(crate) async fn summary(
@@ -29,12 +31,13 @@ pub(crate) async fn summary(
     req: HttpRequest,
     Authorized(caller): Authorized<op::ReadUsage>,
 ) -> Result<HttpResponse, ApiError> {
-    let mut params = query_params(&req, &["from", "to", "group_by", "api_key_id"])?;
+    let mut params = query_params(&req, &["from", "to", "group_by", "api_key_id", "endpoint"])?;
     let query = UsageQuery {
         from: params.remove("from"),
         to: params.remove("to"),
         group_by: params.remove("group_by"),
         api_key_id: params.remove("api_key_id"),
+        endpoint: params.remove("endpoint"),
     };
     let summary = state.usage.summary(&caller, query).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(UsageSummaryData::from(summary))))

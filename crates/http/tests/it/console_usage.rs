@@ -105,6 +105,9 @@ async fn the_usage_page_shows_totals_charts_and_tables(backend: Backend) {
     let models = page.section("<table id=\"by-model\"", "</table>");
     assert!(models.contains("<td>priced</td>") && models.contains("<td>echo</td>"), "{models}");
     assert!(models.contains("<meter min=\"0\" max=\"1\" value=\"1"), "{models}");
+    let endpoints = page.section("<table id=\"by-endpoint\"", "</table>");
+    assert!(endpoints.contains("<tr data-endpoint=\"chat\"><td>chat</td><td class=\"num\">2</td>"));
+    assert!(shown.contains("<dt>Cached prompt tokens</dt><dd>0</dd>"), "{shown}");
     let keys = page.section("<table id=\"by-key\"", "</table>");
     assert!(keys.contains(&format!("href=\"/keys/{key_id}\"")), "{keys}");
     assert!(keys.contains("&lt;b&gt;chart key&lt;&#x2f;b&gt;") && !keys.contains("<b>"), "{keys}");

@@ -88,6 +88,7 @@ async fn embeddings_are_passed_through_and_metered(backend: Backend) {
     let found = records_of(&app, &[&user], 5).await;
     for record in &found {
         assert_eq!(record["streamed"], false, "{record}");
+        assert_eq!(record["endpoint"], "embeddings", "{record}");
     }
     let billed: Vec<u64> = inputs.iter().map(|i| billed_input(&json!({"input": i}))).collect();
     for (tokens, record) in billed.iter().zip(found.iter().rev()) {

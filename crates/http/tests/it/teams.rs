@@ -214,6 +214,13 @@ async fn a_team_reads_its_usage_and_spend(backend: Backend) {
     let spend: f64 =
         members.as_array().unwrap().iter().map(|m| m["spend_usd"].as_f64().unwrap()).sum();
     assert!((spend - cost).abs() < 1e-9, "{members}");
+    let path = format!("/api/v1/teams/{id}/usage?group_by=endpoint");
+    let by_endpoint = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(by_endpoint["rows"][0]["endpoint"], json!("chat"), "{by_endpoint}");
+    assert_eq!(by_endpoint["rows"][0]["requests"], 3, "{by_endpoint}");
+    let path = format!("/api/v1/teams/{id}/usage?endpoint=embeddings");
+    let none = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(none["totals"]["requests"], 0, "{none}");
     let path = format!("/api/v1/teams/{id}/usage");
     nodes.a.get(&path, Auth::Bearer(&member.token)).await.forbidden("team_admin", "member");
     let mine = nodes.a.get("/api/v1/usage", Auth::Bearer(&member.token)).await.data(200);

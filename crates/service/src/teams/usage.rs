@@ -40,7 +40,8 @@ pub(super) fn member_spend(
     from: NaiveDate,
 ) -> Result<std::collections::HashMap<String, i64>, PersistenceError> {
     let today = aigw_domain::time::now().date_naive();
-    let rows = ledger::team_summary(conn, Some(team_id), from, today, TeamUsageGroup::Member)?;
+    let group = TeamUsageGroup::Member;
+    let rows = ledger::team_summary(conn, Some(team_id), from, today, None, group)?;
     Ok(rows.into_iter().map(|r| (r.group, r.cost_micros)).collect())
 }
 
@@ -62,12 +63,14 @@ pub(super) fn with_spend(
 }
 
 impl Teams {
-    /// Team `id`'s usage over a range of UTC days, grouped by `day` (default), `model`,
-    /// `member` or `api_key` (its owners and admins, platform admins). Reads the rollups.
+    /// Team `id`'s usage over a range of UTC days (of one endpoint when `endpoint` is given),
+    /// grouped by `day` (default), `model`, `member`, `api_key` or `endpoint` (its owners and
+    /// admins, platform admins). Reads the rollups.
     ///
     /// # Errors
-    /// [`ServiceError::Invalid`] on `from`, `to`, `group_by` or `api_key_id` (not accepted
-    /// here); [`ServiceError::NotFound`] (`team`); [`ServiceError::Forbidden`] (`team_admin`).
+    /// [`ServiceError::Invalid`] on `from`, `to`, `group_by`, `endpoint` or `api_key_id` (not
+    /// accepted here); [`ServiceError::NotFound`] (`team`); [`ServiceError::Forbidden`]
+    /// (`team_admin`).
     pub async fn team_usage(
         &self,
         principal: &Authorized<op::ReadUsage>,
@@ -76,12 +79,15 @@ impl Teams {
     ) -> Result<UsageSummary, ServiceError> {
         let today = aigw_domain::time::now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
-        let allowed = [GroupBy::Day, GroupBy::Model, GroupBy::Member, GroupBy::ApiKey];
+        let allowed =
+            [GroupBy::Day, GroupBy::Model, GroupBy::Member, GroupBy::ApiKey, GroupBy::Endpoint];
         let group_by = GroupBy::parse_among(query.group_by.as_deref(), &allowed)?;
+        let endpoint = query.endpoint()?.map(aigw_domain::usage::Endpoint::as_str);
         let group = match group_by {
             GroupBy::Model => TeamUsageGroup::Model,
             GroupBy::Member => TeamUsageGroup::Member,
             GroupBy::ApiKey => TeamUsageGroup::ApiKey,
+            GroupBy::Endpoint => TeamUsageGroup::Endpoint,
             _ => TeamUsageGroup::Day,
         };
         let admin = self.is_platform_admin(principal).await?;
@@ -91,7 +97,8 @@ impl Teams {
             .db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
-                Ok(ledger::team_summary(conn, Some(&team_id), range.from, range.to, group)?)
+                let (from, to) = (range.from, range.to);
+                Ok(ledger::team_summary(conn, Some(&team_id), from, to, endpoint, group)?)
             })
             .await?;
         Ok(UsageSummary::of(range, group_by, &rows))

@@ -1,7 +1,7 @@
 //! Sums of the calls a node has metered since its last flush, kept per thread.
 //!
 //! Every thread that finishes calls (each actix worker) adds them to its own shard: the sums
-//! per rollup row (API key, model, UTC day), plus the per-request records where those are
+//! per rollup row (API key, model, endpoint, UTC day), plus the per-request records where those are
 //! kept. A shard's lock is taken by its own thread on every call and by the recorder once per
 //! flush, so it is never contended between workers: nothing on the request path is shared by
 //! all cores. [`Aggregate::take`] empties every shard and merges them into one
@@ -101,6 +101,7 @@ impl Aggregate {
                 let key = RollupKey {
                     api_key_id: record.api_key_id,
                     model: record.model,
+                    endpoint: record.endpoint,
                     day,
                     user_id: record.user_id,
                     team_id: record.team_id,

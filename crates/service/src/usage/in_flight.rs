@@ -25,7 +25,7 @@
 //!   its rows of calls that ended: their usage is durable in the ledger or the spool file.
 
 use crate::db::Db;
-use aigw_domain::usage::{TokenUsage, UsageOutcome, UsageRecord};
+use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome, UsageRecord};
 use aigw_persistence::in_flight::{self, CallInFlight};
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -116,6 +116,8 @@ pub struct CallFacts<'a> {
     pub model: &'a str,
     /// The provider serving it.
     pub provider: &'a str,
+    /// The endpoint called.
+    pub endpoint: Endpoint,
     /// Whether it streams.
     pub streamed: bool,
     /// When it started, UTC.
@@ -150,6 +152,7 @@ impl InFlight {
             user_id: facts.user_id.to_owned(),
             model: facts.model.to_owned(),
             provider: facts.provider.to_owned(),
+            endpoint: facts.endpoint,
             streamed: facts.streamed,
             reserved_micros: to_i64(reserved_micros),
             priced,
@@ -285,7 +288,7 @@ impl InFlight {
 }
 
 /// The usage record of a call cut by a crash: billed at its reservation, its worst-case
-/// tokens, outcome `interrupted`, estimated.
+/// tokens, outcome `interrupted`, estimated, under the endpoint it was made to.
 fn interrupted_record(call: &CallInFlight) -> UsageRecord {
     let to_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
     UsageRecord {
@@ -294,7 +297,7 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
         user_id: call.user_id.as_str().into(),
         model: call.model.clone(),
         provider: call.provider.clone(),
-        endpoint: aigw_domain::usage::Endpoint::Chat,
+        endpoint: call.endpoint,
         streamed: call.streamed,
         outcome: UsageOutcome::Interrupted,
         tokens: TokenUsage::new(to_u64(call.prompt_tokens), to_u64(call.completion_tokens)),
@@ -305,5 +308,35 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
         started_at: call.started_at,
         team_id: call.team_id.as_deref().map(Into::into),
         member_id: call.member_id.as_deref().map(Into::into),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupted_call_is_billed_under_its_endpoint_at_its_reservation() {
+        let call = CallInFlight {
+            request_id: "r".into(),
+            node_id: "n".into(),
+            api_key_id: "k".into(),
+            user_id: "u".into(),
+            model: "m".into(),
+            provider: "p".into(),
+            endpoint: Endpoint::Embeddings,
+            streamed: false,
+            reserved_micros: 42,
+            priced: true,
+            prompt_tokens: 10,
+            completion_tokens: 0,
+            started_at: aigw_domain::time::now(),
+            team_id: None,
+            member_id: None,
+        };
+        let record = interrupted_record(&call);
+        assert_eq!(record.endpoint, Endpoint::Embeddings);
+        assert_eq!((record.outcome, record.cost_micros), (UsageOutcome::Interrupted, 42));
+        assert_eq!(record.tokens, TokenUsage::new(10, 0));
     }
 }

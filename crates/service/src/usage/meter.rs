@@ -167,6 +167,7 @@ impl CallMeter {
                 user_id: &pending.user_id,
                 model: &pending.model,
                 provider: &pending.provider,
+                endpoint: pending.endpoint,
                 streamed: pending.streamed,
                 started_at: pending.started_at,
                 team_id: pending.team_id.as_deref(),

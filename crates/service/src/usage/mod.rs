@@ -1,5 +1,6 @@
-//! The usage ledger: every routed chat completion is metered and recorded once,
-//! off the request path, and read back by its owner.
+//! The usage ledger: every routed gateway call (chat completions, embeddings, the Responses
+//! API, Anthropic's Messages) is metered and recorded once, off the request path, under its
+//! endpoint and with every token kind, and read back by its owner.
 //!
 //! - [`meter`]: the seam in the gateway; a [`meter::CallMeter`] per call, [`sse`] for streams.
 //! - [`aggregate`]: the calls metered since the last flush, summed per thread.
@@ -31,9 +32,9 @@ use crate::metrics::Metrics;
 use crate::prices::PriceTable;
 use aggregate::KeepRecords;
 use aigw_domain::access::op;
-use aigw_domain::usage::{DayRange, UsageRecord, DEFAULT_RANGE_DAYS};
+use aigw_domain::usage::{DayRange, Endpoint, UsageRecord, DEFAULT_RANGE_DAYS};
 use aigw_domain::{FieldError, Role, UserId};
-use aigw_persistence::usage::{self as ledger, UsageGroup, UsageTotalsRow};
+use aigw_persistence::usage::{self as ledger, UsageFilter, UsageGroup, UsageTotalsRow};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use config::{RequestRecords, UsageConfig};
@@ -63,6 +64,9 @@ fn totals_of(r: &UsageTotalsRow) -> UsageTotals {
         cost_micros: n(r.cost_micros),
         estimated_requests: n(r.estimated_requests),
         unpriced_requests: n(r.unpriced_requests),
+        cached_tokens: n(r.cached_tokens),
+        cache_write_tokens: n(r.cache_write_tokens),
+        reasoning_tokens: n(r.reasoning_tokens),
     }
 }
 
@@ -79,10 +83,13 @@ pub enum GroupBy {
     Member,
     /// `team`: one row per team (platform admins).
     Team,
+    /// `endpoint`: one row per endpoint called (`chat`, `embeddings`, `responses`,
+    /// `messages`).
+    Endpoint,
 }
 
 impl GroupBy {
-    /// `day`, `model`, `api_key`, `member` or `team`.
+    /// `day`, `model`, `api_key`, `member`, `team` or `endpoint`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Day => "day",
@@ -90,6 +97,7 @@ impl GroupBy {
             Self::ApiKey => "api_key",
             Self::Member => "member",
             Self::Team => "team",
+            Self::Endpoint => "endpoint",
         }
     }
 
@@ -113,10 +121,27 @@ pub struct UsageQuery {
     pub from: Option<String>,
     /// Last day, inclusive (default: today, UTC).
     pub to: Option<String>,
-    /// `day` (default), `model` or `api_key`.
+    /// `day` (default), `model`, `api_key` or `endpoint` (`member` for a team, `team` for
+    /// platform admins).
     pub group_by: Option<String>,
     /// Only this API key's usage.
     pub api_key_id: Option<String>,
+    /// Only the usage of this endpoint (`chat`, `embeddings`, `responses`, `messages`).
+    pub endpoint: Option<String>,
+}
+
+impl UsageQuery {
+    /// The endpoint filter, parsed.
+    ///
+    /// # Errors
+    /// [`FieldError`] on `endpoint` for a name that is not an endpoint.
+    pub(crate) fn endpoint(&self) -> Result<Option<Endpoint>, FieldError> {
+        let Some(raw) = self.endpoint.as_deref() else { return Ok(None) };
+        Endpoint::parse(raw).map(Some).ok_or_else(|| {
+            let names: Vec<&str> = Endpoint::ALL.iter().map(|e| e.as_str()).collect();
+            FieldError::new("endpoint", format!("must be one of {}", names.join(", ")))
+        })
+    }
 }
 
 /// The answer of `GET /usage`.
@@ -259,11 +284,12 @@ impl UsageService {
         }
     }
 
-    /// The caller's usage over a range of days, grouped (`GET /usage`). Reads the daily
-    /// rollups only.
+    /// The caller's usage over a range of days, grouped (`GET /usage`), optionally of one API
+    /// key or one endpoint. Reads the daily rollups only.
     ///
     /// # Errors
-    /// [`ServiceError::Invalid`] on `from`, `to` or `group_by`; [`ServiceError::Unavailable`] when the database is down.
+    /// [`ServiceError::Invalid`] on `from`, `to`, `group_by` or `endpoint`;
+    /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn summary(
         &self,
         principal: &Authorized<op::ReadUsage>,
@@ -272,18 +298,19 @@ impl UsageService {
         let today = aigw_domain::time::now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
         let platform_admin = matches!(&**principal, Principal::User { role: Role::Admin, .. });
-        let mut allowed = vec![GroupBy::Day, GroupBy::Model, GroupBy::ApiKey];
+        let mut allowed = vec![GroupBy::Day, GroupBy::Model, GroupBy::ApiKey, GroupBy::Endpoint];
         if platform_admin {
             allowed.push(GroupBy::Team);
         }
         let group_by = GroupBy::parse_among(query.group_by.as_deref(), &allowed)?;
+        let endpoint = query.endpoint()?.map(Endpoint::as_str);
         if group_by == GroupBy::Team {
             // Every team's usage, for platform admins.
             let rows = self
                 .db
                 .run(move |conn| {
                     let group = ledger::TeamUsageGroup::Team;
-                    Ok(ledger::team_summary(conn, None, range.from, range.to, group)?)
+                    Ok(ledger::team_summary(conn, None, range.from, range.to, endpoint, group)?)
                 })
                 .await?;
             return Ok(UsageSummary::of(range, group_by, &rows));
@@ -291,6 +318,7 @@ impl UsageService {
         let group = match group_by {
             GroupBy::Model => UsageGroup::Model,
             GroupBy::ApiKey => UsageGroup::ApiKey,
+            GroupBy::Endpoint => UsageGroup::Endpoint,
             _ => UsageGroup::Day,
         };
         let user_id = principal.user_id().to_owned();
@@ -298,7 +326,8 @@ impl UsageService {
         let rows = self
             .db
             .run(move |conn| {
-                Ok(ledger::summary(conn, &user_id, range.from, range.to, key.as_deref(), group)?)
+                let filter = UsageFilter { api_key_id: key.as_deref(), endpoint };
+                Ok(ledger::summary(conn, &user_id, range.from, range.to, filter, group)?)
             })
             .await?;
         Ok(UsageSummary::of(range, group_by, &rows))
@@ -319,12 +348,13 @@ impl UsageService {
         let rows = self
             .db
             .run(move |conn| {
+                let filter = UsageFilter { api_key_id: key.as_deref(), endpoint: None };
                 Ok(ledger::summary(
                     conn,
                     &user_id,
                     range.from,
                     range.to,
-                    key.as_deref(),
+                    filter,
                     UsageGroup::ApiKey,
                 )?)
             })
@@ -360,14 +390,9 @@ impl UsageService {
             .run(move |conn| {
                 let mut spend = HashMap::new();
                 for (from, ids) in by_start {
-                    let rows = ledger::summary(
-                        conn,
-                        &user_id,
-                        from,
-                        today,
-                        single.as_deref(),
-                        UsageGroup::ApiKey,
-                    )?;
+                    let filter = UsageFilter { api_key_id: single.as_deref(), endpoint: None };
+                    let rows =
+                        ledger::summary(conn, &user_id, from, today, filter, UsageGroup::ApiKey)?;
                     for row in rows.into_iter().filter(|r| ids.contains(&r.group)) {
                         spend.insert(row.group, row.cost_micros);
                     }

@@ -39,7 +39,7 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
 use crate::prices::PriceTable;
-use aigw_domain::ledger::UsageFlush;
+use aigw_domain::ledger::{UsageFlush, UsageSums};
 use aigw_domain::usage::UsageRecord;
 use aigw_persistence::usage::FlushApplied;
 use chrono::{DateTime, Utc};
@@ -172,11 +172,15 @@ fn log_record(r: &UsageRecord) {
         member_id = r.member_id.as_deref(),
         model = %r.model,
         provider = %r.provider,
+        endpoint = r.endpoint.as_str(),
         streamed = r.streamed,
         outcome = r.outcome.as_str(),
         prompt_tokens = r.tokens.prompt_tokens,
         completion_tokens = r.tokens.completion_tokens,
         total_tokens = r.tokens.total_tokens,
+        cached_tokens = r.tokens.cached_tokens,
+        cache_write_tokens = r.tokens.cache_write_tokens,
+        reasoning_tokens = r.tokens.reasoning_tokens,
         estimated = r.estimated,
         cost_micros = r.cost_micros,
         priced = r.priced,
@@ -241,9 +245,10 @@ struct State {
     job: Option<Job>,
     /// The spool file being replayed and the offset of its next batch.
     replay: Option<(PathBuf, u64)>,
-    /// `aigw_tokens_total` (prompt, completion) and `aigw_cost_usd_micros_total` by provider
-    /// and model, registered once (configured models only: a bounded set).
-    counters: HashMap<(String, String), [Counter; 3]>,
+    /// `aigw_tokens_total` (prompt, completion, cached, cache_write, reasoning) and
+    /// `aigw_cost_usd_micros_total` by provider and model, registered once (configured models
+    /// only: a bounded set).
+    counters: HashMap<(String, String), [Counter; 6]>,
 }
 
 #[derive(Debug)]
@@ -445,11 +450,11 @@ impl Context {
         }
         flush.id = uuid::Uuid::now_v7().to_string();
         let metrics = &self.options.metrics;
-        let mut count = |provider: &str, model: &str, prompt: u64, completion: u64, cost: u64| {
+        let mut count = |provider: &str, model: &str, s: &UsageSums| {
             if state.counters.len() >= 1024 {
                 state.counters.clear();
             }
-            let [p, c, usd] = state
+            let counters = state
                 .counters
                 .entry((provider.to_owned(), model.to_owned()))
                 .or_insert_with(|| {
@@ -460,26 +465,29 @@ impl Context {
                     [
                         tokens("prompt"),
                         tokens("completion"),
+                        tokens("cached"),
+                        tokens("cache_write"),
+                        tokens("reasoning"),
                         metrics.counter(metric::COST_USD_MICROS_TOTAL, &labels),
                     ]
                 });
-            p.increment(prompt);
-            c.increment(completion);
-            usd.increment(cost);
-        };
-        for r in &flush.rollups {
-            let s = &r.sums;
-            count(
-                &r.key.provider,
-                &r.key.model,
+            let amounts = [
                 s.prompt_tokens,
                 s.completion_tokens,
+                s.cached_tokens,
+                s.cache_write_tokens,
+                s.reasoning_tokens,
                 s.cost_micros,
-            );
+            ];
+            for (counter, amount) in counters.iter().zip(amounts) {
+                counter.increment(amount);
+            }
+        };
+        for r in &flush.rollups {
+            count(&r.key.provider, &r.key.model, &r.sums);
         }
         for r in &flush.tracked {
-            let t = &r.tokens;
-            count(&r.provider, &r.model, t.prompt_tokens, t.completion_tokens, r.cost_micros);
+            count(&r.provider, &r.model, &UsageSums::of(r));
         }
         flush
     }

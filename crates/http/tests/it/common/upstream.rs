@@ -20,6 +20,8 @@
 //!   default 16) completion tokens;
 //! - `up-bytes`: bills like `up-bill`, but one prompt token per byte of the request body it
 //!   received (an upstream whose tokenizer makes tokens of single bytes);
+//! - `up-cached`: JSON whose `usage` is [`CACHED_USAGE`], with cached prompt tokens and
+//!   reasoning tokens (`prompt_tokens_details`, `completion_tokens_details`);
 //! - anything else: answers [`UPSTREAM_JSON`] verbatim, or with `"stream": true` the events of
 //!   [`UPSTREAM_SSE_PIECES`] then `data: [DONE]`. Like OpenAI, a stream asked for usage
 //!   (`"stream_options": {"include_usage": true}`) carries `"usage": null` in every chunk and
@@ -39,6 +41,9 @@ pub const UPSTREAM_JSON: &str = "{\"id\":\"chatcmpl-upstream-1\",  \"object\":\"
 
 /// The delta contents the upstream streams, in order.
 pub const UPSTREAM_SSE_PIECES: [&str; 3] = ["Hel", "lo ", "stream!"];
+
+/// The `usage` of `up-cached`: (prompt, of them cached, completion, of them reasoning) tokens.
+pub const CACHED_USAGE: (u64, u64, u64, u64) = (100, 60, 40, 30);
 
 /// The `usage` a stream asked for it reports: (prompt, completion, total) tokens.
 pub const STREAM_USAGE: (u64, u64, u64) = (7, 3, 10);
@@ -328,6 +333,18 @@ async fn handle(
         "up-429" => Some(canned("429 Too Many Requests", "Retry-After: 7\r\n", "{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}".to_owned())),
         "up-302" => Some(canned("302 Found", "Location: /elsewhere\r\n", "{}".to_owned())),
         "up-huge" => Some(canned("200 OK", "", format!("{{\"pad\":\"{}\"}}", "x".repeat(2 * 1024 * 1024)))),
+        "up-cached" => {
+            let (prompt, cached, completion, reasoning) = CACHED_USAGE;
+            Some(canned("200 OK", "", serde_json::json!({
+                "id": "chatcmpl-cached", "object": "chat.completion", "created": 1_700_000_000,
+                "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "cached"},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion,
+                          "prompt_tokens_details": {"cached_tokens": cached},
+                          "completion_tokens_details": {"reasoning_tokens": reasoning}}}).to_string()))
+        }
         "up-bill" | "up-bytes" => {
             let delay = parsed["metadata"]["delay_ms"].as_str().and_then(|d| d.parse().ok());
             slow_down(Duration::from_millis(delay.unwrap_or(0))).await;

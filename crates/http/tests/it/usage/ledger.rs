@@ -175,6 +175,7 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
             user_id: "user-1".into(),
             model: "m".into(),
             provider: "p".into(),
+            endpoint: aigw_domain::usage::Endpoint::Embeddings,
             streamed: true,
             reserved_micros: 500,
             priced: true,
@@ -208,6 +209,11 @@ async fn a_call_billed_as_interrupted_is_not_counted_again_by_its_own_node(backe
             uuid::Uuid::now_v7().to_string(),
         );
         aigw_persistence::in_flight::insert(&mut conn, &[call(&billed), call(&kept)]).unwrap();
+        // A row reads back with its endpoint (billed under it if its node stops).
+        let later = now + chrono::Duration::hours(1);
+        let rows = aigw_persistence::in_flight::of_stopped_nodes(&mut conn, "", later, 10).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|r| r.endpoint == aigw_domain::usage::Endpoint::Embeddings));
         // Another node bills the first call at its reservation (twice: the second finds the
         // mark and bills nothing).
         let interrupted = [record(&billed, UsageOutcome::Interrupted, 500)];

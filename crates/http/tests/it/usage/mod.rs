@@ -6,6 +6,7 @@ use crate::common;
 
 mod api;
 mod binary;
+mod kinds;
 mod ledger;
 mod outage;
 mod recording;

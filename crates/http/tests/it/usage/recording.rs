@@ -37,12 +37,16 @@ async fn non_streamed_call_is_recorded(backend: Backend) {
     assert_eq!(record["model"], json!("up-json"));
     assert_eq!(record["provider"], json!("fake"));
     assert_eq!(record["streamed"], json!(false));
+    assert_eq!(record["endpoint"], json!("chat"));
+    for kind in ["cached_tokens", "cache_write_tokens", "reasoning_tokens"] {
+        assert_eq!(record[kind], json!(0), "{kind}: {record}");
+    }
     assert_eq!(record["priced"], json!(true));
     assert_eq!(record["cost_usd"], json!(cost_usd(3, 2)));
     assert!(record.get("user_id").is_none(), "the caller's own id is not repeated: {record}");
 
     // The rollups say the same, grouped each way, and so does the key object.
-    for group in ["day", "model", "api_key"] {
+    for group in ["day", "model", "api_key", "endpoint"] {
         let data =
             app.get(&format!("/api/v1/usage?group_by={group}"), Auth::Bearer(&key)).await.data(200);
         assert_eq!(data["group_by"], json!(group));
@@ -57,6 +61,8 @@ async fn non_streamed_call_is_recorded(backend: Backend) {
             ("completion_tokens", 2),
             ("total_tokens", 5),
             ("estimated_requests", 0),
+            ("cached_tokens", 0),
+            ("reasoning_tokens", 0),
         ] {
             assert_eq!(row[k], json!(v), "{k}: {row}");
             assert_eq!(data["totals"][k], json!(v), "{k}: {data}");
