@@ -370,6 +370,7 @@ pub fn format_day(day: NaiveDate) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::panic)]
     use super::*;
 
     fn day(s: &str) -> NaiveDate {
