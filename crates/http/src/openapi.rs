@@ -17,7 +17,7 @@ use utoipa::{Modify, OpenApi};
         auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         api_keys::update, api_keys::rotate,
-        chat::completions, embeddings::create, responses::create, models::list, models::retrieve, health::healthz, health::readyz,
+        chat::completions, embeddings::create, responses::create, responses::retrieve, responses::delete, responses::input_items, models::list, models::retrieve, health::healthz, health::readyz,
         usage::summary, usage::requests, health::metrics,
         admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
         admin::revoke_api_key,

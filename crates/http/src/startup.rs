@@ -291,7 +291,8 @@ fn warn_open_registration(settings: &Settings) {
 
 /// The gateway of `settings`: its routes, metered into `usage`, with keys' budgets and
 /// rpm/tpm limits as worst-case reservations against counters in the database, the node's
-/// memory or Redis (the Redis link shared with the request rate `limits`; docs/budgets.md).
+/// memory or Redis (the Redis link shared with the request rate `limits`; docs/budgets.md),
+/// and the owners of stored responses in the database.
 ///
 /// # Errors
 /// A bad provider, price or counter setting.
@@ -303,7 +304,7 @@ fn gateway(
     metrics: aigw_service::Metrics,
 ) -> anyhow::Result<Gateway> {
     let key_limits = aigw_service::governance::key_limits::SpendGovernance::from_config(
-        db,
+        db.clone(),
         &settings.gateway,
         &settings.rate_limit,
         aigw_service::prices::PriceTable::from_providers(&settings.providers)?,
@@ -313,6 +314,7 @@ fn gateway(
     Ok(Gateway::new(&settings.gateway, &settings.providers)?
         .with_meter(usage.meter())
         .with_key_limits(key_limits)
+        .with_stored_responses(db)
         .with_metrics(metrics))
 }
 

@@ -13,6 +13,7 @@
 //! - [`usage`]: the usage ledger (records and daily rollups), idempotent by request id.
 //! - [`changes`]: the credential change feed every node tails, and each node's progress.
 //! - [`mfa`]: the TOTP second factor, its recovery codes and MFA challenges.
+//! - [`response_owners`]: the API key that created each stored response (Responses API).
 //!
 //! Everything here is synchronous and blocking. Callers on an async runtime must run it on a
 //! blocking thread (the service crate does, with `tokio::task::spawn_blocking`). This crate
@@ -34,6 +35,7 @@ pub mod mfa;
 pub mod migrations;
 pub mod models;
 pub mod pool;
+pub mod response_owners;
 pub mod schema;
 pub mod sessions;
 pub mod teams;

@@ -378,3 +378,14 @@ diesel::table! {
         used_at -> Nullable<Timestamp>,
     }
 }
+
+diesel::table! {
+    /// Who may read a stored response back: the API key that created it (`api_key_id`) and
+    /// the provider (its configured `name`) that holds it, by the provider's `response_id`.
+    response_owners (response_id) {
+        response_id -> Text,
+        api_key_id -> Text,
+        provider -> Text,
+        created_at -> Timestamp,
+    }
+}

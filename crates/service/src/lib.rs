@@ -64,7 +64,7 @@ pub use context::ServiceContext;
 pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};
 pub use db::Db;
 pub use error::ServiceError;
-pub use gateway::{Gateway, GatewayReply};
+pub use gateway::{Gateway, GatewayReply, StoredCall, StoredRequest};
 pub use leaks::LeakReports;
 pub use metrics::Metrics;
 pub use mfa::Mfa;

@@ -99,6 +99,37 @@ pub(crate) enum GatewayErrors {
     Timeout(ErrorEnvelope),
 }
 
+/// Answers a call on a stored response (`/ai/responses/{id}…`) can give besides the
+/// provider's own answer (OpenAPI responses shared by those endpoints).
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum StoredResponseErrors {
+    /// 400 `invalid_request`, or the upstream's 400 (`upstream_rejected`).
+    #[response(
+        status = 400,
+        description = "stream=true on a retrieval (details.field: stream), or the upstream refused the request (upstream_rejected)"
+    )]
+    Invalid(ErrorEnvelope),
+    /// 401 `unauthorized`.
+    #[response(status = 401, description = "Missing or bad API key")]
+    Unauthorized(ErrorEnvelope),
+    /// 403 `forbidden`.
+    #[response(status = 403, description = "Access token, or key without ai_gateway")]
+    Forbidden(ErrorEnvelope),
+    /// 404 `not_found`.
+    #[response(
+        status = 404,
+        description = "No response of this id created by this key through the gateway (resource: response); or the provider's 404 (upstream_rejected)"
+    )]
+    NotFound(ErrorEnvelope),
+    /// 502 `upstream_error`.
+    #[response(status = 502, description = "The upstream failed, answered 5xx, or is unreachable")]
+    Upstream(ErrorEnvelope),
+    /// 504 `upstream_timeout`.
+    #[response(status = 504, description = "The upstream did not answer in time")]
+    Timeout(ErrorEnvelope),
+}
+
 /// Answers every rate-limited, database-backed endpoint can give (OpenAPI responses shared by
 /// those endpoints).
 #[derive(Debug, utoipa::IntoResponses)]

@@ -85,6 +85,12 @@ pub(crate) async fn forward(
     let forward = crate::telemetry::upstream_headers(req, &request_id);
     let (reply, limits) =
         state.gateway.call(endpoint, caller, &request_id, body, arrived, &forward).await?;
+    Ok(answer(reply, limits))
+}
+
+/// The caller's answer of `reply`: the provider's JSON or its server-sent events as they
+/// come, with the key's `x-ratelimit-*` headers when it has its own `limits`.
+pub(crate) fn answer(reply: GatewayReply, limits: Option<RateStatus>) -> HttpResponse {
     // A key with its own rpm_limit / tpm_limit: OpenAI's x-ratelimit-* headers.
     let with_limits = |status: http::StatusCode| {
         let mut builder = HttpResponse::build(actix_status(status));
@@ -93,7 +99,7 @@ pub(crate) async fn forward(
         }
         builder
     };
-    Ok(match reply {
+    match reply {
         GatewayReply::Json { status, body } => {
             with_limits(status).content_type("application/json").body(body)
         }
@@ -105,7 +111,7 @@ pub(crate) async fn forward(
                 .insert_header(("x-accel-buffering", "no"))
                 .streaming(body)
         }
-    })
+    }
 }
 
 /// `status` (the `http` crate's type, which service and the upstream clients use) as

@@ -59,8 +59,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
     .service(one("/readyz", &["GET"], get_or_head().to(health::readyz)));
 }
 
-/// `/ai/…`: chat completions (the hot route, first), embeddings, responses, and the models
-/// (API keys with `ai_gateway`).
+/// `/ai/…`: chat completions (the hot route, first), embeddings, responses and the stored
+/// responses, and the models (API keys with `ai_gateway`).
 fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
     cfg.service(
         web::resource("/ai/chat/completions")
@@ -82,6 +82,17 @@ fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
             .app_data(LimitedBy(Policy::Ai))
             .route(web::post().to(responses::create))
             .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+    );
+    cfg.service(
+        web::resource("/ai/responses/{id}")
+            .app_data(LimitedBy(Policy::Ai))
+            .route(get_or_head().to(responses::retrieve))
+            .route(web::delete().to(responses::delete))
+            .default_service(web::to(|req: HttpRequest| not_allowed(req, &["GET", "DELETE"]))),
+    );
+    cfg.service(
+        one("/ai/responses/{id}/input_items", &["GET"], get_or_head().to(responses::input_items))
+            .app_data(LimitedBy(Policy::Ai)),
     );
     cfg.service(
         one("/ai/models", &["GET"], get_or_head().to(models::list)).app_data(LimitedBy(Policy::Ai)),
@@ -415,7 +426,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 55;
+pub(crate) const SECURED: usize = 58;
 
 #[cfg(test)]
 mod tests {

@@ -47,6 +47,7 @@ mod permissions;
 mod rate_limit_contract;
 mod registration;
 mod responses;
+mod responses_stored;
 mod self_service;
 mod sessions;
 mod slow_clients;

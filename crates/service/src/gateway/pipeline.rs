@@ -38,11 +38,13 @@
 
 use crate::auth::{Authorized, Principal};
 use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::db::Db;
 use crate::dialect::reply::GatewayReply;
 use crate::dialect::{self, Endpoint, RequestSummary};
 use crate::error::ServiceError;
 use crate::gateway::echo::echo;
 use crate::gateway::route::{route_table, Provider, RouteTable};
+use crate::gateway::stored::StoredResponses;
 use crate::gateway::upstream::{record_overhead, Forwarder, UpstreamCall};
 use crate::governance::key_limits::{Admitted, SpendGovernance};
 use crate::governance::key_rates::RateStatus;
@@ -68,6 +70,7 @@ pub struct Gateway {
     upstream: Forwarder,
     meter: Option<Meter>,
     key_limits: Option<SpendGovernance>,
+    stored: Option<StoredResponses>,
     metrics: Metrics,
 }
 
@@ -102,6 +105,7 @@ impl Gateway {
             upstream: Forwarder::new(config, providers.len())?,
             meter: None,
             key_limits: None,
+            stored: None,
             metrics: Metrics::default(),
         })
     }
@@ -124,6 +128,29 @@ impl Gateway {
     pub fn with_key_limits(mut self, key_limits: SpendGovernance) -> Self {
         self.key_limits = Some(key_limits);
         self
+    }
+
+    /// Records who created each stored response (Responses API) in `db`, and passes
+    /// retrievals through for that key only ([`crate::gateway::stored`]); without it no
+    /// stored response is served.
+    pub fn with_stored_responses(mut self, db: Db) -> Self {
+        self.stored = Some(StoredResponses::new(db));
+        self
+    }
+
+    /// The owners of stored responses, when recorded.
+    pub(super) fn stored_responses(&self) -> Option<&StoredResponses> {
+        self.stored.as_ref()
+    }
+
+    /// The forwarder of upstream calls.
+    pub(super) fn upstream(&self) -> &Forwarder {
+        &self.upstream
+    }
+
+    /// Every routed provider, once per model it serves.
+    pub(super) fn providers(&self) -> impl Iterator<Item = Arc<Provider>> + '_ {
+        self.routes.values().cloned()
     }
 
     /// The models offered to `principal` (those its key's `allowed_models` match), sorted by
@@ -175,6 +202,8 @@ impl Gateway {
         let admitted = self.admit(principal, body, summary).await?;
         let status = admitted.admission.status;
         let call = self.meter(principal, request_id, &provider, admitted);
+        let created =
+            self.stored.as_ref().and_then(|s| s.owner_of(endpoint, principal, &provider.name));
         let reply = match provider.kind {
             ProviderKind::Echo => {
                 let reply = serde_json::from_slice::<Value>(&call.body)
@@ -187,6 +216,8 @@ impl Gateway {
                 let upstream = UpstreamCall {
                     provider,
                     endpoint,
+                    method: http::Method::POST,
+                    suffix: "",
                     model: call.summary.model,
                     stream: call.summary.stream,
                     arrived,
@@ -199,6 +230,11 @@ impl Gateway {
         // answer (or the stream) ends.
         let reply = match call.meter {
             Some(meter) => meter.finish(reply),
+            None => reply,
+        };
+        // A stored response: its owner recorded before the caller sees its id.
+        let reply = match created {
+            Some(created) => created.keep(reply).await,
             None => reply,
         };
         Ok((reply?, status))

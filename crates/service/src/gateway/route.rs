@@ -62,6 +62,21 @@ impl Target {
             .map_err(|e| e.to_string())?;
         Ok(Self { endpoint, url, origin_form })
     }
+
+    /// The absolute URL and the origin form of `suffix` below this target (a path and its
+    /// query: `/resp_1/input_items?limit=2`); the target's own for an empty `suffix`.
+    ///
+    /// # Errors
+    /// The parser's message when the URL with `suffix` is not a valid URI.
+    pub(crate) fn below(&self, suffix: &str) -> Result<(http::Uri, http::Uri), String> {
+        if suffix.is_empty() {
+            return Ok((self.url.clone(), self.origin_form.clone()));
+        }
+        let parse = |base: &http::Uri| {
+            format!("{base}{suffix}").parse::<http::Uri>().map_err(|e| e.to_string())
+        };
+        Ok((parse(&self.url)?, parse(&self.origin_form)?))
+    }
 }
 
 /// How a direct call (no `gateway.proxy_url`) addresses a provider on its own connection.

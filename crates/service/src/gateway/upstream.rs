@@ -23,7 +23,13 @@ pub(crate) struct UpstreamCall<'a> {
     pub(crate) provider: Arc<Provider>,
     /// The endpoint called (the provider serves it: checked when routed).
     pub(crate) endpoint: Endpoint,
-    /// The model asked for.
+    /// `POST` for a call to the endpoint; `GET` or `DELETE` for a stored resource below it.
+    pub(crate) method: http::Method,
+    /// What follows the endpoint's URL: empty for the endpoint itself, else a path below it
+    /// and its query (`/resp_1/input_items?limit=2`), already checked.
+    pub(crate) suffix: &'a str,
+    /// The model asked for (the `model` label of the call's metrics; empty for a stored
+    /// resource, which names none).
     pub(crate) model: String,
     /// Whether the caller asked for a stream.
     pub(crate) stream: bool,
@@ -112,31 +118,36 @@ impl Forwarder {
         call: UpstreamCall<'_>,
         body: Bytes,
     ) -> Result<GatewayReply, ServiceError> {
-        let UpstreamCall { provider, endpoint, model, stream, arrived, headers } = call;
+        let UpstreamCall { provider, endpoint, method, suffix, model, stream, arrived, headers } =
+            call;
         let target =
             provider.target(endpoint).ok_or_else(|| provider.failed("no upstream URL".into()))?;
+        let (url, origin_form) =
+            target.below(suffix).map_err(|e| provider.failed(format!("request not built: {e}")))?;
         let labels = UpstreamLabels {
             metrics: self.metrics.clone(),
             provider: provider.name.clone(),
             model,
         };
-        let request = upstream_request(&provider, target, body, stream, headers)?;
+        let request = upstream_request(&provider, (method, url), body, stream, headers)?;
         record_overhead(&self.metrics, &provider.name, arrived);
         let sent = Instant::now();
-        let response =
-            match tokio::time::timeout(self.timeout, self.client.send(&provider, target, request))
-                .await
-            {
-                Err(_) | Ok(Err(SendError::Timeout)) => {
-                    labels.finished("timeout", sent);
-                    return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
-                }
-                Ok(Err(SendError::Failed(reason))) => {
-                    labels.finished("error", sent);
-                    return Err(provider.failed(format!("request failed: {reason}")));
-                }
-                Ok(Ok(r)) => r,
-            };
+        let response = match tokio::time::timeout(
+            self.timeout,
+            self.client.send(&provider, (target, origin_form), request),
+        )
+        .await
+        {
+            Err(_) | Ok(Err(SendError::Timeout)) => {
+                labels.finished("timeout", sent);
+                return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
+            }
+            Ok(Err(SendError::Failed(reason))) => {
+                labels.finished("error", sent);
+                return Err(provider.failed(format!("request failed: {reason}")));
+            }
+            Ok(Ok(r)) => r,
+        };
         let UpstreamResponse { status, headers: response_headers, body: response_body } = response;
         labels.histogram(metric::UPSTREAM_TTFB_SECONDS).record(sent.elapsed().as_secs_f64());
         let class = crate::metrics::status_class(status.as_u16());
@@ -278,12 +289,13 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl Upstream {
-    /// Sends `request` (absolute URI) to `provider`'s `target`; the answer's head within the
+    /// Sends `request` (absolute URI) to `provider`'s `target`, at `origin_form` (the
+    /// request's path and query) on a direct connection; the answer's head within the
     /// caller's timeout.
     async fn send(
         &self,
         provider: &Provider,
-        target: &Target,
+        (target, origin_form): (&Target, http::Uri),
         request: http::Request<Bytes>,
     ) -> Result<UpstreamResponse, SendError> {
         match self {
@@ -294,7 +306,7 @@ impl Upstream {
                 let connect_to = &target.url;
                 // On a connection of its own: origin-form, with `Host` (RFC 9112 3.2).
                 let (mut parts, body) = request.into_parts();
-                parts.uri = target.origin_form.clone();
+                parts.uri = origin_form;
                 parts.headers.insert(http::header::HOST, direct.host.clone());
                 let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
                 let (head, body) =
@@ -326,28 +338,31 @@ impl Upstream {
     }
 }
 
-/// The upstream request of a call: `POST` to the endpoint's `target` URL with `body`, its
-/// JSON content type, the `Accept` of a stream or of JSON, aigw's `User-Agent`, the
-/// provider's key and the caller's `headers` to pass on ([`FORWARDED_HEADERS`]).
+/// The upstream request of a call: `method` (`POST`, `GET` or `DELETE`) to `url` with `body`
+/// (and its JSON content type when there is one), the `Accept` of a stream or of JSON, aigw's
+/// `User-Agent`, the provider's key and the caller's `headers` to pass on
+/// ([`FORWARDED_HEADERS`]).
 ///
 /// # Errors
 /// [`ServiceError::Upstream`] when the provider has no URL (`echo`) or a passed header is not
 /// a valid header name or value.
 fn upstream_request(
     provider: &Provider,
-    target: &Target,
+    (method, url): (http::Method, http::Uri),
     body: Bytes,
     stream: bool,
     headers: &[(&'static str, String)],
 ) -> Result<http::Request<Bytes>, ServiceError> {
-    let url = target.url.clone();
+    let has_body = !body.is_empty();
     // Built on its map: `http::request::Builder` parses every name and value again.
     let mut request = http::Request::new(body);
-    *request.method_mut() = http::Method::POST;
+    *request.method_mut() = method;
     *request.uri_mut() = url;
     let map = request.headers_mut();
     map.reserve(5 + headers.len());
-    map.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    if has_body {
+        map.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    }
     map.insert(
         http::header::ACCEPT,
         http::HeaderValue::from_static(if stream {

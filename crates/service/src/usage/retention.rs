@@ -1,7 +1,9 @@
 //! Retention of raw usage records: a supervised task deletes records older than
 //! `usage.retention_days`, in bounded batches so it never holds a long write lock, then the
-//! ids of flushes applied and the calls in flight billed before then. Daily
-//! rollups are kept for ever (they are small and are what usage queries read).
+//! ids of flushes applied and the calls in flight billed before then, and the owners of
+//! stored responses recorded before then (`response_owners`: the providers' own retention of
+//! stored responses is 30 days by default). Daily rollups are kept for ever (they are small
+//! and are what usage queries read).
 
 use super::supervisor::supervise;
 use crate::db::Db;
@@ -65,7 +67,31 @@ pub(crate) async fn sweep(db: &Db, retention_days: u32) -> Result<u64, crate::Se
         if i64::try_from(pruned.batches).unwrap_or(0) < PRUNE_BATCH {
             db.run(move |conn| Ok(aigw_persistence::usage::prune_flushes_before(conn, cutoff)?))
                 .await?;
+            prune_response_owners(db, cutoff).await?;
             return Ok(total);
+        }
+        tokio::time::sleep(PAUSE_BETWEEN_BATCHES).await;
+    }
+}
+
+/// Owners of stored responses removed per statement.
+const OWNERS_PER_STATEMENT: i64 = 1000;
+
+/// Deletes the owners of stored responses recorded before `cutoff` (UTC), a bounded number
+/// per statement.
+///
+/// # Errors
+/// [`crate::ServiceError`] when the database fails (what was deleted stays deleted).
+async fn prune_response_owners(
+    db: &Db,
+    cutoff: chrono::NaiveDateTime,
+) -> Result<(), crate::ServiceError> {
+    use aigw_persistence::response_owners::prune_before;
+    loop {
+        let removed =
+            db.run(move |conn| Ok(prune_before(conn, cutoff, OWNERS_PER_STATEMENT)?)).await?;
+        if i64::try_from(removed).unwrap_or(0) < OWNERS_PER_STATEMENT {
+            return Ok(());
         }
         tokio::time::sleep(PAUSE_BETWEEN_BATCHES).await;
     }

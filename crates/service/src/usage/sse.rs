@@ -196,7 +196,7 @@ impl Drop for MeteredStream {
 
 /// The end (exclusive) of the first complete event in `buf`: after its blank line
 /// (`\n\n` or `\r\n\r\n`).
-fn event_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
     let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
     let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
     match (lf, crlf) {
@@ -207,7 +207,7 @@ fn event_end(buf: &[u8]) -> Option<usize> {
 
 /// The `data` of an event: its `data:` lines joined by newlines; `None` without any or for
 /// `[DONE]`.
-fn event_data(event: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn event_data(event: &[u8]) -> Option<Vec<u8>> {
     let mut data: Option<Vec<u8>> = None;
     for line in event.split(|b| *b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);

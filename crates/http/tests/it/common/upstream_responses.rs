@@ -9,7 +9,7 @@
 //!   and `max_output_tokens` (default 16) output tokens, half of them reasoning.
 //!
 //! Ids are `resp_` and a counter; `GET`/`DELETE /responses/{id}` and
-//! `GET /responses/{id}/input_items` answer what OpenAI answers for any id.
+//! `GET /responses/{id}/input_items` (with any query) answer what OpenAI answers for any id.
 
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,8 +67,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     if path != "/responses" {
-        let id = path.trim_start_matches("/responses/").split('/').next().unwrap_or_default();
-        let body = match (method, path.ends_with("/input_items")) {
+        // The path without its query (`?after=…&limit=…`).
+        let route = path.split('?').next().unwrap_or_default();
+        let id = route.trim_start_matches("/responses/").split('/').next().unwrap_or_default();
+        let body = match (method, route.ends_with("/input_items")) {
             (_, true) => json!({"object": "list", "data": [], "first_id": null, "last_id": null,
                                 "has_more": false}),
             ("DELETE", _) => json!({"id": id, "object": "response", "deleted": true}),
