@@ -198,6 +198,8 @@ fn check_part(i: usize, j: usize, part: &Value, seen: &mut Seen) -> Result<(), F
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::panic)]
+
     use super::*;
 
     fn summary(body: &str) -> Result<RequestSummary, String> {
