@@ -285,6 +285,24 @@ impl ModelPrice {
         let rounded = (exact + TOKENS_PER_PRICE_UNIT / 2) / TOKENS_PER_PRICE_UNIT;
         u64::try_from(rounded).unwrap_or(u64::MAX)
     }
+
+    /// The most `tokens` can cost before the call, when it is not known how much of their
+    /// prompt the provider will read from or write to its cache: every prompt token at the
+    /// highest of the input, cached-input and cache-write prices (Anthropic bills cache
+    /// writes above the input price), the completion at the output price.
+    pub fn worst_cost_micros(&self, tokens: &TokenUsage) -> u64 {
+        let input = self
+            .input_micros_per_million
+            .max(self.cached_input_micros_per_million)
+            .max(self.cache_write_micros_per_million);
+        let uniform = ModelPrice {
+            input_micros_per_million: input,
+            cached_input_micros_per_million: input,
+            cache_write_micros_per_million: input,
+            ..*self
+        };
+        uniform.cost_micros(&TokenUsage::new(tokens.prompt_tokens, tokens.completion_tokens))
+    }
 }
 
 /// µUSD as USD for JSON (`cost_usd`). Exact for every amount below 2^53 µUSD (9 billion USD).
@@ -442,6 +460,7 @@ mod tests {
     /// Cached and cache-written tokens are parts of the prompt, each at its own price, never
     /// billed twice; a report whose parts exceed the prompt bills at most the prompt.
     #[test]
+    #[allow(clippy::panic)]
     fn cached_tokens_are_billed_once_at_their_price() {
         let p = ModelPrice::from_usd_per_million(3.0, 15.0)
             .and_then(|p| p.with_cache_prices(Some(0.3), Some(3.75)))
@@ -460,6 +479,10 @@ mod tests {
         assert_eq!(p.cost_micros(&odd), 3, "10 cached tokens at 0.3 µUSD");
         let plain = ModelPrice::from_usd_per_million(3.0, 15.0).unwrap_or(p);
         assert_eq!(plain.cost_micros(&tokens), 4000 * 3 + 1500, "no cache prices: the input price");
+        // Before the call: every prompt token at the cache-write price, the highest.
+        assert_eq!(p.worst_cost_micros(&tokens), 4000 * 15 / 4 + 1500);
+        assert!(p.worst_cost_micros(&tokens) >= p.cost_micros(&tokens));
+        assert_eq!(plain.worst_cost_micros(&tokens), plain.cost_micros(&tokens));
         assert_eq!(
             p.with_cache_prices(Some(-1.0), None).map_err(|e| e.field),
             Err("cached_input_per_million")

@@ -28,6 +28,14 @@ use std::task::Poll;
 
 pub use crate::json_body::parse_json;
 
+/// App data of a scope whose callers may present their API key in `x-api-key` (Anthropic's
+/// SDKs send it there) when they send no `Authorization`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcceptsXApiKey;
+
+/// Anthropic's API key header.
+const X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
+
 /// Largest accepted request body of a scope, in bytes (set as app data).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BodyLimit(pub(crate) usize);
@@ -408,10 +416,14 @@ fn authenticate(
     req: &HttpRequest,
 ) -> LocalBoxFuture<'static, Result<(web::Data<AppState>, Principal), ApiError>> {
     let state = req.app_data::<web::Data<AppState>>().cloned();
-    let authorization = req
+    // Where the scope accepts it (Anthropic's SDKs), `x-api-key` when there is no
+    // `Authorization`: the bare key, as `Authorization` may carry it.
+    let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .map(|v| v.to_str().map(str::to_owned).unwrap_or_else(|_| "\u{0}".to_owned()));
+        .or_else(|| req.app_data::<AcceptsXApiKey>().and_then(|_| req.headers().get(X_API_KEY)));
+    let authorization =
+        presented.map(|v| v.to_str().map(str::to_owned).unwrap_or_else(|_| "\u{0}".to_owned()));
     let req = req.clone();
     Box::pin(async move {
         let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;

@@ -3,7 +3,7 @@
 
 use crate::dto;
 use crate::routes::{
-    account, account_email, admin, api_keys, auth, chat, embeddings, health, mfa, models,
+    account, account_email, admin, api_keys, auth, chat, embeddings, health, messages, mfa, models,
     responses, secret_scanning, teams, usage,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -17,7 +17,9 @@ use utoipa::{Modify, OpenApi};
         auth::register, auth::login, auth::me, auth::refresh, auth::logout, auth::jwks,
         api_keys::create, api_keys::list, api_keys::revoke, api_keys::delete,
         api_keys::update, api_keys::rotate,
-        chat::completions, embeddings::create, responses::create, responses::retrieve, responses::delete, responses::input_items, models::list, models::retrieve, health::healthz, health::readyz,
+        chat::completions, embeddings::create, responses::create, responses::retrieve,
+        responses::delete, responses::input_items, messages::create, messages::count_tokens,
+        models::list, models::retrieve, health::healthz, health::readyz,
         usage::summary, usage::requests, health::metrics,
         admin::list_users, admin::get_user, admin::update_user, admin::list_api_keys,
         admin::revoke_api_key,
@@ -41,7 +43,7 @@ use utoipa::{Modify, OpenApi};
         dto::ApiKeyDto, dto::CreatedApiKeyDto, dto::ApiKeyListData, dto::DeletedData,
         dto::ChatCompletionRequest, dto::ChatMessage, dto::ChatRole, dto::ChatContent,
         dto::ChatContentPart, dto::ChatCompletionEvent, dto::ModelList, dto::ModelDto,
-        dto::EmbeddingRequest, dto::EmbeddingInput, dto::EmbeddingEncoding, dto::ResponseRequest,
+        dto::EmbeddingRequest, dto::EmbeddingInput, dto::EmbeddingEncoding, dto::ResponseRequest, dto::MessagesRequest,
         dto::KeyUsageDto, dto::UpdateApiKeyRequest, dto::RotateApiKeyRequest, dto::BudgetPeriodName, dto::BudgetModeName,
         crate::dto::usage::UsageTotalsDto, crate::dto::usage::UsageRowDto,
         crate::dto::usage::UsageSummaryData, crate::dto::usage::UsageRecordDto,
@@ -81,7 +83,7 @@ use utoipa::{Modify, OpenApi};
         (name = "auth", description = "Register, log in, refresh, log out"),
         (name = "accounts", description = "E-mail verification, e-mail change, password reset"),
         (name = "api-keys", description = "Long-lived API keys"),
-        (name = "ai", description = "OpenAI-compatible gateway"),
+        (name = "ai", description = "OpenAI-compatible gateway, and Anthropic's Messages API under /ai/anthropic"),
         (name = "usage", description = "The caller's metered usage of the gateway"),
         (name = "health", description = "Probes"),
         (name = "admin", description = "Administration: every user and API key (role admin)"),
@@ -109,6 +111,13 @@ impl Modify for SecuritySchemes {
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
                 "Authorization",
                 "`Bearer aigw_…` or the bare key `aigw_…`",
+            ))),
+        );
+        components.add_security_scheme(
+            "x_api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "x-api-key",
+                "The API key `aigw_…`, as Anthropic's SDKs send it (`/ai/anthropic` routes only)",
             ))),
         );
     }
@@ -298,7 +307,10 @@ impl Modify for NoNul {
                             // caller's, whatever they hold.
                             if !matches!(
                                 name,
-                                "ChatCompletionRequest" | "EmbeddingRequest" | "ResponseRequest"
+                                "ChatCompletionRequest"
+                                    | "EmbeddingRequest"
+                                    | "ResponseRequest"
+                                    | "MessagesRequest"
                             ) {
                                 bodies.insert(name.to_owned());
                             }

@@ -342,14 +342,21 @@ impl Settings {
         }
         for (i, p) in self.providers.iter().enumerate() {
             let base_url = p.base_url.as_deref().unwrap_or("");
-            if p.kind == aigw_service::ProviderKind::Openai
-                && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
-            {
+            let example = match p.kind {
+                aigw_service::ProviderKind::Openai => "https://api.openai.com/v1",
+                aigw_service::ProviderKind::Anthropic => "https://api.anthropic.com",
+                aigw_service::ProviderKind::Echo => continue,
+            };
+            if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
                 anyhow::bail!(
-                    "providers[{i}] ({:?}): kind \"openai\" needs base_url, the http(s) URL the \
-                     API's paths start from (e.g. base_url = \"https://api.openai.com/v1\"); \
-                     got {base_url:?}",
-                    p.name
+                    "providers[{i}] ({:?}): kind {:?} needs base_url, the http(s) URL the \
+                     API's paths start from (e.g. base_url = \"{example}\"); got {base_url:?}",
+                    p.name,
+                    if p.kind == aigw_service::ProviderKind::Openai {
+                        "openai"
+                    } else {
+                        "anthropic"
+                    },
                 );
             }
         }
@@ -512,12 +519,18 @@ tokenizers = { "gpt-oss-120b" = { tokenizer = "o200k_base" }, "llama-3.1-70b" = 
     #[test]
     fn unknown_provider_kind_lists_the_valid_kinds() {
         let err = load_error(
-            "[[providers]]\nname = \"x\"\nkind = \"anthropic\"\nbase_url = \"https://x\"\nmodels = []\n",
+            "[[providers]]\nname = \"x\"\nkind = \"gemini\"\nbase_url = \"https://x\"\nmodels = []\n",
         );
         assert!(
-            err.contains("\"anthropic\"") && err.contains("openai") && err.contains("echo"),
+            err.contains("\"gemini\"")
+                && err.contains("openai")
+                && err.contains("anthropic")
+                && err.contains("echo"),
             "{err}"
         );
+        let err = load_error("[[providers]]\nname = \"a\"\nkind = \"anthropic\"\nmodels = []\n");
+        assert!(err.contains("kind \"anthropic\" needs base_url"), "{err}");
+        assert!(err.contains("https://api.anthropic.com"), "{err}");
     }
 
     /// A provider without `base_url` is a configuration error naming the fix.

@@ -202,26 +202,30 @@ impl Default for GatewayConfig {
     }
 }
 
-/// The kind of an upstream provider: `kind = "openai"` or `kind = "echo"` (any other value
-/// is refused with a message listing these).
+/// The kind of an upstream provider: `kind = "openai"`, `"anthropic"` or `"echo"` (any other
+/// value is refused with a message listing these).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ProviderKind {
     /// Any OpenAI-compatible HTTP API (`POST {base_url}/chat/completions`, `/embeddings`,
     /// `/responses`).
     #[default]
     Openai,
+    /// Anthropic's Messages API (`POST {base_url}/v1/messages` and
+    /// `/v1/messages/count_tokens`), its key sent as `x-api-key`.
+    Anthropic,
     /// The built-in echo model (no network).
     Echo,
 }
 
 impl ProviderKind {
     /// The valid `kind` values, as the configuration spells them.
-    pub const NAMES: [&'static str; 2] = ["openai", "echo"];
+    pub const NAMES: [&'static str; 3] = ["openai", "anthropic", "echo"];
 
     /// The endpoints (API dialects) a provider of this kind serves.
     pub fn endpoints(self) -> &'static [Endpoint] {
         match self {
             Self::Openai => &[Endpoint::Chat, Endpoint::Embeddings, Endpoint::Responses],
+            Self::Anthropic => &[Endpoint::Messages],
             Self::Echo => &[Endpoint::Chat],
         }
     }
@@ -242,10 +246,12 @@ impl<'de> Deserialize<'de> for ProviderKind {
         let kind = String::deserialize(deserializer)?;
         match kind.as_str() {
             "openai" => Ok(Self::Openai),
+            "anthropic" => Ok(Self::Anthropic),
             "echo" => Ok(Self::Echo),
             other => Err(serde::de::Error::custom(format!(
                 "unknown provider kind {other:?}; valid kinds: \"openai\" (any \
-                 OpenAI-compatible API, needs base_url), \"echo\" (the built-in offline model)"
+                 OpenAI-compatible API, needs base_url), \"anthropic\" (Anthropic's Messages \
+                 API, needs base_url), \"echo\" (the built-in offline model)"
             ))),
         }
     }
@@ -260,12 +266,19 @@ pub struct ProviderConfig {
     /// Kind (default `openai`).
     #[serde(default = "default_kind")]
     pub kind: ProviderKind,
-    /// Base URL, e.g. `https://api.openai.com/v1` (required for `openai`).
+    /// Base URL, e.g. `https://api.openai.com/v1` (required for `openai`), or
+    /// `https://api.anthropic.com` (required for `anthropic`: calls go to
+    /// `{base_url}/v1/messages`).
     #[serde(default)]
     pub base_url: Option<String>,
-    /// The provider's own API key, sent upstream as `Authorization: Bearer`; never the caller's.
+    /// The provider's own API key, sent upstream as `Authorization: Bearer` (`openai`) or
+    /// `x-api-key` (`anthropic`); never the caller's.
     #[serde(default)]
     pub api_key: Option<SecretString>,
+    /// `anthropic` only: the `anthropic-version` header sent upstream when the caller sends
+    /// none (default [`DEFAULT_ANTHROPIC_VERSION`]).
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
     /// Model names routed to this provider.
     pub models: Vec<String>,
     /// Prices of some of `models`, in USD per million tokens:
@@ -287,6 +300,10 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub context_windows: std::collections::BTreeMap<String, u64>,
 }
+
+/// The `anthropic-version` an `anthropic` provider sends when neither the caller nor its
+/// `anthropic_version` names one.
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 fn default_kind() -> ProviderKind {
     ProviderKind::Openai

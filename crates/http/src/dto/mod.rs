@@ -850,6 +850,31 @@ pub(crate) struct ResponseRequest {
     pub(crate) previous_response_id: Option<String>,
 }
 
+/// `POST /ai/anthropic/v1/messages` body (Anthropic's Messages API; every other field,
+/// `tools`, `thinking`, `temperature`, `metadata` and the rest, is forwarded unchanged). A
+/// token count (`/v1/messages/count_tokens`) takes the same body without `max_tokens`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct MessagesRequest {
+    /// A model name from configuration whose provider serves the Messages API.
+    #[schema(example = "claude-sonnet-4-5", min_length = 1)]
+    pub(crate) model: String,
+    /// Most output tokens, thinking included (1 to 1 048 576; required for a message). A key
+    /// with a budget or a `tpm_limit` reserves it before the call.
+    #[schema(minimum = 1, maximum = 1048576)]
+    pub(crate) max_tokens: Option<u64>,
+    /// The conversation: objects with `role` `user` or `assistant` and a `content` that is a
+    /// string or an array of content blocks (objects with a string `type`: `text`, `image`,
+    /// `document`, `tool_use`, `tool_result`, …).
+    #[schema(value_type = Vec<Object>, min_items = 1)]
+    pub(crate) messages: Vec<serde_json::Value>,
+    /// The system prompt: a string or an array of `text` blocks.
+    #[schema(value_type = Object)]
+    pub(crate) system: Option<serde_json::Value>,
+    /// Answer as server-sent events (`text/event-stream`).
+    pub(crate) stream: Option<bool>,
+}
+
 /// One server-sent event of a streamed chat completion (`text/event-stream`).
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]

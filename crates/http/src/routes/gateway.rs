@@ -82,7 +82,10 @@ pub(crate) async fn forward(
         .extensions()
         .get::<crate::middleware::access_log::Arrival>()
         .map_or_else(std::time::Instant::now, |a| a.0);
-    let forward = crate::telemetry::upstream_headers(req, &request_id);
+    let mut forward = crate::telemetry::upstream_headers(req, &request_id);
+    if endpoint == Endpoint::Messages {
+        forward.extend(crate::routes::messages::anthropic_headers(req));
+    }
     let (reply, limits) =
         state.gateway.call(endpoint, caller, &request_id, body, arrived, &forward).await?;
     Ok(answer(reply, limits))
@@ -117,7 +120,7 @@ pub(crate) fn answer(reply: GatewayReply, limits: Option<RateStatus>) -> HttpRes
 /// `status` (the `http` crate's type, which service and the upstream clients use) as
 /// actix-web's (the same type of an older `http` release): every code from 100 to 999 is
 /// valid in both, so the fallback is never taken.
-fn actix_status(status: http::StatusCode) -> StatusCode {
+pub(crate) fn actix_status(status: http::StatusCode) -> StatusCode {
     StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY)
 }
 

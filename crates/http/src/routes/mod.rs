@@ -12,6 +12,7 @@ pub(crate) mod document;
 pub(crate) mod embeddings;
 pub(crate) mod gateway;
 pub(crate) mod health;
+pub(crate) mod messages;
 pub(crate) mod mfa;
 pub(crate) mod models;
 pub(crate) mod responses;
@@ -20,7 +21,7 @@ pub(crate) mod teams;
 pub(crate) mod usage;
 
 use crate::error::ApiError;
-use crate::extract::BodyLimit;
+use crate::extract::{AcceptsXApiKey, BodyLimit};
 use crate::rate_limit::LimitedBy;
 use actix_web::{guard, web, HttpRequest, HttpResponse};
 use aigw_service::Policy;
@@ -60,7 +61,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
 }
 
 /// `/ai/…`: chat completions (the hot route, first), embeddings, responses and the stored
-/// responses, and the models (API keys with `ai_gateway`).
+/// responses, Anthropic's messages and token counts ([`anthropic_routes`]), and the models
+/// (API keys with `ai_gateway`).
 fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
     cfg.service(
         web::resource("/ai/chat/completions")
@@ -100,6 +102,32 @@ fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
     cfg.service(
         one("/ai/models/{model:.+}", &["GET"], get_or_head().to(models::retrieve))
             .app_data(LimitedBy(Policy::Ai)),
+    );
+    anthropic_routes(cfg, chat_limit);
+}
+
+/// `/ai/anthropic/v1/messages…`: Anthropic's messages and token counts, the key also in
+/// `x-api-key`, errors in Anthropic's shape too (API keys with `ai_gateway`).
+fn anthropic_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
+    cfg.service(
+        web::scope("/ai/anthropic")
+            .app_data(AcceptsXApiKey)
+            .wrap(actix_web::middleware::from_fn(crate::middleware::anthropic_errors::shape))
+            .service(
+                web::resource("/v1/messages")
+                    .app_data(BodyLimit(chat_limit))
+                    .app_data(LimitedBy(Policy::Ai))
+                    .route(web::post().to(messages::create))
+                    .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+            )
+            .service(
+                web::resource("/v1/messages/count_tokens")
+                    .app_data(BodyLimit(chat_limit))
+                    .app_data(LimitedBy(Policy::Ai))
+                    .route(web::post().to(messages::count_tokens))
+                    .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
+            )
+            .default_service(web::to(no_route)),
     );
 }
 
@@ -426,7 +454,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 58;
+pub(crate) const SECURED: usize = 60;
 
 #[cfg(test)]
 mod tests {
@@ -435,7 +463,7 @@ mod tests {
     use super::SECURED;
 
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 13] = [
+    const HANDLERS: [(&str, &str); 14] = [
         ("account", include_str!("account.rs")),
         ("account_email", include_str!("account_email.rs")),
         ("admin", include_str!("admin.rs")),
@@ -443,6 +471,7 @@ mod tests {
         ("auth", include_str!("auth.rs")),
         ("chat", include_str!("chat.rs")),
         ("embeddings", include_str!("embeddings.rs")),
+        ("messages", include_str!("messages.rs")),
         ("mfa", include_str!("mfa.rs")),
         ("models", include_str!("models.rs")),
         ("responses", include_str!("responses.rs")),

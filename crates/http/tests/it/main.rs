@@ -39,6 +39,7 @@ mod key_policy;
 mod leaks;
 mod limits;
 mod lookalike_emails;
+mod messages;
 mod mfa;
 mod observability;
 mod openapi_contract;

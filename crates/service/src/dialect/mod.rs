@@ -2,7 +2,7 @@
 //! a [`RequestSummary`] (the model, the prompt's bound in tokens, the output cap, images,
 //! streaming), and what its answer reports as usage ([`usage`]). One module per dialect:
 //! OpenAI's chat completions ([`chat`]), embeddings ([`embeddings`]) and Responses API
-//! ([`responses`]); the token counts
+//! ([`responses`]), Anthropic's Messages API ([`messages`]); the token counts
 //! that bound a prompt ([`tokens`]); the gateway's answer ([`reply`]).
 //!
 //! The later stages take the summary instead of parsing the body again: admission
@@ -11,6 +11,7 @@
 
 pub mod chat;
 pub mod embeddings;
+pub mod messages;
 pub mod reply;
 pub mod responses;
 pub mod summary;
@@ -29,12 +30,12 @@ use aigw_domain::FieldError;
 /// # Errors
 /// [`FieldError`] naming the first malformed field, as the dialect's validator says
 /// ([`validate_chat_request`], [`embeddings::validate_embeddings_request`],
-/// [`responses::validate_responses_request`]).
+/// [`responses::validate_responses_request`], [`messages::validate_messages_request`]).
 pub fn validate(endpoint: Endpoint, body: &[u8]) -> Result<RequestSummary, FieldError> {
     match endpoint {
         Endpoint::Chat => validate_chat_request(body),
         Endpoint::Embeddings => embeddings::validate_embeddings_request(body),
         Endpoint::Responses => responses::validate_responses_request(body),
-        Endpoint::Messages => Err(FieldError::new("body", "this endpoint is not served yet")),
+        Endpoint::Messages => messages::validate_messages_request(body),
     }
 }

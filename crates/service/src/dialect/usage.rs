@@ -125,6 +125,12 @@ pub fn stream_usage(
     }
 }
 
+/// Whether a stream's event `data` of `endpoint` says the answer failed after its 200:
+/// Anthropic's `error` event (`{"type":"error","error":{…}}`), after which no more comes.
+pub fn stream_failed(endpoint: Endpoint, data: &Value) -> bool {
+    endpoint == Endpoint::Messages && data.get("type").and_then(Value::as_str) == Some("error")
+}
+
 /// Appends the generated text of a stream's event `data` of `endpoint` (for an estimate when
 /// the stream reports no usage) through `push`.
 pub fn stream_text(endpoint: Endpoint, data: &Value, mut push: impl FnMut(&str)) {

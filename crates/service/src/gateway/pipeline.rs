@@ -212,7 +212,7 @@ impl Gateway {
                 record_overhead(&self.metrics, &provider.name, arrived);
                 reply
             }
-            ProviderKind::Openai => {
+            ProviderKind::Openai | ProviderKind::Anthropic => {
                 let upstream = UpstreamCall {
                     provider,
                     endpoint,
@@ -222,6 +222,7 @@ impl Gateway {
                     stream: call.summary.stream,
                     arrived,
                     headers: forward_headers,
+                    count_tokens: false,
                 };
                 self.upstream.forward(upstream, call.body).await
             }
@@ -238,6 +239,39 @@ impl Gateway {
             None => reply,
         };
         Ok((reply?, status))
+    }
+
+    /// Anthropic's token counting (`POST /v1/messages/count_tokens`): `body` checked
+    /// ([`dialect::messages::validate_count_tokens_request`]), the model routed as a Messages
+    /// call (the key's `allowed_models` included) and the body forwarded to its provider's
+    /// `/v1/messages/count_tokens`; the answer returned as it came. Free upstream, so neither
+    /// admitted against any limit nor metered.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on a malformed body or a model whose provider does not serve
+    /// the Messages API; [`ServiceError::Forbidden`] and [`ServiceError::NotFound`] as
+    /// [`Self::call`]; the provider's failures as [`Self::call`].
+    pub async fn count_tokens(
+        &self,
+        principal: &Authorized<op::ChatCompletion>,
+        body: Bytes,
+        arrived: Instant,
+        forward_headers: &[(&'static str, String)],
+    ) -> Result<GatewayReply, ServiceError> {
+        let summary = dialect::messages::validate_count_tokens_request(&body)?;
+        let provider = self.route(principal, &summary)?;
+        let upstream = UpstreamCall {
+            provider,
+            endpoint: Endpoint::Messages,
+            method: http::Method::POST,
+            suffix: "",
+            model: summary.model,
+            stream: false,
+            arrived,
+            headers: forward_headers,
+            count_tokens: true,
+        };
+        self.upstream.forward(upstream, body).await
     }
 
     /// The route: the provider that serves the summary's model, for a caller allowed it.

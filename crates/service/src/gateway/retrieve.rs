@@ -90,6 +90,7 @@ impl Gateway {
             stream: false,
             arrived,
             headers,
+            count_tokens: false,
         };
         let reply = self.upstream().forward(upstream, Bytes::new()).await?;
         if call == StoredCall::Delete {

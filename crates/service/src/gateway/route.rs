@@ -5,7 +5,7 @@
 //! endpoint, its key as a header, how a direct connection addresses it) is built here once,
 //! at start-up.
 
-use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::config::{GatewayConfig, ProviderConfig, ProviderKind, DEFAULT_ANTHROPIC_VERSION};
 use crate::error::ServiceError;
 use aigw_domain::usage::Endpoint;
 use aigw_domain::FieldError;
@@ -15,6 +15,9 @@ use std::sync::Arc;
 
 /// Name of the built-in model.
 pub const ECHO_MODEL: &str = "echo";
+
+/// The path of Anthropic's token counting below an `anthropic` provider's `base_url`.
+const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
 
 /// Each model's provider.
 pub(crate) type RouteTable = BTreeMap<String, Arc<Provider>>;
@@ -30,8 +33,14 @@ pub(crate) struct Provider {
     /// The upstream URL of each endpoint it serves (`{base_url}/chat/completions`, …),
     /// built and parsed once (none for `echo`).
     pub(crate) targets: Vec<Target>,
-    /// `Bearer <api_key>`, built once and marked sensitive (never logged).
-    pub(crate) authorization: Option<http::HeaderValue>,
+    /// The header that carries its key upstream, built once, its value marked sensitive
+    /// (never logged): `Authorization: Bearer <api_key>`, or `x-api-key: <api_key>` for
+    /// `anthropic`.
+    pub(crate) credential: Option<(http::HeaderName, http::HeaderValue)>,
+    /// `anthropic` only: the `anthropic-version` sent when the caller sends none.
+    pub(crate) anthropic_version: Option<http::HeaderValue>,
+    /// `anthropic` only: where `POST /v1/messages/count_tokens` is called.
+    pub(crate) count_tokens: Option<Target>,
     /// How direct calls address it (`None` for `echo`).
     pub(crate) direct: Option<DirectTarget>,
 }
@@ -106,9 +115,15 @@ impl DirectTarget {
 }
 
 impl Provider {
-    /// The provider's own key, from its `Authorization` value.
+    /// The provider's own key, from the header that carries it.
     pub(crate) fn api_key(&self) -> Option<&str> {
-        self.authorization.as_ref()?.to_str().ok()?.strip_prefix("Bearer ")
+        let (name, value) = self.credential.as_ref()?;
+        let value = value.to_str().ok()?;
+        if name == http::header::AUTHORIZATION {
+            value.strip_prefix("Bearer ")
+        } else {
+            Some(value)
+        }
     }
 
     /// Where `endpoint` is called; `None` when the provider does not serve it (or is `echo`).
@@ -148,8 +163,9 @@ impl Provider {
 /// `config.echo_model` is on.
 ///
 /// # Errors
-/// [`ServiceError::Internal`] when an `openai` provider has no `base_url` (or not an http(s)
-/// one), its `api_key` cannot be a header, or a model is routed twice.
+/// [`ServiceError::Internal`] when an `openai` or `anthropic` provider has no `base_url` (or
+/// not an http(s) one), its `api_key` or `anthropic_version` cannot be a header, or a model is
+/// routed twice.
 pub(crate) fn route_table(
     config: &GatewayConfig,
     providers: &[ProviderConfig],
@@ -163,14 +179,16 @@ pub(crate) fn route_table(
                 name: ECHO_MODEL.to_owned(),
                 kind: ProviderKind::Echo,
                 targets: Vec::new(),
-                authorization: None,
+                credential: None,
+                anthropic_version: None,
+                count_tokens: None,
                 direct: None,
             }),
         );
     }
     for (slot, p) in providers.iter().enumerate() {
         let base_url = p.base_url.clone().unwrap_or_default();
-        if p.kind == ProviderKind::Openai
+        if p.kind != ProviderKind::Echo
             && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
         {
             return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
@@ -185,19 +203,21 @@ pub(crate) fn route_table(
                 }
             }
         }
-        let authorization = match &p.api_key {
-            Some(key) => {
-                let value = format!("Bearer {}", key.expose_secret());
-                let Ok(mut value) = http::HeaderValue::from_str(&value) else {
+        let credential = match &p.api_key {
+            Some(key) => match credential_header(p.kind, key.expose_secret()) {
+                Some(header) => Some(header),
+                None => {
                     return bad(format!(
                         "provider {}: api_key holds characters a header cannot carry",
                         p.name
-                    ));
-                };
-                value.set_sensitive(true);
-                Some(value)
-            }
+                    ))
+                }
+            },
             None => None,
+        };
+        let (anthropic_version, count_tokens) = match anthropic_parts(p, &base_url) {
+            Ok(parts) => parts,
+            Err(e) => return bad(format!("provider {}: {e}", p.name)),
         };
         let direct = match targets.first() {
             Some(target) => match DirectTarget::new(slot, &target.url) {
@@ -210,7 +230,9 @@ pub(crate) fn route_table(
             name: p.name.clone(),
             kind: p.kind,
             targets,
-            authorization,
+            credential,
+            anthropic_version,
+            count_tokens,
             direct,
         });
         for model in &p.models {
@@ -220,4 +242,43 @@ pub(crate) fn route_table(
         }
     }
     Ok(routes)
+}
+
+/// What an `anthropic` provider `p` (at `base_url`) adds to its calls: the
+/// `anthropic-version` sent when the caller sends none, and where tokens are counted; `None`s
+/// for the other kinds.
+///
+/// # Errors
+/// The fault, when `anthropic_version` is not a header value or the URL is refused.
+fn anthropic_parts(
+    p: &ProviderConfig,
+    base_url: &str,
+) -> Result<(Option<http::HeaderValue>, Option<Target>), String> {
+    if p.kind != ProviderKind::Anthropic {
+        return Ok((None, None));
+    }
+    let version = p.anthropic_version.as_deref().unwrap_or(DEFAULT_ANTHROPIC_VERSION);
+    let version = http::HeaderValue::from_str(version)
+        .map_err(|_| "anthropic_version is not a header value".to_owned())?;
+    let target = Target::new(Endpoint::Messages, base_url, COUNT_TOKENS_PATH)
+        .map_err(|e| format!("base_url: {e}"))?;
+    Ok((Some(version), Some(target)))
+}
+
+/// The header that carries a provider's `key` upstream for its `kind`, its value marked
+/// sensitive: `Authorization: Bearer <key>`, or `x-api-key: <key>` for `anthropic`; `None`
+/// when the key holds characters a header cannot carry.
+fn credential_header(
+    kind: ProviderKind,
+    key: &str,
+) -> Option<(http::HeaderName, http::HeaderValue)> {
+    let (name, value) = match kind {
+        ProviderKind::Anthropic => {
+            (http::HeaderName::from_static("x-api-key"), http::HeaderValue::from_str(key))
+        }
+        _ => (http::header::AUTHORIZATION, http::HeaderValue::from_str(&format!("Bearer {key}"))),
+    };
+    let mut value = value.ok()?;
+    value.set_sensitive(true);
+    Some((name, value))
 }

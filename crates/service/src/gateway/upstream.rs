@@ -35,8 +35,12 @@ pub(crate) struct UpstreamCall<'a> {
     pub(crate) stream: bool,
     /// When the request arrived (the gateway's overhead is measured from there).
     pub(crate) arrived: Instant,
-    /// The caller's headers to pass on ([`crate::gateway::FORWARDED_HEADERS`]).
+    /// The caller's headers to pass on ([`crate::gateway::FORWARDED_HEADERS`], a dialect's
+    /// own).
     pub(crate) headers: &'a [(&'static str, String)],
+    /// Whether the call counts tokens (Anthropic's `/v1/messages/count_tokens`) instead of
+    /// calling `endpoint`.
+    pub(crate) count_tokens: bool,
 }
 
 /// Sends calls upstream: the client and the limits every call has.
@@ -118,10 +122,20 @@ impl Forwarder {
         call: UpstreamCall<'_>,
         body: Bytes,
     ) -> Result<GatewayReply, ServiceError> {
-        let UpstreamCall { provider, endpoint, method, suffix, model, stream, arrived, headers } =
-            call;
+        let UpstreamCall {
+            provider,
+            endpoint,
+            method,
+            suffix,
+            model,
+            stream,
+            arrived,
+            headers,
+            count_tokens,
+        } = call;
         let target =
-            provider.target(endpoint).ok_or_else(|| provider.failed("no upstream URL".into()))?;
+            if count_tokens { provider.count_tokens.as_ref() } else { provider.target(endpoint) };
+        let target = target.ok_or_else(|| provider.failed("no upstream URL".into()))?;
         let (url, origin_form) =
             target.below(suffix).map_err(|e| provider.failed(format!("request not built: {e}")))?;
         let labels = UpstreamLabels {
@@ -340,8 +354,9 @@ impl Upstream {
 
 /// The upstream request of a call: `method` (`POST`, `GET` or `DELETE`) to `url` with `body`
 /// (and its JSON content type when there is one), the `Accept` of a stream or of JSON, aigw's
-/// `User-Agent`, the provider's key and the caller's `headers` to pass on
-/// ([`FORWARDED_HEADERS`]).
+/// `User-Agent`, the provider's key (in its kind's header), the caller's `headers` to pass on
+/// ([`FORWARDED_HEADERS`], a dialect's own) and, for `anthropic`, the provider's
+/// `anthropic-version` when the caller sent none.
 ///
 /// # Errors
 /// [`ServiceError::Upstream`] when the provider has no URL (`echo`) or a passed header is not
@@ -372,8 +387,8 @@ fn upstream_request(
         }),
     );
     map.insert(http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT));
-    if let Some(authorization) = &provider.authorization {
-        map.insert(http::header::AUTHORIZATION, authorization.clone());
+    if let Some((name, value)) = &provider.credential {
+        map.insert(name.clone(), value.clone());
     }
     for (name, value) in headers {
         let not_built =
@@ -381,6 +396,9 @@ fn upstream_request(
         let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| not_built(&e))?;
         let value = http::HeaderValue::from_str(value).map_err(|e| not_built(&e))?;
         map.append(name, value);
+    }
+    if let Some(version) = &provider.anthropic_version {
+        map.entry(ANTHROPIC_VERSION).or_insert_with(|| version.clone());
     }
     Ok(request)
 }
@@ -408,7 +426,9 @@ async fn read_answer(
 
 /// The error a non-2xx answer (`status`, its body `bytes`) becomes: a 4xx other than 401, 403
 /// and 407 is passed to the caller as [`ServiceError::UpstreamRejected`] with the upstream's
-/// message, `type`, `code` and `param` (the provider's own key scrubbed from them) and, for a
+/// message, `type`, `code` and `param` (the provider's own key scrubbed from them; OpenAI's
+/// `{"error":{"message","type","code","param"}}` and Anthropic's
+/// `{"type":"error","error":{"type","message"}}` both read here) and, for a
 /// 429, its `Retry-After` in seconds (1 when absent); everything else is
 /// [`ServiceError::Upstream`] (the gateway's own key, account or proxy is wrong, a redirect,
 /// a 5xx).
@@ -454,6 +474,9 @@ fn upstream_refusal(
         _ => provider.failed(format!("upstream answered {status}: {message}")),
     }
 }
+
+/// Anthropic's API version header: the caller's when passed on, else the provider's.
+const ANTHROPIC_VERSION: http::HeaderName = http::HeaderName::from_static("anthropic-version");
 
 /// The `User-Agent` of upstream calls.
 const USER_AGENT: &str = concat!("aigw/", env!("CARGO_PKG_VERSION"));

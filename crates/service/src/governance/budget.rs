@@ -160,9 +160,11 @@ impl Budgets {
         self
     }
 
-    /// The cost of `tokens` with `model`, micro-USD (0 for an unpriced model).
+    /// The most `tokens` (a worst case) can cost with `model`, micro-USD, whatever part of
+    /// the prompt the provider's cache reads or writes
+    /// ([`aigw_domain::usage::ModelPrice::worst_cost_micros`]); 0 for an unpriced model.
     pub(crate) fn cost_micros(&self, model: &str, tokens: &TokenUsage) -> i64 {
-        let cost = self.prices.get(model).map_or(0, |p| p.cost_micros(tokens));
+        let cost = self.prices.get(model).map_or(0, |p| p.worst_cost_micros(tokens));
         i64::try_from(cost).unwrap_or(i64::MAX)
     }
 
@@ -203,7 +205,7 @@ impl Budgets {
         let limit = policy.max_budget_micros?;
         let budget_period = policy.budget_period.unwrap_or(BudgetPeriod::Total);
         let now = self.clock.now();
-        let cost = self.prices.get(model).map_or(0, |p| p.cost_micros(worst));
+        let cost = self.prices.get(model).map_or(0, |p| p.worst_cost_micros(worst));
         let period = period_name(budget_period, now);
         let from = if budget_period == BudgetPeriod::Total {
             "0000-00-00".to_owned()

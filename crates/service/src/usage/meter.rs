@@ -159,7 +159,7 @@ impl CallMeter {
             let price = self.recorder.prices().get(&pending.model);
             let reserved = match held.iter().find_map(|(reservation, _)| reservation.as_ref()) {
                 Some(reservation) => reservation.reserved_micros(),
-                None => price.map_or(0, |p| p.cost_micros(&worst)),
+                None => price.map_or(0, |p| p.worst_cost_micros(&worst)),
             };
             let facts = CallFacts {
                 request_id: &pending.request_id,

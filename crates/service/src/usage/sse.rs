@@ -12,12 +12,16 @@
 //!   when it occurs once in the event: a JSON string cannot contain an unescaped `"`, so the
 //!   text `"usage":null` is a member, and the top-level one when the parse says so).
 //!
+//! An event that says the answer failed after its 200 (Anthropic's `error`) is passed on and
+//! ends the stream; the call is recorded as `upstream_error` with the usage read so far (its
+//! output at least the text streamed, 4 bytes a token).
+//!
 //! Every other byte is passed through unchanged. Events are forwarded as soon as their
 //! terminating blank line arrives; a chunk holding several events goes out as one chunk.
 
 use super::meter::CallMeter;
 use super::pending::Observed;
-use crate::dialect::usage::{stream_text, stream_usage};
+use crate::dialect::usage::{stream_failed, stream_text, stream_usage};
 use crate::error::ServiceError;
 use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome};
 use bytes::{Bytes, BytesMut};
@@ -41,6 +45,8 @@ pub struct MeteredStream {
     completion: String,
     /// Text bytes beyond [`MAX_KEPT_TEXT`].
     overflow: usize,
+    /// The provider said the answer failed in an event (Anthropic's `error`).
+    failed: bool,
     done: bool,
 }
 
@@ -70,11 +76,27 @@ impl MeteredStream {
             usage: None,
             completion: String::new(),
             overflow: 0,
+            failed: false,
             done: false,
         }
     }
 
     fn observed(&mut self) -> Observed {
+        if self.failed {
+            // Cut by an `error` event before the final counts: what was streamed counts as
+            // output at 4 bytes a token, when the provider reported less.
+            let streamed = (self.completion.len() + self.overflow).div_ceil(4) as u64;
+            if let Some(usage) = self.usage.as_mut() {
+                if usage.completion_tokens < streamed {
+                    let prompt = usage.prompt_tokens;
+                    *usage = aigw_domain::usage::TokenUsage {
+                        cached_tokens: usage.cached_tokens,
+                        cache_write_tokens: usage.cache_write_tokens,
+                        ..aigw_domain::usage::TokenUsage::new(prompt, streamed)
+                    };
+                }
+            }
+        }
         let mut completion = std::mem::take(&mut self.completion);
         // Keep the estimate's order of magnitude for text beyond the cap (4 bytes a token).
         for _ in 0..self.overflow.div_ceil(4) {
@@ -109,6 +131,7 @@ impl MeteredStream {
             return;
         };
         self.usage = stream_usage(self.endpoint, &chunk, self.usage);
+        self.failed |= stream_failed(self.endpoint, &chunk);
         self.collect_text(&chunk);
         if !self.strip_usage {
             out.extend_from_slice(&event);
@@ -153,7 +176,15 @@ impl Stream for MeteredStream {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.buffer.extend_from_slice(&chunk);
-                    if let Some(out) = this.complete_events() {
+                    let out = this.complete_events();
+                    if this.failed {
+                        // The provider's `error` event ends the answer: metered for what was
+                        // streamed, as an upstream error.
+                        this.done = true;
+                        this.record(UsageOutcome::UpstreamError);
+                        return Poll::Ready(out.map(Ok));
+                    }
+                    if let Some(out) = out {
                         return Poll::Ready(Some(Ok(out)));
                     }
                 }

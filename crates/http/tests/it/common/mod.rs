@@ -11,6 +11,7 @@ pub mod proxy;
 pub mod smtp;
 pub mod upstream;
 pub mod upstream_embeddings;
+pub mod upstream_messages;
 pub mod upstream_responses;
 
 pub use eventually::{eventually, eventually_blocking, listening};

@@ -1,6 +1,6 @@
 //! A tiny fake OpenAI-compatible upstream on a random port (raw HTTP/1.1 over tokio).
 //! `POST /embeddings` is answered by `super::upstream_embeddings`, `/responses…` by
-//! `super::upstream_responses`.
+//! `super::upstream_responses`, `/v1/messages…` by `super::upstream_messages`.
 //!
 //! `POST /chat/completions` behaves by the `model` of the request body:
 //! - `up-500`: answers 500 with an OpenAI-style error body;
@@ -291,6 +291,9 @@ async fn handle(
         let response = super::upstream_embeddings::answer(&model, &parsed);
         stream.write_all(response.as_bytes()).await?;
         return stream.shutdown().await;
+    }
+    if path.starts_with("/v1/messages") {
+        return super::upstream_messages::serve(stream, &path, &parsed, body_len).await;
     }
     if path.starts_with("/responses") {
         return super::upstream_responses::serve(
