@@ -50,6 +50,8 @@
 #   log/nolog    GET /auth/me req/s with the access log on (the default) ÷ off       target >= 0.9
 #   embeddings/hop  an embeddings call via aigw ÷ via the hop; and that ratio ÷ chat/hop,
 #                target >= 0.9 (an endpoint of another dialect costs about what chat does)
+#   messages/hop a streamed Anthropic Messages call (seven events) via aigw ÷ via the hop; and
+#                that ratio ÷ chat/hop, target >= 0.9
 #   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
@@ -226,8 +228,8 @@ run_backend() {
   result[$col,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams, embeddings (${secs}s each, c$conns)"
-  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" embed_hop_l="" embed_l="" r
+  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams, embeddings, messages (${secs}s each, c$conns)"
+  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" embed_hop_l="" embed_l="" messages_hop_l="" messages_l="" r
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
@@ -243,6 +245,8 @@ run_backend() {
     stream_l+=" $(wrk_rps "$conns" "$secs" -s "$stream_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
     embed_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$embed_lua" "http://127.0.0.1:$hop_port/v1/embeddings")"
     embed_l+=" $(wrk_rps "$conns" "$secs" -s "$embed_lua" -H "authorization: $key" "$base/api/v1/ai/embeddings")"
+    messages_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$messages_lua" "http://127.0.0.1:$hop_port/anthropic/v1/messages")"
+    messages_l+=" $(wrk_rps "$conns" "$secs" -s "$messages_lua" -H "x-api-key: $key" "$base/api/v1/ai/anthropic/v1/messages")"
   done
   result[$col,bare]=$(echo "$bare_l" | median)
   result[$col,me]=$(echo "$me_l" | median)
@@ -258,6 +262,8 @@ run_backend() {
   result[$col,stream]=$(echo "$stream_l" | median)
   result[$col,embed_hop]=$(echo "$embed_hop_l" | median)
   result[$col,embed]=$(echo "$embed_l" | median)
+  result[$col,messages_hop]=$(echo "$messages_hop_l" | median)
+  result[$col,messages]=$(echo "$messages_l" | median)
   result[$col,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
   access_lines_check "$col"
   aigw_stop "$col-unmetered"; aigw_stop "$col-nolog" # done: only the main one is measured below
@@ -368,6 +374,8 @@ PY
   result[$col,team_ratio]=$(ratio "${result[$col,team]}" "${result[$col,chat]}")
   result[$col,stream_ratio]=$(ratio "${result[$col,stream]}" "${result[$col,stream_hop]}")
   result[$col,embed_ratio]=$(ratio "${result[$col,embed]}" "${result[$col,embed_hop]}")
+  result[$col,messages_ratio]=$(ratio "${result[$col,messages]}" "${result[$col,messages_hop]}")
+  result[$col,messages_vs_chat]=$(ratio_of_ratios "${result[$col,messages]}" "${result[$col,messages_hop]}" "${result[$col,chat]}" "${result[$col,hop]}")
   result[$col,embed_vs_chat]=$(ratio_of_ratios "${result[$col,embed]}" "${result[$col,embed_hop]}" "${result[$col,chat]}" "${result[$col,hop]}")
   result[$col,metered_ratio]=$(ratio "${result[$col,chat]}" "${result[$col,unmetered]}")
   result[$col,metered_p99_ratio]=$(ratio "${result[$col,chat_p99]}" "${result[$col,unmetered_p99]}")
@@ -381,6 +389,7 @@ PY
   result[$col,keyrps]="$few / $many"
   result[$col,streams]="${result[$col,stream_hop]} / ${result[$col,stream]}"
   result[$col,embeds]="${result[$col,embed_hop]} / ${result[$col,embed]}"
+  result[$col,messages_rps]="${result[$col,messages_hop]} / ${result[$col,messages]}"
 
   aigw_stop "$col"
   if [ "$backend" = postgres ]; then
@@ -420,6 +429,8 @@ echo "| chat with a team-scoped key (team budget + rpm) ÷ plain key chat (req/s
 echo "| streamed chat via aigw ÷ the same stream via the nginx hop (req/s) |$(col stream_ratio) – |"
 echo "| embeddings via aigw ÷ via the nginx hop (req/s) |$(col embed_ratio) – |"
 echo "| (embeddings ÷ hop) ÷ (chat ÷ hop) |$(col embed_vs_chat) >= 0.9 |"
+echo "| streamed Anthropic Messages via aigw ÷ via the nginx hop (req/s) |$(col messages_ratio) – |"
+echo "| (streamed Messages ÷ hop) ÷ (chat ÷ hop) |$(col messages_vs_chat) >= 0.9 |"
 echo "| chat metered ÷ unmetered (req/s) |$(col metered_ratio) >= 0.9 |"
 echo "| chat p99 metered ÷ unmetered (wrk c$conns) |$(col metered_p99_ratio) <= 1.5 |"
 echo "| GET /auth/me access log on ÷ off (req/s) |$(col log_ratio) >= 0.9 |"
@@ -440,6 +451,7 @@ echo "| aigw chat req/s, key with budget + rpm + tpm |$(col limited)"
 echo "| aigw chat req/s, team-scoped key (team budget + rpm) |$(col team)"
 echo "| streamed chat req/s: nginx hop / aigw |$(col streams)"
 echo "| embeddings req/s: nginx hop / aigw |$(col embeds)"
+echo "| streamed Messages req/s: nginx hop / aigw |$(col messages_rps)"
 echo "| aigw chat req/s: metered / unmetered |$(col unmetered_rps)"
 echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p99s)"
 echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"

@@ -9,14 +9,18 @@
 #   model (docs/examples/openai_sdk_check.py);
 # - the other endpoints: embeddings.create (string and list input), responses.create plain and
 #   stream=True, models.retrieve (docs/examples/openai_sdk_dialects.py);
+# - Anthropic: the official Anthropic Python SDK with its base URL at /api/v1/ai/anthropic and
+#   the aigw key as its api_key (sent as x-api-key): messages.create, messages.stream,
+#   messages.count_tokens, and the SDK's NotFoundError for an unknown model
+#   (docs/examples/anthropic_sdk_check.py);
 # - then the usage ledger holds one record per call, each with the fake upstream's exact token
-#   counts and the configured prices (cached input at its own price).
+#   counts and the configured prices (cached input and cache writes at their own prices).
 #
 # Loopback only.
 #
 #   scripts/sdk_check.sh [path to the aigw binary (default target/debug/aigw)]
 #
-# Needs python3 with venv; installs `openai` from PyPI into .venv-sdk. When PyPI cannot be
+# Needs python3 with venv; installs `openai` and `anthropic` from PyPI into .venv-sdk. When PyPI cannot be
 # reached the check is skipped with a notice (exit 0); any failure of the check itself fails.
 # Without psql or a usable PostgreSQL the PostgreSQL half is skipped loudly (a failure with
 # CI=true).
@@ -26,8 +30,8 @@ bin=${1:-target/debug/aigw}
 log() { printf '\033[1m[sdk_check]\033[0m %s\n' "$*" >&2; }
 ci() { [ "${CI:-}" = "true" ]; }
 [ -x "$bin" ] || cargo build --quiet --bin aigw
-if ! python3 -m venv .venv-sdk >/dev/null 2>&1 || ! .venv-sdk/bin/pip install -q openai >/dev/null 2>&1; then
-  log "SKIPPED: could not install the openai package from PyPI"
+if ! python3 -m venv .venv-sdk >/dev/null 2>&1 || ! .venv-sdk/bin/pip install -q openai anthropic >/dev/null 2>&1; then
+  log "SKIPPED: could not install the openai and anthropic packages from PyPI"
   exit 0
 fi
 work=$(mktemp -d)
@@ -72,6 +76,13 @@ base_url = "http://127.0.0.1:$up_port"
 api_key = "sk-provider-secret"
 models = ["fake-model", "fake-bad-request", "fake-embed", "fake-resp"]
 prices = { "fake-embed" = { input_per_million = 100.0, output_per_million = 0.0 }, "fake-resp" = { input_per_million = 1000.0, output_per_million = 2000.0, cached_input_per_million = 100.0 } }
+[[providers]]
+name = "fake-anthropic"
+kind = "anthropic"
+base_url = "http://127.0.0.1:$up_port"
+api_key = "sk-ant-provider-secret"
+models = ["fake-claude"]
+prices = { "fake-claude" = { input_per_million = 3.0, output_per_million = 15.0, cached_input_per_million = 0.3, cache_write_per_million = 3.75 } }
 TOML
   AIGW__DATABASE__URL=${database_url:-sqlite://$work/$name/data/aigw.db} \
     "$bin" --config "$work/$name/aigw.toml" >"$work/$name/aigw.log" 2>&1 &
@@ -98,17 +109,26 @@ TOML
   grep -q "\[fake-resp\] responses(stream): 'fake-upstream responds'" <<<"$out"
   grep -q "models.retrieve(fake-embed): id=fake-embed endpoints=\['chat', 'embeddings', 'responses'\]" <<<"$out"
   grep -q '^OK$' <<<"$out"
+  out=$(AIGW_BASE_URL="$base/api/v1/ai/anthropic" AIGW_API_KEY="$key" \
+    .venv-sdk/bin/python docs/examples/anthropic_sdk_check.py fake-claude)
+  printf '%s\n' "$out"
+  grep -q "\[fake-claude\] create: 'fake-upstream says hi (x-api-key: sk-ant-provider-secret)'" <<<"$out"
+  grep -q "\[fake-claude\] stream: 'fake-upstream says hi (x-api-key: sk-ant-provider-secret)' (usage: output_tokens=6)" <<<"$out"
+  grep -q "\[fake-claude\] count_tokens: 9" <<<"$out"
+  grep -q "unknown model: NotFoundError status=404" <<<"$out"
+  grep -q '^OK$' <<<"$out"
   # Chat: six completions (two models, plain + two streams each) and the upstream's 400
-  # (outcome upstream_error); embeddings: two; responses: two. Eleven records, each once, with
-  # the fake's exact counts and the configured prices.
+  # (outcome upstream_error); embeddings: two; responses: two; messages: two (count_tokens is
+  # not metered). Thirteen records, each once, with the fake's exact counts and the
+  # configured prices.
   records=0
   for _ in $(seq 100); do
     curl -sf "$base/api/v1/usage/requests?limit=200" -H "authorization: Bearer $token" >"$work/$name/records.json"
     records=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["data"]["requests"]))' "$work/$name/records.json")
-    [ "$records" -ge 11 ] && break
+    [ "$records" -ge 13 ] && break
     sleep 0.1
   done
-  [ "$records" = 11 ] || { log "FAIL ($name): expected 11 usage records, found $records"; exit 1; }
+  [ "$records" = 13 ] || { log "FAIL ($name): expected 13 usage records, found $records"; exit 1; }
   python3 - "$work/$name/records.json" <<'PY'
 import json, sys
 records = json.load(open(sys.argv[1]))["data"]["requests"]
@@ -127,9 +147,16 @@ for r in resp:
     assert (r["prompt_tokens"], r["completion_tokens"]) == (11, 7) and not r["estimated"], r
     expected = (8 * 1000.0 + 3 * 100.0 + 7 * 2000.0) / 1e6
     assert abs(r["cost_usd"] - expected) < 1e-9, (r, expected)
+claude = of("fake-claude")
+assert len(claude) == 2, claude
+for r in claude:
+    # 5 input tokens, 2 written to the cache, 4 read from it: 11 prompt tokens; 6 output.
+    assert (r["prompt_tokens"], r["completion_tokens"]) == (11, 6) and not r["estimated"], r
+    expected = (5 * 3.0 + 4 * 0.3 + 2 * 3.75 + 6 * 15.0) / 1e6
+    assert abs(r["cost_usd"] - expected) < 1e-9, (r, expected)
 print("records: exact counts and prices")
 PY
-  log "$name: OpenAI SDK chat (echo and upstream, plain and streaming, with and without usage, upstream 400), embeddings, responses (plain and streamed), models.retrieve: OK; 11 usage records with exact counts and prices"
+  log "$name: OpenAI SDK chat (echo and upstream, plain and streaming, with and without usage, upstream 400), embeddings, responses (plain and streamed), models.retrieve; Anthropic SDK create, stream, count_tokens, unknown model: OK; 13 usage records with exact counts and prices"
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   pid=""

@@ -174,9 +174,19 @@ events+='data: [DONE]\n\n'
 embed_body='{"model":"mock-embed","input":"Say hello to the benchmark in one short sentence."}'
 embedding='{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023,-0.0093,0.0158,-0.0041,0.0072,-0.0115,0.0034,0.0087]}],"model":"mock-embed","usage":{"prompt_tokens":12,"total_tokens":12}}'
 
+messages_body='{"model":"mock-claude","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Say hello to the benchmark in one short sentence."}]}'
+# Anthropic's streamed message: its events as one body.
+message_events='event: message_start\ndata: {"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","model":"mock-claude","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}\n\n'
+message_events+='event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
+message_events+='event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello,"}}\n\n'
+message_events+='event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" benchmark."}}\n\n'
+message_events+='event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+message_events+='event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":4}}\n\n'
+message_events+='event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
 # --- references: bare actix, nginx mock upstream, nginx hop ------------------------------------
 # start_refs: starts the three and sets bare_port, mock_port, hop_port, post_lua, stream_lua,
-# embed_lua.
+# embed_lua, messages_lua.
 # Server under test (bare, the hop) on $srv_cpus with $srv_workers workers (empty: all CPUs, as
 # many workers); the mock upstream on $load_cpus with $mock_workers.
 srv_cpus=${srv_cpus:-} srv_workers=${srv_workers:-} mock_workers=${mock_workers:-}
@@ -209,7 +219,7 @@ start_refs() {
   # bare takes its worker count as a second argument (actix's default, one per CPU it may run
   # on, gives the same under taskset).
   spawn pin "$srv_cpus" "$bin/bare" "127.0.0.1:$bare_port" ${srv_workers:+"$srv_workers"} >"$work/bare.log" 2>&1
-  nginx_conf mock "${mock_workers:-auto}" "$load_cpus" "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } location = /v1/embeddings { default_type application/json; return 200 '$embedding'; } }"
+  nginx_conf mock "${mock_workers:-auto}" "$load_cpus" "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } location = /v1/embeddings { default_type application/json; return 200 '$embedding'; } location = /anthropic/v1/messages { default_type text/event-stream; return 200 '$message_events'; } }"
   nginx_conf hop "${srv_workers:-auto}" "$srv_cpus" "upstream mock { server 127.0.0.1:$mock_port; keepalive 64; } server { listen 127.0.0.1:$hop_port; location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
   wait_http "http://127.0.0.1:$bare_port/"
   wait_http "http://127.0.0.1:$mock_port/"
@@ -218,6 +228,8 @@ start_refs() {
   post_script "$post_lua" "$chat_body"
   post_script "$stream_lua" "$stream_body"
   post_script "$embed_lua" "$embed_body"
+  messages_lua="$work/messages.lua"
+  post_script "$messages_lua" "$messages_body"
 }
 
 # --- aigw ---------------------------------------------------------------------------------------
@@ -259,6 +271,12 @@ name = "mock"
 base_url = "http://127.0.0.1:$mock_port/v1"
 models = ["mock-model", "mock-embed"]
 prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 }, "mock-embed" = { input_per_million = 0.02, output_per_million = 0.0 } }
+[[providers]]
+name = "mock-anthropic"
+kind = "anthropic"
+base_url = "http://127.0.0.1:$mock_port/anthropic"
+models = ["mock-claude"]
+prices = { "mock-claude" = { input_per_million = 3.0, output_per_million = 15.0 } }
 [[providers]]
 name = "mock-stream"
 base_url = "http://127.0.0.1:$mock_port/stream/v1"
