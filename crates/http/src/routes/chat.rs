@@ -29,5 +29,6 @@ pub(crate) async fn completions(
     Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    crate::routes::gateway::forward(&state, &req, &caller, payload, Endpoint::Chat).await
+    crate::routes::gateway::forward(&state, &req, &caller, payload, Endpoint::Chat, Vec::new())
+        .await
 }

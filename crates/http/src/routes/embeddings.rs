@@ -27,5 +27,13 @@ pub(crate) async fn create(
     Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    crate::routes::gateway::forward(&state, &req, &caller, payload, Endpoint::Embeddings).await
+    crate::routes::gateway::forward(
+        &state,
+        &req,
+        &caller,
+        payload,
+        Endpoint::Embeddings,
+        Vec::new(),
+    )
+    .await
 }

@@ -63,7 +63,8 @@ fn rate_limit_headers(status: &RateStatus) -> Vec<(HeaderName, HeaderValue)> {
 /// Hands a request to `endpoint` to the gateway for `caller` (an API key with `ai_gateway`
 /// whose address is verified where that is required) and answers what it returns: the
 /// provider's answer unchanged (JSON, or server-sent events passed through as they come),
-/// with the key's `x-ratelimit-*` headers.
+/// with the key's `x-ratelimit-*` headers. `dialect_headers` are the caller's headers of the
+/// endpoint's dialect to pass upstream (Anthropic's `anthropic-version`, `anthropic-beta`).
 ///
 /// # Errors
 /// As `aigw_service::Gateway::call`, and the body's reading (`read_json_payload`).
@@ -73,6 +74,7 @@ pub(crate) async fn forward(
     caller: &aigw_service::Authorized<op::ChatCompletion>,
     payload: web::Payload,
     endpoint: Endpoint,
+    dialect_headers: Vec<(&'static str, String)>,
 ) -> Result<HttpResponse, ApiError> {
     state.account_email.ensure_email_verified(caller).await?;
     // Read only now that the caller is known (see `read_json_payload`).
@@ -83,9 +85,7 @@ pub(crate) async fn forward(
         .get::<crate::middleware::access_log::Arrival>()
         .map_or_else(std::time::Instant::now, |a| a.0);
     let mut forward = crate::telemetry::upstream_headers(req, &request_id);
-    if endpoint == Endpoint::Messages {
-        forward.extend(crate::routes::messages::anthropic_headers(req));
-    }
+    forward.extend(dialect_headers);
     let (reply, limits) =
         state.gateway.call(endpoint, caller, &request_id, body, arrived, &forward).await?;
     Ok(answer(reply, limits))

@@ -53,7 +53,15 @@ pub(crate) async fn create(
     Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    crate::routes::gateway::forward(&state, &req, &caller, payload, Endpoint::Messages).await
+    crate::routes::gateway::forward(
+        &state,
+        &req,
+        &caller,
+        payload,
+        Endpoint::Messages,
+        anthropic_headers(&req),
+    )
+    .await
 }
 
 /// Counts a message's input tokens (API key with `ai_gateway`, in `x-api-key` or

@@ -31,7 +31,8 @@ pub(crate) async fn create(
     Authorized(caller): Authorized<op::ChatCompletion>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    crate::routes::gateway::forward(&state, &req, &caller, payload, Endpoint::Responses).await
+    crate::routes::gateway::forward(&state, &req, &caller, payload, Endpoint::Responses, Vec::new())
+        .await
 }
 
 /// A stored response (API key with `ai_gateway`; OpenAI's `responses.retrieve`): passed
