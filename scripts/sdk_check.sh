@@ -152,7 +152,8 @@ assert len(claude) == 2, claude
 for r in claude:
     # 5 input tokens, 2 written to the cache, 4 read from it: 11 prompt tokens; 6 output.
     assert (r["prompt_tokens"], r["completion_tokens"]) == (11, 6) and not r["estimated"], r
-    expected = (5 * 3.0 + 4 * 0.3 + 2 * 3.75 + 6 * 15.0) / 1e6
+    # 113.7 µUSD, rounded once to a whole µUSD as the ledger does.
+    expected = round(5 * 3.0 + 4 * 0.3 + 2 * 3.75 + 6 * 15.0) / 1e6
     assert abs(r["cost_usd"] - expected) < 1e-9, (r, expected)
 print("records: exact counts and prices")
 PY
