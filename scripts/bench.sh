@@ -52,6 +52,11 @@
 #                target >= 0.9 (an endpoint of another dialect costs about what chat does)
 #   messages/hop a streamed Anthropic Messages call (seven events) via aigw ÷ via the hop; and
 #                that ratio ÷ chat/hop, target >= 0.9
+#   pair/hop     chat to a model with two healthy deployments (both the mock upstream), via aigw
+#                ÷ via the hop, minus chat/hop (one deployment): what choosing costs  target >= -0.02
+#   half p99     at a fixed 1000 req/s, after a first second of calls (the dead deployment's
+#                breaker opens), p99 of chat to a model one of whose two deployments is down
+#                (connection refused) minus p99 of the two-healthy model, µs          target < 1000
 #   stream/hop   a streamed chat (`"stream": true`, five server-sent events ending in the usage
 #                chunk and `[DONE]`, metered from the events) via aigw ÷ via the hop  (reported)
 #   added p50    at a fixed 1000 req/s (`rate`, open loop): (aigw p50 - direct p50) ÷
@@ -228,8 +233,8 @@ run_backend() {
   result[$col,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
-  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams, embeddings, messages (${secs}s each, c$conns)"
-  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" embed_hop_l="" embed_l="" messages_hop_l="" messages_l="" r
+  log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams, embeddings, messages, two deployments (${secs}s each, c$conns)"
+  local bare_l="" me_l="" me_nolog_l="" hop_l="" chat_l="" chat_p99_l="" unmetered_l="" unmetered_p99_l="" limited_l="" team_l="" stream_hop_l="" stream_l="" embed_hop_l="" embed_l="" messages_hop_l="" messages_l="" pair_l="" r
   for _ in $(seq "$rounds"); do
     bare_l+=" $(wrk_rps "$conns" "$secs" "http://127.0.0.1:$bare_port/")"
     me_l+=" $(wrk_rps "$conns" "$secs" -H "authorization: Bearer $token" "$base/api/v1/auth/me")"
@@ -247,6 +252,7 @@ run_backend() {
     embed_l+=" $(wrk_rps "$conns" "$secs" -s "$embed_lua" -H "authorization: $key" "$base/api/v1/ai/embeddings")"
     messages_hop_l+=" $(wrk_rps "$conns" "$secs" -s "$messages_lua" "http://127.0.0.1:$hop_port/anthropic/v1/messages")"
     messages_l+=" $(wrk_rps "$conns" "$secs" -s "$messages_lua" -H "x-api-key: $key" "$base/api/v1/ai/anthropic/v1/messages")"
+    pair_l+=" $(wrk_rps "$conns" "$secs" -s "$pair_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
   done
   result[$col,bare]=$(echo "$bare_l" | median)
   result[$col,me]=$(echo "$me_l" | median)
@@ -264,6 +270,7 @@ run_backend() {
   result[$col,embed]=$(echo "$embed_l" | median)
   result[$col,messages_hop]=$(echo "$messages_hop_l" | median)
   result[$col,messages]=$(echo "$messages_l" | median)
+  result[$col,pair]=$(echo "$pair_l" | median)
   result[$col,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
   access_lines_check "$col"
   aigw_stop "$col-unmetered"; aigw_stop "$col-nolog" # done: only the main one is measured below
@@ -277,6 +284,14 @@ run_backend() {
   result[$col,p50_hop]=$hop
   result[$col,p50_aigw]=$via
   result[$col,added]=$(ratio $((via - direct)) $((hop - direct)))
+
+  log "$col: p99 at a fixed 1000 req/s: two healthy deployments, one of two down (after a first second)"
+  local pair_p99 half_p99
+  # rate's first second is its warm-up, not measured: the dead deployment's breaker opens then.
+  pair_p99=$(rate_p "$base/api/v1/ai/chat/completions" --method POST --body "$pair_body" --header "authorization: $key" | cut -d' ' -f2)
+  half_p99=$(rate_p "$base/api/v1/ai/chat/completions" --method POST --body "$half_body" --header "authorization: $key" | cut -d' ' -f2)
+  result[$col,half]="$((half_p99 - pair_p99))"
+  result[$col,half_p99s]="$pair_p99 / $half_p99"
 
   log "$col: latency at concurrency 1 (one connection), $rounds interleaved round(s): direct upstream, nginx hop, aigw, aigw with key limits"
   local c1_direct_l="" c1_hop_l="" c1_aigw_l="" c1_limited_l="" c1_direct c1_hop c1_aigw c1_limited
@@ -376,6 +391,7 @@ PY
   result[$col,embed_ratio]=$(ratio "${result[$col,embed]}" "${result[$col,embed_hop]}")
   result[$col,messages_ratio]=$(ratio "${result[$col,messages]}" "${result[$col,messages_hop]}")
   result[$col,messages_vs_chat]=$(ratio_of_ratios "${result[$col,messages]}" "${result[$col,messages_hop]}" "${result[$col,chat]}" "${result[$col,hop]}")
+  result[$col,pair_vs_chat]=$(awk -v p="${result[$col,pair]}" -v c="${result[$col,chat]}" -v h="${result[$col,hop]}" 'BEGIN { printf "%+.3f\n", (p - c) / h }')
   result[$col,embed_vs_chat]=$(ratio_of_ratios "${result[$col,embed]}" "${result[$col,embed_hop]}" "${result[$col,chat]}" "${result[$col,hop]}")
   result[$col,metered_ratio]=$(ratio "${result[$col,chat]}" "${result[$col,unmetered]}")
   result[$col,metered_p99_ratio]=$(ratio "${result[$col,chat_p99]}" "${result[$col,unmetered_p99]}")
@@ -431,6 +447,8 @@ echo "| embeddings via aigw ÷ via the nginx hop (req/s) |$(col embed_ratio) –
 echo "| (embeddings ÷ hop) ÷ (chat ÷ hop) |$(col embed_vs_chat) >= 0.9 |"
 echo "| streamed Anthropic Messages via aigw ÷ via the nginx hop (req/s) |$(col messages_ratio) – |"
 echo "| (streamed Messages ÷ hop) ÷ (chat ÷ hop) |$(col messages_vs_chat) >= 0.9 |"
+echo "| (two deployments' chat ÷ hop) − (one deployment's chat ÷ hop) |$(col pair_vs_chat) >= -0.02 |"
+echo "| p99 added by one of two deployments being down, at 1000 req/s (µs) |$(col half) < 1000 |"
 echo "| chat metered ÷ unmetered (req/s) |$(col metered_ratio) >= 0.9 |"
 echo "| chat p99 metered ÷ unmetered (wrk c$conns) |$(col metered_p99_ratio) <= 1.5 |"
 echo "| GET /auth/me access log on ÷ off (req/s) |$(col log_ratio) >= 0.9 |"
@@ -452,6 +470,8 @@ echo "| aigw chat req/s, team-scoped key (team budget + rpm) |$(col team)"
 echo "| streamed chat req/s: nginx hop / aigw |$(col streams)"
 echo "| embeddings req/s: nginx hop / aigw |$(col embeds)"
 echo "| streamed Messages req/s: nginx hop / aigw |$(col messages_rps)"
+echo "| aigw chat req/s, a model with two deployments |$(col pair)"
+echo "| chat p99 µs at 1000 req/s: two healthy deployments / one of two down |$(col half_p99s)"
 echo "| aigw chat req/s: metered / unmetered |$(col unmetered_rps)"
 echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p99s)"
 echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"

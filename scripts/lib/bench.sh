@@ -171,6 +171,11 @@ events+="$chunk[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
 events+="$chunk[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":4,\"total_tokens\":16}}\n\n"
 events+='data: [DONE]\n\n'
 
+# The same chat, to a model with two healthy deployments (mock-pair) and to one whose second
+# deployment is down (mock-half: nothing listens on its port).
+pair_body=${chat_body/mock-model/mock-pair}
+half_body=${chat_body/mock-model/mock-half}
+
 embed_body='{"model":"mock-embed","input":"Say hello to the benchmark in one short sentence."}'
 embedding='{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.0023,-0.0093,0.0158,-0.0041,0.0072,-0.0115,0.0034,0.0087]}],"model":"mock-embed","usage":{"prompt_tokens":12,"total_tokens":12}}'
 
@@ -186,7 +191,7 @@ message_events+='event: message_stop\ndata: {"type":"message_stop"}\n\n'
 
 # --- references: bare actix, nginx mock upstream, nginx hop ------------------------------------
 # start_refs: starts the three and sets bare_port, mock_port, hop_port, post_lua, stream_lua,
-# embed_lua, messages_lua.
+# embed_lua, messages_lua, pair_lua, and down_port (nothing listens there).
 # Server under test (bare, the hop) on $srv_cpus with $srv_workers workers (empty: all CPUs, as
 # many workers); the mock upstream on $load_cpus with $mock_workers.
 srv_cpus=${srv_cpus:-} srv_workers=${srv_workers:-} mock_workers=${mock_workers:-}
@@ -230,6 +235,10 @@ start_refs() {
   post_script "$embed_lua" "$embed_body"
   messages_lua="$work/messages.lua"
   post_script "$messages_lua" "$messages_body"
+  pair_lua="$work/pair.lua"
+  post_script "$pair_lua" "$pair_body"
+  # A port nothing listens on: mock-half's second deployment (connections refused).
+  alloc_port down_port
 }
 
 # --- aigw ---------------------------------------------------------------------------------------
@@ -269,8 +278,20 @@ key_counters = "$key_counters"
 [[providers]]
 name = "mock"
 base_url = "http://127.0.0.1:$mock_port/v1"
-models = ["mock-model", "mock-embed"]
-prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 }, "mock-embed" = { input_per_million = 0.02, output_per_million = 0.0 } }
+models = ["mock-model", "mock-embed", "mock-pair", "mock-half"]
+prices = { "mock-model" = { input_per_million = 0.15, output_per_million = 0.60 }, "mock-embed" = { input_per_million = 0.02, output_per_million = 0.0 }, "mock-pair" = { input_per_million = 0.15, output_per_million = 0.60 }, "mock-half" = { input_per_million = 0.15, output_per_million = 0.60 } }
+# mock-pair's second deployment: the same upstream.
+[[providers]]
+name = "mock-twin"
+base_url = "http://127.0.0.1:$mock_port/v1"
+models = ["mock-pair"]
+prices = { "mock-pair" = { input_per_million = 0.15, output_per_million = 0.60 } }
+# mock-half's second deployment: down (connection refused).
+[[providers]]
+name = "mock-down"
+base_url = "http://127.0.0.1:$down_port/v1"
+models = ["mock-half"]
+prices = { "mock-half" = { input_per_million = 0.15, output_per_million = 0.60 } }
 [[providers]]
 name = "mock-anthropic"
 kind = "anthropic"

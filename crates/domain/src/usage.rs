@@ -150,8 +150,17 @@ pub struct UsageRecord {
     pub user_id: UserId,
     /// The `model` of the request.
     pub model: String,
-    /// The provider that served it (`echo` for the built-in model).
+    /// The provider of the deployment that served it, or was tried last when none did (`echo`
+    /// for the built-in model).
     pub provider: String,
+    /// The model that served it, when a fallback did (`None`: `model` itself). The cost is
+    /// the price of `provider`'s deployment of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    /// Upstream calls made for it, every retry and fallback included (0 for the built-in
+    /// model and for a call refused before any).
+    #[serde(default)]
+    pub attempts: u32,
     /// The endpoint called (`chat` for records written before endpoints were recorded).
     #[serde(default)]
     pub endpoint: Endpoint,
@@ -231,6 +240,25 @@ fn micros_per_million(usd: f64, field: &'static str) -> Result<u64, PriceError> 
 }
 
 impl ModelPrice {
+    /// Of each kind, the higher of the two prices: what a call that either may serve is
+    /// reserved at.
+    pub fn highest(&self, other: &Self) -> Self {
+        Self {
+            input_micros_per_million: self
+                .input_micros_per_million
+                .max(other.input_micros_per_million),
+            output_micros_per_million: self
+                .output_micros_per_million
+                .max(other.output_micros_per_million),
+            cached_input_micros_per_million: self
+                .cached_input_micros_per_million
+                .max(other.cached_input_micros_per_million),
+            cache_write_micros_per_million: self
+                .cache_write_micros_per_million
+                .max(other.cache_write_micros_per_million),
+        }
+    }
+
     /// Converts prices given in USD per million tokens, rounded to the nearest µUSD per
     /// million tokens (the finest step a price can take); cached and cache-written prompt
     /// tokens cost the input price.

@@ -234,6 +234,18 @@ impl From<ServiceError> for ApiError {
                 "this Idempotency-Key was already used for another request",
                 json!({"idempotency_key": key}),
             ),
+            ServiceError::NoDeployment { model, reason, retry_after_secs } => {
+                let mut err = Self::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!(
+                        "no deployment of model {model} can take a call now; retry after \
+                         {retry_after_secs} s"
+                    ),
+                    json!({"model": model, "reason": reason, "request_id": current_request_id()}),
+                );
+                err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));
+                err
+            }
             ServiceError::Busy { what, retry_after_secs } => {
                 let mut err = unavailable();
                 err.headers.push((header::RETRY_AFTER, retry_after_secs.max(1).to_string()));

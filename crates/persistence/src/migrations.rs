@@ -148,6 +148,8 @@ mod tests {
             user_id: "u1".into(),
             model: "gpt".into(),
             provider: "p".into(),
+            served_model: None,
+            attempts: 1,
             endpoint: Endpoint::Embeddings,
             streamed: false,
             outcome: UsageOutcome::Ok,

@@ -59,10 +59,13 @@ struct Stored<'a>(
     u64,
     u64,
     u64,
+    Option<&'a str>,
+    u32,
 );
 
-/// A record as read back from a batch's `body`: 14 elements, or 18 (the endpoint and the
-/// token kinds; absent from batches written before they were kept).
+/// A record as read back from a batch's `body`: 14 elements, 18 (the endpoint and the token
+/// kinds) or 20 (the served model and the attempts); the later ones absent from batches
+/// written before they were kept.
 #[derive(Debug, serde::Deserialize)]
 struct Read(
     String,
@@ -83,6 +86,8 @@ struct Read(
     #[serde(default)] u64,
     #[serde(default)] u64,
     #[serde(default)] u64,
+    #[serde(default)] Option<String>,
+    #[serde(default)] u32,
 );
 
 fn stored(r: &UsageRecord) -> Stored<'_> {
@@ -105,6 +110,8 @@ fn stored(r: &UsageRecord) -> Stored<'_> {
         r.tokens.cached_tokens,
         r.tokens.cache_write_tokens,
         r.tokens.reasoning_tokens,
+        r.served_model.as_deref(),
+        r.attempts,
     )
 }
 
@@ -121,6 +128,8 @@ fn record_of(user_id: &str, r: Read) -> UsageRecord {
         user_id: user_id.into(),
         model,
         provider,
+        served_model: r.18,
+        attempts: r.19,
         endpoint,
         streamed,
         outcome: UsageOutcome::parse(&outcome).unwrap_or(UsageOutcome::UpstreamError),
@@ -390,13 +399,15 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_keeps_the_endpoint_and_every_token_kind() {
+    fn a_batch_keeps_the_endpoint_every_token_kind_and_what_served() {
         let record = UsageRecord {
             request_id: "r1".into(),
             api_key_id: "k1".into(),
             user_id: "u1".into(),
             model: "m".into(),
             provider: "p".into(),
+            served_model: Some("f".into()),
+            attempts: 2,
             endpoint: Endpoint::Embeddings,
             streamed: false,
             outcome: UsageOutcome::Ok,
@@ -415,7 +426,7 @@ mod tests {
             member_id: None,
         };
         let batch = batches(std::iter::once(&record)).unwrap();
-        assert!(batch[0].body.contains(r#","embeddings",3,2,4]"#), "{}", batch[0].body);
+        assert!(batch[0].body.contains(r#","embeddings",3,2,4,"f",2]"#), "{}", batch[0].body);
         assert_eq!(decode("u1", &batch[0].body).unwrap(), vec![record]);
         let unknown = r#"[["r","k","m","p",false,"ok",1,2,3,false,0,true,0,0,"telepathy",0,0,0]]"#;
         assert_eq!(decode("u", unknown).unwrap()[0].endpoint, Endpoint::Chat);

@@ -186,6 +186,55 @@ pub struct GatewayConfig {
     /// once, far from the limits, and then admits from its memory (default 16; 0 or 1: every
     /// call goes to the counters). See docs/budgets.md "Leases".
     pub key_lease_calls: u32,
+    /// Upstream calls a gateway call may make to one model's deployments before it gives up
+    /// on that model (default 3, at most 10; 1: no retries). Each fallback model has as many
+    /// again. See docs/routing.md.
+    pub max_attempts: u32,
+    /// Seconds from a gateway call's arrival within which an upstream answer must begin,
+    /// every attempt and fallback included (default 300); a stream, once begun, runs on.
+    pub call_deadline_secs: u64,
+    /// The longest `Retry-After` of an upstream's 429 or 503 the gateway waits before trying
+    /// the same deployment again, in seconds (default 5); a longer one is not waited for.
+    pub retry_after_max_secs: u64,
+    /// The first retry's backoff in milliseconds (default 100), doubled per attempt up to 2 s,
+    /// each a random time up to that (full jitter).
+    pub retry_backoff_ms: u64,
+    /// Fallback models tried, at most, after the requested one failed (default 2).
+    pub max_fallbacks: u32,
+    /// Per model, the models tried in order when every deployment of it failed:
+    /// `fallbacks = { "gpt-4o" = ["gpt-4o-mini"] }`.
+    pub fallbacks: std::collections::BTreeMap<String, Vec<String>>,
+    /// Per model, the models tried in order when its upstream refuses the request as longer
+    /// than its context window: `context_window_fallbacks = { "gpt-4o" = ["gpt-4.1"] }`.
+    pub context_window_fallbacks: std::collections::BTreeMap<String, Vec<String>>,
+    /// `[gateway.breaker]`: when a deployment is taken out of rotation.
+    pub breaker: BreakerConfig,
+}
+
+/// `[gateway.breaker]`: each deployment's circuit breaker (counted per node). A breaker
+/// opens after `failures` failures in a row, or when at least `failure_ratio` of the calls of
+/// a `window_secs` window failed (with at least `min_calls` calls in it); it stays open
+/// `cooldown_secs`, then lets one call through as a probe, whose success closes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Consecutive failed calls that open the breaker (default 5; 0: never on a run alone).
+    pub failures: u32,
+    /// The share of failed calls in a window that opens the breaker (default 0.5; 0 or
+    /// above 1: never on a ratio).
+    pub failure_ratio: f64,
+    /// The fewest calls in a window for its ratio to count (default 20).
+    pub min_calls: u32,
+    /// The window's length in seconds (default 30).
+    pub window_secs: u64,
+    /// Seconds an open breaker waits before its probe (default 30).
+    pub cooldown_secs: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self { failures: 5, failure_ratio: 0.5, min_calls: 20, window_secs: 30, cooldown_secs: 30 }
+    }
 }
 
 impl Default for GatewayConfig {
@@ -198,6 +247,14 @@ impl Default for GatewayConfig {
             proxy_url: None,
             key_counters: KeyCounters::Database,
             key_lease_calls: DEFAULT_LEASE_CALLS,
+            max_attempts: 3,
+            call_deadline_secs: 300,
+            retry_after_max_secs: 5,
+            retry_backoff_ms: 100,
+            max_fallbacks: 2,
+            fallbacks: std::collections::BTreeMap::new(),
+            context_window_fallbacks: std::collections::BTreeMap::new(),
+            breaker: BreakerConfig::default(),
         }
     }
 }
@@ -258,7 +315,7 @@ impl<'de> Deserialize<'de> for ProviderKind {
 }
 
 /// `[[providers]]`: one upstream and the models it serves.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Name used in logs and errors.
@@ -279,8 +336,26 @@ pub struct ProviderConfig {
     /// none (default [`DEFAULT_ANTHROPIC_VERSION`]).
     #[serde(default)]
     pub anthropic_version: Option<String>,
-    /// Model names routed to this provider.
+    /// Model names routed to this provider: each is a deployment of that model. A model
+    /// several providers list has a deployment at each, chosen by `weight`.
     pub models: Vec<String>,
+    /// The name the upstream knows some of `models` by, when it differs:
+    /// `upstream_models = { "gpt-4o" = "gpt-4o-2024-08-06" }` (the request's `model` is
+    /// rewritten to it).
+    #[serde(default)]
+    pub upstream_models: std::collections::BTreeMap<String, String>,
+    /// This provider's share of its models' calls among their deployments (default 1; 0:
+    /// only when every other deployment is out of rotation).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// The provider's own quota, per model, in requests per minute on this node: a
+    /// deployment at it is skipped for another, not failed (default: none).
+    #[serde(default)]
+    pub rpm_limit: Option<u32>,
+    /// The provider's own quota, per model, in tokens per minute (each call's worst case) on
+    /// this node (default: none).
+    #[serde(default)]
+    pub tpm_limit: Option<u32>,
     /// Prices of some of `models`, in USD per million tokens:
     /// `prices = { "gpt-4o-mini" = { input_per_million = 0.15, output_per_million = 0.60 } }`.
     /// A model without a price costs 0 and its usage says `priced: false`.
@@ -304,6 +379,30 @@ pub struct ProviderConfig {
 /// The `anthropic-version` an `anthropic` provider sends when neither the caller nor its
 /// `anthropic_version` names one.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+fn default_weight() -> u32 {
+    1
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            kind: ProviderKind::default(),
+            base_url: None,
+            api_key: None,
+            anthropic_version: None,
+            models: Vec::new(),
+            upstream_models: std::collections::BTreeMap::new(),
+            weight: default_weight(),
+            rpm_limit: None,
+            tpm_limit: None,
+            prices: std::collections::BTreeMap::new(),
+            tokenizers: std::collections::BTreeMap::new(),
+            context_windows: std::collections::BTreeMap::new(),
+        }
+    }
+}
 
 fn default_kind() -> ProviderKind {
     ProviderKind::Openai

@@ -130,6 +130,17 @@ pub enum ServiceError {
         /// Seconds to wait.
         retry_after_secs: u64,
     },
+    /// 503 `service_unavailable` with `Retry-After`: no deployment of `model` may take a call
+    /// now (their breakers are open, or they are at their own quota), so none is tried.
+    #[error("no deployment of {model} can take a call: {reason}")]
+    NoDeployment {
+        /// The model asked for.
+        model: String,
+        /// Why: `breakers_open` or `at_quota`.
+        reason: &'static str,
+        /// Seconds until one may (at least 1).
+        retry_after_secs: u64,
+    },
     /// 503 `service_unavailable`: the database cannot be reached.
     #[error("database unavailable: {0}")]
     Unavailable(String),

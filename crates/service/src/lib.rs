@@ -57,8 +57,8 @@ pub use api_keys::{ApiKeyPatch, KeyPolicyRequest, NewApiKey};
 pub use auth::{Authenticator, Authorized, Principal};
 pub use clock::Clock;
 pub use config::{
-    AuthConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind, RegistrationMode,
-    SigningKeyConfig, TeamCreation,
+    AuthConfig, BreakerConfig, GatewayConfig, KeyAlgorithm, ProviderConfig, ProviderKind,
+    RegistrationMode, SigningKeyConfig, TeamCreation,
 };
 pub use context::ServiceContext;
 pub use credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig, FeedHealth};

@@ -29,6 +29,13 @@ pub mod name {
     pub const LIMIT_REFUSALS_TOTAL: &str = "aigw_limit_refusals_total";
     /// Counter `{provider, model, status_class}`: calls to upstream providers.
     pub const UPSTREAM_REQUESTS_TOTAL: &str = "aigw_upstream_requests_total";
+    /// Counter `{deployment, outcome}`: attempts at deployments (`ok`, `failed`: retried or
+    /// not, `refused`: a 4xx the caller gets).
+    pub const UPSTREAM_ATTEMPTS_TOTAL: &str = "aigw_upstream_attempts_total";
+    /// Gauge `{deployment}`: its breaker (0 closed, 1 open, 2 half open).
+    pub const BREAKER_STATE: &str = "aigw_breaker_state";
+    /// Counter `{model, fallback}`: fallbacks taken.
+    pub const FALLBACKS_TOTAL: &str = "aigw_fallbacks_total";
     /// Histogram `{provider, model}`, seconds: upstream latency to the answer's last byte.
     pub const UPSTREAM_DURATION_SECONDS: &str = "aigw_upstream_duration_seconds";
     /// Histogram `{provider, model}`, seconds: upstream time to the answer's head.

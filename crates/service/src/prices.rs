@@ -19,9 +19,15 @@ const OPENAI_API_HOST: &str = "api.openai.com";
 
 /// Model name -> price, in integer micro-USD per million tokens. Models without an entry are
 /// unpriced: they cost 0 and their usage says `priced: false`.
+/// A model served by several deployments (providers) is reserved at the highest of their
+/// prices ([`PriceTable::get`]: any of them may serve a call) and billed at the price of the
+/// one that served ([`PriceTable::served`]).
 #[derive(Debug, Clone, Default)]
 pub struct PriceTable {
+    /// Per model, the highest price of each kind among its deployments.
     prices: Arc<HashMap<String, ModelPrice>>,
+    /// Per provider, per model: that deployment's price.
+    served: Arc<HashMap<String, HashMap<String, ModelPrice>>>,
     /// Models whose price sets `image_tokens`.
     image_tokens: Arc<HashMap<String, u64>>,
     /// How each model's prompt is counted in a worst case; a model not listed: one token per
@@ -52,7 +58,9 @@ fn read_context_windows(
         if !(1..=MAX_CONTEXT_WINDOW).contains(tokens) {
             return Err(format!("{at} must be from 1 to {MAX_CONTEXT_WINDOW} tokens"));
         }
-        windows.insert(model.clone(), *tokens);
+        // Several deployments: the largest window bounds what any of them reads.
+        let window = windows.entry(model.clone()).or_insert(0);
+        *window = (*window).max(*tokens);
     }
     Ok(())
 }
@@ -109,14 +117,16 @@ impl PriceTable {
     /// than `none`, or one outside (0, 1]; or a context window names a model not served or is
     /// outside 1 to [`MAX_CONTEXT_WINDOW`].
     pub fn from_providers(providers: &[ProviderConfig]) -> Result<Self, ServiceError> {
-        let mut prices = HashMap::new();
-        let mut image_tokens = HashMap::new();
-        let mut prompt_counting = HashMap::new();
+        let mut prices: HashMap<String, ModelPrice> = HashMap::new();
+        let mut served: HashMap<String, HashMap<String, ModelPrice>> = HashMap::new();
+        let mut image_tokens: HashMap<String, u64> = HashMap::new();
+        let mut prompt_counting: HashMap<String, PromptCounting> = HashMap::new();
         let mut context_windows = HashMap::new();
         for provider in providers {
             read_context_windows(provider, &mut context_windows).map_err(ServiceError::Internal)?;
+            let mut countings: HashMap<&str, PromptCounting> = HashMap::new();
             for model in &provider.models {
-                prompt_counting.insert(model.clone(), default_counting(provider, model));
+                countings.insert(model, default_counting(provider, model));
             }
             for (model, entry) in &provider.tokenizers {
                 if !provider.models.contains(model) {
@@ -127,7 +137,19 @@ impl PriceTable {
                 }
                 let counting =
                     configured_counting(provider, model, entry).map_err(ServiceError::Internal)?;
-                prompt_counting.insert(model.clone(), counting);
+                countings.insert(model, counting);
+            }
+            for (model, counting) in countings {
+                // Deployments that count a model's prompt differently: one token per byte,
+                // which bounds every tokenizer's count.
+                prompt_counting
+                    .entry(model.to_owned())
+                    .and_modify(|c| {
+                        if *c != counting {
+                            *c = PromptCounting::ONE_PER_BYTE;
+                        }
+                    })
+                    .or_insert(counting);
             }
             for (model, price_config) in &provider.prices {
                 if !provider.models.contains(model) {
@@ -142,7 +164,8 @@ impl PriceTable {
                         provider.name
                     ))
                 })?;
-                prices.insert(model.clone(), price);
+                served.entry(provider.name.clone()).or_default().insert(model.clone(), price);
+                prices.entry(model.clone()).and_modify(|p| *p = p.highest(&price)).or_insert(price);
                 if let Some(tokens) = price_config.image_tokens {
                     if tokens > MAX_IMAGE_TOKENS {
                         return Err(ServiceError::Internal(format!(
@@ -151,7 +174,8 @@ impl PriceTable {
                             provider.name
                         )));
                     }
-                    image_tokens.insert(model.clone(), tokens);
+                    let most = image_tokens.entry(model.clone()).or_insert(0);
+                    *most = (*most).max(tokens);
                 }
             }
         }
@@ -161,6 +185,7 @@ impl PriceTable {
             .or_insert_with(|| PromptCounting::Tokenizer(encoding_for_model(ECHO_MODEL)));
         Ok(Self {
             prices: Arc::new(prices),
+            served: Arc::new(served),
             image_tokens: Arc::new(image_tokens),
             prompt_counting: Arc::new(prompt_counting),
             context_windows: Arc::new(context_windows),
@@ -184,9 +209,16 @@ impl PriceTable {
         self.context_windows.get(model).copied()
     }
 
-    /// The price of `model`, if it has one.
+    /// The price `model` is reserved at, if it has one: of each kind, the highest among its
+    /// deployments.
     pub fn get(&self, model: &str) -> Option<&ModelPrice> {
         self.prices.get(model)
+    }
+
+    /// The price of `provider`'s deployment of `model`, which a call it served is billed at;
+    /// `None` when that deployment has none.
+    pub fn served(&self, provider: &str, model: &str) -> Option<&ModelPrice> {
+        self.served.get(provider)?.get(model)
     }
 }
 

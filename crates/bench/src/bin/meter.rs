@@ -88,6 +88,8 @@ fn generate(
                 user_id: "bench-user".into(),
                 model: model_names[i % models].clone(),
                 provider: "bench".to_owned(),
+                served_model: None,
+                attempts: 1,
                 endpoint: aigw_domain::usage::Endpoint::Chat,
                 streamed: false,
                 outcome: UsageOutcome::Ok,

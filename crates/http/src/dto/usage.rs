@@ -138,8 +138,15 @@ pub(crate) struct UsageRecordDto {
     pub(crate) api_key_id: String,
     /// The requested model.
     pub(crate) model: String,
-    /// The provider that served it (`echo` for the built-in model).
+    /// The provider of the deployment that served it, or was tried last when none did
+    /// (`echo` for the built-in model).
     pub(crate) provider: String,
+    /// The model that served it: `model` itself, or the fallback that did. Its deployment is
+    /// `{provider}/{served_model}` (the answer's `x-aigw-deployment`), whose price the cost is.
+    pub(crate) served_model: String,
+    /// Upstream calls made for it, retries and fallbacks included (0 for the built-in model
+    /// and calls refused before any).
+    pub(crate) attempts: u32,
     /// The endpoint called: `chat`, `embeddings`, `responses` or `messages`.
     pub(crate) endpoint: String,
     /// Whether it was a `"stream": true` call.
@@ -175,8 +182,10 @@ impl From<UsageRecord> for UsageRecordDto {
         Self {
             request_id: r.request_id,
             api_key_id: r.api_key_id.into(),
+            served_model: r.served_model.unwrap_or_else(|| r.model.clone()),
             model: r.model,
             provider: r.provider,
+            attempts: r.attempts,
             endpoint: r.endpoint.as_str().to_owned(),
             streamed: r.streamed,
             outcome: r.outcome.as_str().to_owned(),

@@ -18,6 +18,7 @@ use aigw_domain::usage::Endpoint;
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The provider's chat completion, unchanged: a `chat.completion` object, or with `\"stream\": true` server-sent events of `chat.completion.chunk` objects ending in `data: [DONE]`",
+            headers(("x-aigw-deployment" = String, description = "The deployment that answered: `{provider}/{model}` (docs/routing.md)"), ("x-aigw-attempts" = u32, description = "Upstream calls made, retries and fallbacks included")),
             content(
                 (Object = "application/json"),
                 (crate::dto::ChatCompletionEvent = "text/event-stream")

@@ -19,6 +19,7 @@ use aigw_domain::usage::Endpoint;
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The provider's answer, unchanged: a list of `embedding` objects with `usage`",
+            headers(("x-aigw-deployment" = String, description = "The deployment that answered: `{provider}/{model}` (docs/routing.md)"), ("x-aigw-attempts" = u32, description = "Upstream calls made, retries and fallbacks included")),
             content((Object = "application/json"))),
         GatewayErrors, BodyErrors, ServerErrors))]
 pub(crate) async fn create(

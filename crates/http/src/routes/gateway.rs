@@ -1,6 +1,7 @@
 //! What every gateway route shares: the call handed to the gateway's pipeline for its
 //! endpoint, and its answer built for the caller (the provider's JSON or server-sent events,
-//! with OpenAI's `x-ratelimit-*` headers for keys with their own limits).
+//! with OpenAI's `x-ratelimit-*` headers for keys with their own limits, and the deployment
+//! that served and the attempts made).
 
 use crate::error::ApiError;
 use crate::extract::read_json_payload;
@@ -10,6 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::usage::Endpoint;
+use aigw_service::gateway::Served;
 use aigw_service::governance::key_rates::RateStatus;
 use aigw_service::GatewayReply;
 use futures_util::StreamExt;
@@ -86,10 +88,27 @@ pub(crate) async fn forward(
         .map_or_else(std::time::Instant::now, |a| a.0);
     let mut forward = crate::telemetry::upstream_headers(req, &request_id);
     forward.extend(dialect_headers);
-    let (reply, limits) =
+    let answered =
         state.gateway.call(endpoint, caller, &request_id, body, arrived, &forward).await?;
-    Ok(answer(reply, limits))
+    let mut response = answer(answered.reply, answered.limits);
+    served_headers(&mut response, &answered.served);
+    Ok(response)
 }
+
+/// The `x-aigw-deployment` (`{provider}/{model}` that answered) and `x-aigw-attempts`
+/// (upstream calls made, retries and fallbacks included) headers of `served`.
+fn served_headers(response: &mut HttpResponse, served: &Served) {
+    let headers = response.headers_mut();
+    if let Ok(deployment) = HeaderValue::from_str(&served.deployment) {
+        headers.insert(DEPLOYMENT_HEADER.clone(), deployment);
+    }
+    headers.insert(ATTEMPTS_HEADER.clone(), HeaderValue::from(served.attempts));
+}
+
+/// The deployment that answered a gateway call.
+static DEPLOYMENT_HEADER: HeaderName = HeaderName::from_static("x-aigw-deployment");
+/// The upstream calls a gateway call made.
+static ATTEMPTS_HEADER: HeaderName = HeaderName::from_static("x-aigw-attempts");
 
 /// The caller's answer of `reply`: the provider's JSON or its server-sent events as they
 /// come, with the key's `x-ratelimit-*` headers when it has its own `limits`.

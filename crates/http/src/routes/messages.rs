@@ -45,6 +45,7 @@ pub(crate) fn anthropic_headers(req: &HttpRequest) -> Vec<(&'static str, String)
     security(("api_key" = []), ("x_api_key" = [])),
     responses(
         (status = 200, description = "The provider's message, unchanged: a `message` object, or with `\"stream\": true` server-sent events from `message_start` to `message_stop`",
+            headers(("x-aigw-deployment" = String, description = "The deployment that answered: `{provider}/{model}` (docs/routing.md)"), ("x-aigw-attempts" = u32, description = "Upstream calls made, retries and fallbacks included")),
             content((Object = "application/json"), (String = "text/event-stream"))),
         GatewayErrors, BodyErrors, ServerErrors))]
 pub(crate) async fn create(

@@ -23,6 +23,7 @@ use aigw_service::{StoredCall, StoredRequest};
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The provider's response, unchanged: a `response` object, or with `\"stream\": true` server-sent events ending in `response.completed`",
+            headers(("x-aigw-deployment" = String, description = "The deployment that answered: `{provider}/{model}` (docs/routing.md)"), ("x-aigw-attempts" = u32, description = "Upstream calls made, retries and fallbacks included")),
             content((Object = "application/json"), (String = "text/event-stream"))),
         GatewayErrors, BodyErrors, ServerErrors))]
 pub(crate) async fn create(

@@ -49,6 +49,7 @@ mod rate_limit_contract;
 mod registration;
 mod responses;
 mod responses_stored;
+mod routing;
 mod self_service;
 mod sessions;
 mod slow_clients;

@@ -277,10 +277,22 @@ async fn scripted_run_counts_every_event(backend: Backend) {
                 &[("model", "up-json"), ("provider", "fake"), ("status_class", "2xx")],
                 2.0,
             ),
+            // A 500 is tried gateway.max_attempts (3) times: three upstream requests, three
+            // failed attempts at the deployment, one call.
             (
                 "aigw_upstream_requests_total",
                 &[("model", "up-500"), ("provider", "fake"), ("status_class", "5xx")],
-                1.0,
+                3.0,
+            ),
+            (
+                "aigw_upstream_attempts_total",
+                &[("deployment", "fake/up-500"), ("outcome", "failed")],
+                3.0,
+            ),
+            (
+                "aigw_upstream_attempts_total",
+                &[("deployment", "fake/up-json"), ("outcome", "ok")],
+                2.0,
             ),
             (
                 "aigw_upstream_ttfb_seconds_count",

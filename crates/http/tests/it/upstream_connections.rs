@@ -17,6 +17,8 @@ async fn app_with(upstream: &KeepAliveUpstream) -> (TestApp, String) {
     let base = upstream.base_url.clone();
     let app = spawn_app_with(Backend::Sqlite, move |s| {
         s.server.workers = Some(1);
+        // The pool's own behaviour, without the gateway's retries (docs/routing.md).
+        s.gateway.max_attempts = 1;
         s.providers = vec![ProviderConfig {
             name: "kept".into(),
             kind: ProviderKind::Openai,

@@ -3,7 +3,8 @@
 //! streaming), and what its answer reports as usage ([`usage`]). One module per dialect:
 //! OpenAI's chat completions ([`chat`]), embeddings ([`embeddings`]) and Responses API
 //! ([`responses`]), Anthropic's Messages API ([`messages`]); the token counts
-//! that bound a prompt ([`tokens`]); the gateway's answer ([`reply`]).
+//! that bound a prompt ([`tokens`]); the gateway's answer ([`reply`]); a body sent to another
+//! model ([`model`]).
 //!
 //! The later stages take the summary instead of parsing the body again: admission
 //! (`crate::governance`), metering and settlement (`crate::usage`), and the gateway that
@@ -12,6 +13,7 @@
 pub mod chat;
 pub mod embeddings;
 pub mod messages;
+pub mod model;
 pub mod reply;
 pub mod responses;
 pub mod summary;

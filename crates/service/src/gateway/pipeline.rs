@@ -37,24 +37,25 @@
 //!   ledger (`crate::usage`); for a stream the meter may ask the provider for `usage`.
 
 use crate::auth::{Authorized, Principal};
-use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
+use crate::config::{GatewayConfig, ProviderConfig};
 use crate::db::Db;
 use crate::dialect::reply::GatewayReply;
 use crate::dialect::{self, Endpoint, RequestSummary};
 use crate::error::ServiceError;
-use crate::gateway::echo::echo;
-use crate::gateway::route::{route_table, Provider, RouteTable};
+use crate::gateway::call::{AdmittedCall, Attempts, MeteredCall, Request, Served};
+use crate::gateway::deployment::Route;
+use crate::gateway::provider::Provider;
+use crate::gateway::route::{route_table, RouteTable};
 use crate::gateway::stored::StoredResponses;
-use crate::gateway::upstream::{record_overhead, Forwarder, UpstreamCall};
+use crate::gateway::upstream::{Forwarder, UpstreamCall};
 use crate::governance::key_limits::{Admitted, SpendGovernance};
 use crate::governance::key_rates::RateStatus;
 use crate::metrics::{name as metric, Metrics};
-use crate::usage::meter::{CallMeter, Meter};
+use crate::usage::meter::Meter;
 use aigw_domain::access::op;
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::FieldError;
 use bytes::Bytes;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -62,34 +63,30 @@ use std::time::Instant;
 /// trace context and the request id.
 pub const FORWARDED_HEADERS: [&str; 3] = ["traceparent", "tracestate", "x-request-id"];
 
+/// A gateway call's answer: the reply, where the key stands against its own `rpm_limit` /
+/// `tpm_limit` after the call was admitted (`None`: it has none; the `x-ratelimit-*`
+/// headers), and what served it (`x-aigw-deployment`, `x-aigw-attempts`).
+#[derive(Debug)]
+pub struct GatewayAnswer {
+    /// The provider's answer.
+    pub reply: GatewayReply,
+    /// The key's rate window.
+    pub limits: Option<RateStatus>,
+    /// The serving deployment and the attempts made.
+    pub served: Served,
+}
+
 /// Routes chat completions to providers by model name, through the stages of the module
 /// documentation.
 #[derive(Debug, Clone)]
 pub struct Gateway {
     routes: Arc<RouteTable>,
     upstream: Forwarder,
+    attempts: Attempts,
     meter: Option<Meter>,
     key_limits: Option<SpendGovernance>,
     stored: Option<StoredResponses>,
-    metrics: Metrics,
-}
-
-/// A call past admission: the body that goes upstream (lowered in clamp mode), its summary and
-/// worst case, and what admission holds for it.
-struct AdmittedCall {
-    body: Bytes,
-    summary: RequestSummary,
-    worst: TokenUsage,
-    admission: Admitted,
-}
-
-/// A call on its way upstream: the body as sent and its summary, whether the answer must carry
-/// `usage`, and its meter (none for an access token or with metering off).
-struct MeteredCall {
-    body: Bytes,
-    summary: RequestSummary,
-    include_usage: bool,
-    meter: Option<CallMeter>,
+    pub(super) metrics: Metrics,
 }
 
 impl Gateway {
@@ -103,6 +100,7 @@ impl Gateway {
         Ok(Self {
             routes: Arc::new(route_table(config, providers)?),
             upstream: Forwarder::new(config, providers.len())?,
+            attempts: Attempts::new(config),
             meter: None,
             key_limits: None,
             stored: None,
@@ -148,26 +146,41 @@ impl Gateway {
         &self.upstream
     }
 
-    /// Every routed provider, once per model it serves.
+    /// Every routed provider, once per deployment.
     pub(super) fn providers(&self) -> impl Iterator<Item = Arc<Provider>> + '_ {
-        self.routes.values().cloned()
+        self.routes.values().flat_map(|r| r.deployments.iter().map(|d| d.provider.clone()))
+    }
+
+    /// The route of `model`, when the gateway routes it.
+    pub(super) fn route_of(&self, model: &str) -> Option<Arc<Route>> {
+        self.routes.get(model).cloned()
+    }
+
+    /// The key limits, when enforced.
+    pub(super) fn key_limits(&self) -> Option<&SpendGovernance> {
+        self.key_limits.as_ref()
+    }
+
+    /// The settings of a call's attempts.
+    pub(super) fn attempts(&self) -> &Attempts {
+        &self.attempts
     }
 
     /// The models offered to `principal` (those its key's `allowed_models` match), sorted by
     /// name, each with the endpoints it is served on.
-    pub fn models_for(&self, principal: &Principal) -> Vec<(String, &'static [Endpoint])> {
+    pub fn models_for(&self, principal: &Principal) -> Vec<(String, &[Endpoint])> {
         self.routes
             .iter()
             .filter(|(m, _)| principal.allows_model(m))
-            .map(|(m, provider)| (m.clone(), provider.kind.endpoints()))
+            .map(|(m, route)| (m.clone(), route.endpoints.as_slice()))
             .collect()
     }
 
     /// The endpoints `model` is served on, when the gateway routes it and `principal`'s
     /// `allowed_models` match it; `None` otherwise.
-    pub fn model_for(&self, principal: &Principal, model: &str) -> Option<&'static [Endpoint]> {
-        let provider = self.routes.get(model).filter(|_| principal.allows_model(model))?;
-        Some(provider.kind.endpoints())
+    pub fn model_for(&self, principal: &Principal, model: &str) -> Option<&[Endpoint]> {
+        let route = self.routes.get(model).filter(|_| principal.allows_model(model))?;
+        Some(route.endpoints.as_slice())
     }
 
     /// Validates `body`, a request to `endpoint`, and answers it from the model's provider,
@@ -196,37 +209,19 @@ impl Gateway {
         body: Bytes,
         arrived: Instant,
         forward_headers: &[(&'static str, String)],
-    ) -> Result<(GatewayReply, Option<RateStatus>), ServiceError> {
+    ) -> Result<GatewayAnswer, ServiceError> {
         let summary = dialect::validate(endpoint, &body)?;
-        let provider = self.route(principal, &summary)?;
+        let route = self.route(principal, &summary)?;
         let admitted = self.admit(principal, body, summary).await?;
-        let status = admitted.admission.status;
-        let call = self.meter(principal, request_id, &provider, admitted);
-        let created =
-            self.stored.as_ref().and_then(|s| s.owner_of(endpoint, principal, &provider.name));
-        let reply = match provider.kind {
-            ProviderKind::Echo => {
-                let reply = serde_json::from_slice::<Value>(&call.body)
-                    .map(|parsed| echo(&parsed, &call.summary, call.include_usage))
-                    .map_err(|_| FieldError::new("body", "is not valid JSON").into());
-                record_overhead(&self.metrics, &provider.name, arrived);
-                reply
-            }
-            ProviderKind::Openai | ProviderKind::Anthropic => {
-                let upstream = UpstreamCall {
-                    provider,
-                    endpoint,
-                    method: http::Method::POST,
-                    suffix: "",
-                    model: call.summary.model,
-                    stream: call.summary.stream,
-                    arrived,
-                    headers: forward_headers,
-                    count_tokens: false,
-                };
-                self.upstream.forward(upstream, call.body).await
-            }
-        };
+        let limits = admitted.admission.status;
+        let first = route.deployments.first().map_or("", |d| d.provider.name.as_str());
+        let mut call = self.meter(principal, request_id, first, admitted);
+        let request = Request { principal, endpoint, arrived, headers: forward_headers };
+        let (reply, served) = self.dispatch(route, &mut call, &request).await;
+        let created = self.stored.as_ref().and_then(|s| {
+            let provider = served.deployment.split('/').next().unwrap_or_default();
+            s.owner_of(endpoint, principal, provider)
+        });
         // Settlement: the meter records the call and settles its reservations when the
         // answer (or the stream) ends.
         let reply = match call.meter {
@@ -238,7 +233,7 @@ impl Gateway {
             Some(created) => created.keep(reply).await,
             None => reply,
         };
-        Ok((reply?, status))
+        Ok(GatewayAnswer { reply: reply?, limits, served })
     }
 
     /// Anthropic's token counting (`POST /v1/messages/count_tokens`): `body` checked
@@ -259,7 +254,15 @@ impl Gateway {
         forward_headers: &[(&'static str, String)],
     ) -> Result<GatewayReply, ServiceError> {
         let summary = dialect::messages::validate_count_tokens_request(&body)?;
-        let provider = self.route(principal, &summary)?;
+        let route = self.route(principal, &summary)?;
+        let provider = route
+            .pick(Endpoint::Messages, 0, &[])
+            .map(|(_, chosen)| chosen.deployment.provider.clone())
+            .map_err(|_| ServiceError::NoDeployment {
+                model: summary.model.chars().take(128).collect(),
+                reason: "breakers_open",
+                retry_after_secs: 1,
+            })?;
         let upstream = UpstreamCall {
             provider,
             endpoint: Endpoint::Messages,
@@ -267,9 +270,11 @@ impl Gateway {
             suffix: "",
             model: summary.model,
             stream: false,
-            arrived,
+            arrived: Some(arrived),
             headers: forward_headers,
             count_tokens: true,
+            head_timeout: None,
+            breaker: None,
         };
         self.upstream.forward(upstream, body).await
     }
@@ -284,14 +289,14 @@ impl Gateway {
         &self,
         principal: &Principal,
         summary: &RequestSummary,
-    ) -> Result<Arc<Provider>, ServiceError> {
+    ) -> Result<Arc<Route>, ServiceError> {
         principal.authorize_model(&summary.model)?;
-        let provider = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
+        let route = self.routes.get(&summary.model).ok_or_else(|| ServiceError::NotFound {
             resource: "model",
             id: summary.model.chars().take(128).collect(),
         })?;
-        provider.serves(&summary.model, summary.endpoint)?;
-        Ok(provider.clone())
+        route.check_serves(summary.endpoint)?;
+        Ok(route.clone())
     }
 
     /// Admission at every level the caller's key counts against, for the call's worst case;
@@ -302,7 +307,7 @@ impl Gateway {
     /// [`ServiceError::Invalid`] for a file sent by id on a key with a budget or a
     /// `tpm_limit`; [`ServiceError::BudgetExceeded`] and [`ServiceError::RateLimited`] naming
     /// the level that refused; [`ServiceError::Unavailable`] when the counters are down.
-    async fn admit(
+    pub(super) async fn admit(
         &self,
         principal: &Principal,
         body: Bytes,
@@ -353,14 +358,14 @@ impl Gateway {
         &self,
         principal: &Principal,
         request_id: &str,
-        provider: &Provider,
+        provider: &str,
         call: AdmittedCall,
     ) -> MeteredCall {
         let AdmittedCall { body, summary, worst, admission } = call;
         let meter = self
             .meter
             .as_ref()
-            .and_then(|m| m.start(principal, request_id, &summary, &provider.name, &body));
+            .and_then(|m| m.start(principal, request_id, &summary, provider, &body));
         match meter {
             Some(mut meter) => {
                 meter.hold(admission, worst);

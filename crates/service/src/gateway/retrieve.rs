@@ -10,7 +10,7 @@ use crate::auth::Authorized;
 use crate::dialect::reply::GatewayReply;
 use crate::error::ServiceError;
 use crate::gateway::pipeline::Gateway;
-use crate::gateway::route::Provider;
+use crate::gateway::provider::Provider;
 use crate::gateway::upstream::UpstreamCall;
 use aigw_domain::access::op;
 use aigw_domain::usage::Endpoint;
@@ -88,9 +88,11 @@ impl Gateway {
             suffix: &suffix,
             model: String::new(),
             stream: false,
-            arrived,
+            arrived: Some(arrived),
             headers,
             count_tokens: false,
+            head_timeout: None,
+            breaker: None,
         };
         let reply = self.upstream().forward(upstream, Bytes::new()).await?;
         if call == StoredCall::Delete {

@@ -1,284 +1,258 @@
-//! The second stage of a gateway call: the provider that serves its model. Each model of
-//! `[[providers]] models` is served by its one provider, and `echo` by the built-in model
-//! when `gateway.echo_model` is on; a provider serves the endpoints (API dialects) its kind
-//! speaks ([`ProviderKind::endpoints`]). What a call reuses (the provider's URL of each
-//! endpoint, its key as a header, how a direct connection addresses it) is built here once,
-//! at start-up.
+//! The second stage of a gateway call: the deployments that serve its model. Each provider
+//! that lists a model in `[[providers]] models` is one deployment of it
+//! ([`crate::gateway::deployment`]), and `echo` is served by the built-in model when
+//! `gateway.echo_model` is on; a provider serves the endpoints (API dialects) its kind speaks
+//! ([`ProviderKind::endpoints`]). The table is built once, at start-up, and its settings
+//! checked then.
 
-use crate::config::{GatewayConfig, ProviderConfig, ProviderKind, DEFAULT_ANTHROPIC_VERSION};
+use crate::config::{GatewayConfig, ProviderConfig, ProviderKind};
 use crate::error::ServiceError;
+use crate::gateway::breaker::Breaker;
+use crate::gateway::deployment::{Deployment, Route};
+use crate::gateway::provider::{provider, Provider};
 use aigw_domain::usage::Endpoint;
-use aigw_domain::FieldError;
-use secrecy::ExposeSecret;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Name of the built-in model.
 pub const ECHO_MODEL: &str = "echo";
 
-/// The path of Anthropic's token counting below an `anthropic` provider's `base_url`.
-const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
+/// Each model's route: its deployments and fallbacks.
+pub(crate) type RouteTable = BTreeMap<String, Arc<Route>>;
 
-/// Each model's provider.
-pub(crate) type RouteTable = BTreeMap<String, Arc<Provider>>;
-
-/// A provider a model is routed to, as configured (`[[providers]]`), with what every call
-/// to it reuses.
-#[derive(Debug)]
-pub(crate) struct Provider {
-    /// Its `name`.
-    pub(crate) name: String,
-    /// Its `kind`.
-    pub(crate) kind: ProviderKind,
-    /// The upstream URL of each endpoint it serves (`{base_url}/chat/completions`, …),
-    /// built and parsed once (none for `echo`).
-    pub(crate) targets: Vec<Target>,
-    /// The header that carries its key upstream, built once, its value marked sensitive
-    /// (never logged): `Authorization: Bearer <api_key>`, or `x-api-key: <api_key>` for
-    /// `anthropic`.
-    pub(crate) credential: Option<(http::HeaderName, http::HeaderValue)>,
-    /// `anthropic` only: the `anthropic-version` sent when the caller sends none.
-    pub(crate) anthropic_version: Option<http::HeaderValue>,
-    /// `anthropic` only: where `POST /v1/messages/count_tokens` is called.
-    pub(crate) count_tokens: Option<Target>,
-    /// How direct calls address it (`None` for `echo`).
-    pub(crate) direct: Option<DirectTarget>,
-}
-
-/// Where one endpoint of a provider is called.
-#[derive(Debug)]
-pub(crate) struct Target {
-    /// The endpoint.
-    pub(crate) endpoint: Endpoint,
-    /// Its absolute URL (`{base_url}/chat/completions`, …).
-    pub(crate) url: http::Uri,
-    /// The URL's path and query: the request target of a direct call (RFC 9112 3.2.1).
-    pub(crate) origin_form: http::Uri,
-}
-
-impl Target {
-    /// The target of `endpoint` at `{base_url}{path}`.
-    fn new(endpoint: Endpoint, base_url: &str, path: &str) -> Result<Self, String> {
-        let url = format!("{}{path}", base_url.trim_end_matches('/'));
-        // Checked as a URL first (the error texts of `url` name the fault), then kept as the
-        // `Uri` every call uses.
-        let parsed = reqwest::Url::parse(&url).map_err(|e| e.to_string())?;
-        let url = parsed.as_str().parse::<http::Uri>().map_err(|e| e.to_string())?;
-        let origin_form = url
-            .path_and_query()
-            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
-            .parse::<http::Uri>()
-            .map_err(|e| e.to_string())?;
-        Ok(Self { endpoint, url, origin_form })
-    }
-
-    /// The absolute URL and the origin form of `suffix` below this target (a path and its
-    /// query: `/resp_1/input_items?limit=2`); the target's own for an empty `suffix`.
-    ///
-    /// # Errors
-    /// The parser's message when the URL with `suffix` is not a valid URI.
-    pub(crate) fn below(&self, suffix: &str) -> Result<(http::Uri, http::Uri), String> {
-        if suffix.is_empty() {
-            return Ok((self.url.clone(), self.origin_form.clone()));
-        }
-        let parse = |base: &http::Uri| {
-            format!("{base}{suffix}").parse::<http::Uri>().map_err(|e| e.to_string())
-        };
-        Ok((parse(&self.url)?, parse(&self.origin_form)?))
-    }
-}
-
-/// How a direct call (no `gateway.proxy_url`) addresses a provider on its own connection.
-#[derive(Debug)]
-pub(crate) struct DirectTarget {
-    /// The provider's connections in the [`ConnectionPool`].
-    pub(crate) slot: usize,
-    /// The host of its URLs, and port when not the scheme's default: the `Host` header.
-    pub(crate) host: http::HeaderValue,
-}
-
-impl DirectTarget {
-    /// The direct target of a provider whose URLs are like `url`, in `slot`.
-    fn new(slot: usize, url: &http::Uri) -> Result<Self, String> {
-        let authority = url.authority().ok_or("no host")?;
-        let default_port = match url.scheme_str() {
-            Some("https") => 443,
-            _ => 80,
-        };
-        let host = match authority.port_u16() {
-            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
-            _ => authority.host().to_owned(),
-        };
-        let host = http::HeaderValue::from_str(&host).map_err(|e| e.to_string())?;
-        Ok(Self { slot, host })
-    }
-}
-
-impl Provider {
-    /// The provider's own key, from the header that carries it.
-    pub(crate) fn api_key(&self) -> Option<&str> {
-        let (name, value) = self.credential.as_ref()?;
-        let value = value.to_str().ok()?;
-        if name == http::header::AUTHORIZATION {
-            value.strip_prefix("Bearer ")
-        } else {
-            Some(value)
-        }
-    }
-
-    /// Where `endpoint` is called; `None` when the provider does not serve it (or is `echo`).
-    pub(crate) fn target(&self, endpoint: Endpoint) -> Option<&Target> {
-        self.targets.iter().find(|t| t.endpoint == endpoint)
-    }
-
-    /// Checks that the provider of `model` serves `endpoint`.
-    ///
-    /// # Errors
-    /// [`ServiceError::Invalid`] naming `model` and the endpoints it has.
-    pub(crate) fn serves(&self, model: &str, endpoint: Endpoint) -> Result<(), ServiceError> {
-        let endpoints = self.kind.endpoints();
-        if endpoints.contains(&endpoint) {
-            return Ok(());
-        }
-        let names: Vec<&str> = endpoints.iter().map(|e| e.as_str()).collect();
-        let model: String = model.chars().take(128).collect();
-        Err(FieldError::new(
-            "model",
-            format!(
-                "{model} is not served on the {} endpoint; its endpoints: {}",
-                endpoint.as_str(),
-                names.join(", ")
-            ),
-        )
-        .into())
-    }
-
-    /// A failed call to this provider ([`ServiceError::Upstream`], a 502), for `reason`.
-    pub(crate) fn failed(&self, reason: String) -> ServiceError {
-        ServiceError::Upstream { provider: self.name.clone(), reason }
-    }
-}
-
-/// The routing table of `providers`: each provider's models, plus `echo` when
-/// `config.echo_model` is on.
+/// The routing table of `providers`: each model's deployments (one per provider that lists
+/// it), plus `echo` when `config.echo_model` is on, with the model's fallbacks.
 ///
 /// # Errors
-/// [`ServiceError::Internal`] when an `openai` or `anthropic` provider has no `base_url` (or
-/// not an http(s) one), its `api_key` or `anthropic_version` cannot be a header, or a model is
-/// routed twice.
+/// [`ServiceError::Internal`] naming the setting when an `openai` or `anthropic` provider
+/// has no `base_url` (or not an http(s) one), its `api_key` or `anthropic_version` cannot be
+/// a header, `upstream_models` names a model the provider does not list, every deployment of
+/// a model weighs 0, a provider lists `echo` while the built-in model is on, a fallback names
+/// a model nothing serves or makes a cycle, or `max_attempts` is out of range.
 pub(crate) fn route_table(
     config: &GatewayConfig,
     providers: &[ProviderConfig],
 ) -> Result<RouteTable, ServiceError> {
-    let mut routes = BTreeMap::new();
     let bad = |m: String| Err(ServiceError::Internal(m));
+    if !(1..=MAX_ATTEMPTS).contains(&config.max_attempts) {
+        return bad(format!("gateway.max_attempts must be from 1 to {MAX_ATTEMPTS}"));
+    }
+    let mut deployments: BTreeMap<String, Vec<Arc<Deployment>>> = BTreeMap::new();
     if config.echo_model {
-        routes.insert(
-            ECHO_MODEL.to_owned(),
-            Arc::new(Provider {
-                name: ECHO_MODEL.to_owned(),
-                kind: ProviderKind::Echo,
-                targets: Vec::new(),
-                credential: None,
-                anthropic_version: None,
-                count_tokens: None,
-                direct: None,
-            }),
-        );
+        deployments.insert(ECHO_MODEL.to_owned(), vec![echo_deployment(config)]);
     }
     for (slot, p) in providers.iter().enumerate() {
-        let base_url = p.base_url.clone().unwrap_or_default();
-        if p.kind != ProviderKind::Echo
-            && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
-        {
-            return bad(format!("provider {}: base_url must be an http(s) URL", p.name));
-        }
-        let mut targets = Vec::new();
-        if p.kind != ProviderKind::Echo {
-            for endpoint in p.kind.endpoints() {
-                let path = p.kind.path(*endpoint);
-                match Target::new(*endpoint, &base_url, path) {
-                    Ok(target) => targets.push(target),
-                    Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
-                }
+        let provider = Arc::new(provider(slot, p).map_err(ServiceError::Internal)?);
+        for model in p.upstream_models.keys() {
+            if !p.models.contains(model) {
+                return bad(format!(
+                    "provider {}: upstream_models.{model} names a model not in its models list",
+                    p.name
+                ));
             }
         }
-        let credential = match &p.api_key {
-            Some(key) => match credential_header(p.kind, key.expose_secret()) {
-                Some(header) => Some(header),
-                None => {
-                    return bad(format!(
-                        "provider {}: api_key holds characters a header cannot carry",
-                        p.name
-                    ))
-                }
-            },
-            None => None,
-        };
-        let (anthropic_version, count_tokens) = match anthropic_parts(p, &base_url) {
-            Ok(parts) => parts,
-            Err(e) => return bad(format!("provider {}: {e}", p.name)),
-        };
-        let direct = match targets.first() {
-            Some(target) => match DirectTarget::new(slot, &target.url) {
-                Ok(target) => Some(target),
-                Err(e) => return bad(format!("provider {}: base_url: {e}", p.name)),
-            },
-            None => None,
-        };
-        let provider = Arc::new(Provider {
-            name: p.name.clone(),
-            kind: p.kind,
-            targets,
-            credential,
-            anthropic_version,
-            count_tokens,
-            direct,
-        });
         for model in &p.models {
-            if routes.insert(model.clone(), provider.clone()).is_some() {
-                return bad(format!("model {model} is routed to more than one provider"));
+            if config.echo_model && model == ECHO_MODEL {
+                return bad(format!(
+                    "provider {}: model {ECHO_MODEL} is the built-in model; set \
+                     gateway.echo_model = false to route it to a provider",
+                    p.name
+                ));
+            }
+            let upstream = p.upstream_models.get(model).filter(|u| *u != model).cloned();
+            let quota = (p.rpm_limit, p.tpm_limit);
+            let breaker = Breaker::new(&config.breaker);
+            let deployment =
+                Deployment::new(provider.clone(), model, upstream, p.weight, quota, breaker);
+            let of_model = deployments.entry(model.clone()).or_default();
+            if of_model.iter().any(|d| d.provider.name == p.name) {
+                return bad(format!("provider {}: model {model} is listed twice", p.name));
+            }
+            of_model.push(Arc::new(deployment));
+        }
+    }
+    for (model, of_model) in &deployments {
+        if of_model.iter().all(|d| d.weight == 0) {
+            return bad(format!(
+                "model {model}: every deployment has weight 0 ([[providers]] weight)"
+            ));
+        }
+    }
+    check_fallbacks("gateway.fallbacks", &config.fallbacks, &deployments)?;
+    check_fallbacks(
+        "gateway.context_window_fallbacks",
+        &config.context_window_fallbacks,
+        &deployments,
+    )?;
+    Ok(deployments
+        .into_iter()
+        .map(|(model, deployments)| {
+            let route = route(config, &model, deployments);
+            (model, Arc::new(route))
+        })
+        .collect())
+}
+
+/// The built-in model's one deployment.
+fn echo_deployment(config: &GatewayConfig) -> Arc<Deployment> {
+    let echo = Arc::new(Provider {
+        name: ECHO_MODEL.to_owned(),
+        kind: ProviderKind::Echo,
+        targets: Vec::new(),
+        credential: None,
+        anthropic_version: None,
+        count_tokens: None,
+        direct: None,
+    });
+    let breaker = Breaker::new(&config.breaker);
+    Arc::new(Deployment::new(echo, ECHO_MODEL, None, 1, (None, None), breaker))
+}
+
+/// The route of `model` over `deployments`, with its fallbacks from `config`.
+fn route(config: &GatewayConfig, model: &str, deployments: Vec<Arc<Deployment>>) -> Route {
+    let mut endpoints: Vec<Endpoint> = Vec::new();
+    for d in &deployments {
+        for e in d.provider.kind.endpoints() {
+            if !endpoints.contains(e) {
+                endpoints.push(*e);
             }
         }
     }
-    Ok(routes)
+    Route {
+        fallbacks: config.fallbacks.get(model).cloned().unwrap_or_default(),
+        context_window_fallbacks: config
+            .context_window_fallbacks
+            .get(model)
+            .cloned()
+            .unwrap_or_default(),
+        endpoints,
+        model: model.to_owned(),
+        deployments,
+    }
 }
 
-/// What an `anthropic` provider `p` (at `base_url`) adds to its calls: the
-/// `anthropic-version` sent when the caller sends none, and where tokens are counted; `None`s
-/// for the other kinds.
+/// The most attempts `gateway.max_attempts` may allow.
+pub const MAX_ATTEMPTS: u32 = 10;
+
+/// Checks the fallbacks of `setting`: each model named is routed, none falls back to
+/// itself, and following them never comes back to a model already on the way.
 ///
 /// # Errors
-/// The fault, when `anthropic_version` is not a header value or the URL is refused.
-fn anthropic_parts(
-    p: &ProviderConfig,
-    base_url: &str,
-) -> Result<(Option<http::HeaderValue>, Option<Target>), String> {
-    if p.kind != ProviderKind::Anthropic {
-        return Ok((None, None));
+/// [`ServiceError::Internal`] naming the setting and the model.
+fn check_fallbacks(
+    setting: &str,
+    fallbacks: &BTreeMap<String, Vec<String>>,
+    routed: &BTreeMap<String, Vec<Arc<Deployment>>>,
+) -> Result<(), ServiceError> {
+    let bad = |m: String| Err(ServiceError::Internal(m));
+    for (model, list) in fallbacks {
+        if !routed.contains_key(model) {
+            return bad(format!("{setting}.{model}: no provider serves {model}"));
+        }
+        for fallback in list {
+            if !routed.contains_key(fallback) {
+                return bad(format!("{setting}.{model}: no provider serves {fallback}"));
+            }
+        }
     }
-    let version = p.anthropic_version.as_deref().unwrap_or(DEFAULT_ANTHROPIC_VERSION);
-    let version = http::HeaderValue::from_str(version)
-        .map_err(|_| "anthropic_version is not a header value".to_owned())?;
-    let target = Target::new(Endpoint::Messages, base_url, COUNT_TOKENS_PATH)
-        .map_err(|e| format!("base_url: {e}"))?;
-    Ok((Some(version), Some(target)))
+    // A cycle: a path from a model back to itself (depth-first, each model's list in order).
+    fn visit(
+        model: &str,
+        fallbacks: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+    ) -> Option<String> {
+        if let Some(at) = path.iter().position(|m| m == model) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(model.to_owned());
+            return Some(cycle.join(" → "));
+        }
+        path.push(model.to_owned());
+        for next in fallbacks.get(model).into_iter().flatten() {
+            if let Some(cycle) = visit(next, fallbacks, path) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    for model in fallbacks.keys() {
+        if let Some(cycle) = visit(model, fallbacks, &mut Vec::new()) {
+            return bad(format!("{setting}: the fallbacks make a cycle: {cycle}"));
+        }
+    }
+    Ok(())
 }
 
-/// The header that carries a provider's `key` upstream for its `kind`, its value marked
-/// sensitive: `Authorization: Bearer <key>`, or `x-api-key: <key>` for `anthropic`; `None`
-/// when the key holds characters a header cannot carry.
-fn credential_header(
-    kind: ProviderKind,
-    key: &str,
-) -> Option<(http::HeaderName, http::HeaderValue)> {
-    let (name, value) = match kind {
-        ProviderKind::Anthropic => {
-            (http::HeaderName::from_static("x-api-key"), http::HeaderValue::from_str(key))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn provider(name: &str, models: &[&str]) -> ProviderConfig {
+        ProviderConfig {
+            name: name.to_owned(),
+            base_url: Some(format!("http://{name}.example/v1")),
+            models: models.iter().map(|m| (*m).to_owned()).collect(),
+            ..ProviderConfig::default()
         }
-        _ => (http::header::AUTHORIZATION, http::HeaderValue::from_str(&format!("Bearer {key}"))),
-    };
-    let mut value = value.ok()?;
-    value.set_sensitive(true);
-    Some((name, value))
+    }
+
+    fn refusal(config: &GatewayConfig, providers: &[ProviderConfig]) -> String {
+        match route_table(config, providers) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_model_two_providers_list_has_a_deployment_at_each() {
+        let providers = [provider("a", &["m"]), provider("b", &["m", "n"])];
+        let routes = route_table(&GatewayConfig::default(), &providers).unwrap_or_default();
+        let names: Vec<&str> = routes["m"].deployments.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["a/m", "b/m"]);
+        assert_eq!(routes["n"].deployments.len(), 1);
+        assert!(routes.contains_key(ECHO_MODEL));
+    }
+
+    #[test]
+    fn every_deployment_weighing_zero_stops_the_start() {
+        let mut a = provider("a", &["m"]);
+        a.weight = 0;
+        let mut b = provider("b", &["m"]);
+        b.weight = 0;
+        assert!(refusal(&GatewayConfig::default(), &[a.clone(), b]).contains("weight"));
+        // One weighing more: fine.
+        assert!(refusal(&GatewayConfig::default(), &[a, provider("c", &["m"])]).is_empty());
+    }
+
+    #[test]
+    fn fallbacks_must_name_routed_models_and_make_no_cycle() {
+        let providers = [provider("a", &["m", "n", "o"])];
+        let with = |fallbacks: &[(&str, &[&str])]| GatewayConfig {
+            fallbacks: fallbacks
+                .iter()
+                .map(|(m, to)| ((*m).to_owned(), to.iter().map(|t| (*t).to_owned()).collect()))
+                .collect::<BTreeMap<_, _>>(),
+            ..GatewayConfig::default()
+        };
+        assert!(refusal(&with(&[("m", &["n"]), ("n", &["o"])]), &providers).is_empty());
+        let unknown = refusal(&with(&[("m", &["gone"])]), &providers);
+        assert!(unknown.contains("gateway.fallbacks.m") && unknown.contains("gone"), "{unknown}");
+        let cycle = refusal(&with(&[("m", &["n"]), ("n", &["o"]), ("o", &["m"])]), &providers);
+        assert!(cycle.contains("cycle") && cycle.contains("m → n → o → m"), "{cycle}");
+        assert!(refusal(&with(&[("m", &["m"])]), &providers).contains("cycle"));
+    }
+
+    #[test]
+    fn bad_routing_settings_name_themselves() {
+        let mut typo = provider("a", &["m"]);
+        typo.upstream_models = BTreeMap::from([("n".to_owned(), "x".to_owned())]);
+        assert!(refusal(&GatewayConfig::default(), &[typo]).contains("upstream_models.n"));
+        let attempts = GatewayConfig { max_attempts: 0, ..GatewayConfig::default() };
+        assert!(refusal(&attempts, &[]).contains("gateway.max_attempts"));
+        let echo = refusal(&GatewayConfig::default(), &[provider("a", &["echo"])]);
+        assert!(echo.contains("echo_model"), "{echo}");
+        let twice = refusal(&GatewayConfig::default(), &[provider("a", &["m", "m"])]);
+        assert!(twice.contains("listed twice"), "{twice}");
+    }
 }

@@ -6,7 +6,8 @@
 use crate::config::GatewayConfig;
 use crate::dialect::reply::GatewayReply;
 use crate::error::{ServiceError, UpstreamRejection};
-use crate::gateway::route::{Provider, Target};
+use crate::gateway::breaker::Breaker;
+use crate::gateway::provider::{Provider, Target};
 use crate::metrics::{name as metric, Metrics};
 use aigw_domain::usage::Endpoint;
 use aigw_infra::upstream_pool::ConnectionPool;
@@ -33,14 +34,49 @@ pub(crate) struct UpstreamCall<'a> {
     pub(crate) model: String,
     /// Whether the caller asked for a stream.
     pub(crate) stream: bool,
-    /// When the request arrived (the gateway's overhead is measured from there).
-    pub(crate) arrived: Instant,
+    /// When the request arrived, for its first upstream call (the gateway's overhead is
+    /// measured from there to that call); `None` for a retry.
+    pub(crate) arrived: Option<Instant>,
     /// The caller's headers to pass on ([`crate::gateway::FORWARDED_HEADERS`], a dialect's
     /// own).
     pub(crate) headers: &'a [(&'static str, String)],
     /// Whether the call counts tokens (Anthropic's `/v1/messages/count_tokens`) instead of
     /// calling `endpoint`.
     pub(crate) count_tokens: bool,
+    /// The longest wait for the answer's head, when shorter than `gateway.timeout_secs` (the
+    /// call's deadline is nearer).
+    pub(crate) head_timeout: Option<Duration>,
+    /// The breaker told of a stream that breaks after its head (the head's own outcome is the
+    /// caller's to report).
+    pub(crate) breaker: Option<Breaker>,
+}
+
+/// A failed attempt: the error the caller gets if nothing else is tried, and what it says of
+/// the deployment.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The caller's error.
+    pub(crate) error: ServiceError,
+    /// Whether another attempt may be made (the caller received nothing: a connect error, no
+    /// answer head in time, a 429, 500, 502, 503 or 504), and after what `Retry-After`.
+    pub(crate) retry: Option<Option<Duration>>,
+    /// Whether it counts against the deployment's breaker (it failed, rather than refusing
+    /// the request: every failure but a 4xx other than 401, 403, 407 and 429).
+    pub(crate) deployment_failed: bool,
+    /// Whether the upstream refused the request as longer than the model's context window.
+    pub(crate) too_long: bool,
+}
+
+impl Failure {
+    /// A failure that is neither retried nor counted against the deployment.
+    fn fatal(error: ServiceError, deployment_failed: bool) -> Self {
+        Self { error, retry: None, deployment_failed, too_long: false }
+    }
+
+    /// A failure after which another attempt may be made.
+    fn retryable(error: ServiceError, after: Option<Duration>) -> Self {
+        Self { error, retry: Some(after), deployment_failed: true, too_long: false }
+    }
 }
 
 /// Sends calls upstream: the client and the limits every call has.
@@ -110,18 +146,31 @@ impl Forwarder {
         self
     }
 
-    /// Sends `body` to the call's provider and returns its answer: a 2xx as it came (JSON
-    /// read whole, or a stream passed through), anything else as the matching error.
+    /// [`Self::attempt`], its failure as the caller's error.
     ///
     /// # Errors
-    /// [`ServiceError::UpstreamTimeout`] when the answer's head or body takes longer than
-    /// `gateway.timeout_secs`; [`ServiceError::UpstreamRejected`] for a 4xx other than 401,
-    /// 403 and 407; [`ServiceError::Upstream`] for everything else that is not a 2xx.
+    /// As [`Self::attempt`].
     pub(crate) async fn forward(
         &self,
         call: UpstreamCall<'_>,
         body: Bytes,
     ) -> Result<GatewayReply, ServiceError> {
+        self.attempt(call, body).await.map_err(|failure| failure.error)
+    }
+
+    /// Sends `body` to the call's provider and returns its answer: a 2xx as it came (JSON
+    /// read whole, or a stream passed through), anything else as the matching error.
+    ///
+    /// # Errors
+    /// A [`Failure`] carrying [`ServiceError::UpstreamTimeout`] when the answer's head or
+    /// body takes longer than `gateway.timeout_secs` (or the head longer than the call's
+    /// `head_timeout`); [`ServiceError::UpstreamRejected`] for a 4xx other than 401, 403 and
+    /// 407; [`ServiceError::Upstream`] for everything else that is not a 2xx.
+    pub(crate) async fn attempt(
+        &self,
+        call: UpstreamCall<'_>,
+        body: Bytes,
+    ) -> Result<GatewayReply, Failure> {
         let UpstreamCall {
             provider,
             endpoint,
@@ -132,36 +181,31 @@ impl Forwarder {
             arrived,
             headers,
             count_tokens,
+            head_timeout,
+            breaker,
         } = call;
+        let not_built = |e: ServiceError| Failure::fatal(e, false);
         let target =
             if count_tokens { provider.count_tokens.as_ref() } else { provider.target(endpoint) };
-        let target = target.ok_or_else(|| provider.failed("no upstream URL".into()))?;
-        let (url, origin_form) =
-            target.below(suffix).map_err(|e| provider.failed(format!("request not built: {e}")))?;
+        let target = target.ok_or_else(|| not_built(provider.failed("no upstream URL".into())))?;
+        let (url, origin_form) = target
+            .below(suffix)
+            .map_err(|e| not_built(provider.failed(format!("request not built: {e}"))))?;
         let labels = UpstreamLabels {
             metrics: self.metrics.clone(),
             provider: provider.name.clone(),
             model,
         };
-        let request = upstream_request(&provider, (method, url), body, stream, headers)?;
-        record_overhead(&self.metrics, &provider.name, arrived);
+        let request =
+            upstream_request(&provider, (method, url), body, stream, headers).map_err(not_built)?;
+        if let Some(arrived) = arrived {
+            record_overhead(&self.metrics, &provider.name, arrived);
+        }
         let sent = Instant::now();
-        let response = match tokio::time::timeout(
-            self.timeout,
-            self.client.send(&provider, (target, origin_form), request),
-        )
-        .await
-        {
-            Err(_) | Ok(Err(SendError::Timeout)) => {
-                labels.finished("timeout", sent);
-                return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
-            }
-            Ok(Err(SendError::Failed(reason))) => {
-                labels.finished("error", sent);
-                return Err(provider.failed(format!("request failed: {reason}")));
-            }
-            Ok(Ok(r)) => r,
-        };
+        let head_wait = head_timeout.map_or(self.timeout, |t| t.min(self.timeout));
+        let response = self
+            .head(&provider, (target, origin_form), request, head_wait, (&labels, sent))
+            .await?;
         let UpstreamResponse { status, headers: response_headers, body: response_body } = response;
         labels.histogram(metric::UPSTREAM_TTFB_SECONDS).record(sent.elapsed().as_secs_f64());
         let class = crate::metrics::status_class(status.as_u16());
@@ -173,7 +217,7 @@ impl Forwarder {
         if status.is_success() && stream && content_type.starts_with("text/event-stream") {
             // A stream is counted once its head is in; its duration when it ends.
             labels.count(class);
-            let body = self.pass_stream(&provider, response_body, labels, sent);
+            let body = self.pass_stream(&provider, response_body, (labels, breaker), sent);
             return Ok(GatewayReply::Stream { status, content_type, body });
         }
         let retry_after = response_headers
@@ -188,17 +232,46 @@ impl Forwarder {
         {
             Err(_) => {
                 labels.finished("timeout", sent);
-                return Err(ServiceError::UpstreamTimeout { provider: provider.name.clone() });
+                let timeout = ServiceError::UpstreamTimeout { provider: provider.name.clone() };
+                return Err(Failure::fatal(timeout, true));
             }
             Ok(result) => {
                 labels.finished(if result.is_ok() { class } else { "error" }, sent);
-                result?
+                result.map_err(|e| Failure::fatal(e, true))?
             }
         };
         if status.is_success() {
             return Ok(GatewayReply::Json { status, body: bytes });
         }
-        Err(upstream_refusal(&provider, status, &bytes, retry_after))
+        Err(failure_of(&provider, status, &bytes, retry_after))
+    }
+
+    /// Sends `request` and waits up to `wait` for the answer's head.
+    ///
+    /// # Errors
+    /// A retryable [`Failure`]: [`ServiceError::UpstreamTimeout`] when no head came in time,
+    /// [`ServiceError::Upstream`] when the connection failed.
+    async fn head(
+        &self,
+        provider: &Provider,
+        to: (&Target, http::Uri),
+        request: http::Request<Bytes>,
+        wait: Duration,
+        (labels, sent): (&UpstreamLabels, Instant),
+    ) -> Result<UpstreamResponse, Failure> {
+        match tokio::time::timeout(wait, self.client.send(provider, to, request)).await {
+            Err(_) | Ok(Err(SendError::Timeout)) => {
+                labels.finished("timeout", sent);
+                let timeout = ServiceError::UpstreamTimeout { provider: provider.name.clone() };
+                Err(Failure::retryable(timeout, None))
+            }
+            Ok(Err(SendError::Failed(reason))) => {
+                labels.finished("error", sent);
+                let failed = provider.failed(format!("request failed: {reason}"));
+                Err(Failure::retryable(failed, None))
+            }
+            Ok(Ok(response)) => Ok(response),
+        }
     }
 
     /// The upstream's server-sent events, passed on chunk by chunk: cut with an error after
@@ -208,7 +281,7 @@ impl Forwarder {
         &self,
         provider: &Provider,
         upstream: BoxStream<'static, Result<Bytes, String>>,
-        labels: UpstreamLabels,
+        (labels, breaker): (UpstreamLabels, Option<Breaker>),
         sent: Instant,
     ) -> BoxStream<'static, Result<Bytes, ServiceError>> {
         let idle = self.timeout;
@@ -217,6 +290,7 @@ impl Forwarder {
         let chunks = stream::unfold(Some((upstream, 0usize)), move |state| {
             let provider_name = provider_name.clone();
             let labels = labels.clone();
+            let breaker = breaker.clone();
             async move {
                 let (mut upstream, seen) = state?;
                 match tokio::time::timeout(idle, upstream.next()).await {
@@ -235,14 +309,22 @@ impl Forwarder {
                         let seen = seen + chunk.len();
                         Some((Ok(chunk), Some((upstream, seen))))
                     }
-                    Ok(Some(Err(e))) => Some((
-                        Err(ServiceError::Upstream {
-                            provider: provider_name,
-                            reason: format!("stream broke: {e}"),
-                        }),
-                        None,
-                    )),
+                    Ok(Some(Err(e))) => {
+                        if let Some(breaker) = &breaker {
+                            breaker.failed(None);
+                        }
+                        Some((
+                            Err(ServiceError::Upstream {
+                                provider: provider_name,
+                                reason: format!("stream broke: {e}"),
+                            }),
+                            None,
+                        ))
+                    }
                     Err(_) => {
+                        if let Some(breaker) = &breaker {
+                            breaker.failed(None);
+                        }
                         Some((Err(ServiceError::UpstreamTimeout { provider: provider_name }), None))
                     }
                 }
@@ -473,6 +555,48 @@ fn upstream_refusal(
         }
         _ => provider.failed(format!("upstream answered {status}: {message}")),
     }
+}
+
+/// The failure of a non-2xx answer (`status`, its body `bytes`, its `Retry-After` in seconds):
+/// its error ([`upstream_refusal`]), and whether it may be retried (429, 500, 502, 503, 504),
+/// counts against the deployment (everything but a 4xx of the request) or says the request was
+/// too long.
+fn failure_of(
+    provider: &Provider,
+    status: http::StatusCode,
+    bytes: &[u8],
+    retry_after: Option<u64>,
+) -> Failure {
+    let too_long = status == http::StatusCode::BAD_REQUEST && refused_as_too_long(bytes);
+    let error = upstream_refusal(provider, status, bytes, retry_after);
+    match status.as_u16() {
+        429 | 500 | 502 | 503 | 504 => {
+            Failure::retryable(error, retry_after.map(Duration::from_secs))
+        }
+        401 | 403 | 407 => Failure::fatal(error, true),
+        400..=499 => Failure { error, retry: None, deployment_failed: false, too_long },
+        _ => Failure::fatal(error, true),
+    }
+}
+
+/// Whether a 400's body says the request is longer than the model's context window: OpenAI's
+/// `code: "context_length_exceeded"`, or a message that says so (Anthropic's "prompt is too
+/// long", and the wordings of OpenAI-compatible servers).
+fn refused_as_too_long(bytes: &[u8]) -> bool {
+    let Ok(error) = serde_json::from_slice::<Value>(bytes) else {
+        return false;
+    };
+    if error.pointer("/error/code").and_then(Value::as_str) == Some("context_length_exceeded") {
+        return true;
+    }
+    let message = error
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    ["context length", "context window", "prompt is too long", "maximum context"]
+        .iter()
+        .any(|phrase| message.contains(phrase))
 }
 
 /// Anthropic's API version header: the caller's when passed on, else the provider's.

@@ -152,6 +152,12 @@ fn worth_noting(plan: Option<&BudgetPlan>) -> bool {
     plan.is_some_and(|p| p.limit / p.cost.max(1) < NOTED_BELOW_CALLS)
 }
 
+/// What a call holds at one level: its budget reservation and its `tpm_limit` reservation.
+pub(crate) type Held = (
+    Option<crate::governance::reservation::Reservation>,
+    Option<crate::governance::key_rates::TokenReservation>,
+);
+
 /// What an admitted call holds at every level it counts against (its key, member and team):
 /// where it stands for the `x-ratelimit-*` headers, and each level's reservations, settled
 /// when the call is recorded.
@@ -243,6 +249,19 @@ impl SpendGovernance {
     pub fn with_redis(mut self, redis: RedisCounters) -> Self {
         self.redis = Some(redis);
         self
+    }
+
+    /// Gives back what a call held (`held`: its levels' budget and token reservations), so
+    /// that a fallback is admitted afresh in its place.
+    pub(crate) async fn release(&self, held: Vec<Held>) {
+        for (reservation, tokens) in held {
+            if let Some(reservation) = reservation {
+                reservation.release().await;
+            }
+            if let Some(tokens) = tokens {
+                tokens.settle(0);
+            }
+        }
     }
 
     /// The context window of `model` in tokens, when its provider sets one.

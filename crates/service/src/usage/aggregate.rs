@@ -200,6 +200,8 @@ mod tests {
             user_id: "u".into(),
             model: model.into(),
             provider: "p".into(),
+            served_model: None,
+            attempts: 1,
             endpoint: aigw_domain::usage::Endpoint::Chat,
             streamed: false,
             outcome: UsageOutcome::Ok,

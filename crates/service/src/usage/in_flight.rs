@@ -297,6 +297,8 @@ fn interrupted_record(call: &CallInFlight) -> UsageRecord {
         user_id: call.user_id.as_str().into(),
         model: call.model.clone(),
         provider: call.provider.clone(),
+        served_model: None,
+        attempts: 1,
         endpoint: call.endpoint,
         streamed: call.streamed,
         outcome: UsageOutcome::Interrupted,

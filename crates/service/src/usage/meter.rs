@@ -21,7 +21,7 @@ use super::pending::{Observed, Pending};
 use super::recorder::RecorderHandle;
 use crate::auth::Principal;
 use crate::dialect::summary::RequestSummary;
-use crate::governance::key_limits::Admitted;
+use crate::governance::key_limits::{Admitted, Held};
 use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome};
 use bytes::Bytes;
 use serde_json::Value;
@@ -69,6 +69,8 @@ impl Meter {
                 endpoint: summary.endpoint,
                 model: summary.model.clone(),
                 provider: provider.to_owned(),
+                served_model: None,
+                attempts: 0,
                 streamed: summary.stream,
                 started_at: aigw_domain::time::now(),
                 outcome: UsageOutcome::Ok,
@@ -176,6 +178,31 @@ impl CallMeter {
             pending.in_flight = Some(book.enter(&facts, reserved, price.is_some(), worst));
         }
         pending.held = held;
+    }
+
+    /// Takes back what the call holds at every level (its budget and token reservations),
+    /// for a fallback to another model to be admitted afresh
+    /// ([`crate::governance::key_limits::SpendGovernance::release`] gives them back).
+    pub(crate) fn take_held(&mut self) -> Vec<Held> {
+        self.pending.as_mut().map(|p| std::mem::take(&mut p.held)).unwrap_or_default()
+    }
+
+    /// Holds the reservations of `admitted` (a fallback's admission) in place of those taken
+    /// back; the call's place among the calls in flight keeps its first worst case.
+    pub(crate) fn rehold(&mut self, admitted: Admitted) {
+        if let Some(pending) = self.pending.as_mut() {
+            pending.held = admitted.levels.into_iter().map(|l| (l.reservation, l.tokens)).collect();
+        }
+    }
+
+    /// Names what served the call: `provider`'s deployment of `model` (the fallback's, when
+    /// it differs from the model asked for), after `attempts` upstream calls.
+    pub(crate) fn served(&mut self, provider: &str, model: &str, attempts: u32) {
+        if let Some(pending) = self.pending.as_mut() {
+            provider.clone_into(&mut pending.provider);
+            pending.served_model = (model != pending.model).then(|| model.to_owned());
+            pending.attempts = attempts;
+        }
     }
 
     /// The endpoint of the metered call (`chat` once recorded: it is not read then).

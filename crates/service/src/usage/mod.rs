@@ -478,6 +478,8 @@ mod tests {
             user_id: "u".into(),
             model: String::new(),
             provider: String::new(),
+            served_model: None,
+            attempts: 1,
             endpoint: aigw_domain::usage::Endpoint::Chat,
             streamed: false,
             outcome: aigw_domain::usage::UsageOutcome::Ok,

@@ -39,7 +39,12 @@ pub(crate) struct Pending {
     /// The endpoint called: which dialect's usage its answer reports.
     pub(crate) endpoint: Endpoint,
     pub(crate) model: String,
+    /// The provider of the deployment that served (or was tried last).
     pub(crate) provider: String,
+    /// The model that served, when a fallback did.
+    pub(crate) served_model: Option<String>,
+    /// Upstream calls made.
+    pub(crate) attempts: u32,
     pub(crate) streamed: bool,
     pub(crate) started_at: DateTime<Utc>,
     pub(crate) outcome: UsageOutcome,
@@ -94,7 +99,9 @@ impl Pending {
             Some(usage) => (usage, false),
             None => (self.estimate(), true),
         };
-        let price = prices.get(&self.model);
+        // The serving deployment's price.
+        let served = self.served_model.as_deref().unwrap_or(&self.model);
+        let price = prices.served(&self.provider, served);
         let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
         for (reservation, tokens_reserved) in held {
             if let Some(reservation) = reservation {
@@ -110,6 +117,8 @@ impl Pending {
             user_id: self.user_id,
             model: self.model,
             provider: self.provider,
+            served_model: self.served_model,
+            attempts: self.attempts,
             endpoint: self.endpoint,
             streamed: self.streamed,
             outcome: self.outcome,

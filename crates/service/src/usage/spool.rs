@@ -251,6 +251,8 @@ mod tests {
             user_id: "u".into(),
             model: "m".into(),
             provider: "p".into(),
+            served_model: None,
+            attempts: 1,
             endpoint: aigw_domain::usage::Endpoint::Chat,
             streamed: false,
             outcome: UsageOutcome::Ok,

@@ -5,6 +5,7 @@
 
 pub mod browser;
 pub mod eventually;
+pub mod flaky_upstream;
 pub mod gateway_calls;
 pub mod keep_alive;
 pub mod proxy;

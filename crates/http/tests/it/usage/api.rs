@@ -153,6 +153,8 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
         user_id: user.id.as_str().into(),
         model: "echo".into(),
         provider: "echo".into(),
+        served_model: None,
+        attempts: 1,
         endpoint: aigw_domain::usage::Endpoint::Chat,
         streamed: false,
         outcome: UsageOutcome::Ok,
