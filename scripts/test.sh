@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: finds (or starts) PostgreSQL and Redis, installs aiosmtpd (the
-# e-mail tests' SMTP server), then runs every test.
+# The README's test command: finds (or starts) PostgreSQL and Redis, installs PgBouncer
+# (Debian's) and aiosmtpd (the e-mail tests' SMTP server), then runs every test.
 #
 #   scripts/test.sh [extra cargo test args]
 #
@@ -96,6 +96,29 @@ elif ci; then
   exit 1
 else
   log "!!! redis-server not found: the Redis rate-limit tests will SKIP (apt-get install redis-server) !!!"
+fi
+
+# PgBouncer (Debian's package): the pooler test starts its own on a free port.
+pgbouncer_bin=${AIGW_TEST_PGBOUNCER:-$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)}
+if [ -z "$pgbouncer_bin" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  log "PgBouncer: installing Debian's package"
+  # Its package would start a system instance on 6432: policy-rc.d forbids that here.
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d.aigw-test && chmod +x /usr/sbin/policy-rc.d.aigw-test
+  [ -e /usr/sbin/policy-rc.d ] || cp /usr/sbin/policy-rc.d.aigw-test /usr/sbin/policy-rc.d
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1; }; } || true
+  cmp -s /usr/sbin/policy-rc.d /usr/sbin/policy-rc.d.aigw-test && rm -f /usr/sbin/policy-rc.d
+  rm -f /usr/sbin/policy-rc.d.aigw-test
+  pgbouncer_bin=$(ls /usr/sbin/pgbouncer 2>/dev/null || true)
+fi
+if [ -n "$pgbouncer_bin" ]; then
+  export AIGW_TEST_PGBOUNCER="$pgbouncer_bin"
+  log "PgBouncer: tests will start $pgbouncer_bin on free ports"
+elif ci; then
+  log "FAIL: CI=true but pgbouncer is not installed (apt-get install pgbouncer, or set AIGW_TEST_PGBOUNCER)"
+  exit 1
+else
+  log "!!! pgbouncer not found: the PgBouncer test will SKIP (apt-get install pgbouncer) !!!"
 fi
 
 # aiosmtpd (PyPI): the account e-mail tests start it as their SMTP server, one per test.

@@ -204,11 +204,38 @@ pub struct DatabaseSettings {
     /// `lock_timeout`, SQLite `busy_timeout`. A request that needs the database answers within
     /// `acquire_timeout_secs + statement_timeout_secs`, with 503 when the database is hung.
     pub statement_timeout_secs: u64,
+    /// What lies between aigw and PostgreSQL at `url`: `none` (default; PostgreSQL itself or a
+    /// pooler in session mode) or `transaction` (a pooler in transaction mode, such as
+    /// PgBouncer's `pool_mode = transaction`: statements go unnamed and uncached, no session
+    /// setting is sent, and `session_url` is required). docs/deploy.md "PgBouncer".
+    pub pooler: PoolerSetting,
+    /// A PostgreSQL URL whose connections are one server session each (PostgreSQL itself, or
+    /// a pooler in session mode), for what needs a session: the change feed's `LISTEN` and the
+    /// migrations' advisory lock (default: `url`). Required with `pooler = "transaction"`.
+    pub session_url: Option<String>,
+}
+
+/// `database.pooler`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolerSetting {
+    /// PostgreSQL itself, or a pooler in session mode.
+    #[default]
+    None,
+    /// A pooler in transaction mode.
+    Transaction,
 }
 
 impl Default for DatabaseSettings {
     fn default() -> Self {
-        Self { url: None, max_connections: 10, acquire_timeout_secs: 5, statement_timeout_secs: 5 }
+        Self {
+            url: None,
+            max_connections: 10,
+            acquire_timeout_secs: 5,
+            statement_timeout_secs: 5,
+            pooler: PoolerSetting::None,
+            session_url: None,
+        }
     }
 }
 
@@ -219,6 +246,8 @@ impl std::fmt::Debug for DatabaseSettings {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout_secs", &self.acquire_timeout_secs)
             .field("statement_timeout_secs", &self.statement_timeout_secs)
+            .field("pooler", &self.pooler)
+            .field("session_url", &self.session_url.as_deref().map(aigw_domain::redact::redact_url))
             .finish()
     }
 }
@@ -251,6 +280,38 @@ impl Default for LogSettings {
 }
 
 impl Settings {
+    /// Checks `database.pooler` and `database.session_url`: a pooler in transaction mode is
+    /// for PostgreSQL and needs a session URL; a session URL is a PostgreSQL one.
+    ///
+    /// # Errors
+    /// A message naming the setting and the fix.
+    fn validate_database(&self) -> anyhow::Result<()> {
+        let postgres =
+            |url: &str| url.starts_with("postgres://") || url.starts_with("postgresql://");
+        let database = &self.database;
+        if let Some(session) = &database.session_url {
+            if !postgres(session) {
+                anyhow::bail!("database.session_url must be a postgres:// URL");
+            }
+        }
+        if database.pooler == PoolerSetting::Transaction {
+            if !postgres(&self.database_url()) {
+                anyhow::bail!(
+                    "database.pooler = \"transaction\" is for a PostgreSQL url (a pooler such as \
+                     PgBouncer in front of PostgreSQL)"
+                );
+            }
+            if database.session_url.is_none() {
+                anyhow::bail!(
+                    "database.pooler = \"transaction\" needs database.session_url: a direct (or \
+                     session-mode) PostgreSQL URL for the change feed's LISTEN and the \
+                     migrations' lock, which a transaction-mode pooler cannot carry"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The database URL: `database.url`, or SQLite `aigw.db` inside `server.data_dir`.
     pub fn database_url(&self) -> String {
         self.database.url.clone().unwrap_or_else(|| {
@@ -340,6 +401,7 @@ impl Settings {
                  on: the links in account e-mail start with it"
             );
         }
+        self.validate_database()?;
         for (i, p) in self.providers.iter().enumerate() {
             let base_url = p.base_url.as_deref().unwrap_or("");
             let example = match p.kind {
@@ -388,6 +450,22 @@ base_url = "https://api.openai.com/v1"
 api_key = "sk-..."                   # sent upstream; never the caller's key
 models = ["gpt-4o-mini"]
 "#;
+
+    #[test]
+    fn a_transaction_mode_pooler_needs_postgres_and_a_session_url() {
+        let mut settings = Settings::default();
+        settings.database.pooler = PoolerSetting::Transaction;
+        let sqlite = settings.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(sqlite.contains("database.pooler"), "{sqlite}");
+        settings.database.url = Some("postgres://aigw@pgbouncer:6432/aigw".to_owned());
+        let missing = settings.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(missing.contains("database.session_url"), "{missing}");
+        settings.database.session_url = Some("sqlite://x.db".to_owned());
+        let wrong = settings.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(wrong.contains("database.session_url must be a postgres"), "{wrong}");
+        settings.database.session_url = Some("postgres://aigw@10.0.0.5:5432/aigw".to_owned());
+        assert!(settings.validate().is_ok());
+    }
 
     #[test]
     fn the_issue_sample_loads_as_written() {

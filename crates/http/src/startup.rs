@@ -6,7 +6,7 @@ use crate::state::AppState;
 use actix_web::dev::{AppConfig, Extensions, Server};
 use actix_web::middleware::{from_fn, Condition};
 use actix_web::{web, App, HttpServer};
-use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions};
+use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions, Pooler};
 use aigw_service::{BackgroundTasks, Db, Gateway, ServiceContext, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
@@ -42,15 +42,24 @@ impl std::fmt::Debug for Application {
 /// When the URL is not understood, the database is unreachable or a migration fails.
 pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     let url = DatabaseUrl::parse(&settings.database_url())?;
+    let pooler = match settings.database.pooler {
+        crate::settings::PoolerSetting::None => Pooler::None,
+        crate::settings::PoolerSetting::Transaction => Pooler::Transaction,
+    };
     let options = PoolOptions {
         max_connections: settings.database.max_connections,
         acquire_timeout_secs: settings.database.acquire_timeout_secs,
         statement_timeout_secs: settings.database.statement_timeout_secs,
+        pooler,
     };
-    let pool = Pool::new(&url, &options)?;
+    let mut pool = Pool::new(&url, &options)?;
+    if let Some(session) = &settings.database.session_url {
+        pool = pool.with_session_url(DatabaseUrl::parse(session)?);
+    }
     let migrating = pool.clone();
     let (applied, backfill) = tokio::task::spawn_blocking(move || {
-        let mut conn = migrating.get()?;
+        // The migrations hold a session-level advisory lock: on a session of their own.
+        let mut conn = migrating.session_connection()?;
         let applied = migrations::run_pending(&mut conn)?;
         let backfill = aigw_persistence::users::backfill_email_skeletons(&mut conn)?;
         Ok::<_, aigw_persistence::PersistenceError>((applied, backfill))
@@ -62,6 +71,9 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
         tracing::info!(database = ?url, "database schema up to date");
     } else {
         tracing::info!(database = ?url, ?applied, "applied migrations");
+    }
+    if pooler == Pooler::Transaction {
+        warn_without_statement_timeout(&pool).await;
     }
     if backfill.filled > 0 {
         tracing::info!(users = backfill.filled, "e-mail skeletons filled for existing accounts");
@@ -76,18 +88,50 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     Ok(pool)
 }
 
+/// Through a transaction-mode pooler aigw sends no `statement_timeout` (it would stay on a
+/// server connection other clients share): warns when the server applies none, since a hung
+/// statement would then hold a connection until `tcp_user_timeout`.
+async fn warn_without_statement_timeout(pool: &Pool) {
+    let pool = pool.clone();
+    let timeout = tokio::task::spawn_blocking(move || {
+        let mut conn = pool.get()?;
+        aigw_persistence::statement_timeout(&mut conn)
+    })
+    .await;
+    if let Ok(Ok(Some(timeout))) = timeout {
+        if timeout == "0" {
+            tracing::warn!(
+                "database.pooler = \"transaction\": PostgreSQL applies no statement_timeout to \
+                 aigw's statements; set one for its role (ALTER ROLE ... SET statement_timeout \
+                 = '5s'; also lock_timeout) and PgBouncer's query_timeout (docs/deploy.md)"
+            );
+        }
+    }
+}
+
 /// CORS for browser clients: only the configured origins.
 /// With none configured (the default) the middleware is not installed at all.
 fn cors(origins: &[String]) -> actix_cors::Cors {
     use actix_web::http::{header, Method};
     let mut cors = actix_cors::Cors::default()
         .allowed_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
-        .allowed_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::ACCEPT])
+        .allowed_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            // Anthropic's SDKs in a browser: the key, the API version and beta features.
+            header::HeaderName::from_static("x-api-key"),
+            header::HeaderName::from_static("anthropic-version"),
+            header::HeaderName::from_static("anthropic-beta"),
+            header::HeaderName::from_static("idempotency-key"),
+        ])
         .expose_headers([
             header::HeaderName::from_static("x-request-id"),
             header::RETRY_AFTER,
             header::HeaderName::from_static("ratelimit"),
             header::HeaderName::from_static("ratelimit-policy"),
+            header::HeaderName::from_static("x-aigw-deployment"),
+            header::HeaderName::from_static("x-aigw-attempts"),
         ])
         .max_age(3600);
     for origin in origins {

@@ -44,4 +44,6 @@ pub mod usage_records;
 pub mod users;
 
 pub use error::PersistenceError;
-pub use pool::{ping, transaction, DatabaseUrl, DbConnection, Pool, PoolOptions};
+pub use pool::{
+    ping, statement_timeout, transaction, DatabaseUrl, DbConnection, Pool, PoolOptions, Pooler,
+};

@@ -19,9 +19,18 @@
 //! them, and every session runs with `statement_timeout`, `lock_timeout` and
 //! `idle_in_transaction_session_timeout`, so that neither a slow statement nor a lock holder
 //! nor a dead peer keeps a connection (and the blocking thread using it) forever.
+//!
+//! Through a pooler in transaction mode ([`Pooler::Transaction`], PgBouncer's
+//! `pool_mode = transaction`), consecutive statements of one connection may run on different
+//! server connections: statements are then sent unnamed with their parameters in one round
+//! trip (no prepared-statement cache: a cached statement's name would reach a server
+//! connection where it does not exist, or names another statement), and no session setting is
+//! sent (it would stay on a server connection other clients then use); the timeouts are the
+//! server's or the role's. What needs a session of its own (the change feed's `LISTEN`, the
+//! migrations' advisory lock) goes to the pool's session URL ([`Pool::with_session_url`]).
 
 use crate::error::PersistenceError;
-use diesel::connection::SimpleConnection;
+use diesel::connection::{CacheSize, SimpleConnection};
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
 use std::path::PathBuf;
@@ -88,6 +97,18 @@ impl DatabaseUrl {
     }
 }
 
+/// What lies between aigw and PostgreSQL (`database.pooler`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Nothing, or a pooler in session mode: each connection is one server session, its
+    /// prepared statements cached and its session settings kept.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): statements are
+    /// sent unnamed, uncached, and no session setting is sent (module docs).
+    Transaction,
+}
+
 /// Pool settings.
 #[derive(Debug, Clone)]
 pub struct PoolOptions {
@@ -99,11 +120,18 @@ pub struct PoolOptions {
     /// Longest run of one statement, in seconds (default 5): PostgreSQL `statement_timeout`
     /// and `lock_timeout`; SQLite's `busy_timeout` (how long a writer waits for the write lock).
     pub statement_timeout_secs: u64,
+    /// What lies between aigw and PostgreSQL (default none).
+    pub pooler: Pooler,
 }
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        Self { max_connections: 10, acquire_timeout_secs: 5, statement_timeout_secs: 5 }
+        Self {
+            max_connections: 10,
+            acquire_timeout_secs: 5,
+            statement_timeout_secs: 5,
+            pooler: Pooler::None,
+        }
     }
 }
 
@@ -171,8 +199,14 @@ impl r2d2::ManageConnection for ConnectionManager {
             DatabaseUrl::Postgres(url) => {
                 let mut conn = diesel::PgConnection::establish(&self.options.postgres_url(url))
                     .map_err(diesel::r2d2::Error::ConnectionError)?;
-                conn.batch_execute(&self.options.postgres_session_sql())
-                    .map_err(diesel::r2d2::Error::QueryError)?;
+                match self.options.pooler {
+                    Pooler::None => conn
+                        .batch_execute(&self.options.postgres_session_sql())
+                        .map_err(diesel::r2d2::Error::QueryError)?,
+                    Pooler::Transaction => {
+                        conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+                    }
+                }
                 Ok(DbConnection::Postgres(conn))
             }
             DatabaseUrl::Sqlite(path) => {
@@ -209,6 +243,9 @@ pub struct Pool {
     inner: r2d2::Pool<ConnectionManager>,
     options: PoolOptions,
     url: DatabaseUrl,
+    /// Where connections that keep session state go (`LISTEN`, session advisory locks):
+    /// `url` itself unless set.
+    session_url: Option<DatabaseUrl>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -248,7 +285,15 @@ impl Pool {
             .connection_timeout(Duration::from_secs(options.acquire_timeout_secs.max(1)))
             .test_on_check_out(false)
             .build_unchecked(manager);
-        Ok(Self { inner, options: options.clone(), url: url.clone() })
+        Ok(Self { inner, options: options.clone(), url: url.clone(), session_url: None })
+    }
+
+    /// Opens [`Pool::session_connection`]s on `url` (a direct connection, or a pooler in
+    /// session mode) instead of the pool's own URL: needed when that URL is a pooler in
+    /// transaction mode.
+    pub fn with_session_url(mut self, url: DatabaseUrl) -> Self {
+        self.session_url = Some(url);
+        self
     }
 
     /// Checks out a connection, waiting at most the acquire timeout. Blocking.
@@ -271,6 +316,23 @@ impl Pool {
             .map_err(|e| PersistenceError::Unavailable(e.to_string()))
     }
 
+    /// Opens a connection outside the pool that is one server session for its whole life, on
+    /// the session URL ([`Pool::with_session_url`]; else the pool's own, which is then one):
+    /// for what keeps session state, the change feed's `LISTEN` and the migrations' advisory
+    /// lock. Blocking.
+    ///
+    /// # Errors
+    /// [`PersistenceError::Unavailable`] when the database cannot be reached.
+    pub fn session_connection(&self) -> Result<DbConnection, PersistenceError> {
+        let Some(url) = &self.session_url else {
+            return self.dedicated_connection();
+        };
+        let options = PoolOptions { pooler: Pooler::None, ..self.options.clone() };
+        let manager = ConnectionManager { url: url.clone(), options };
+        r2d2::ManageConnection::connect(&manager)
+            .map_err(|e| PersistenceError::Unavailable(e.to_string()))
+    }
+
     /// The most connections the pool holds.
     pub fn max_size(&self) -> u32 {
         self.inner.max_size()
@@ -279,6 +341,27 @@ impl Pool {
     /// The options the pool was built with.
     pub fn options(&self) -> &PoolOptions {
         &self.options
+    }
+}
+
+/// PostgreSQL's `statement_timeout` for `conn`'s statements, as `SHOW statement_timeout`
+/// answers it (`"0"`: none); `None` on SQLite. Through a transaction-mode pooler this is the
+/// server's or the role's setting, since aigw sends none there.
+///
+/// # Errors
+/// The database's error.
+pub fn statement_timeout(conn: &mut DbConnection) -> Result<Option<String>, PersistenceError> {
+    #[derive(QueryableByName)]
+    struct Setting {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        statement_timeout: String,
+    }
+    match conn {
+        DbConnection::Postgres(c) => {
+            let setting: Setting = diesel::sql_query("SHOW statement_timeout").get_result(c)?;
+            Ok(Some(setting.statement_timeout))
+        }
+        DbConnection::Sqlite(_) => Ok(None),
     }
 }
 

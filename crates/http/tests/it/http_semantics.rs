@@ -128,6 +128,19 @@ async fn cors_only_for_configured_origins(backend: Backend) {
         )
         .await;
     assert_eq!(preflight.status, 200, "{}", preflight.text);
+    // Anthropic's SDKs send their key and version headers from a browser too.
+    let anthropic = open
+        .send(
+            open.request(reqwest::Method::OPTIONS, "/api/v1/ai/anthropic/v1/messages", Auth::None)
+                .header("origin", "https://app.example.com")
+                .header("access-control-request-method", "POST")
+                .header(
+                    "access-control-request-headers",
+                    "x-api-key,anthropic-version,content-type",
+                ),
+        )
+        .await;
+    assert_eq!(anthropic.status, 200, "{}", anthropic.text);
     assert_eq!(preflight.header("access-control-allow-origin"), Some("https://app.example.com"));
     let user = open.new_user("cors").await;
     let reply = open
@@ -140,6 +153,10 @@ async fn cors_only_for_configured_origins(backend: Backend) {
     assert_eq!(reply.header("access-control-allow-origin"), Some("https://app.example.com"));
     let exposed = reply.header("access-control-expose-headers").unwrap_or_default().to_lowercase();
     assert!(exposed.contains("x-request-id"), "{exposed}");
+    assert!(
+        exposed.contains("x-aigw-deployment") && exposed.contains("x-aigw-attempts"),
+        "{exposed}"
+    );
 }
 
 backend_tests!(

@@ -45,6 +45,7 @@ mod observability;
 mod openapi_contract;
 mod outage;
 mod permissions;
+mod pgbouncer;
 mod rate_limit_contract;
 mod registration;
 mod responses;

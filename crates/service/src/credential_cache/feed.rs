@@ -25,7 +25,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// Tails the feed until `stop` is set (`Ok`) or the database fails (`Err`).
 pub(super) fn run(inner: &Inner, stop: &AtomicBool) -> Result<(), PersistenceError> {
-    let mut conn = inner.db.pool().dedicated_connection()?;
+    let mut conn = inner.db.pool().session_connection()?;
     let mut watch = FeedWatch::new(&mut conn)?;
     // A node that fell far behind (or never synchronised) reloads its state; rows older than
     // the revocation horizon may have been pruned.

@@ -14,6 +14,7 @@ backend_tests!(
     one_failing_deployment_of_two_fails_no_call_and_gets_none_once_open,
     a_single_dead_deployment_costs_one_slow_call_per_node_then_503_at_once,
     one_probe_closes_the_breaker,
+    a_deployment_at_its_own_quota_is_skipped_not_failed,
 );
 
 async fn one_failing_deployment_of_two_fails_no_call_and_gets_none_once_open(backend: Backend) {
@@ -117,4 +118,36 @@ async fn one_probe_closes_the_breaker(backend: Backend) {
         assert_eq!(reply.status, 200, "{}", reply.text);
     }
     assert_eq!(a.requests(), 5);
+}
+
+async fn a_deployment_at_its_own_quota_is_skipped_not_failed(backend: Backend) {
+    let a = FlakyUpstream::start("a").await;
+    let b = FlakyUpstream::start("b").await;
+    let mut first = deployment(&a, &["m", "solo"], 1);
+    first.rpm_limit = Some(2);
+    let second = deployment(&b, &["m"], 0);
+    let app = spawn_app_with(backend, move |s| s.providers = vec![first, second]).await;
+    let (_, key) = caller(&app, "quota", json!({})).await;
+    let mut deployments = Vec::new();
+    for _ in 0..5 {
+        let reply = app.chat(Auth::Bearer(&key), &chat_body("m", "hi")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        deployments.push(served(&reply));
+    }
+    // a's quota (2 a minute) taken, then b: no attempt is spent on a deployment at its quota.
+    let a_m = ("a/m".to_owned(), 1);
+    let b_m = ("b/m".to_owned(), 1);
+    assert_eq!(deployments, [a_m.clone(), a_m, b_m.clone(), b_m.clone(), b_m]);
+    assert_eq!((a.requests(), b.requests()), (2, 3));
+    // A model whose only deployment is at its quota (counted per model: a/solo has its
+    // own): 503 at once, nothing sent.
+    for _ in 0..2 {
+        let reply = app.chat(Auth::Bearer(&key), &chat_body("solo", "hi")).await;
+        assert_eq!(served(&reply), ("a/solo".to_owned(), 1), "{}", reply.text);
+    }
+    let refused = app.chat(Auth::Bearer(&key), &chat_body("solo", "hi")).await;
+    let error = refused.error(503, "service_unavailable");
+    assert_eq!(error["details"]["reason"], json!("at_quota"), "{error}");
+    assert!(refused.header("retry-after").is_some());
+    assert_eq!(a.requests(), 4);
 }
