@@ -102,13 +102,15 @@ fi
 pgbouncer_bin=${AIGW_TEST_PGBOUNCER:-$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)}
 if [ -z "$pgbouncer_bin" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   log "PgBouncer: installing Debian's package"
-  # Its package would start a system instance on 6432: policy-rc.d forbids that here.
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d.aigw-test && chmod +x /usr/sbin/policy-rc.d.aigw-test
-  [ -e /usr/sbin/policy-rc.d ] || cp /usr/sbin/policy-rc.d.aigw-test /usr/sbin/policy-rc.d
+  # Its package would start a system instance on 6432: a policy-rc.d forbids that (one of
+  # ours only while installing, when the machine has none).
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1
+  fi
   { DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1 ||
     { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1; }; } || true
-  cmp -s /usr/sbin/policy-rc.d /usr/sbin/policy-rc.d.aigw-test && rm -f /usr/sbin/policy-rc.d
-  rm -f /usr/sbin/policy-rc.d.aigw-test
+  if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
   pgbouncer_bin=$(ls /usr/sbin/pgbouncer 2>/dev/null || true)
 fi
 if [ -n "$pgbouncer_bin" ]; then
