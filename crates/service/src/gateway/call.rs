@@ -69,6 +69,8 @@ impl Attempts {
 pub struct Served {
     /// The deployment that answered, `{provider}/{model}`.
     pub deployment: String,
+    /// Its provider.
+    pub provider: String,
     /// Upstream calls made, every retry and fallback included (0 for the built-in model).
     pub attempts: u32,
 }

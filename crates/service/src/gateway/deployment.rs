@@ -136,10 +136,12 @@ impl Route {
         tokens: u64,
         tried: &[usize],
     ) -> Result<(usize, Chosen), Unavailable> {
-        let serving: Vec<usize> =
-            (0..self.deployments.len()).filter(|i| self.deployments[*i].serves(endpoint)).collect();
-        let untried: Vec<usize> = serving.iter().copied().filter(|i| !tried.contains(i)).collect();
-        let mut candidates = if untried.is_empty() { serving } else { untried };
+        let serving = |i: &usize| self.deployments[*i].serves(endpoint);
+        let mut candidates: Vec<usize> =
+            (0..self.deployments.len()).filter(serving).filter(|i| !tried.contains(i)).collect();
+        if candidates.is_empty() {
+            candidates = (0..self.deployments.len()).filter(serving).collect();
+        }
         let mut soonest: Option<Duration> = None;
         let mut at_quota = false;
         while !candidates.is_empty() {

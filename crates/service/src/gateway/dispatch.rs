@@ -73,6 +73,7 @@ impl Gateway {
             let (error, fallbacks) = match outcome {
                 ModelOutcome::Answered(reply, deployment) => {
                     deployment.name.clone_into(&mut served.deployment);
+                    deployment.provider.name.clone_into(&mut served.provider);
                     if let Some(meter) = call.meter.as_mut() {
                         meter.served(&deployment.provider.name, &deployment.model, served.attempts);
                     }

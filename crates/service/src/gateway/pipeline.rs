@@ -218,10 +218,8 @@ impl Gateway {
         let mut call = self.meter(principal, request_id, first, admitted);
         let request = Request { principal, endpoint, arrived, headers: forward_headers };
         let (reply, served) = self.dispatch(route, &mut call, &request).await;
-        let created = self.stored.as_ref().and_then(|s| {
-            let provider = served.deployment.split('/').next().unwrap_or_default();
-            s.owner_of(endpoint, principal, provider)
-        });
+        let created =
+            self.stored.as_ref().and_then(|s| s.owner_of(endpoint, principal, &served.provider));
         // Settlement: the meter records the call and settles its reservations when the
         // answer (or the stream) ends.
         let reply = match call.meter {
