@@ -60,9 +60,9 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
     .service(one("/readyz", &["GET"], get_or_head().to(health::readyz)));
 }
 
-/// `/ai/…`: chat completions (the hot route, first), embeddings, responses and the stored
-/// responses, Anthropic's messages and token counts ([`anthropic_routes`]), and the models
-/// (API keys with `ai_gateway`).
+/// `/ai/…`: chat completions (the hot route, first), embeddings, responses, Anthropic's
+/// messages and token counts ([`anthropic_routes`]), the stored responses and the models (API
+/// keys with `ai_gateway`).
 fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
     cfg.service(
         web::resource("/ai/chat/completions")
@@ -85,6 +85,8 @@ fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
             .route(web::post().to(responses::create))
             .default_service(web::to(|req: HttpRequest| not_allowed(req, &["POST"]))),
     );
+    // Before the patterns with a `{param}`: a scope's static prefix is matched without a regex.
+    anthropic_routes(cfg, chat_limit);
     cfg.service(
         web::resource("/ai/responses/{id}")
             .app_data(LimitedBy(Policy::Ai))
@@ -103,7 +105,6 @@ fn gateway_routes(cfg: &mut web::ServiceConfig, chat_limit: usize) {
         one("/ai/models/{model:.+}", &["GET"], get_or_head().to(models::retrieve))
             .app_data(LimitedBy(Policy::Ai)),
     );
-    anthropic_routes(cfg, chat_limit);
 }
 
 /// `/ai/anthropic/v1/messages…`: Anthropic's messages and token counts, the key also in

@@ -1,6 +1,7 @@
 //! The first stage of a gateway call: what a request of one API dialect says, read once into
 //! a [`RequestSummary`] (the model, the prompt's bound in tokens, the output cap, images,
-//! streaming), and what its answer reports as usage ([`usage`]). One module per dialect:
+//! streaming), and what its answer reports as usage ([`usage`]; a stream's events one by one:
+//! [`stream_event`]). One module per dialect:
 //! OpenAI's chat completions ([`chat`]), embeddings ([`embeddings`]) and Responses API
 //! ([`responses`]), Anthropic's Messages API ([`messages`]); the token counts
 //! that bound a prompt ([`tokens`]); the gateway's answer ([`reply`]); a body sent to another
@@ -14,8 +15,10 @@ pub mod chat;
 pub mod embeddings;
 pub mod messages;
 pub mod model;
+pub mod object;
 pub mod reply;
 pub mod responses;
+pub mod stream_event;
 pub mod summary;
 pub mod tokens;
 pub mod usage;

@@ -16,7 +16,9 @@
 //!   `message.usage`, then each `message_delta`'s `usage`, cumulative: each count it gives
 //!   replaces the one before.
 
+use super::object::Object;
 use aigw_domain::usage::{Endpoint, TokenUsage};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// A count of `value` at `pointer`, when it is a non-negative integer.
@@ -24,60 +26,166 @@ fn count(value: &Value, pointer: &str) -> Option<u64> {
     value.pointer(pointer).and_then(Value::as_u64)
 }
 
-/// The usage object of a chat completion or an embeddings answer; `None` unless
-/// `prompt_tokens` is a count (`completion_tokens` defaults to 0 for embeddings, whose answer
-/// has none, and must be a count when present).
-fn openai_usage(usage: &Value) -> Option<TokenUsage> {
-    let prompt = count(usage, "/prompt_tokens")?;
-    let completion = match usage.get("completion_tokens") {
-        None | Some(Value::Null) => 0,
-        Some(value) => value.as_u64()?,
-    };
-    let mut tokens = TokenUsage::new(prompt, completion);
-    if let Some(total) = count(usage, "/total_tokens") {
-        tokens.total_tokens = total;
+/// `Some(None)` when `value` has no `key` or it is `null`, `Some(count)` when it is a count,
+/// `None` when it is anything else.
+fn optional_count(value: &Value, key: &str) -> Option<Option<u64>> {
+    match value.get(key) {
+        None | Some(Value::Null) => Some(None),
+        Some(count) => count.as_u64().map(Some),
     }
-    tokens.cached_tokens = count(usage, "/prompt_tokens_details/cached_tokens").unwrap_or(0);
-    tokens.reasoning_tokens =
-        count(usage, "/completion_tokens_details/reasoning_tokens").unwrap_or(0);
-    Some(tokens)
+}
+
+/// `cached_tokens` of `prompt_tokens_details` / `input_tokens_details`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CachedDetails {
+    cached_tokens: Option<u64>,
+}
+
+/// `reasoning_tokens` of `completion_tokens_details` / `output_tokens_details`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ReasoningDetails {
+    reasoning_tokens: Option<u64>,
+}
+
+/// The counts of a chat completion's or an embeddings answer's `usage` object.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct OpenAiCounts {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+    prompt_tokens_details: Option<Object<CachedDetails>>,
+    completion_tokens_details: Option<Object<ReasoningDetails>>,
+}
+
+impl OpenAiCounts {
+    /// The counts of a `usage` tree: a member that is not a count reads as absent, except
+    /// `completion_tokens`, which must be a count when present (`None`).
+    fn from_tree(usage: &Value) -> Option<Self> {
+        Some(Self {
+            prompt_tokens: count(usage, "/prompt_tokens"),
+            completion_tokens: optional_count(usage, "completion_tokens")?,
+            total_tokens: count(usage, "/total_tokens"),
+            prompt_tokens_details: Some(Object(CachedDetails {
+                cached_tokens: count(usage, "/prompt_tokens_details/cached_tokens"),
+            })),
+            completion_tokens_details: Some(Object(ReasoningDetails {
+                reasoning_tokens: count(usage, "/completion_tokens_details/reasoning_tokens"),
+            })),
+        })
+    }
+
+    /// The usage; `None` without `prompt_tokens` (`completion_tokens` defaults to 0 for
+    /// embeddings, whose answer has none).
+    pub(crate) fn tokens(&self) -> Option<TokenUsage> {
+        let mut tokens = TokenUsage::new(self.prompt_tokens?, self.completion_tokens.unwrap_or(0));
+        if let Some(total) = self.total_tokens {
+            tokens.total_tokens = total;
+        }
+        tokens.cached_tokens =
+            self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0);
+        tokens.reasoning_tokens =
+            self.completion_tokens_details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0);
+        Some(tokens)
+    }
+}
+
+/// The counts of a response's `usage` object (Responses API).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ResponsesCounts {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+    input_tokens_details: Option<Object<CachedDetails>>,
+    output_tokens_details: Option<Object<ReasoningDetails>>,
+}
+
+impl ResponsesCounts {
+    /// The counts of a `usage` tree: a member that is not a count reads as absent.
+    fn from_tree(usage: &Value) -> Self {
+        Self {
+            input_tokens: count(usage, "/input_tokens"),
+            output_tokens: count(usage, "/output_tokens"),
+            total_tokens: count(usage, "/total_tokens"),
+            input_tokens_details: Some(Object(CachedDetails {
+                cached_tokens: count(usage, "/input_tokens_details/cached_tokens"),
+            })),
+            output_tokens_details: Some(Object(ReasoningDetails {
+                reasoning_tokens: count(usage, "/output_tokens_details/reasoning_tokens"),
+            })),
+        }
+    }
+
+    /// The usage; `None` unless `input_tokens` and `output_tokens` are counts.
+    pub(crate) fn tokens(&self) -> Option<TokenUsage> {
+        let mut tokens = TokenUsage::new(self.input_tokens?, self.output_tokens?);
+        if let Some(total) = self.total_tokens {
+            tokens.total_tokens = total;
+        }
+        tokens.cached_tokens =
+            self.input_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0);
+        tokens.reasoning_tokens =
+            self.output_tokens_details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0);
+        Some(tokens)
+    }
+}
+
+/// The counts of Anthropic's `usage` object.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct MessagesCounts {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl MessagesCounts {
+    /// The counts of a `usage` tree: a member that is not a count reads as absent.
+    fn from_tree(usage: &Value) -> Self {
+        Self {
+            input_tokens: count(usage, "/input_tokens"),
+            output_tokens: count(usage, "/output_tokens"),
+            cache_creation_input_tokens: count(usage, "/cache_creation_input_tokens"),
+            cache_read_input_tokens: count(usage, "/cache_read_input_tokens"),
+        }
+    }
+
+    /// The usage over `before` (a stream's counts so far): each count present replaces the
+    /// one before; `before` when the object holds none of them.
+    pub(crate) fn over(&self, before: Option<TokenUsage>) -> Option<TokenUsage> {
+        let (input, output) = (self.input_tokens, self.output_tokens);
+        let (written, read) = (self.cache_creation_input_tokens, self.cache_read_input_tokens);
+        if input.is_none() && output.is_none() && written.is_none() && read.is_none() {
+            return before;
+        }
+        let previous = before.unwrap_or_default();
+        let uncached = input.unwrap_or(previous.uncached_prompt_tokens());
+        let written = written.unwrap_or(previous.cache_write_tokens);
+        let read = read.unwrap_or(previous.cached_tokens);
+        let output = output.unwrap_or(previous.completion_tokens);
+        let prompt = uncached.saturating_add(written).saturating_add(read);
+        Some(TokenUsage {
+            cached_tokens: read,
+            cache_write_tokens: written,
+            ..TokenUsage::new(prompt, output)
+        })
+    }
+}
+
+/// The usage object of a chat completion or an embeddings answer; `None` unless
+/// `prompt_tokens` is a count and `completion_tokens` absent, `null` or a count.
+fn openai_usage(usage: &Value) -> Option<TokenUsage> {
+    OpenAiCounts::from_tree(usage)?.tokens()
 }
 
 /// The usage object of a response (Responses API); `None` unless `input_tokens` and
 /// `output_tokens` are counts.
 fn responses_usage(usage: &Value) -> Option<TokenUsage> {
-    let mut tokens =
-        TokenUsage::new(count(usage, "/input_tokens")?, count(usage, "/output_tokens")?);
-    if let Some(total) = count(usage, "/total_tokens") {
-        tokens.total_tokens = total;
-    }
-    tokens.cached_tokens = count(usage, "/input_tokens_details/cached_tokens").unwrap_or(0);
-    tokens.reasoning_tokens = count(usage, "/output_tokens_details/reasoning_tokens").unwrap_or(0);
-    Some(tokens)
+    ResponsesCounts::from_tree(usage).tokens()
 }
 
-/// Anthropic's usage object over `before` (a stream's counts so far): each count present
-/// replaces the one before; `None` when the object holds none of them.
+/// Anthropic's usage object over `before` (see [`MessagesCounts::over`]).
 fn messages_usage(usage: &Value, before: Option<TokenUsage>) -> Option<TokenUsage> {
-    let previous = before.unwrap_or_default();
-    let input = count(usage, "/input_tokens");
-    let output = count(usage, "/output_tokens");
-    let written = count(usage, "/cache_creation_input_tokens");
-    let read = count(usage, "/cache_read_input_tokens");
-    if input.is_none() && output.is_none() && written.is_none() && read.is_none() {
-        return before;
-    }
-    let old_uncached = previous.uncached_prompt_tokens();
-    let uncached = input.unwrap_or(old_uncached);
-    let written = written.unwrap_or(previous.cache_write_tokens);
-    let read = read.unwrap_or(previous.cached_tokens);
-    let output = output.unwrap_or(previous.completion_tokens);
-    let prompt = uncached.saturating_add(written).saturating_add(read);
-    Some(TokenUsage {
-        cached_tokens: read,
-        cache_write_tokens: written,
-        ..TokenUsage::new(prompt, output)
-    })
+    MessagesCounts::from_tree(usage).over(before)
 }
 
 /// The usage a JSON answer of `endpoint` reports; `None` when it has none (or none that reads

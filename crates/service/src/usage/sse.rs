@@ -21,12 +21,12 @@
 
 use super::meter::CallMeter;
 use super::pending::Observed;
-use crate::dialect::usage::{stream_failed, stream_text, stream_usage};
+use crate::dialect::stream_event::read_event;
 use crate::error::ServiceError;
 use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{BoxStream, Stream};
-use serde_json::Value;
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -126,40 +126,34 @@ impl MeteredStream {
             out.extend_from_slice(&event);
             return;
         };
-        let Ok(chunk) = serde_json::from_slice::<Value>(&data) else {
+        let (completion, overflow) = (&mut self.completion, &mut self.overflow);
+        let keep = |s: &str| {
+            if completion.len() + s.len() <= MAX_KEPT_TEXT {
+                completion.push_str(s);
+            } else {
+                *overflow += s.len();
+            }
+        };
+        let Some(reading) = read_event(self.endpoint, &data, self.usage, keep) else {
             out.extend_from_slice(&event);
             return;
         };
-        self.usage = stream_usage(self.endpoint, &chunk, self.usage);
-        self.failed |= stream_failed(self.endpoint, &chunk);
-        self.collect_text(&chunk);
+        self.usage = reading.usage;
+        self.failed |= reading.failed;
         if !self.strip_usage {
             out.extend_from_slice(&event);
             return;
         }
-        let usage_only = chunk.get("usage").is_some_and(Value::is_object)
-            && chunk.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty);
-        if usage_only {
+        if reading.usage_only {
             return;
         }
-        if chunk.get("usage") == Some(&Value::Null) {
+        if reading.null_usage {
             if let Some(cut) = without_null_usage(&event) {
                 out.extend_from_slice(&cut);
                 return;
             }
         }
         out.extend_from_slice(&event);
-    }
-
-    fn collect_text(&mut self, chunk: &Value) {
-        let (completion, overflow) = (&mut self.completion, &mut self.overflow);
-        stream_text(self.endpoint, chunk, |s| {
-            if completion.len() + s.len() <= MAX_KEPT_TEXT {
-                completion.push_str(s);
-            } else {
-                *overflow += s.len();
-            }
-        });
     }
 }
 
@@ -225,31 +219,35 @@ impl Drop for MeteredStream {
     }
 }
 
-/// The end (exclusive) of the first complete event in `buf`: after its blank line
-/// (`\n\n` or `\r\n\r\n`).
+/// The end (exclusive) of the first complete event in `buf`: after the blank line that ends
+/// it (a line feed followed by `\n` or `\r\n`, so `\n\n`, `\r\n\r\n` and their mix). Looks
+/// at each byte once, however many events `buf` holds.
 pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    memchr::memchr_iter(b'\n', buf).find_map(|i| match buf.get(i + 1..) {
+        Some([b'\n', ..]) => Some(i + 2),
+        Some([b'\r', b'\n', ..]) => Some(i + 3),
+        _ => None,
+    })
 }
 
-/// The `data` of an event: its `data:` lines joined by newlines; `None` without any or for
-/// `[DONE]`.
-pub(crate) fn event_data(event: &[u8]) -> Option<Vec<u8>> {
-    let mut data: Option<Vec<u8>> = None;
-    for line in event.split(|b| *b == b'\n') {
+/// The `data` of an event: its `data:` lines joined by newlines (borrowed from `event` when
+/// it has one); `None` without any, or when it is not a JSON object (`[DONE]`).
+pub(crate) fn event_data(event: &[u8]) -> Option<Cow<'_, [u8]>> {
+    let mut data: Option<Cow<'_, [u8]>> = None;
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', event).chain(std::iter::once(event.len())) {
+        let line = &event[start..end];
+        start = end + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if let Some(rest) = line.strip_prefix(b"data:") {
             let rest = rest.strip_prefix(b" ").unwrap_or(rest);
             match &mut data {
                 Some(d) => {
+                    let d = d.to_mut();
                     d.push(b'\n');
                     d.extend_from_slice(rest);
                 }
-                None => data = Some(rest.to_vec()),
+                None => data = Some(Cow::Borrowed(rest)),
             }
         }
     }
@@ -304,6 +302,9 @@ mod tests {
         assert_eq!(event_end(b"data: {}\n\ndata: x"), Some(10));
         assert_eq!(event_end(b"data: {}\r\n\r\n"), Some(12));
         assert_eq!(event_end(b"data: {}\n"), None);
+        assert_eq!(event_end(b"data: {}\n\r\n"), Some(11));
+        assert_eq!(event_end(b"data: {}\r\n"), None);
+        assert_eq!(event_end(b"data: a\r\ndata: b\r\n\r\ndata: c\n\n"), Some(20));
     }
 
     #[test]
@@ -326,5 +327,9 @@ mod tests {
         assert_eq!(cut("data: {\"x\":{\"usage\":null},\"usage\":null}\n\n"), None);
         assert_eq!(event_data(b"data: [DONE]\n\n"), None);
         assert_eq!(event_data(b"data: {\"a\":1}\n\n").as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(
+            event_data(b"data: {\"a\":\ndata: 1}\n\n").as_deref(),
+            Some(&b"{\"a\":\n1}"[..])
+        );
     }
 }
