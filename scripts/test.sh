@@ -86,6 +86,18 @@ else
   fi
 fi
 
+# PostgreSQL's server binaries: the failover test starts a primary and a standby of its own.
+pg_bin=${AIGW_TEST_PG_BIN:-$(dirname "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1 || echo .)")}
+if [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pg_basebackup" ]; then
+  export AIGW_TEST_PG_BIN="$pg_bin"
+  log "PostgreSQL failover: tests will start clusters with $pg_bin"
+elif ci; then
+  log "FAIL: CI=true but PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup) are not installed"
+  exit 1
+else
+  log "!!! PostgreSQL server binaries not found: the failover test will SKIP (apt-get install postgresql) !!!"
+fi
+
 # Redis: the multi-node rate-limit tests start their own redis-server on a free port.
 redis_bin=${AIGW_TEST_REDIS_SERVER:-$(command -v redis-server || true)}
 if [ -n "$redis_bin" ]; then

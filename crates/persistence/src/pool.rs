@@ -155,12 +155,22 @@ impl PoolOptions {
     }
 
     /// `url` with each of [`PoolOptions::libpq_parameters`] it does not already set appended
-    /// to its query string.
+    /// to its query string, and `target_session_attrs=read-write` when it names several hosts
+    /// (`postgres://u@primary:5432,standby:5432/db`: libpq tries them in order and keeps the
+    /// first that accepts writes, so after a failover new connections find the new primary,
+    /// and never a standby).
     pub fn postgres_url(&self, url: &str) -> String {
         let query = url.split_once('?').map_or("", |(_, q)| q);
         let present: Vec<&str> = query.split('&').filter_map(|kv| kv.split('=').next()).collect();
         let mut out = url.to_owned();
-        for (name, value) in self.libpq_parameters() {
+        let authority = url.split_once("://").map_or("", |(_, rest)| rest);
+        let authority = authority.split(['/', '?']).next().unwrap_or_default();
+        let several_hosts = authority.rsplit('@').next().is_some_and(|hosts| hosts.contains(','));
+        let mut parameters = self.libpq_parameters();
+        if several_hosts {
+            parameters.push(("target_session_attrs", "read-write".to_owned()));
+        }
+        for (name, value) in parameters {
             if present.contains(&name) {
                 continue;
             }
@@ -466,6 +476,21 @@ mod tests {
         let url = options.postgres_url("postgres://u@h/db?sslmode=require&connect_timeout=9");
         assert!(url.contains("sslmode=require&connect_timeout=9&keepalives=1"), "{url}");
         assert_eq!(url.matches("connect_timeout").count(), 1, "{url}");
+        assert!(!url.contains("target_session_attrs"), "{url}");
+    }
+
+    /// A URL naming several hosts asks for the one that accepts writes, unless it says
+    /// otherwise.
+    #[test]
+    fn several_hosts_mean_the_writable_one() {
+        let options = PoolOptions::default();
+        let url = options.postgres_url("postgres://u:p,w@a:5432,b:5433/db");
+        assert!(url.ends_with("&target_session_attrs=read-write"), "{url}");
+        let url = options.postgres_url("postgres://u@a,b/db?target_session_attrs=any");
+        assert_eq!(url.matches("target_session_attrs").count(), 1, "{url}");
+        assert!(url.contains("target_session_attrs=any"), "{url}");
+        let url = options.postgres_url("postgres://u:p,w@a/db?application_name=x,y");
+        assert!(!url.contains("target_session_attrs"), "{url}");
     }
 
     /// Every SQLite connection of the pool keeps its temporary store (savepoint journals

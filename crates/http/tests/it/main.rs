@@ -29,6 +29,7 @@ mod credentials;
 mod db_faults;
 mod embeddings;
 mod errors;
+mod failover;
 mod hostile_input;
 mod http_semantics;
 mod idempotency;

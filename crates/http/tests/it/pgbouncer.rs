@@ -6,8 +6,7 @@
 //! another statement). Needs `pgbouncer` (`AIGW_TEST_PGBOUNCER`, else /usr/sbin/pgbouncer;
 //! scripts/test.sh installs it) and PostgreSQL.
 
-use crate::common::eventually::eventually;
-use crate::common::gateway_calls::records_of;
+use crate::common::gateway_calls::{records_of, refused_by};
 use crate::common::*;
 use aigw_http::settings::PoolerSetting;
 use serde_json::json;
@@ -142,15 +141,7 @@ async fn two_nodes_through_pgbouncer_in_transaction_mode_lose_nothing() {
     // URL), and its key is refused there, not answered 503.
     let id = made["id"].as_str().unwrap();
     a.revoke_key(Auth::Bearer(&user.token), id).await.data(200);
-    eventually("the revocation reached node b", Duration::from_secs(5), || async {
-        let reply = b.chat(Auth::Bearer(&key), &chat_body("echo", "hi")).await;
-        if reply.status == 401 {
-            Ok(())
-        } else {
-            Err(format!("{}: {}", reply.status, reply.text))
-        }
-    })
-    .await;
+    refused_by(&b, &key, Duration::from_secs(5)).await;
     drop(b);
     drop(a);
 }

@@ -1,7 +1,7 @@
 //! What the gateway's tests share: a burst of calls over two nodes, and the per-request
 //! records of the calls once the ledger has them.
 
-use super::{eventually, Auth, Reply, TestApp, User};
+use super::{chat_body, eventually, Auth, Reply, TestApp, User};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -60,4 +60,18 @@ pub async fn records_of(app: &TestApp, users: &[&User], calls: usize) -> Vec<Val
 /// The summed `cost_usd` of `records`.
 pub fn cost_of(records: &[Value]) -> f64 {
     records.iter().map(|r| r["cost_usd"].as_f64().unwrap_or(f64::NAN)).sum()
+}
+
+/// Waits (at most `within`) until `node` answers a chat call with `key` 401: a revocation made
+/// on another node has reached it through the change feed.
+pub async fn refused_by(node: &TestApp, key: &str, within: Duration) {
+    eventually("the revocation reached the other node", within, || async {
+        let reply = node.chat(Auth::Bearer(key), &chat_body("echo", "hi")).await;
+        if reply.status == 401 {
+            Ok(())
+        } else {
+            Err(format!("{}: {}", reply.status, reply.text))
+        }
+    })
+    .await;
 }

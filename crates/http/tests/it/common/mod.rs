@@ -300,6 +300,13 @@ async fn start(
     }
 }
 
+/// A server on the PostgreSQL database at `url`, which the test owns and drops (a cluster of
+/// its own: `failover`).
+pub async fn spawn_app_at(url: &str, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    start(Backend::Postgres, dir, url.to_owned(), None, tweak).await
+}
+
 impl TestApp {
     /// A second server on the same database (another gateway node), with its own settings.
     /// It must be dropped before `self` (it does not own the database).
