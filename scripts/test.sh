@@ -110,19 +110,25 @@ else
   log "!!! redis-server not found: the Redis rate-limit tests will SKIP (apt-get install redis-server) !!!"
 fi
 
-# PgBouncer (Debian's package): the pooler test starts its own on a free port.
-pgbouncer_bin=${AIGW_TEST_PGBOUNCER:-$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)}
-if [ -z "$pgbouncer_bin" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  log "PgBouncer: installing Debian's package"
-  # Its package would start a system instance on 6432: a policy-rc.d forbids that (one of
-  # ours only while installing, when the machine has none).
-  own_policy=""
+# Debian's package $1 (for the binary at $2) when it is missing and this runs as root with apt.
+# Its package would start a system instance: a policy-rc.d forbids that (one of ours only while
+# installing, when the machine has none).
+apt_install() {
+  if [ -x "$2" ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then return 0; fi
+  log "$1: installing Debian's package"
+  local own_policy=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1
   fi
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1; }; } || true
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null 2>&1; }; } || true
   if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
+}
+
+# PgBouncer (Debian's package): the pooler test starts its own on a free port.
+pgbouncer_bin=${AIGW_TEST_PGBOUNCER:-$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)}
+if [ -z "$pgbouncer_bin" ]; then
+  apt_install pgbouncer /usr/sbin/pgbouncer
   pgbouncer_bin=$(ls /usr/sbin/pgbouncer 2>/dev/null || true)
 fi
 if [ -n "$pgbouncer_bin" ]; then
@@ -133,6 +139,22 @@ elif ci; then
   exit 1
 else
   log "!!! pgbouncer not found: the PgBouncer test will SKIP (apt-get install pgbouncer) !!!"
+fi
+
+# nginx (Debian's package): the node-kill test puts one in front of two nodes.
+nginx_bin=${AIGW_TEST_NGINX:-$(command -v nginx || ls /usr/sbin/nginx 2>/dev/null || true)}
+if [ -z "$nginx_bin" ]; then
+  apt_install nginx-light /usr/sbin/nginx
+  nginx_bin=$(ls /usr/sbin/nginx 2>/dev/null || true)
+fi
+if [ -n "$nginx_bin" ]; then
+  export AIGW_TEST_NGINX="$nginx_bin"
+  log "nginx: the node-kill test will start $nginx_bin on a free port"
+elif ci; then
+  log "FAIL: CI=true but nginx is not installed (apt-get install nginx-light, or set AIGW_TEST_NGINX)"
+  exit 1
+else
+  log "!!! nginx not found: the node-kill test will SKIP (apt-get install nginx-light) !!!"
 fi
 
 # aiosmtpd (PyPI): the account e-mail tests start it as their SMTP server, one per test.

@@ -9,12 +9,13 @@
 //! ledger on the new primary and the spend stays within the budget; a revocation made after
 //! the switchover reaches the other node. The gap, the answers and the spend are printed.
 
+use super::calls_reach;
 use super::pg_cluster::PgCluster;
-use crate::budgets::{cost_of_one_call, priced_providers};
+use crate::budgets::{budget_key, cost_of_one_call, priced_providers};
 use crate::common::eventually::eventually;
 use crate::common::gateway_calls::refused_by;
 use crate::common::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,14 +94,7 @@ async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() 
     let user = a.new_user("switchover").await;
     let cost = cost_of_one_call(&a, &user.token).await;
     let budget = BUDGET_CALLS * cost;
-    let made = a
-        .create_key_raw(
-            Auth::Bearer(&user.token),
-            &json!({"name": "switched", "permissions": ["ai_gateway", "read"],
-                    "max_budget_usd": budget}),
-        )
-        .await
-        .data(201);
+    let made = budget_key(&a, &user.token, budget, "monthly").await;
     let key: Arc<str> = made["key"].as_str().unwrap().into();
     let id = made["id"].as_str().unwrap().to_owned();
 
@@ -112,15 +106,7 @@ async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() 
             tokio::spawn(caller(node, key.clone(), ok.clone(), until))
         })
         .collect();
-    eventually("calls before the switchover", Duration::from_secs(30), || async {
-        let n = ok.load(Ordering::Relaxed);
-        if n >= CALLS_BEFORE {
-            Ok(())
-        } else {
-            Err(n)
-        }
-    })
-    .await;
+    calls_reach(&ok, CALLS_BEFORE).await;
     let stopped_at = Instant::now();
     let promoted_at = tokio::task::block_in_place(|| {
         cluster.stop(&primary);
