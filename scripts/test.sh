@@ -87,8 +87,14 @@ else
 fi
 
 # PostgreSQL's server binaries: the failover test starts a primary and a standby of its own.
-pg_bin=${AIGW_TEST_PG_BIN:-$(dirname "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1 || echo .)")}
-if [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pg_basebackup" ]; then
+pg_bin=${AIGW_TEST_PG_BIN:-}
+if [ -z "$pg_bin" ]; then
+  # The first folder with all three tools: the newest /usr/lib/postgresql/N/bin, then PATH's.
+  for dir in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -rV) "$(dirname "$(command -v initdb || echo .)")"; do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && [ -x "$dir/pg_basebackup" ]; then pg_bin=$dir; break; fi
+  done
+fi
+if [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pg_basebackup" ]; then
   export AIGW_TEST_PG_BIN="$pg_bin"
   log "PostgreSQL failover: tests will start clusters with $pg_bin"
 elif ci; then
