@@ -31,6 +31,15 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The provider and model named in the record of a call no deployment served: the
+/// deployment tried last, or `route`'s first deployment and model when none could be tried.
+fn tried_last<'a>(last: Option<&'a Deployment>, route: &'a Route) -> (&'a str, &'a str) {
+    match last {
+        Some(deployment) => (&deployment.provider.name, &deployment.model),
+        None => (route.deployments.first().map_or("", |d| d.provider.name.as_str()), &route.model),
+    }
+}
+
 /// How the attempts at one model ended.
 enum ModelOutcome {
     /// A deployment answered.
@@ -67,9 +76,11 @@ impl Gateway {
         let mut next_models: Vec<String> = Vec::new();
         let mut hops = 0_u32;
         let mut refusal: Option<ServiceError> = None;
+        // The deployment the last attempt went to, for the record of a call none served.
+        let mut last_tried: Option<Arc<Deployment>> = None;
         loop {
-            let outcome =
-                self.attempt_model(&route, call, request, deadline, &mut served.attempts).await;
+            let tally = (&mut served.attempts, &mut last_tried);
+            let outcome = self.attempt_model(&route, call, request, deadline, tally).await;
             let (error, fallbacks) = match outcome {
                 ModelOutcome::Answered(reply, deployment) => {
                     deployment.name.clone_into(&mut served.deployment);
@@ -111,7 +122,8 @@ impl Gateway {
             };
             let Some(next) = next else {
                 if let Some(meter) = call.meter.as_mut() {
-                    meter.served(&self.last_provider(&route), &route.model, served.attempts);
+                    let (provider, model) = tried_last(last_tried.as_deref(), &route);
+                    meter.served(provider, model, served.attempts);
                 }
                 return (Err(refusal.unwrap_or(error)), served);
             };
@@ -121,11 +133,6 @@ impl Gateway {
         }
     }
 
-    /// The provider named for a call that no deployment of `route` served: its first.
-    fn last_provider(&self, route: &Route) -> String {
-        route.deployments.first().map(|d| d.provider.name.clone()).unwrap_or_default()
-    }
-
     /// The attempts at one model: up to `gateway.max_attempts`, as the module docs say.
     async fn attempt_model(
         &self,
@@ -133,7 +140,7 @@ impl Gateway {
         call: &MeteredCall,
         request: &Request<'_>,
         deadline: Instant,
-        attempts_made: &mut u32,
+        (attempts_made, last_tried): (&mut u32, &mut Option<Arc<Deployment>>),
     ) -> ModelOutcome {
         let settings = self.attempts();
         let tokens = call.summary.prompt_bound.saturating_add(call.summary.completion_cap);
@@ -153,6 +160,7 @@ impl Gateway {
                 *attempts_made += 1;
             }
             let deployment = chosen.deployment.clone();
+            *last_tried = Some(deployment.clone());
             let failure = match self.attempt(chosen, call, (request, first), deadline).await {
                 Ok(reply) => return ModelOutcome::Answered(reply, deployment),
                 Err(failure) => failure,

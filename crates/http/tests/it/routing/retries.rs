@@ -21,6 +21,7 @@ backend_tests!(
     a_retry_after_within_the_cap_is_waited_for_on_a_single_deployment,
     a_stream_broken_after_its_first_chunk_is_not_retried_and_is_billed,
     a_refusal_of_the_request_is_not_retried,
+    a_call_no_deployment_served_is_recorded_at_the_deployment_tried_last,
 );
 
 async fn a_failed_attempt_is_retried_on_the_other_deployment_and_billed_at_its_price(
@@ -126,4 +127,29 @@ async fn a_refusal_of_the_request_is_not_retried(backend: Backend) {
         assert_ne!(reply.status, 200, "{status} was retried: {}", reply.text);
     }
     assert_eq!((a.requests(), b.requests()), (5, 0), "a refused request was retried");
+}
+
+/// Every attempt failed: the call's record names the deployment the last attempt went to,
+/// with the attempts made.
+async fn a_call_no_deployment_served_is_recorded_at_the_deployment_tried_last(backend: Backend) {
+    let a = FlakyUpstream::start("a").await;
+    let b = FlakyUpstream::start("b").await;
+    // Weight 0: b only once a was tried.
+    let (first, second) = (deployment(&a, &["m"], 1), deployment(&b, &["m"], 0));
+    let app = spawn_app_with(backend, move |s| {
+        s.providers = vec![first, second];
+        s.gateway.max_attempts = 2;
+    })
+    .await;
+    let (user, key) = caller(&app, "tried", json!({})).await;
+    a.fail(Fault::Status(500, None));
+    b.fail(Fault::Status(500, None));
+    let reply = app.chat(Auth::Bearer(&key), &chat_body("m", "hi")).await;
+    assert_eq!(reply.status, 502, "{}", reply.text);
+    assert_eq!((a.requests(), b.requests()), (1, 1), "one attempt at each");
+    let records = records_of(&app, &[&user], 1).await;
+    let record = &records[0];
+    assert_eq!(record["provider"], json!("b"), "{record}");
+    assert_eq!(record["attempts"], json!(2), "{record}");
+    assert_eq!(record["outcome"], json!("upstream_error"), "{record}");
 }
