@@ -7,8 +7,11 @@
 //! whose members are of other types than the views expect (a count that is not a
 //! non-negative integer, a `delta` that is not text) is read again as a
 //! [`serde_json::Value`] by [`super::usage`]'s tree functions, so an event reads the same
-//! either way; only an event that is not JSON is not read at all.
+//! either way; only an event that is not JSON is not read at all. Every view of an object is
+//! an [`Object`]: serde would read a struct from an array by position, the tree finds no
+//! member there.
 
+use super::object::Object;
 use super::usage::{
     stream_failed, stream_text, stream_usage, MessagesCounts, OpenAiCounts, ResponsesCounts,
 };
@@ -63,8 +66,8 @@ fn read_typed(
                 reading.usage = counts.tokens().or(before);
             }
             let choices = event.choices.as_deref();
-            reading.usage_only = matches!(event.usage, Some(Some(_)))
-                && choices.is_some_and(<[ChatChoice<'_>]>::is_empty);
+            reading.usage_only =
+                matches!(event.usage, Some(Some(_))) && choices.is_some_and(<[_]>::is_empty);
             reading.null_usage = matches!(event.usage, Some(None));
             if endpoint == Endpoint::Chat {
                 for delta in choices.into_iter().flatten().filter_map(|c| c.delta.as_ref()) {
@@ -76,7 +79,7 @@ fn read_typed(
             let event: ResponsesEvent<'_> = serde_json::from_slice(data)?;
             let kind = event.kind.as_deref().unwrap_or_default();
             if matches!(kind, "response.completed" | "response.incomplete" | "response.failed") {
-                let counts = event.response.and_then(|r| r.usage);
+                let counts = event.response.and_then(|r| r.0.usage);
                 reading.usage = counts.and_then(|c| c.tokens()).or(before);
             }
             if kind.ends_with(".delta") {
@@ -89,7 +92,7 @@ fn read_typed(
             let event: MessagesEvent<'_> = serde_json::from_slice(data)?;
             match event.kind.as_deref() {
                 Some("message_start") => {
-                    if let Some(counts) = event.message.and_then(|m| m.usage) {
+                    if let Some(counts) = event.message.and_then(|m| m.0.usage) {
                         reading.usage = counts.over(before);
                     }
                 }
@@ -100,7 +103,7 @@ fn read_typed(
                 }
                 Some("content_block_delta") => {
                     let delta = event.delta.as_ref();
-                    for text in delta.into_iter().flat_map(MessagesDelta::texts) {
+                    for text in delta.into_iter().flat_map(|d| d.texts()) {
                         push(text);
                     }
                 }
@@ -146,17 +149,17 @@ where
 #[derive(Deserialize)]
 struct ChatEvent<'a> {
     #[serde(borrow)]
-    choices: Option<Vec<ChatChoice<'a>>>,
+    choices: Option<Vec<Object<ChatChoice<'a>>>>,
     /// Absent: `None`; `null`: `Some(None)`.
     #[serde(default, deserialize_with = "present")]
-    usage: Option<Option<OpenAiCounts>>,
+    usage: Option<Option<Object<OpenAiCounts>>>,
 }
 
 /// One choice of a chat chunk.
 #[derive(Deserialize)]
 struct ChatChoice<'a> {
     #[serde(borrow)]
-    delta: Option<ChatDelta<'a>>,
+    delta: Option<Object<ChatDelta<'a>>>,
 }
 
 /// The text a chat chunk's choice adds.
@@ -167,7 +170,7 @@ struct ChatDelta<'a> {
     #[serde(borrow)]
     refusal: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+    tool_calls: Option<Vec<Object<ToolCallDelta<'a>>>>,
 }
 
 impl ChatDelta<'_> {
@@ -189,7 +192,7 @@ impl ChatDelta<'_> {
 #[derive(Deserialize)]
 struct ToolCallDelta<'a> {
     #[serde(borrow)]
-    function: Option<FunctionDelta<'a>>,
+    function: Option<Object<FunctionDelta<'a>>>,
 }
 
 /// The function part of a tool call's delta.
@@ -206,7 +209,7 @@ struct FunctionDelta<'a> {
 struct ResponsesEvent<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
-    response: Option<ResponseUsage>,
+    response: Option<Object<ResponseUsage>>,
     #[serde(borrow)]
     delta: Option<Cow<'a, str>>,
 }
@@ -214,7 +217,7 @@ struct ResponsesEvent<'a> {
 /// The usage of the response an event carries.
 #[derive(Deserialize)]
 struct ResponseUsage {
-    usage: Option<ResponsesCounts>,
+    usage: Option<Object<ResponsesCounts>>,
 }
 
 /// An Anthropic Messages event: its type, the usage of `message_start`'s message and of
@@ -223,16 +226,16 @@ struct ResponseUsage {
 struct MessagesEvent<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
-    message: Option<MessageUsage>,
-    usage: Option<MessagesCounts>,
+    message: Option<Object<MessageUsage>>,
+    usage: Option<Object<MessagesCounts>>,
     #[serde(borrow)]
-    delta: Option<MessagesDelta<'a>>,
+    delta: Option<Object<MessagesDelta<'a>>>,
 }
 
 /// The usage of `message_start`'s message.
 #[derive(Deserialize)]
 struct MessageUsage {
-    usage: Option<MessagesCounts>,
+    usage: Option<Object<MessagesCounts>>,
 }
 
 /// A content block's delta: text, a tool call's JSON, or thinking.
@@ -314,6 +317,12 @@ mod tests {
         ),
         (Endpoint::Chat, r#"{"choices":[{"delta":{"content":["not","text"]}}]}"#),
         (Endpoint::Chat, r#"{"choices":"none","usage":7}"#),
+        (Endpoint::Chat, r#"{"choices":[],"usage":[10,4,14,null,null]}"#),
+        (Endpoint::Chat, r#"{"choices":[{"delta":["a",null,null]}]}"#),
+        (Endpoint::Chat, r#"{"choices":[[["x",null,null]]]}"#),
+        (Endpoint::Responses, r#"{"type":"response.completed","response":[[5,1,6,null,null]]}"#),
+        (Endpoint::Messages, r#"{"type":"message_delta","usage":[1,2,null,null]}"#),
+        (Endpoint::Messages, r#"{"type":"content_block_delta","delta":["hi",null,null]}"#),
         (
             Endpoint::Chat,
             r#"{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}],"choices":[]}"#,
