@@ -150,8 +150,8 @@ pub struct UsageRecord {
     pub user_id: UserId,
     /// The `model` of the request.
     pub model: String,
-    /// The provider of the deployment that served it, or, when none did, of the first
-    /// deployment of the last model tried (`echo` for the built-in model).
+    /// The provider of the deployment that served it, or, when none did, of the
+    /// deployment tried last (`echo` for the built-in model).
     pub provider: String,
     /// The model that served it, when a fallback did (`None`: `model` itself). The cost is
     /// the price of `provider`'s deployment of it.

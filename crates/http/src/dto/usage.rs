@@ -138,8 +138,8 @@ pub(crate) struct UsageRecordDto {
     pub(crate) api_key_id: String,
     /// The requested model.
     pub(crate) model: String,
-    /// The provider of the deployment that served it, or, when none did, of the first
-    /// deployment of the last model tried (`echo` for the built-in model).
+    /// The provider of the deployment that served it, or, when none did, of the
+    /// deployment tried last (`echo` for the built-in model).
     pub(crate) provider: String,
     /// The model that served it: `model` itself, or the fallback that did. Its deployment is
     /// `{provider}/{served_model}` (the answer's `x-aigw-deployment`), whose price the cost is.

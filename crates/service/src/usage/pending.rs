@@ -39,8 +39,7 @@ pub(crate) struct Pending {
     /// The endpoint called: which dialect's usage its answer reports.
     pub(crate) endpoint: Endpoint,
     pub(crate) model: String,
-    /// The provider of the deployment that served (when none did, of the first deployment of
-    /// the last model tried).
+    /// The provider of the deployment that served (when none did, of the one tried last).
     pub(crate) provider: String,
     /// The model that served, when a fallback did.
     pub(crate) served_model: Option<String>,
