@@ -248,8 +248,7 @@ async fn a_node_killed_under_load_leaves_the_survivor_serving_and_bills_what_it_
     let until = Instant::now() + Duration::from_secs(60);
     let callers: Vec<_> = (0..CALLERS)
         .map(|_| {
-            let args = (app.client.clone(), url.clone(), key.clone(), ok.clone());
-            tokio::spawn(caller(args.0, args.1, args.2, args.3, until))
+            tokio::spawn(caller(app.client.clone(), url.clone(), key.clone(), ok.clone(), until))
         })
         .collect();
     calls_reach(&ok, CALLS_BEFORE).await;
