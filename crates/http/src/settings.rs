@@ -362,6 +362,7 @@ impl Settings {
                 // `AIGW__RATE_LIMIT__TRUSTED_PROXIES=10.0.0.0/8,192.0.2.7`
                 .list_separator(",")
                 .with_list_parse_key("rate_limit.trusted_proxies")
+                .with_list_parse_key("rate_limit.redis_sentinels")
                 .with_list_parse_key("server.cors_allowed_origins")
                 .source(env),
         );
@@ -505,6 +506,7 @@ secret = "TOPSECRET3 that is long enough for HS256"
 proxy_url = "http://u:TOPSECRET4@proxy:3128"
 [rate_limit]
 redis_url = "redis://:TOPSECRET5@cache:6379/0"
+redis_sentinels = ["sentinel-a:26379", "redis://:TOPSECRET7@sentinel-b:26379"]
 [[providers]]
 name = "openai"
 base_url = "https://api.openai.com/v1"
@@ -518,6 +520,10 @@ models = ["gpt-4o-mini"]
         let shown = format!("{settings:?}");
         assert!(!shown.contains("TOPSECRET"), "{shown}");
         assert!(shown.contains("db:5432") && shown.contains("cache:6379"), "{shown}");
+        assert!(
+            shown.contains("sentinel-a:26379") && shown.contains("sentinel-b:26379"),
+            "{shown}"
+        );
         let database = format!("{:?}", settings.database);
         assert!(!database.contains("TOPSECRET"), "{database}");
     }
@@ -591,6 +597,18 @@ tokenizers = { "gpt-oss-120b" = { tokenizer = "o200k_base" }, "llama-3.1-70b" = 
             .err()
             .map(|e| format!("{e:#}"))
             .unwrap_or_else(|| panic!("loaded: {toml}"))
+    }
+
+    /// Sentinels come as a comma-separated list from the environment.
+    #[test]
+    fn redis_sentinels_are_a_list_in_the_environment() {
+        let env = [
+            ("AIGW__RATE_LIMIT__REDIS_SENTINELS", "10.0.0.1:26379,10.0.0.2:26379"),
+            ("AIGW__RATE_LIMIT__REDIS_SENTINEL_MASTER", "aigw"),
+        ];
+        let settings = Settings::load_from(None, Some(&env)).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(settings.rate_limit.redis_sentinels, ["10.0.0.1:26379", "10.0.0.2:26379"]);
+        assert_eq!(settings.rate_limit.redis_sentinel_master, "aigw");
     }
 
     /// An unknown provider `kind` names the valid ones.

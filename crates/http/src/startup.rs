@@ -352,6 +352,7 @@ fn gateway(
         &settings.gateway,
         &settings.rate_limit,
         aigw_service::prices::PriceTable::from_providers(&settings.providers)?,
+        std::time::Duration::from_millis(settings.usage.flush_interval_ms),
         || limits.share_redis(&settings.rate_limit),
     )?
     .with_clock(settings.clock.clone());

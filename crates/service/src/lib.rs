@@ -39,6 +39,7 @@ pub mod rate_limit;
 #[cfg(test)]
 mod redaction_tests;
 pub mod redis_link;
+mod redis_sentinel;
 pub mod seal;
 pub mod services;
 pub mod team_access;

@@ -497,7 +497,7 @@ pub(crate) struct RedisServer {
 
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
-fn redis_binary() -> Option<String> {
+pub(crate) fn redis_binary() -> Option<String> {
     let candidates = [std::env::var("AIGW_TEST_REDIS_SERVER").ok(), Some(REDIS_SERVER.into())];
     for candidate in candidates.into_iter().flatten() {
         if std::path::Path::new(&candidate).exists() {

@@ -15,7 +15,7 @@ use crate::error::ServiceError;
 use crate::governance::admission::{Admission, BOUND_HEADROOM};
 use crate::governance::budget::{BudgetPlan, Budgets, PromptShape};
 use crate::governance::key_counters::{KeyCounters, NodeCounters};
-use crate::governance::key_leases::{Granted, Leases};
+use crate::governance::key_leases::{Granted, Leases, LEASE_TTL};
 use crate::governance::key_rates::{KeyRates, RatePlan, RateStatus};
 use crate::governance::redis_counters::{RedisAdmission, RedisCounters, FALLBACK_PREFIX};
 use crate::governance::reservation::Tightener;
@@ -28,6 +28,10 @@ use aigw_domain::BudgetMode;
 use bytes::Bytes;
 use dashmap::DashMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// What the ledger's writes may take beyond the flush interval (see [`SpendGovernance::from_config`]).
+const LEDGER_WRITE_MARGIN: Duration = Duration::from_millis(250);
 
 /// The key limits of a node (cheap to clone).
 #[derive(Debug, Clone)]
@@ -180,7 +184,9 @@ impl SpendGovernance {
     /// link `redis_link` gives (asked for only then, so that it can be the one the rate limiter
     /// shares), named under `rate_limit.redis_key_prefix`, with the database's counters while
     /// Redis is unavailable. Except in the node's memory, calls far from their limits are
-    /// admitted from leases of `gateway.key_lease_calls` calls' worth.
+    /// admitted from leases of `gateway.key_lease_calls` calls' worth. `flush_interval`
+    /// (`usage.flush_interval_ms`) bounds how long the ledger lags behind the admissions, which
+    /// Redis counters wait out before they reopen from it after a failover.
     ///
     /// # Errors
     /// What `redis_link` fails with.
@@ -189,6 +195,7 @@ impl SpendGovernance {
         gateway: &GatewayConfig,
         rate_limit: &RateLimitConfig,
         prices: PriceTable,
+        flush_interval: Duration,
         redis_link: impl FnOnce() -> Result<RedisLink, E>,
     ) -> Result<Self, E> {
         let mut budgets = Budgets::new(db.clone(), prices);
@@ -204,7 +211,12 @@ impl SpendGovernance {
             }
             KeyCounters::Redis => {
                 // Shared by every node; the database counters serve while Redis is down.
-                redis = Some(RedisCounters::new(redis_link()?, &rate_limit.redis_key_prefix, db));
+                // Every admission is in the database one flush, one lease and the writes
+                // after it was made: counters reopen from the ledger no sooner after the
+                // counting moved.
+                let ledger_lag = flush_interval + LEASE_TTL + LEDGER_WRITE_MARGIN;
+                let prefix = &rate_limit.redis_key_prefix;
+                redis = Some(RedisCounters::new(redis_link()?, prefix, db, ledger_lag));
             }
         }
         let mut limits = Self::new(budgets, rates);
@@ -585,6 +597,9 @@ impl SpendGovernance {
             // Redis is unavailable: the database counters, never "unlimited". The budget
             // counts in a row of its own, which the first node back on Redis reconciles.
             Some(plan) if fallback => {
+                if let Some(redis) = &self.redis {
+                    redis.wait_for_ledger().await;
+                }
                 let name = format!("{FALLBACK_PREFIX}{}", plan.qualified());
                 Some(self.budgets.reserve_in_database(plan, name).await?)
             }

@@ -27,5 +27,6 @@ pub mod key_leases;
 pub mod key_limits;
 pub mod key_rates;
 pub mod redis_counters;
+mod redis_fence;
 pub mod redis_held;
 pub mod reservation;

@@ -27,12 +27,15 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use crate::governance::budget::{BudgetPlan, Budgets};
 use crate::governance::key_rates::{RatePlan, RateStatus};
+use crate::governance::redis_fence::Fence;
 use crate::governance::redis_held::{flag, placeholder, RedisHeld, Scripts};
 use crate::governance::reservation::Reservation;
-use crate::redis_link::RedisLink;
+use crate::redis_link::{RedisConn, RedisLink};
 use aigw_persistence::budgets;
+use arc_swap::ArcSwapOption;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Period names of the database counters charged while Redis was unavailable: the prefix,
 /// then the Redis counter's qualified name ([`BudgetPlan::qualified`]).
@@ -102,16 +105,25 @@ end
 return {1, c, g, r, t}
 ";
 
-/// Opens a budget counter unless it exists. KEYS[1]: the counter. ARGV: [1] spent
-/// (micro-USD, from the ledger), [2] generation, [3] TTL. Returns 1 when it opened it.
+/// Opens a budget counter unless it exists or the fence stands. KEYS[1]: the counter, KEYS[2]:
+/// the fence ([`Fence`]). ARGV: [1] spent (micro-USD, from the ledger), [2] generation, [3]
+/// TTL. Returns 1 when it opened it, 0 when it existed, minus the fence's milliseconds left
+/// when the fence stands (the spend was read too early: read it again after them).
 const OPEN: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
+end
+local fence = redis.call('PTTL', KEYS[2])
+if fence > 0 then
+  return -fence
 end
 redis.call('HSET', KEYS[1], 'c', ARGV[1], 'g', ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
+
+/// Times a call opens its budget counter (waiting for the fence each time) before it gives up.
+const OPENS: u32 = 3;
 
 /// Keys' counters in Redis (cheap to clone).
 #[derive(Clone)]
@@ -119,6 +131,9 @@ pub struct RedisCounters {
     scripts: Arc<Scripts>,
     prefix: String,
     db: Db,
+    fence: Arc<Fence>,
+    /// The master (replication id) this node last marked as seen ([`Fence::mark_epoch`]).
+    epoch_marked: Arc<ArcSwapOption<String>>,
     /// The link's `outages_ended` this node last reconciled for (`u64::MAX`: never).
     reconciled: Arc<AtomicU64>,
     /// Held while reconciling: the calls that arrive meanwhile wait for it.
@@ -147,8 +162,9 @@ pub(crate) enum RedisAdmission {
 
 impl RedisCounters {
     /// Counters over `link`, named under `prefix` (`rate_limit.redis_key_prefix`); `db` holds
-    /// the ledger they open from and the fallback counters.
-    pub fn new(link: RedisLink, prefix: &str, db: Db) -> Self {
+    /// the ledger they open from and the fallback counters, where every admission is written
+    /// within `ledger_lag` ([`Fence`]).
+    pub fn new(link: RedisLink, prefix: &str, db: Db, ledger_lag: Duration) -> Self {
         tracing::info!(redis = %link.url_for_logs(), "keys' budgets and rpm/tpm count in Redis");
         Self {
             scripts: Arc::new(Scripts::new(
@@ -158,6 +174,8 @@ impl RedisCounters {
             )),
             prefix: prefix.to_owned(),
             db,
+            fence: Arc::new(Fence::new(prefix, ledger_lag)),
+            epoch_marked: Arc::new(ArcSwapOption::empty()),
             reconciled: Arc::new(AtomicU64::new(u64::MAX)),
             reconciling: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -168,8 +186,20 @@ impl RedisCounters {
         self.scripts.link.count_fallback();
     }
 
-    fn budget_key(&self, key_id: &str, qualified: &str) -> String {
-        format!("{}kc:{{{key_id}}}:b:{qualified}", self.prefix)
+    /// Waits, at the start of an outage, until the database's counters can open from a ledger
+    /// that holds every call Redis admitted ([`Fence::wait_for_ledger`]).
+    pub(crate) async fn wait_for_ledger(&self) {
+        self.fence.wait_for_ledger(&self.scripts.link).await;
+    }
+
+    /// The budget counter's name; with Sentinels it also names the master's replication id
+    /// (`epoch`), so that a promoted replica's copy, which may lack the last admissions, is
+    /// never used: the counter reopens under the new master's id.
+    fn budget_key(&self, epoch: Option<&str>, key_id: &str, qualified: &str) -> String {
+        match epoch {
+            Some(epoch) => format!("{}kc:{{{key_id}}}:b:{epoch}:{qualified}", self.prefix),
+            None => format!("{}kc:{{{key_id}}}:b:{qualified}", self.prefix),
+        }
     }
 
     fn window_key(&self, key_id: &str, window_start: i64) -> String {
@@ -189,8 +219,6 @@ impl RedisCounters {
         headroom: i64,
     ) -> Option<Result<RedisAdmission, ServiceError>> {
         let key_id = budget.map(|b| b.key_id.as_str()).or(rates.map(|r| r.key_id.as_str()))?;
-        let budget_key =
-            budget.map(|b| self.budget_key(key_id, &b.qualified())).unwrap_or_default();
         let window_key = rates.map(|r| self.window_key(key_id, r.window_start)).unwrap_or_default();
         let (cost, limit) = budget.map_or((0, 0), |b| (b.cost, b.limit));
         let tokens = rates.map_or(0, |r| r.tokens);
@@ -211,7 +239,18 @@ impl RedisCounters {
                 }
             }
         }
-        let mut opened = false;
+        let conn = self.scripts.link.connect().await?;
+        if let Some(epoch) = conn.epoch() {
+            let marked = self.epoch_marked.load();
+            if marked.as_deref().map(String::as_str) != Some(epoch) {
+                self.fence.mark_epoch(&conn, epoch).await?;
+                self.epoch_marked.store(Some(Arc::new(epoch.to_owned())));
+            }
+        }
+        let budget_key = budget
+            .map(|b| self.budget_key(conn.epoch(), key_id, &b.qualified()))
+            .unwrap_or_default();
+        let mut opens = 0;
         loop {
             let mut invocation = self.scripts.admit.key(placeholder(&budget_key, &window_key));
             invocation
@@ -228,7 +267,7 @@ impl RedisCounters {
                 .arg(headroom)
                 .arg(rates.map_or(1, |r| r.requests));
             let (outcome, committed, generation, requests, counted) =
-                self.scripts.link.invoke::<(i64, i64, String, i64, i64)>(&invocation).await?;
+                conn.invoke::<(i64, i64, String, i64, i64)>(&invocation).await?;
             return Some(match (outcome, budget, rates) {
                 (1, ..) => Ok(RedisAdmission::Admitted(
                     rates.map(|r| r.status(requests, counted)),
@@ -245,23 +284,47 @@ impl RedisCounters {
                 (5, ..) if headroom > 0 => Ok(RedisAdmission::CountExactly),
                 (2, _, Some(rates)) => Err(rates.refused(requests)),
                 (3, Some(budget), _) => Err(budget.refused(committed)),
-                (4, Some(budget), _) if !opened => {
-                    let spent = match budgets.opening_spend(key_id, &budget.from).await {
-                        Ok(spent) => spent,
-                        Err(e) => return Some(Err(e)),
-                    };
-                    let generation = uuid::Uuid::now_v7().simple().to_string();
-                    let mut open = self.scripts.open.key(&budget_key);
-                    open.arg(spent).arg(generation).arg(BUDGET_TTL_SECS);
-                    self.scripts.link.invoke::<i64>(&open).await?;
-                    opened = true;
-                    continue;
+                (4, Some(budget), _) if opens < OPENS => {
+                    opens += 1;
+                    match self.open(&conn, budgets, key_id, budget, &budget_key).await? {
+                        Ok(()) => continue,
+                        Err(e) => Err(e),
+                    }
                 }
                 _ => {
                     Err(ServiceError::Unavailable("the budget counter vanished; retry".to_owned()))
                 }
             });
         }
+    }
+
+    /// Opens the budget counter `budget_key` at the ledger's spend plus the calls in flight,
+    /// read once the fence is down; `Some(Ok)` also when another call opened it first. `None`
+    /// when Redis failed.
+    async fn open(
+        &self,
+        conn: &RedisConn,
+        budgets: &Budgets,
+        key_id: &str,
+        budget: &BudgetPlan,
+        budget_key: &str,
+    ) -> Option<Result<(), ServiceError>> {
+        for _ in 0..OPENS {
+            self.fence.wait(conn).await?;
+            let spent = match budgets.opening_spend(key_id, &budget.from).await {
+                Ok(spent) => spent,
+                Err(e) => return Some(Err(e)),
+            };
+            let generation = uuid::Uuid::now_v7().simple().to_string();
+            let mut open = self.scripts.open.key(budget_key);
+            open.key(self.fence.key()).arg(spent).arg(generation).arg(BUDGET_TTL_SECS);
+            if conn.invoke::<i64>(&open).await? >= 0 {
+                return Some(Ok(()));
+            }
+        }
+        Some(Err(ServiceError::Unavailable(
+            "the key's budget counter is reopening after a Redis outage; retry".to_owned(),
+        )))
     }
 
     /// Whether this node reconciled since its start and since the last outage it saw.
@@ -286,12 +349,18 @@ impl RedisCounters {
             }
             return Ok(());
         }
+        let Some(conn) = link.connect().await else {
+            return Err(ServiceError::Unavailable("Redis failed again".to_owned()));
+        };
         let mut pipeline = redis::pipe();
+        // First the fence: no counter deleted here reopens before the calls the database
+        // admitted are in the ledger.
+        self.fence.raise(&mut pipeline);
         for (key_id, period) in &charged {
             let qualified = period.strip_prefix(FALLBACK_PREFIX).unwrap_or(period);
-            pipeline.del(self.budget_key(key_id, qualified)).ignore();
+            pipeline.del(self.budget_key(conn.epoch(), key_id, qualified)).ignore();
         }
-        if !self.scripts.link.run(&pipeline).await {
+        if !conn.run(&pipeline).await {
             return Err(ServiceError::Unavailable("Redis failed again".to_owned()));
         }
         let ended = link.outages_ended();
@@ -361,6 +430,21 @@ mod tests {
         }
     }
 
+    impl OwnRedis {
+        /// A connection, a key prefix of the test's own, and its counters under it.
+        fn keys(&self) -> (redis::Connection, String, Keys) {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).unwrap();
+            let conn = client.get_connection().expect("the test's redis-server");
+            let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
+            let keys = Keys {
+                budget: format!("{prefix}b"),
+                window: format!("{prefix}w"),
+                fence: format!("{prefix}fence"),
+            };
+            (conn, prefix, keys)
+        }
+    }
+
     impl Drop for OwnRedis {
         fn drop(&mut self) {
             let _ = self.child.kill();
@@ -372,6 +456,7 @@ mod tests {
     struct Keys {
         budget: String,
         window: String,
+        fence: String,
     }
 
     impl Keys {
@@ -398,7 +483,9 @@ mod tests {
         /// [`OPEN`] at `spent` with `generation`.
         fn open(&self, conn: &mut redis::Connection, spent: i64, generation: &str) -> i64 {
             let script = redis::Script::new(OPEN);
-            script.key(&self.budget).arg(spent).arg(generation).arg(60).invoke(conn).unwrap()
+            let mut invocation = script.key(&self.budget);
+            invocation.key(&self.fence).arg(spent).arg(generation).arg(60);
+            invocation.invoke(conn).unwrap()
         }
 
         /// [`SETTLE_MANY`] of one reservation of `generation`.
@@ -425,10 +512,7 @@ mod tests {
     #[test]
     fn scripts_charge_both_counters_or_neither_and_settle_across_reopens() {
         let Some(server) = OwnRedis::start() else { return };
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
-        let mut conn = client.get_connection().expect("the test's redis-server");
-        let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
-        let k = Keys { budget: format!("{prefix}b"), window: format!("{prefix}w") };
+        let (mut conn, prefix, k) = server.keys();
         let c = &mut conn;
         assert_eq!(k.admit(c, 10, 100, 3).0, 4, "not open yet");
         assert_eq!(k.open(c, 60, "g1"), 1);
@@ -451,7 +535,11 @@ mod tests {
         k.settle(c, "g1", (-20, 30), 0);
         assert_eq!(k.field(c, &k.budget, "c"), 530);
         // Two settlements in one call, each to its own counters.
-        let other = Keys { budget: format!("{prefix}b2"), window: format!("{prefix}w2") };
+        let other = Keys {
+            budget: format!("{prefix}b2"),
+            window: format!("{prefix}w2"),
+            fence: format!("{prefix}fence"),
+        };
         assert_eq!(other.open(c, 100, "h"), 1);
         let script = redis::Script::new(SETTLE_MANY);
         let mut both = script.prepare_invoke();
@@ -478,10 +566,7 @@ mod tests {
     #[test]
     fn bound_admissions_keep_their_distance_from_the_limits() {
         let Some(server) = OwnRedis::start() else { return };
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
-        let mut conn = client.get_connection().expect("the test's redis-server");
-        let prefix = format!("aigw-unit:{}:", uuid::Uuid::now_v7().simple());
-        let k = Keys { budget: format!("{prefix}b"), window: format!("{prefix}w") };
+        let (mut conn, _, k) = server.keys();
         let c = &mut conn;
         assert_eq!(k.open(c, 0, "g"), 1);
         // Budget 1000, tpm 1000: bound calls of cost 10 and 10 tokens, headroom 4.
@@ -500,5 +585,35 @@ mod tests {
         // An rpm refusal needs no count: refused at once.
         assert_eq!(k.admit_with(c, (1, 1), (100_000, 2, 1000), 4).0, 2);
         let _: () = redis::cmd("DEL").arg(&k.budget).arg(&k.window).query(c).unwrap();
+    }
+
+    /// While the fence stands no counter opens (the opener learns how long to wait); the
+    /// first call on a master's replication id raises the fence, later calls on it do not.
+    #[test]
+    fn the_fence_holds_openings_back_and_the_first_call_on_a_master_raises_it() {
+        let Some(server) = OwnRedis::start() else { return };
+        let (mut conn, prefix, k) = server.keys();
+        let c = &mut conn;
+        let first_on = |c: &mut redis::Connection, epoch: &str, ms: i64| -> i64 {
+            let script = redis::Script::new(crate::governance::redis_fence::FIRST_ON_EPOCH);
+            let mut invocation = script.key(format!("{prefix}epoch:{epoch}"));
+            invocation.key(&k.fence).arg(ms).arg(60).invoke(c).unwrap()
+        };
+        assert_eq!(first_on(c, "r1", 60_000), 1);
+        let waited = k.open(c, 10, "g");
+        assert!((-60_000..=-59_000).contains(&waited), "the fence's time left: {waited}");
+        assert!(!redis::cmd("EXISTS").arg(&k.budget).query::<bool>(c).unwrap());
+        // The same master again: no new fence; a new master: a longer fence wins, a shorter
+        // one leaves it.
+        let _: () = redis::cmd("DEL").arg(&k.fence).query(c).unwrap();
+        assert_eq!(first_on(c, "r1", 60_000), 0);
+        assert_eq!(k.open(c, 10, "g"), 1);
+        let _: () = redis::cmd("DEL").arg(&k.budget).query(c).unwrap();
+        assert_eq!(first_on(c, "r2", 30_000), 1);
+        assert_eq!(first_on(c, "r3", 60_000), 1);
+        assert!(redis::cmd("PTTL").arg(&k.fence).query::<i64>(c).unwrap() > 30_000);
+        assert_eq!(first_on(c, "r4", 1_000), 1);
+        assert!(redis::cmd("PTTL").arg(&k.fence).query::<i64>(c).unwrap() > 30_000);
+        let _: () = redis::cmd("DEL").arg(&k.fence).query(c).unwrap();
     }
 }

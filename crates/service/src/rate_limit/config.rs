@@ -18,6 +18,13 @@ pub struct RateLimitConfig {
     /// Redis URL for `backend = "redis"` (default `redis://127.0.0.1:6379`; `rediss://` for
     /// TLS, `redis://:password@host:port/db` for AUTH).
     pub redis_url: String,
+    /// Redis Sentinels that name the master (default none: `redis_url` is the server).
+    /// Each is `host:port` or `redis://[:password@]host:port`; as an environment variable, a
+    /// comma-separated list. With Sentinels, `redis_url` gives only the master's password,
+    /// user and database number, and the node follows the master through failovers.
+    pub redis_sentinels: Vec<String>,
+    /// The master's name in the Sentinels' configuration (default `mymaster`).
+    pub redis_sentinel_master: String,
     /// Prefix of every Redis key (default `aigw:rl:`), so that several deployments can share
     /// one Redis.
     pub redis_key_prefix: String,
@@ -43,6 +50,8 @@ impl Default for RateLimitConfig {
             enabled: true,
             backend: RateLimitBackend::Memory,
             redis_url: "redis://127.0.0.1:6379".to_owned(),
+            redis_sentinels: Vec::new(),
+            redis_sentinel_master: "mymaster".to_owned(),
             redis_key_prefix: "aigw:rl:".to_owned(),
             redis_timeout_ms: 250,
             redis_retry_secs: 5,
@@ -53,12 +62,25 @@ impl Default for RateLimitConfig {
     }
 }
 
+impl RateLimitConfig {
+    /// Where the node's Redis is: the URL, or the Sentinels that name its master.
+    pub fn redis_endpoint(&self) -> crate::redis_link::RedisEndpoint<'_> {
+        crate::redis_link::RedisEndpoint {
+            url: &self.redis_url,
+            sentinels: &self.redis_sentinels,
+            sentinel_master: &self.redis_sentinel_master,
+        }
+    }
+}
+
 impl std::fmt::Debug for RateLimitConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitConfig")
             .field("enabled", &self.enabled)
             .field("backend", &self.backend)
             .field("redis_url", &aigw_domain::redact::redact_url(&self.redis_url))
+            .field("redis_sentinels", &self.redis_endpoint().sentinels_for_logs())
+            .field("redis_sentinel_master", &self.redis_sentinel_master)
             .field("redis_key_prefix", &self.redis_key_prefix)
             .field("redis_timeout_ms", &self.redis_timeout_ms)
             .field("redis_retry_secs", &self.redis_retry_secs)

@@ -55,7 +55,7 @@ impl RateLimiter {
     ///
     /// # Errors
     /// [`ServiceError::Internal`] naming the setting when a policy has `limit = 0` or
-    /// `window_secs = 0`, or `redis_url` cannot be parsed.
+    /// `window_secs = 0`, or `redis_url` or `redis_sentinels` cannot be parsed.
     pub fn new(config: &RateLimitConfig) -> Result<Self, ServiceError> {
         if !config.enabled {
             return Ok(Self::disabled());
@@ -75,7 +75,7 @@ impl RateLimiter {
         let link = match config.backend {
             RateLimitBackend::Memory => None,
             RateLimitBackend::Redis => Some(RedisLink::new(
-                &config.redis_url,
+                config.redis_endpoint(),
                 config.redis_timeout_ms,
                 config.redis_retry_secs,
             )?),
@@ -94,13 +94,16 @@ impl RateLimiter {
     /// health and fallbacks this limiter then reports.
     ///
     /// # Errors
-    /// [`ServiceError::Internal`] when `redis_url` cannot be parsed.
+    /// [`ServiceError::Internal`] when `redis_url` or `redis_sentinels` cannot be parsed.
     pub fn share_redis(&mut self, config: &RateLimitConfig) -> Result<RedisLink, ServiceError> {
         if let Some(link) = &self.redis {
             return Ok(link.clone());
         }
-        let link =
-            RedisLink::new(&config.redis_url, config.redis_timeout_ms, config.redis_retry_secs)?;
+        let link = RedisLink::new(
+            config.redis_endpoint(),
+            config.redis_timeout_ms,
+            config.redis_retry_secs,
+        )?;
         self.redis = Some(link.clone());
         Ok(link)
     }

@@ -283,13 +283,20 @@ async fn start(
 ) -> TestApp {
     let mut settings = test_settings(dir.path().join("data"), url.clone());
     tweak(&mut settings);
+    let keep_alive = settings.server.keep_alive_secs;
     let app = Application::build(settings)
         .await
         .unwrap_or_else(|e| panic!("Application::build failed: {e:#}"));
     let port = app.port();
     tokio::spawn(app.run_until_stopped());
-    let client =
-        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    // Idle connections are dropped before the server's keep-alive closes them (5 s by
+    // default), so that a call never goes out on a connection the server is closing.
+    let idle = std::time::Duration::from_secs(keep_alive.saturating_sub(1).max(1));
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(idle)
+        .build()
+        .unwrap();
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
         client,

@@ -9,14 +9,12 @@
 //! ledger on the new primary and the spend stays within the budget; a revocation made after
 //! the switchover reaches the other node. The gap, the answers and the spend are printed.
 
-use super::calls_reach;
 use super::pg_cluster::PgCluster;
+use super::{calls_reach, ledger_spend, spend, Answers};
 use crate::budgets::{budget_key, cost_of_one_call, priced_providers};
-use crate::common::eventually::eventually;
 use crate::common::gateway_calls::refused_by;
 use crate::common::*;
-use serde_json::Value;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,49 +24,6 @@ const CALLERS: usize = 200;
 const BUDGET_CALLS: f64 = 600.0;
 /// Calls answered before the switchover starts.
 const CALLS_BEFORE: usize = 100;
-
-/// One caller's answers: when each came and its status.
-type Answers = Vec<(Instant, u16)>;
-
-/// Calls `node` with `key` until the budget is spent or `until`; every answer must be one the
-/// module docs allow.
-async fn caller(
-    node: Arc<TestApp>,
-    key: Arc<str>,
-    ok: Arc<AtomicUsize>,
-    until: Instant,
-) -> Answers {
-    let mut answers = Vec::new();
-    while Instant::now() < until {
-        let reply = node.chat(Auth::Bearer(&key), &chat_body("priced", "hi")).await;
-        answers.push((Instant::now(), reply.status));
-        match reply.status {
-            200 => {
-                ok.fetch_add(1, Ordering::Relaxed);
-            }
-            429 => {
-                reply.error(429, "budget_exceeded");
-                break;
-            }
-            503 => {
-                reply.error(503, "service_unavailable");
-                let retry = reply.header("retry-after").and_then(|v| v.parse::<u64>().ok());
-                assert!(retry.is_some_and(|s| s >= 1), "503 without Retry-After: {reply:?}");
-                // Real time: the callers back off as a client honouring Retry-After would,
-                // but shorter, so that the gap is measured to a tenth of a second.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => panic!("unexpected {other} during the switchover: {}", reply.text),
-        }
-    }
-    answers
-}
-
-/// The key's usage totals from the ledger (`GET /usage?api_key_id=`).
-async fn key_totals(app: &TestApp, token: &str, id: &str) -> Value {
-    let path = format!("/api/v1/usage?api_key_id={id}");
-    app.get(&path, Auth::Bearer(token)).await.data(200)["totals"].clone()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() {
@@ -103,7 +58,7 @@ async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() 
     let callers: Vec<_> = (0..CALLERS)
         .map(|i| {
             let node = if i % 2 == 0 { a.clone() } else { b.clone() };
-            tokio::spawn(caller(node, key.clone(), ok.clone(), until))
+            tokio::spawn(spend(node, key.clone(), ok.clone(), until, Duration::ZERO))
         })
         .collect();
     calls_reach(&ok, CALLS_BEFORE).await;
@@ -117,16 +72,16 @@ async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() 
     for caller in callers {
         answers.extend(caller.await.unwrap());
     }
-    answers.sort_by_key(|(at, _)| *at);
+    answers.sort_by_key(|a| a.at);
 
-    let ok_calls = answers.iter().filter(|(_, s)| *s == 200).count();
+    let ok_calls = answers.iter().filter(|a| a.status == 200).count();
     let unavailable: Vec<Instant> =
-        answers.iter().filter(|(_, s)| *s == 503).map(|(at, _)| *at).collect();
-    let before = answers.iter().filter(|(at, s)| *s == 200 && *at < stopped_at).count();
+        answers.iter().filter(|a| a.status == 503).map(|a| a.at).collect();
+    let before = answers.iter().filter(|a| a.status == 200 && a.at < stopped_at).count();
     let back_at = answers
         .iter()
-        .find(|(at, s)| *s == 200 && *at > promoted_at)
-        .map(|(at, _)| *at)
+        .find(|a| a.status == 200 && a.at > promoted_at)
+        .map(|a| a.at)
         .expect("a call served after the promotion");
     let gap = back_at - stopped_at;
     eprintln!(
@@ -136,8 +91,8 @@ async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() 
         (promoted_at - stopped_at).as_secs_f64(),
         unavailable.len(),
     );
-    let refused = answers.iter().filter(|(_, s)| *s == 429).count();
-    let last = answers.last().map_or(0.0, |(at, _)| (*at - stopped_at).as_secs_f64());
+    let refused = answers.iter().filter(|a| a.status == 429).count();
+    let last = answers.last().map_or(0.0, |a| (a.at - stopped_at).as_secs_f64());
     eprintln!("switchover: {refused} refused by the budget, the last answer {last:.2} s after it");
     assert!(refused > 0, "the budget ran out before the deadline");
     for at in &unavailable {
@@ -147,16 +102,7 @@ async fn a_primary_switchover_under_load_loses_no_call_and_overspends_nothing() 
 
     // The ledger, on the new primary, holds every call answered 200, and the spend is within
     // the budget.
-    let totals = eventually("every served call in the ledger", Duration::from_secs(20), || async {
-        let totals = key_totals(&a, &user.token, &id).await;
-        if totals["requests"].as_u64() == Some(ok_calls as u64) {
-            Ok(totals)
-        } else {
-            Err(totals)
-        }
-    })
-    .await;
-    let spent = totals["cost_usd"].as_f64().unwrap();
+    let spent = ledger_spend(&a, &user.token, &id, ok_calls).await;
     eprintln!("switchover: spent {spent:.6} of a {budget:.6} USD budget ({cost:.6} a call)");
     assert!(spent <= budget + 1e-9, "overspent: {spent} of {budget}");
     assert!(ok_calls as f64 >= BUDGET_CALLS - 1.0 - CALLERS as f64, "{ok_calls} calls served");
