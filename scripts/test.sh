@@ -147,6 +147,21 @@ else
   log "!!! pgbouncer not found: the PgBouncer test will SKIP (apt-get install pgbouncer) !!!"
 fi
 
+# PgBouncer 1.21+ (Debian 13's source, built into target/): the test of prepared statements
+# through a transaction-mode pooler.
+if [ -z "${AIGW_TEST_PGBOUNCER_PREPARED:-}" ]; then
+  AIGW_TEST_PGBOUNCER_PREPARED=$(scripts/build_pgbouncer.sh || true)
+fi
+if [ -n "$AIGW_TEST_PGBOUNCER_PREPARED" ]; then
+  export AIGW_TEST_PGBOUNCER_PREPARED
+  log "PgBouncer with prepared statements: $AIGW_TEST_PGBOUNCER_PREPARED"
+elif ci; then
+  log "FAIL: CI=true but PgBouncer 1.21+ could not be built (scripts/build_pgbouncer.sh)"
+  exit 1
+else
+  log "!!! PgBouncer 1.21+ not built: the prepared-statement pooler test will SKIP !!!"
+fi
+
 # nginx (Debian's package): the node-kill test puts one in front of two nodes.
 nginx_bin=${AIGW_TEST_NGINX:-$(command -v nginx || ls /usr/sbin/nginx 2>/dev/null || true)}
 if [ -z "$nginx_bin" ]; then

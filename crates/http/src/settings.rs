@@ -205,25 +205,48 @@ pub struct DatabaseSettings {
     /// `acquire_timeout_secs + statement_timeout_secs`, with 503 when the database is hung.
     pub statement_timeout_secs: u64,
     /// What lies between aigw and PostgreSQL at `url`: `none` (default; PostgreSQL itself or a
-    /// pooler in session mode) or `transaction` (a pooler in transaction mode, such as
+    /// pooler in session mode), `transaction` (a pooler in transaction mode, such as
     /// PgBouncer's `pool_mode = transaction`: statements go unnamed and uncached, no session
-    /// setting is sent, and `session_url` is required). docs/deploy.md "PgBouncer".
+    /// setting is sent, and `session_url` is required) or `transaction_prepared` (the same,
+    /// but statements stay prepared and cached: for a pooler that carries prepared statements
+    /// across its server connections, PgBouncer 1.21 and later with `max_prepared_statements`
+    /// above 0). docs/deploy.md "PgBouncer".
     pub pooler: PoolerSetting,
     /// A PostgreSQL URL whose connections are one server session each (PostgreSQL itself, or
     /// a pooler in session mode), for what needs a session: the change feed's `LISTEN` and the
-    /// migrations' advisory lock (default: `url`). Required with `pooler = "transaction"`.
+    /// migrations' advisory lock (default: `url`). Required with `pooler = "transaction"` and
+    /// `"transaction_prepared"`.
     pub session_url: Option<String>,
 }
 
 /// `database.pooler`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum PoolerSetting {
     /// PostgreSQL itself, or a pooler in session mode.
     #[default]
     None,
     /// A pooler in transaction mode.
     Transaction,
+    /// A pooler in transaction mode that carries prepared statements across its server
+    /// connections (PgBouncer 1.21+ with `max_prepared_statements`).
+    TransactionPrepared,
+}
+
+impl PoolerSetting {
+    /// Whether consecutive transactions may run on different server sessions.
+    pub fn transaction_mode(self) -> bool {
+        matches!(self, Self::Transaction | Self::TransactionPrepared)
+    }
+
+    /// The setting's name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Transaction => "transaction",
+            Self::TransactionPrepared => "transaction_prepared",
+        }
+    }
 }
 
 impl Default for DatabaseSettings {
@@ -294,16 +317,17 @@ impl Settings {
                 anyhow::bail!("database.session_url must be a postgres:// URL");
             }
         }
-        if database.pooler == PoolerSetting::Transaction {
+        if database.pooler.transaction_mode() {
+            let pooler = database.pooler.name();
             if !postgres(&self.database_url()) {
                 anyhow::bail!(
-                    "database.pooler = \"transaction\" is for a PostgreSQL url (a pooler such as \
+                    "database.pooler = \"{pooler}\" is for a PostgreSQL url (a pooler such as \
                      PgBouncer in front of PostgreSQL)"
                 );
             }
             if database.session_url.is_none() {
                 anyhow::bail!(
-                    "database.pooler = \"transaction\" needs database.session_url: a direct (or \
+                    "database.pooler = \"{pooler}\" needs database.session_url: a direct (or \
                      session-mode) PostgreSQL URL for the change feed's LISTEN and the \
                      migrations' lock, which a transaction-mode pooler cannot carry"
                 );
@@ -466,6 +490,11 @@ models = ["gpt-4o-mini"]
         assert!(wrong.contains("database.session_url must be a postgres"), "{wrong}");
         settings.database.session_url = Some("postgres://aigw@10.0.0.5:5432/aigw".to_owned());
         assert!(settings.validate().is_ok());
+        settings.database.pooler = PoolerSetting::TransactionPrepared;
+        assert!(settings.validate().is_ok());
+        settings.database.session_url = None;
+        let missing = settings.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(missing.contains("\"transaction_prepared\" needs"), "{missing}");
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     let pooler = match settings.database.pooler {
         crate::settings::PoolerSetting::None => Pooler::None,
         crate::settings::PoolerSetting::Transaction => Pooler::Transaction,
+        crate::settings::PoolerSetting::TransactionPrepared => Pooler::TransactionPrepared,
     };
     let options = PoolOptions {
         max_connections: settings.database.max_connections,
@@ -72,7 +73,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<Pool> {
     } else {
         tracing::info!(database = ?url, ?applied, "applied migrations");
     }
-    if pooler == Pooler::Transaction {
+    if pooler != Pooler::None {
         warn_without_statement_timeout(&pool).await;
     }
     if backfill.filled > 0 {

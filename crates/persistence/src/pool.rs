@@ -28,6 +28,10 @@
 //! sent (it would stay on a server connection other clients then use); the timeouts are the
 //! server's or the role's. What needs a session of its own (the change feed's `LISTEN`, the
 //! migrations' advisory lock) goes to the pool's session URL ([`Pool::with_session_url`]).
+//! A pooler that tracks prepared statements itself (PgBouncer 1.21 and later with
+//! `max_prepared_statements`: it prepares a client's named statement on whichever server
+//! connection runs it, under a name of its own) keeps the cache
+//! ([`Pooler::TransactionPrepared`]); only the session settings stay off.
 
 use crate::error::PersistenceError;
 use diesel::connection::{CacheSize, SimpleConnection};
@@ -107,6 +111,10 @@ pub enum Pooler {
     /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): statements are
     /// sent unnamed, uncached, and no session setting is sent (module docs).
     Transaction,
+    /// A pooler in transaction mode that carries named prepared statements across its server
+    /// connections (PgBouncer 1.21 and later with `max_prepared_statements` above 0):
+    /// statements stay prepared and cached, and no session setting is sent.
+    TransactionPrepared,
 }
 
 /// Pool settings.
@@ -216,6 +224,7 @@ impl r2d2::ManageConnection for ConnectionManager {
                     Pooler::Transaction => {
                         conn.set_prepared_statement_cache_size(CacheSize::Disabled);
                     }
+                    Pooler::TransactionPrepared => {}
                 }
                 Ok(DbConnection::Postgres(conn))
             }
