@@ -89,6 +89,13 @@ enum AdminCommand {
         #[arg(long, value_enum)]
         role: RoleArg,
     },
+    /// Vouch for an account's e-mail address: it counts as verified, and the teams that invited
+    /// it take it in (for a deployment without a mailer).
+    VerifyEmail {
+        /// E-mail address of the account.
+        #[arg(long)]
+        email: String,
+    },
     /// List the open invitations, to register and to join a team.
     ListInvitations,
     /// Revoke an open invitation (to register or to join a team).
@@ -124,6 +131,7 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
         AdminCommand::SetRole { email, role } => {
             operator::set_role(settings, &email, role.into()).await
         }
+        AdminCommand::VerifyEmail { email } => operator::verify_email(settings, &email).await,
         AdminCommand::ListInvitations => operator::list_invitations(settings).await,
         AdminCommand::RevokeInvitation { id } => operator::revoke_invitation(settings, &id).await,
         AdminCommand::RevokeLeaked { file, url, source } => {

@@ -95,6 +95,22 @@ pub async fn set_role(settings: &Settings, email: &str, role: Role) -> anyhow::R
     Ok(())
 }
 
+/// `aigw admin verify-email`: the operator vouches for the address of the account with e-mail
+/// `email` (verified, and its team invitations accepted); prints the account.
+///
+/// # Errors
+/// No such account, or the database.
+pub async fn verify_email(settings: &Settings, email: &str) -> anyhow::Result<()> {
+    let (context, _) = crate::startup::service_context(settings).await?;
+    let user = aigw_service::Services::new(context, None)
+        .admin
+        .verify_email(email)
+        .await
+        .map_err(explain)?;
+    println!("verified {}", describe(&user));
+    Ok(())
+}
+
 /// `aigw admin list-invitations`: every open invitation, to register and to join a team, one
 /// per line, newest first (at most 1 000 of each kind).
 ///

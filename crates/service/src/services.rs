@@ -54,7 +54,7 @@ impl Services {
             Administration::new(context.clone(), accounts.clone(), api_keys.clone(), mfa.clone());
         Self {
             authenticator: Authenticator::new(context.clone()),
-            teams: Teams::new(context.clone(), api_keys.clone()),
+            teams: Teams::new(context.clone(), api_keys.clone(), account_email.clone()),
             leaks: LeakReports::new(context.clone(), account_email.clone()),
             accounts,
             account_email,

@@ -1,11 +1,13 @@
 //! Who may act in a team, as every capability that touches one reads it: a member's role, the
 //! platform admin's override, the 404 that hides a team from non-members, and the two checks
-//! other capabilities make inside their own transactions (a key scoped to a team, a
-//! registration that accepts invitations). The team use cases are `crate::teams`.
+//! other capabilities make inside their own transactions (a key scoped to a team, an address
+//! verified that accepts invitations). The team use cases are `crate::teams`.
 
 use crate::audit::Event;
+use crate::credential_cache;
 use crate::error::ServiceError;
-use aigw_domain::{AuditAction, TeamId, TeamRole, UserId};
+use aigw_domain::{AuditAction, CredentialChangeKind, TeamId, TeamRole, UserId};
+use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::UserRow;
 use aigw_persistence::teams::{self, TeamRow};
 use aigw_persistence::DbConnection;
@@ -95,18 +97,24 @@ pub(crate) fn check_key_creation(
     Ok(())
 }
 
-/// Adds a user who has just registered to the teams whose open invitations name their
-/// address (in the registration's transaction), each with an audit event.
+/// Adds `user`, whose address (`user.email`) has just been verified, to the teams whose open
+/// invitations name that address, each with its role and an audit event, in the caller's
+/// transaction (a verification, an e-mail change, a password reset). Returns one change per
+/// team joined, for every node's caches.
 ///
 /// # Errors
-/// On database failure (the registration then rolls back).
+/// On database failure (the caller's transaction then rolls back).
 pub(crate) fn join_invited(
     conn: &mut DbConnection,
     user: &UserRow,
     now: DateTime<Utc>,
-) -> Result<(), ServiceError> {
+) -> Result<Vec<ChangeRow>, ServiceError> {
+    let mut changes = Vec::new();
     for invitation in teams::accept_invitations(conn, &user.email, now)? {
         if !teams::lock(conn, &invitation.team_id)? {
+            continue;
+        }
+        if teams::member(conn, &invitation.team_id, &user.id)?.is_some() {
             continue;
         }
         teams::insert_member(conn, &invitation.team_id, &user.id, invitation.role, now)?;
@@ -118,6 +126,8 @@ pub(crate) fn join_invited(
                 "invitation_id": invitation.id,
             }))
             .insert(conn)?;
+        let kind = CredentialChangeKind::TeamChanged;
+        changes.push(credential_cache::append(conn, kind, &invitation.team_id, now)?);
     }
-    Ok(())
+    Ok(changes)
 }

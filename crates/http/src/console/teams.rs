@@ -638,7 +638,7 @@ pub(crate) async fn update_policy(
 }
 
 /// `POST /teams/{id}/members`: adds the account with the e-mail address, or invites an address
-/// that has none (it joins when it registers).
+/// that has none (it joins once an account has the address verified).
 pub(crate) async fn add_member(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -663,7 +663,7 @@ pub(crate) async fn add_member(
             Ok(format!("{} joined the team as {}.", member.email, member.role.as_str()))
         }
         Ok(MemberAdded::Invited(invitation)) => Ok(format!(
-            "No account has the address {} yet: it is invited, and joins the team as {} when it registers.",
+            "No account has the address {} yet: it is invited, and joins the team as {} once an account has the address verified.",
             invitation.email,
             invitation.role.as_str()
         )),

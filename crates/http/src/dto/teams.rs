@@ -231,7 +231,8 @@ impl From<Page<TeamView>> for TeamListData {
 #[serde(deny_unknown_fields)]
 pub(crate) struct AddMemberRequest {
     /// The person's e-mail address: an account joins at once, an address without one is
-    /// invited and joins when it registers.
+    /// invited (by e-mail, when a mailer is configured) and joins once an account has the
+    /// address verified.
     #[schema(example = "ada@example.com", format = Email)]
     pub(crate) email: String,
     /// Default `member`; `owner` only by an owner.

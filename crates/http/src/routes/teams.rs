@@ -171,7 +171,7 @@ pub(crate) async fn list_members(
     Ok(HttpResponse::Ok().json(Envelope::ok(MemberListData::from(members))))
 }
 
-/// Add a member by e-mail (owners and admins): an account joins at once (`status: joined`); an address without one is invited and joins when it registers (`status: invited`).
+/// Add a member by e-mail (owners and admins): an account joins at once (`status: joined`); an address without one is invited, by e-mail when a mailer is configured, and joins once an account has the address verified, whatever `auth.email_verification` says (`status: invited`).
 #[utoipa::path(post, path = "/api/v1/teams/{id}/members", tag = "teams", request_body = AddMemberRequest,
     params(
         ("id" = String, Path, description = "Team id"),

@@ -14,6 +14,7 @@ const CHANGE_SUBJECT: &str = "Confirm your new e-mail address";
 const CHANGED_SUBJECT: &str = "Your e-mail address was changed";
 const RESET_SUBJECT: &str = "Reset your password";
 const RESET_DONE_SUBJECT: &str = "Your password was reset";
+const INVITATION_SUBJECT: &str = "You are invited to a team";
 
 /// An app whose account e-mail goes to `smtp`, with `auth.email_verification = mode`.
 async fn app_with_mail(
@@ -433,7 +434,57 @@ backend_tests!(
     the_links_open_forms_that_finish_the_job,
     ended_tokens_are_pruned_a_day_later,
     reset_requests_are_limited_per_address_whether_or_not_it_has_an_account,
+    a_team_invitation_arrives_and_joins_only_once_the_address_is_verified,
 );
+
+/// A team's invitation of an address without an account arrives by e-mail, naming the team
+/// and who invited; whoever registers with the address does not join until the address is
+/// verified, and joins with the verification link (audited as `member_added`).
+async fn a_team_invitation_arrives_and_joins_only_once_the_address_is_verified(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "optional", None).await;
+    let owner = app.new_user("inv-owner").await;
+    let body = json!({"name": "<b>ml</b>"});
+    let made = app.post("/api/v1/teams", Auth::Bearer(&owner.token), &body).await.data(201);
+    let id = made["id"].as_str().unwrap().to_owned();
+    let email = unique_email("inv-mail");
+    let path = format!("/api/v1/teams/{id}/members");
+    let body = json!({"email": email, "role": "admin"});
+    let added = app.post(&path, Auth::Bearer(&owner.token), &body).await.data(201);
+    assert_eq!(added["status"], "invited");
+
+    let mail = smtp.wait_for(&email, INVITATION_SUBJECT, 1).await;
+    assert!(
+        mail.text.contains("\"<b>ml</b>\"") && mail.text.contains(&owner.email),
+        "{}",
+        mail.text
+    );
+    assert!(mail.text.contains("as admin"), "{}", mail.text);
+    assert!(mail.html.contains("&lt;b&gt;ml") && !mail.html.contains("<b>"), "{}", mail.html);
+    assert_eq!(mail.link(), "https://gw.example.test/register");
+
+    let registered = app.register(&email, PASSWORD, None).await;
+    let token = registered["token"].as_str().unwrap().to_owned();
+    let team_path = format!("/api/v1/teams/{id}");
+    app.get(&team_path, Auth::Bearer(&token)).await.not_found("team", &id);
+    let link = smtp.wait_for(&email, VERIFY_SUBJECT, 1).await.token("aigwe_");
+    verify(&app, &link).await.data(200);
+    let team = reply_eventually(
+        Duration::from_secs(5),
+        "the team, once the address is verified",
+        || app.get(&team_path, Auth::Bearer(&token)),
+        |reply| reply.status == 200,
+    )
+    .await;
+    assert_eq!(team.data(200)["role"], "admin");
+    let events = app.get("/api/v1/audit?limit=50", Auth::Bearer(&token)).await.data(200);
+    let joined = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["action"] == "member_added" && e["details"]["invitation_id"].is_string());
+    assert!(joined, "{events}");
+}
 
 /// Mail to an SMTP server that is down is tried again with backoff and, once the server is
 /// up, delivered; `aigw_emails_total` counts the retries and the delivery. One backend is

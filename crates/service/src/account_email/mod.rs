@@ -112,6 +112,14 @@ impl AccountEmail {
         }
     }
 
+    /// The link of the page at `path` (the path alone without a mailer).
+    pub(crate) fn page_link(&self, path: &str) -> String {
+        match &self.mail {
+            Some(mail) => mail.page(path),
+            None => path.to_owned(),
+        }
+    }
+
     /// The link for `token` to the page at `path`.
     pub(crate) fn link(&self, path: &str, token: &AccountToken) -> String {
         match &self.mail {

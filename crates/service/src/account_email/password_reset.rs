@@ -123,8 +123,11 @@ impl AccountEmail {
                         .target(&user.id)
                         .details(serde_json::json!({"ended_sessions": ended}))
                         .insert(conn)?;
-                    // Last statements of the transaction (see `aigw_persistence::changes`).
-                    let mut changes: Vec<ChangeRow> = Vec::new();
+                    // The reset proved the address: the teams that invited it take it in.
+                    // Then the last statements of the transaction (see
+                    // `aigw_persistence::changes`).
+                    let mut changes: Vec<ChangeRow> =
+                        crate::team_access::join_invited(conn, &user, now)?;
                     for id in &ended {
                         let kind = CredentialChangeKind::SessionRevoked;
                         changes.push(credential_cache::append(conn, kind, id, now)?);

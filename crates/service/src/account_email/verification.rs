@@ -96,7 +96,7 @@ impl AccountEmail {
         let digest = token.digest();
         let now = self.ctx.clock.now();
         let purposes = [TokenPurpose::VerifyEmail, TokenPurpose::ChangeEmail];
-        let (before, after, change) = self.ctx
+        let (before, after, changes) = self.ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -139,15 +139,17 @@ impl AccountEmail {
                             .details(serde_json::json!({"email": user.email}))
                             .insert(conn)?;
                     }
+                    // The address is verified now: the teams that invited it take it in.
+                    let mut changes = crate::team_access::join_invited(conn, &after, now)?;
                     // Last statement (see `aigw_persistence::changes`): every node's user
                     // cache forgets the account.
                     let kind = CredentialChangeKind::UserChanged;
-                    let change = credential_cache::append(conn, kind, &user.id, now)?;
-                    Ok((user, after, change))
+                    changes.push(credential_cache::append(conn, kind, &user.id, now)?);
+                    Ok((user, after, changes))
                 })
             })
             .await?;
-        self.ctx.publish(vec![change]).await;
+        self.ctx.publish(changes).await;
         if before.email != after.email {
             tracing::info!(user_id = %after.id, "e-mail address changed");
             let values = serde_json::json!({

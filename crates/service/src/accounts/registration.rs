@@ -60,8 +60,9 @@ impl Accounts {
                     }
                     Self::insert_user(conn, &stored)?;
                     Self::store_session(conn, &stored_session, &token)?;
-                    event.insert(conn)?;
-                    crate::team_access::join_invited(conn, &stored, now)
+                    // Team invitations of the address wait for it to be verified
+                    // (`crate::team_access::join_invited`).
+                    event.insert(conn)
                 })
             })
             .await?;

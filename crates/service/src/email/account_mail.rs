@@ -35,6 +35,11 @@ impl AccountMail {
         self.mailer.drain(within).await
     }
 
+    /// The link of the page at `path` (starting with `/`).
+    pub(crate) fn page(&self, path: &str) -> String {
+        format!("{}{path}", self.public_url)
+    }
+
     /// The link of a page at `path` (starting with `/`) carrying `token`.
     pub(crate) fn link(&self, path: &str, token: &AccountToken) -> String {
         format!("{}{path}?token={}", self.public_url, token.expose())

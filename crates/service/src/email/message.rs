@@ -23,17 +23,20 @@ pub enum MailKind {
     PasswordChanged,
     /// A notice that a key was revoked because its secret was reported leaked.
     KeyLeaked,
+    /// An invitation to join a team, once the address is confirmed.
+    TeamInvitation,
 }
 
 impl MailKind {
     /// Every kind.
-    pub const ALL: [MailKind; 6] = [
+    pub const ALL: [MailKind; 7] = [
         MailKind::VerifyEmail,
         MailKind::ChangeEmail,
         MailKind::EmailChanged,
         MailKind::PasswordReset,
         MailKind::PasswordChanged,
         MailKind::KeyLeaked,
+        MailKind::TeamInvitation,
     ];
 
     /// The template name and metric label.
@@ -45,6 +48,7 @@ impl MailKind {
             MailKind::PasswordReset => "password_reset",
             MailKind::PasswordChanged => "password_changed",
             MailKind::KeyLeaked => "key_leaked",
+            MailKind::TeamInvitation => "team_invitation",
         }
     }
 
@@ -56,6 +60,7 @@ impl MailKind {
             MailKind::PasswordReset => "Reset your password",
             MailKind::PasswordChanged => "Your password was reset",
             MailKind::KeyLeaked => "An API key of yours was revoked",
+            MailKind::TeamInvitation => "You are invited to a team",
         }
     }
 }
@@ -122,6 +127,8 @@ impl Default for Templates {
             "password_changed.html",
             "key_leaked.txt",
             "key_leaked.html",
+            "team_invitation.txt",
+            "team_invitation.html",
         );
         for (name, source) in sources {
             // The templates are part of the binary and the unit tests render every one; a
@@ -170,6 +177,9 @@ mod tests {
     fn values() -> serde_json::Value {
         serde_json::json!({
             "name": "<img src=x onerror=alert(1)>",
+            "inviter": "<img src=x onerror=alert(1)>",
+            "team": "<b>ml</b>",
+            "role": "member",
             "link": "https://gw.example.com/account/verify-email?token=aigwe_x&a=b",
             "token": "aigwe_x",
             "hours": 24,

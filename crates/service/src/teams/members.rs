@@ -1,11 +1,13 @@
-//! A team's members and invitations: add by e-mail (an existing account joins at once, an
-//! address without one is invited and joins on registration), change a role or a member's
-//! budget, remove, leave; list and revoke open invitations. A team always keeps an owner.
+//! A team's members and invitations: add by e-mail (an existing account joins at once; an
+//! address without one is invited by e-mail and joins once an account has it verified,
+//! [`crate::team_access::join_invited`]), change a role or a member's budget, remove, leave;
+//! list and revoke open invitations. A team always keeps an owner.
 
 use super::{budget_micros, team_not_found, MemberView, TeamAccess, TeamInvitationView};
 use crate::audit::Event;
 use crate::auth::{Authorized, Principal};
 use crate::credential_cache;
+use crate::email::MailKind;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
 use crate::teams::Teams;
@@ -42,7 +44,7 @@ pub struct MemberPatch {
 pub enum MemberAdded {
     /// The account joined.
     Joined(super::Member),
-    /// No account has the address yet: it joins when it registers.
+    /// No account has the address: it joins once an account has it verified.
     Invited(TeamInvitationView),
 }
 
@@ -66,9 +68,42 @@ fn team_changed(
     credential_cache::append(conn, CredentialChangeKind::TeamChanged, team_id, now)
 }
 
+/// Inserts an open invitation of `email` to team `team_id` with `role`, made by `by`.
+///
+/// # Errors
+/// [`ServiceError::Invalid`] on `email` when the address is already invited to the team.
+fn invite(
+    conn: &mut DbConnection,
+    team_id: &TeamId,
+    email: &str,
+    role: TeamRole,
+    by: &UserId,
+    now: DateTime<Utc>,
+) -> Result<TeamInvitationRow, ServiceError> {
+    let invitation = TeamInvitationRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        team_id: team_id.to_owned(),
+        email: email.to_owned(),
+        role,
+        created_by: by.to_owned(),
+        created_at: now,
+        accepted_at: None,
+        revoked_at: None,
+    };
+    match teams::insert_invitation(conn, &invitation) {
+        Err(PersistenceError::Conflict) => {
+            Err(FieldError::new("email", "is already invited").into())
+        }
+        other => Ok(other.map(|()| invitation)?),
+    }
+}
+
 impl Teams {
     /// Adds the account with `email` to team `id` with `role` (default `member`), or, when no
-    /// account has that address, invites it: it joins on registration.
+    /// account has that address, invites it: the invitation is e-mailed (when a mailer is
+    /// configured), and the address joins once an account has it verified, whatever
+    /// `auth.email_verification` says: whoever registers with the address first does not join
+    /// the team, and its budget, without showing the address is theirs.
     ///
     /// # Errors
     /// [`ServiceError::Invalid`] on `email` or `role`, or on `email` when already a member or
@@ -89,40 +124,31 @@ impl Teams {
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let actor = principal.actor().to_owned();
-        let (added, change) = self.ctx
+        let invitee = email.clone();
+        let (added, change, mail) = self.ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !teams::lock(conn, &team_id)? {
                         return Err(team_not_found(&team_id));
                     }
-                    let (_, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    let (team, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
                     if role == TeamRole::Owner { access.own()? } else { access.manage()? };
                     let details = serde_json::json!({"team_id": team_id, "role": role.as_str()});
                     let Some(user) = users::find_by_email(conn, &email)? else {
-                        let invitation = TeamInvitationRow {
-                            id: uuid::Uuid::now_v7().to_string(),
-                            team_id: team_id.clone(),
-                            email: email.clone(),
-                            role,
-                            created_by: user_id.clone(),
-                            created_at: now,
-                            accepted_at: None,
-                            revoked_at: None,
-                        };
-                        match teams::insert_invitation(conn, &invitation) {
-                            Err(PersistenceError::Conflict) => {
-                                return Err(FieldError::new("email", "is already invited").into())
-                            }
-                            other => other?,
-                        }
+                        let invitation = invite(conn, &team_id, &email, role, &user_id, now)?;
                         Event::new(AuditAction::TeamInvitationCreated, None, Some(&actor), now)
                             .target(&team_id)
                             .details(serde_json::json!({
                                 "team_id": team_id, "role": role.as_str(), "invitation_id": invitation.id,
                             }))
                             .insert(conn)?;
-                        return Ok((MemberAdded::Invited(invitation.into()), None));
+                        let inviter = users::find_by_id(conn, &user_id)?
+                            .map_or_else(|| "A team owner".to_owned(), |u| format!("{} ({})", u.name, u.email));
+                        let mail = serde_json::json!({
+                            "team": team.name, "role": role.as_str(), "inviter": inviter,
+                        });
+                        return Ok((MemberAdded::Invited(invitation.into()), None, Some(mail)));
                     };
                     match teams::insert_member(conn, &team_id, &user.id, role, now) {
                         Err(PersistenceError::Conflict) => {
@@ -137,12 +163,16 @@ impl Teams {
                     let member = teams::member(conn, &team_id, &user.id)?
                         .ok_or_else(|| member_not_found(&user.id))?;
                     let change = team_changed(conn, &team_id, now)?;
-                    Ok((MemberAdded::Joined(member.into()), Some(change)))
+                    Ok((MemberAdded::Joined(member.into()), Some(change), None))
                 })
             })
             .await?;
         if let Some(change) = change {
             self.ctx.publish(vec![change]).await;
+        }
+        if let Some(mut values) = mail {
+            values["link"] = serde_json::json!(self.email.page_link("/register"));
+            self.email.send_mail(MailKind::TeamInvitation, &invitee, values);
         }
         Ok(added)
     }

@@ -27,6 +27,7 @@ mod usage;
 pub use manage::{NewTeam, TeamPatch};
 pub use members::{MemberAdded, MemberPatch, NewMember};
 
+use crate::account_email::AccountEmail;
 use crate::api_keys::ApiKeys;
 use crate::auth::Principal;
 use crate::context::ServiceContext;
@@ -184,12 +185,15 @@ fn budget_micros(usd: f64, field: &str) -> Result<i64, FieldError> {
 pub struct Teams {
     pub(crate) ctx: ServiceContext,
     pub(crate) keys: ApiKeys,
+    /// Sends the invitations.
+    pub(crate) email: AccountEmail,
 }
 
 impl Teams {
-    /// The team use cases on `ctx`, with `keys` for team keys.
-    pub fn new(ctx: ServiceContext, keys: ApiKeys) -> Self {
-        Self { ctx, keys }
+    /// The team use cases on `ctx`, with `keys` for team keys, invitations e-mailed through
+    /// `email`.
+    pub fn new(ctx: ServiceContext, keys: ApiKeys, email: AccountEmail) -> Self {
+        Self { ctx, keys, email }
     }
 
     /// Whether `principal` is a platform admin (an access token of an admin account).
