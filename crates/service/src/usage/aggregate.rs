@@ -18,6 +18,7 @@
 
 use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
 use aigw_domain::usage::UsageRecord;
+use super::pending::Settlement;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use thread_local::ThreadLocal;
@@ -41,6 +42,8 @@ struct Shard {
     sums: HashMap<RollupKey, UsageSums, foldhash::fast::RandomState>,
     records: Vec<UsageRecord>,
     tracked: Vec<UsageRecord>,
+    /// The tracked calls' settlements, applied once their flush is in the ledger.
+    settlements: Vec<Settlement>,
     dropped: u64,
     /// Calls added since the last take.
     calls: u64,
@@ -71,6 +74,8 @@ pub(crate) struct Taken {
     pub(crate) flush: UsageFlush,
     /// Records dropped since the last take because memory for them was full.
     pub(crate) dropped: u64,
+    /// The settlements of the flush's tracked calls, to apply once it is written or spooled.
+    pub(crate) settlements: Vec<Settlement>,
 }
 
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -86,10 +91,19 @@ impl Aggregate {
     }
 
     /// Counts one finished call. `tracked`: the call may have a row among the calls in
-    /// flight (it is then kept one by one, see [`UsageFlush::tracked`]).
-    pub(crate) fn add(&self, record: UsageRecord, tracked: bool) -> Added {
+    /// flight (it is then kept one by one, see [`UsageFlush::tracked`], with its `settlement`,
+    /// which the take hands over with the flush that holds the call).
+    pub(crate) fn add(
+        &self,
+        record: UsageRecord,
+        tracked: bool,
+        settlement: Option<Settlement>,
+    ) -> Added {
         let mut shard = lock(self.shards.get_or_default());
         shard.calls += 1;
+        if let Some(settlement) = settlement {
+            shard.settlements.push(settlement);
+        }
         if tracked {
             shard.tracked.push(record);
             return Added::Kept;
@@ -149,7 +163,7 @@ impl Aggregate {
             HashMap::default();
         let mut taken = Taken::default();
         for shard in self.shards.iter() {
-            let (shard_sums, mut records, mut tracked, dropped) = {
+            let (shard_sums, mut records, mut tracked, dropped, mut settlements) = {
                 let mut shard = lock(shard);
                 if shard.calls == 0 {
                     continue;
@@ -161,6 +175,7 @@ impl Aggregate {
                     std::mem::replace(&mut shard.records, Vec::with_capacity(capacity)),
                     std::mem::take(&mut shard.tracked),
                     std::mem::take(&mut shard.dropped),
+                    std::mem::take(&mut shard.settlements),
                 )
             };
             if sums.is_empty() {
@@ -176,6 +191,7 @@ impl Aggregate {
             taken.flush.records.append(&mut records);
             taken.flush.tracked.append(&mut tracked);
             taken.dropped += dropped;
+            taken.settlements.append(&mut settlements);
         }
         let mut rollups: Vec<UsageRollup> =
             sums.into_iter().map(|(key, sums)| UsageRollup { key, sums }).collect();
@@ -226,7 +242,7 @@ mod tests {
                     std::thread::spawn(move || {
                         for i in 0..1000u64 {
                             let model = if i % 2 == 0 { "a" } else { "b" };
-                            aggregate.add(record(&format!("k{}", t % 3), model, i), i == 7);
+                            aggregate.add(record(&format!("k{}", t % 3), model, i), i == 7, None);
                         }
                     })
                 })
@@ -253,7 +269,7 @@ mod tests {
         let aggregate = Aggregate::new(KeepRecords::Database, 0);
         let share = aggregate.records_per_shard;
         let asks: Vec<Added> =
-            (0..share + 10).map(|_| aggregate.add(record("k", "m", 1), false)).collect();
+            (0..share + 10).map(|_| aggregate.add(record("k", "m", 1), false, None)).collect();
         let early = EARLY_FLUSH_RECORDS.min(share);
         assert_eq!(asks[early - 1], Added::FlushSoon, "a batch's worth asks for a flush");
         assert_eq!(asks[early - 2], Added::Kept);

@@ -82,9 +82,14 @@ impl Pending {
 
     /// The final record: `known` tokens ([`Pending::known_usage`]) when given, else an
     /// estimate with the model's tokenizer (marked `estimated`), priced from `prices`; the
-    /// call's budget and token reservations are settled to it, and the call leaves the node's
-    /// calls in flight. Also says whether the call may have a row among the calls in flight
-    /// (see [`aigw_domain::ledger::UsageFlush::tracked`]).
+    /// call leaves the node's calls in flight. Also says whether the call may have a row among
+    /// the calls in flight (see [`aigw_domain::ledger::UsageFlush::tracked`]).
+    ///
+    /// The call's budget and token reservations settle to the record: at once when the call
+    /// has no row in flight; otherwise the [`Settlement`] returned is applied once the record
+    /// is in the ledger (or the spool). Until then the counters hold the call's reservation,
+    /// which is what another node bills it at should this node die first (its row in flight
+    /// is still there): the ledger never holds more for a call than its counters did.
     ///
     /// A call cut by a timeout or by the caller counts the prompt (the provider read it) and
     /// what was streamed so far, estimated.
@@ -92,7 +97,7 @@ impl Pending {
         mut self,
         prices: &PriceTable,
         known: Option<TokenUsage>,
-    ) -> (UsageRecord, bool) {
+    ) -> (UsageRecord, bool, Option<Settlement>) {
         let held = std::mem::take(&mut self.held);
         let tracked = self.in_flight.take().is_some_and(InFlightTicket::leave);
         let (usage, estimated) = match known {
@@ -103,14 +108,13 @@ impl Pending {
         let served = self.served_model.as_deref().unwrap_or(&self.model);
         let price = prices.served(&self.provider, served);
         let cost_micros = price.map_or(0, |p| p.cost_micros(&usage));
-        for (reservation, tokens_reserved) in held {
-            if let Some(reservation) = reservation {
-                reservation.settle(cost_micros, usage.total_tokens);
-            }
-            if let Some(reserved) = tokens_reserved {
-                reserved.settle(usage.total_tokens);
-            }
-        }
+        let settlement = Settlement { held, cost_micros, total_tokens: usage.total_tokens };
+        let settlement = if tracked && !settlement.held.is_empty() {
+            Some(settlement)
+        } else {
+            settlement.apply();
+            None
+        };
         let record = UsageRecord {
             request_id: self.request_id,
             api_key_id: self.api_key_id,
@@ -131,7 +135,30 @@ impl Pending {
             team_id: self.team_id,
             member_id: self.member_id,
         };
-        (record, tracked)
+        (record, tracked, settlement)
+    }
+}
+
+/// What a finished call's reservations settle to: its record's cost and total tokens.
+#[derive(Debug)]
+pub(crate) struct Settlement {
+    held: Vec<(Option<Reservation>, Option<TokenReservation>)>,
+    cost_micros: u64,
+    total_tokens: u64,
+}
+
+impl Settlement {
+    /// Settles every level's budget and token reservations (in the background where they
+    /// live outside the node).
+    pub(crate) fn apply(self) {
+        for (reservation, tokens_reserved) in self.held {
+            if let Some(reservation) = reservation {
+                reservation.settle(self.cost_micros, self.total_tokens);
+            }
+            if let Some(reserved) = tokens_reserved {
+                reserved.settle(self.total_tokens);
+            }
+        }
     }
 }
 

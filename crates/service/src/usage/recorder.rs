@@ -32,7 +32,7 @@
 //!   write, the replay position) lives outside the task and survives the restart.
 
 use super::aggregate::{Added, Aggregate, KeepRecords};
-use super::pending::Pending;
+use super::pending::{Pending, Settlement};
 use super::spool::Spool;
 use super::supervisor::supervise;
 use crate::db::Db;
@@ -150,12 +150,13 @@ impl Shared {
         }
     }
 
-    /// Counts a finished call (on the thread that finished it).
-    fn accept(&self, record: UsageRecord, tracked: bool) {
+    /// Counts a finished call (on the thread that finished it), with the settlement to apply
+    /// once it is written.
+    fn accept(&self, record: UsageRecord, tracked: bool, settlement: Option<Settlement>) {
         if self.request_log {
             log_record(&record);
         }
-        if self.aggregate.add(record, tracked) == Added::FlushSoon {
+        if self.aggregate.add(record, tracked, settlement) == Added::FlushSoon {
             self.wake.notify_one();
         }
     }
@@ -215,19 +216,19 @@ impl RecorderHandle {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let shared = self.shared.clone();
                 runtime.spawn_blocking(move || {
-                    let (record, tracked) = pending.finish(&shared.prices, None);
-                    shared.accept(record, tracked);
+                    let (record, tracked, settlement) = pending.finish(&shared.prices, None);
+                    shared.accept(record, tracked, settlement);
                 });
                 return;
             }
         }
-        let (record, tracked) = pending.finish(&self.shared.prices, known);
-        self.shared.accept(record, tracked);
+        let (record, tracked, settlement) = pending.finish(&self.shared.prices, known);
+        self.shared.accept(record, tracked, settlement);
     }
 
     /// Counts a finished call (for an embedder or a benchmark feeding records directly).
     pub(crate) fn submit_record(&self, record: UsageRecord) {
-        self.shared.accept(record, false);
+        self.shared.accept(record, false, None);
     }
 }
 
@@ -261,7 +262,8 @@ struct Job {
 
 #[derive(Debug)]
 enum JobResult {
-    Written(Arc<UsageFlush>, Result<FlushApplied, ServiceError>),
+    /// A flush written (or not), with the settlements of its tracked calls.
+    Written(Arc<UsageFlush>, Result<FlushApplied, ServiceError>, Vec<Settlement>),
     Replayed(PathBuf, u64, Result<ReplayProgress, ServiceError>),
 }
 
@@ -434,9 +436,10 @@ impl Context {
     }
 
     /// Takes what was metered since the last take as one flush (with a fresh id), counting it
-    /// in the per-model metrics.
-    fn take(&self, state: &mut State) -> UsageFlush {
+    /// in the per-model metrics, with the settlements to apply once it is written or spooled.
+    fn take(&self, state: &mut State) -> (UsageFlush, Vec<Settlement>) {
         let taken = self.shared.aggregate.take();
+        let settlements = taken.settlements;
         let mut flush = taken.flush;
         if taken.dropped > 0 {
             self.shared.records_dropped.fetch_add(taken.dropped, Ordering::Relaxed);
@@ -446,7 +449,7 @@ impl Context {
             );
         }
         if flush.is_empty() {
-            return flush;
+            return (flush, settlements);
         }
         flush.id = uuid::Uuid::now_v7().to_string();
         let metrics = &self.options.metrics;
@@ -489,20 +492,22 @@ impl Context {
         for r in &flush.tracked {
             count(&r.provider, &r.model, &UsageSums::of(r));
         }
-        flush
+        (flush, settlements)
     }
 
     fn on_tick(&self, state: &mut State, interval: Duration) {
         match &state.job {
             Some(job) if job.started.elapsed() >= interval => {
                 // The database is slow: nothing waits in memory beyond an interval.
-                let flush = self.take(state);
+                let (flush, settlements) = self.take(state);
                 self.shared.spool(&flush);
+                settle(settlements);
             }
             Some(_) => {}
             None if !self.shared.database_ok.load(Ordering::Relaxed) => {
-                let flush = self.take(state);
+                let (flush, settlements) = self.take(state);
                 self.shared.spool(&flush);
+                settle(settlements);
                 self.start_replay(state);
             }
             None => {
@@ -515,8 +520,9 @@ impl Context {
 
     /// Starts writing what was metered since the last take; false when there was nothing.
     fn start_write(&self, state: &mut State) -> bool {
-        let flush = self.take(state);
+        let (flush, settlements) = self.take(state);
         if flush.is_empty() {
+            settle(settlements);
             return false;
         }
         let flush = Arc::new(flush);
@@ -525,7 +531,7 @@ impl Context {
         let handle = tokio::spawn(async move {
             let _turn = lock.lock_owned().await;
             let result = write_flush(&db, written.clone()).await;
-            JobResult::Written(written, result)
+            JobResult::Written(written, result, settlements)
         });
         state.job = Some(Job { started: Instant::now(), flush: Some(flush), handle });
         true
@@ -557,13 +563,15 @@ impl Context {
     fn on_job(&self, state: &mut State, result: JobResult) {
         self.shared.in_write.store(0, Ordering::Relaxed);
         match result {
-            JobResult::Written(flush, Ok(applied)) => {
+            JobResult::Written(flush, Ok(applied), settlements) => {
                 self.note_applied(&applied, &flush);
                 self.shared.flushed();
+                settle(settlements);
             }
-            JobResult::Written(flush, Err(e)) => {
+            JobResult::Written(flush, Err(e), settlements) => {
                 self.shared.failed(&e);
                 self.shared.spool(&flush);
+                settle(settlements);
             }
             JobResult::Replayed(path, offset, Ok(progress)) => {
                 self.shared.recorded.fetch_add(progress.recorded, Ordering::Relaxed);
@@ -617,7 +625,8 @@ impl Context {
                 }
             }
         }
-        let flush = Arc::new(self.take(state));
+        let (flush, settlements) = self.take(state);
+        let flush = Arc::new(flush);
         if !flush.is_empty() {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let write = write_flush(&self.db, flush.clone());
@@ -638,6 +647,7 @@ impl Context {
                 Err(_) => self.shared.spool(&flush),
             }
         }
+        settle(settlements);
         tracing::info!(spooled = self.shared.spool.records(), "usage recorder stopped");
     }
 }
@@ -668,4 +678,11 @@ async fn replay_batch(db: &Db, path: PathBuf, offset: u64) -> Result<ReplayProgr
         })
         .await?;
     Ok(ReplayProgress { next_offset: batch.next_offset, at_end: batch.at_end, calls, recorded })
+}
+
+/// Applies the settlements of calls now in the ledger (or the spool).
+fn settle(settlements: Vec<Settlement>) {
+    for settlement in settlements {
+        settlement.apply();
+    }
 }
