@@ -16,9 +16,9 @@
 //! flight ([`UsageFlush::tracked`]) are always kept one by one: there are at most as many as
 //! calls running.
 
+use super::pending::Settlement;
 use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
 use aigw_domain::usage::UsageRecord;
-use super::pending::Settlement;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use thread_local::ThreadLocal;
