@@ -58,6 +58,7 @@ actions! {
     TeamApiKeyCreated => "team_api_key_created",
     TeamInvitationCreated => "team_invitation_created",
     TeamInvitationRevoked => "team_invitation_revoked",
+    TeamInvitationResent => "team_invitation_resent",
     EmailVerified => "email_verified",
     EmailChangeRequested => "email_change_requested",
     EmailChanged => "email_changed",

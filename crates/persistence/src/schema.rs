@@ -298,6 +298,9 @@ diesel::table! {
         created_at -> Timestamp,
         accepted_at -> Nullable<Timestamp>,
         revoked_at -> Nullable<Timestamp>,
+        expires_at -> Nullable<Timestamp>,
+        sent_at -> Nullable<Timestamp>,
+        sends -> Integer,
     }
 }
 

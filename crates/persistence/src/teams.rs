@@ -92,10 +92,16 @@ pub struct TeamInvitationRow {
     pub created_by: UserId,
     /// When, UTC.
     pub created_at: DateTime<Utc>,
-    /// When registration used it, UTC.
+    /// When an account with the address verified took it, UTC.
     pub accepted_at: Option<DateTime<Utc>>,
     /// When it was revoked, UTC.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When it ends unless re-sent, UTC (`None`: made before invitations expired; never).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was last e-mailed, UTC (`None`: never, no mailer).
+    pub sent_at: Option<DateTime<Utc>>,
+    /// Times it was e-mailed.
+    pub sends: i32,
 }
 
 #[derive(Debug, Queryable, Selectable, Insertable)]
@@ -186,6 +192,9 @@ struct InvitationRecord {
     created_at: NaiveDateTime,
     accepted_at: Option<NaiveDateTime>,
     revoked_at: Option<NaiveDateTime>,
+    expires_at: Option<NaiveDateTime>,
+    sent_at: Option<NaiveDateTime>,
+    sends: i32,
 }
 
 impl From<InvitationRecord> for TeamInvitationRow {
@@ -199,6 +208,9 @@ impl From<InvitationRecord> for TeamInvitationRow {
             created_at: to_utc(r.created_at),
             accepted_at: r.accepted_at.map(to_utc),
             revoked_at: r.revoked_at.map(to_utc),
+            expires_at: r.expires_at.map(to_utc),
+            sent_at: r.sent_at.map(to_utc),
+            sends: r.sends,
         }
     }
 }
@@ -494,13 +506,69 @@ pub fn insert_invitation(
         created_at: from_utc(row.created_at),
         accepted_at: None,
         revoked_at: None,
+        expires_at: row.expires_at.map(from_utc),
+        sent_at: row.sent_at.map(from_utc),
+        sends: row.sends,
     };
     diesel::insert_into(inv::table).values(record).execute(conn)?;
     Ok(())
 }
 
+/// Invitation `id`, whatever its state.
+///
+/// # Errors
+/// On database failure.
+pub fn invitation(
+    conn: &mut DbConnection,
+    id: &str,
+) -> Result<Option<TeamInvitationRow>, PersistenceError> {
+    let row: Option<InvitationRecord> = inv::table
+        .filter(inv::id.eq(id))
+        .select(InvitationRecord::as_select())
+        .first(conn)
+        .optional()?;
+    Ok(row.map(TeamInvitationRow::from))
+}
+
+/// Records that open invitation `id` of team `team_id` was sent again at `now` and now ends at
+/// `expires_at`; returns it as updated (`None`: no such open invitation).
+///
+/// # Errors
+/// On database failure.
+pub fn resend_invitation(
+    conn: &mut DbConnection,
+    team_id: &TeamId,
+    id: &str,
+    now: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    sent: bool,
+) -> Result<Option<TeamInvitationRow>, PersistenceError> {
+    let open = inv::table
+        .filter(inv::id.eq(id))
+        .filter(inv::team_id.eq(team_id.as_str()))
+        .filter(inv::accepted_at.is_null())
+        .filter(inv::revoked_at.is_null());
+    let changed = if sent {
+        diesel::update(open)
+            .set((
+                inv::expires_at.eq(from_utc(expires_at)),
+                inv::sent_at.eq(from_utc(now)),
+                inv::sends.eq(inv::sends + 1),
+            ))
+            .execute(conn)?
+    } else {
+        diesel::update(open).set(inv::expires_at.eq(from_utc(expires_at))).execute(conn)?
+    };
+    if changed == 0 {
+        return Ok(None);
+    }
+    let row: InvitationRecord =
+        inv::table.filter(inv::id.eq(id)).select(InvitationRecord::as_select()).first(conn)?;
+    Ok(Some(row.into()))
+}
+
 /// Up to `limit` open invitations of team `team_id` (of every team when `None`), newest
-/// first, after id `before`.
+/// first, after id `before`; expired ones included (they can be re-sent).
 ///
 /// # Errors
 /// On database failure.
@@ -551,8 +619,9 @@ pub fn revoke_invitation(
     Ok(Some(team))
 }
 
-/// Marks every open invitation of `email` (normalised) accepted at `now` and returns them (the
-/// teams of deleted teams are dropped with them). Call in the registration's transaction.
+/// Marks every open, unexpired invitation of `email` (normalised) accepted at `now` and returns
+/// them (the teams of deleted teams are dropped with them). Call in the transaction that
+/// verifies the address.
 ///
 /// # Errors
 /// On database failure.
@@ -561,10 +630,12 @@ pub fn accept_invitations(
     email: &str,
     now: DateTime<Utc>,
 ) -> Result<Vec<TeamInvitationRow>, PersistenceError> {
+    let at = from_utc(now);
     let open = inv::table
         .filter(inv::email.eq(email))
         .filter(inv::accepted_at.is_null())
-        .filter(inv::revoked_at.is_null());
+        .filter(inv::revoked_at.is_null())
+        .filter(inv::expires_at.is_null().or(inv::expires_at.gt(at)));
     let rows: Vec<InvitationRecord> = open.select(InvitationRecord::as_select()).load(conn)?;
     diesel::update(open).set(inv::accepted_at.eq(from_utc(now))).execute(conn)?;
     Ok(rows.into_iter().map(TeamInvitationRow::from).collect())

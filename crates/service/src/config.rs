@@ -48,6 +48,8 @@ pub struct AuthConfig {
     pub allowed_email_domains: Vec<String>,
     /// Who may create teams: `anyone` (default) or `admins`.
     pub team_creation: TeamCreation,
+    /// Days a team invitation stays open after it is made or re-sent (default 7, at least 1).
+    pub team_invitation_ttl_days: u32,
     /// Refuse admins on the administrative endpoints (403) until their TOTP second factor is
     /// on, and, with an access token, unless its session was made with it (default false).
     pub require_mfa_for_admins: bool,
@@ -120,6 +122,7 @@ impl Default for AuthConfig {
             registration: RegistrationMode::Open,
             allowed_email_domains: Vec::new(),
             team_creation: TeamCreation::Anyone,
+            team_invitation_ttl_days: 7,
             require_mfa_for_admins: false,
             mfa_issuer: "aigw".to_owned(),
             mfa_challenge_ttl_secs: 300,

@@ -78,6 +78,10 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
                 "/teams/{id}/invitations/{invitation_id}/revoke",
                 post().to(teams::revoke_invitation),
             )
+            .route(
+                "/teams/{id}/invitations/{invitation_id}/resend",
+                post().to(teams::resend_invitation),
+            )
             .route("/teams/{id}/keys/new", get().to(teams::new_key_form))
             .route("/teams/{id}/keys/new", post().to(teams::create_key))
             .route("/teams/{id}/keys/{key_id}/revoke", post().to(teams::revoke_key))

@@ -527,7 +527,8 @@ fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) ->
         .iter()
         .map(|i| {
             context! { id => i.id, email => i.email, role => i.role.as_str(),
-            created => when(&i.created_at) }
+            created => when(&i.created_at), status => i.status.as_str(),
+            expires => i.expires_at.as_ref().map(when) }
         })
         .collect();
     let names: HashMap<&str, &str> =
@@ -781,6 +782,30 @@ pub(crate) async fn revoke_invitation(
     };
     let done = match revoked {
         Ok(()) => Ok("The invitation is revoked.".to_owned()),
+        Err(e) => Err(Typed::refused("invitations", e.into())),
+    };
+    answer(&state, &viewer, &id, done, "invitations").await
+}
+
+/// `POST /teams/{id}/invitations/{invitation_id}/resend`: e-mails an open invitation again
+/// and opens it for another `auth.team_invitation_ttl_days` (owners and admins).
+pub(crate) async fn resend_invitation(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<(TeamId, String)>,
+    form: Form<CsrfOnly>,
+) -> HttpResponse {
+    let (id, invitation_id) = path.into_inner();
+    if let Err(refused) = form.checked(&req, &viewer) {
+        return *refused;
+    }
+    let resent = match viewer.authorized::<op::ManageAccount>() {
+        Ok(caller) => state.teams.resend_team_invitation(&caller, &id, &invitation_id).await,
+        Err(e) => Err(e),
+    };
+    let done = match resent {
+        Ok(invitation) => Ok(format!("The invitation of {} is sent again.", invitation.email)),
         Err(e) => Err(Typed::refused("invitations", e.into())),
     };
     answer(&state, &viewer, &id, done, "invitations").await

@@ -316,7 +316,20 @@ impl From<Page<MemberView>> for MemberListData {
     }
 }
 
-/// An open invitation to a team.
+/// Where a team invitation stands: `pending` (open, never e-mailed: no mailer), `sent` (open,
+/// e-mailed), `accepted`, `expired` (re-send it to open it again), `revoked`.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+// The OpenAPI schema of `TeamInvitationDto::status`; never built.
+#[allow(non_camel_case_types, missing_docs, dead_code)]
+pub(crate) enum InvitationStatusName {
+    pending,
+    sent,
+    accepted,
+    expired,
+    revoked,
+}
+
+/// An invitation to a team.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct TeamInvitationDto {
     /// UUIDv7.
@@ -330,6 +343,16 @@ pub(crate) struct TeamInvitationDto {
     pub(crate) created_by: String,
     /// RFC 3339 UTC.
     pub(crate) created_at: String,
+    /// Where it stands.
+    #[schema(value_type = InvitationStatusName)]
+    pub(crate) status: String,
+    /// When it ends unless re-sent, RFC 3339 UTC; null: never (made before invitations
+    /// expired).
+    pub(crate) expires_at: Option<String>,
+    /// When it was last e-mailed, RFC 3339 UTC; null: never (no mailer).
+    pub(crate) sent_at: Option<String>,
+    /// Times it was e-mailed.
+    pub(crate) sends: u32,
 }
 
 impl From<TeamInvitationView> for TeamInvitationDto {
@@ -340,6 +363,10 @@ impl From<TeamInvitationView> for TeamInvitationDto {
             role: i.role.as_str().to_owned(),
             created_by: i.created_by,
             created_at: format_timestamp(i.created_at),
+            status: i.status.as_str().to_owned(),
+            expires_at: i.expires_at.map(format_timestamp),
+            sent_at: i.sent_at.map(format_timestamp),
+            sends: i.sends,
         }
     }
 }
@@ -347,7 +374,7 @@ impl From<TeamInvitationView> for TeamInvitationDto {
 /// `GET /teams/{id}/invitations` answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct TeamInvitationListData {
-    /// Open invitations, newest first.
+    /// Open invitations (expired ones included: they can be re-sent), newest first.
     pub(crate) invitations: Vec<TeamInvitationDto>,
     /// Cursor of the next page; null on the last.
     pub(crate) next_cursor: Option<String>,

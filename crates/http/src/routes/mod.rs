@@ -325,6 +325,14 @@ fn team_routes(cfg: &mut web::ServiceConfig) {
         .app_data(LimitedBy(Policy::Account)),
     );
     cfg.service(
+        one(
+            "/teams/{id}/invitations/{invitation_id}/resend",
+            &["POST"],
+            web::post().to(teams::resend_invitation),
+        )
+        .app_data(LimitedBy(Policy::EmailSend)),
+    );
+    cfg.service(
         web::resource("/teams/{id}/api-keys")
             .app_data(LimitedBy(Policy::Account))
             .route(web::post().to(teams::create_key))
@@ -455,7 +463,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 60;
+pub(crate) const SECURED: usize = 61;
 
 #[cfg(test)]
 mod tests {

@@ -3,8 +3,8 @@
 
 use crate::dto::teams::{
     AddMemberRequest, CreateTeamRequest, MemberAddedData, MemberDto, MemberListData,
-    TeamApiKeyListData, TeamDeletedData, TeamDto, TeamInvitationListData, TeamListData,
-    UpdateMemberRequest, UpdateTeamRequest,
+    TeamApiKeyListData, TeamDeletedData, TeamDto, TeamInvitationDto, TeamInvitationListData,
+    TeamListData, UpdateMemberRequest, UpdateTeamRequest,
 };
 use crate::dto::usage::UsageSummaryData;
 use crate::dto::{
@@ -299,6 +299,30 @@ pub(crate) async fn revoke_invitation(
     let PathIds(id, invitation) = ids.into_inner()?;
     state.teams.revoke_team_invitation(&caller, &id, &invitation).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(TeamDeletedData { id: invitation, deleted: true })))
+}
+
+/// Re-send an open invitation (owners and admins): it is e-mailed again (when a mailer is configured) and stays open for `auth.team_invitation_ttl_days` more from now, expired or not.
+#[utoipa::path(post, path = "/api/v1/teams/{id}/invitations/{invitation_id}/resend", tag = "teams",
+    params(
+        ("id" = String, Path, description = "Team id"),
+        ("invitation_id" = String, Path, description = "Invitation id"),
+    ),
+    security(("access_token" = [])),
+    responses(
+        (status = 200, body = Envelope<TeamInvitationDto>),
+        (status = 400, description = "An invalid field, parameter or id (details.field names it)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin or team_owner)", body = ErrorEnvelope),
+        (status = 404, description = "No such team, the caller is not a member, or no such open invitation of the team", body = ErrorEnvelope),
+        ServerErrors))]
+pub(crate) async fn resend_invitation(
+    state: web::Data<AppState>,
+    Authorized(caller): Authorized<op::ManageAccount>,
+    ids: After<PathIds<TeamId, String>>,
+) -> Result<HttpResponse, ApiError> {
+    let PathIds(id, invitation) = ids.into_inner()?;
+    let resent = state.teams.resend_team_invitation(&caller, &id, &invitation).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(TeamInvitationDto::from(resent))))
 }
 
 /// Create a team key (owners and admins; access token): it belongs to the team, counts against the key and the team, and keeps working when its creator leaves. The full key is in this answer and never again.

@@ -435,6 +435,7 @@ backend_tests!(
     ended_tokens_are_pruned_a_day_later,
     reset_requests_are_limited_per_address_whether_or_not_it_has_an_account,
     a_team_invitation_arrives_and_joins_only_once_the_address_is_verified,
+    a_team_invitation_expires_and_is_sent_again,
 );
 
 /// A team's invitation of an address without an account arrives by e-mail, naming the team
@@ -484,6 +485,72 @@ async fn a_team_invitation_arrives_and_joins_only_once_the_address_is_verified(b
         .iter()
         .any(|e| e["action"] == "member_added" && e["details"]["invitation_id"].is_string());
     assert!(joined, "{events}");
+}
+
+/// The team's invitations, as listed to its owner.
+async fn invitations(app: &TestApp, token: &str, team: &str) -> Vec<Value> {
+    let path = format!("/api/v1/teams/{team}/invitations");
+    let listed = app.get(&path, Auth::Bearer(token)).await.data(200);
+    listed["invitations"].as_array().unwrap().clone()
+}
+
+/// A team invitation is open 7 days (`auth.team_invitation_ttl_days`): listed `sent`, then
+/// `expired`; an address verified after it expired does not join; re-sending e-mails it again
+/// and opens it anew, and an account that verified the address meanwhile joins at once.
+async fn a_team_invitation_expires_and_is_sent_again(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let clock = aigw_service::Clock::adjustable();
+    let app = app_with_mail(backend, &smtp, "optional", Some(&clock)).await;
+    let owner = app.new_user("exp-owner").await;
+    let body = json!({"name": "expiring"});
+    let made = app.post("/api/v1/teams", Auth::Bearer(&owner.token), &body).await.data(201);
+    let id = made["id"].as_str().unwrap().to_owned();
+    let email = unique_email("exp-mail");
+    let path = format!("/api/v1/teams/{id}/members");
+    app.post(&path, Auth::Bearer(&owner.token), &json!({"email": email})).await.data(201);
+    smtp.wait_for(&email, INVITATION_SUBJECT, 1).await;
+    let listed = invitations(&app, &owner.token, &id).await;
+    assert_eq!(
+        (listed[0]["status"].as_str(), listed[0]["sends"].as_u64()),
+        (Some("sent"), Some(1))
+    );
+    let created = chrono::DateTime::parse_from_rfc3339(listed[0]["created_at"].as_str().unwrap());
+    let expires = chrono::DateTime::parse_from_rfc3339(listed[0]["expires_at"].as_str().unwrap());
+    assert_eq!(expires.unwrap() - created.unwrap(), chrono::Duration::days(7));
+
+    // Eight days on it has expired: verifying the address does not join the team.
+    common::advance(&clock, 8 * 24 * 3600 * 1000);
+    let signed_in = app.login(&owner.email, PASSWORD).await;
+    let owner_token = signed_in["token"].as_str().unwrap().to_owned();
+    assert_eq!(invitations(&app, &owner_token, &id).await[0]["status"], json!("expired"));
+    let registered = app.register(&email, PASSWORD, None).await;
+    let token = registered["token"].as_str().unwrap().to_owned();
+    let link = smtp.wait_for(&email, VERIFY_SUBJECT, 1).await.token("aigwe_");
+    verify(&app, &link).await.data(200);
+    let team_path = format!("/api/v1/teams/{id}");
+    app.get(&team_path, Auth::Bearer(&token)).await.not_found("team", &id);
+
+    // Re-sent: the account verified meanwhile joins at once (no second mail).
+    let invitation = listed[0]["id"].as_str().unwrap();
+    let resend = format!("/api/v1/teams/{id}/invitations/{invitation}/resend");
+    let resent = app.post_empty(&resend, Auth::Bearer(&owner_token)).await.data(200);
+    assert_eq!(resent["status"], json!("accepted"), "{resent}");
+    let team = app.get(&team_path, Auth::Bearer(&token)).await.data(200);
+    assert_eq!(team["role"], json!("member"));
+    assert!(invitations(&app, &owner_token, &id).await.is_empty());
+
+    // An address without an account gets the mail again, open for 7 days from now.
+    let other = unique_email("exp-other");
+    app.post(&path, Auth::Bearer(&owner_token), &json!({"email": other})).await.data(201);
+    let pending = invitations(&app, &owner_token, &id).await[0]["id"].as_str().unwrap().to_owned();
+    let resend = format!("/api/v1/teams/{id}/invitations/{pending}/resend");
+    let resent = app.post_empty(&resend, Auth::Bearer(&owner_token)).await.data(200);
+    assert_eq!((resent["status"].as_str(), resent["sends"].as_u64()), (Some("sent"), Some(2)));
+    smtp.wait_for(&other, INVITATION_SUBJECT, 2).await;
+    let gone = format!("/api/v1/teams/{id}/invitations/{invitation}/resend");
+    app.post_empty(&gone, Auth::Bearer(&owner_token))
+        .await
+        .not_found("team_invitation", invitation);
 }
 
 /// Mail to an SMTP server that is down is tried again with backoff and, once the server is

@@ -112,6 +112,11 @@ impl AccountEmail {
         }
     }
 
+    /// Whether messages are sent (a mailer is configured).
+    pub(crate) fn can_send(&self) -> bool {
+        self.mail.is_some()
+    }
+
     /// The link of the page at `path` (the path alone without a mailer).
     pub(crate) fn page_link(&self, path: &str) -> String {
         match &self.mail {

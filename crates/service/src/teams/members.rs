@@ -10,6 +10,7 @@ use crate::credential_cache;
 use crate::email::MailKind;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
+use crate::team_access::join_invited;
 use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
@@ -68,27 +69,38 @@ fn team_changed(
     credential_cache::append(conn, CredentialChangeKind::TeamChanged, team_id, now)
 }
 
-/// Inserts an open invitation of `email` to team `team_id` with `role`, made by `by`.
+/// What a new invitation is: its address, role and maker, when it ends, and whether it is
+/// e-mailed (a mailer is configured).
+struct NewInvitation<'a> {
+    email: &'a str,
+    role: TeamRole,
+    by: &'a UserId,
+    expires_at: DateTime<Utc>,
+    sent: bool,
+}
+
+/// Inserts an open invitation to team `team_id` (see [`NewInvitation`]).
 ///
 /// # Errors
 /// [`ServiceError::Invalid`] on `email` when the address is already invited to the team.
 fn invite(
     conn: &mut DbConnection,
     team_id: &TeamId,
-    email: &str,
-    role: TeamRole,
-    by: &UserId,
+    new: &NewInvitation<'_>,
     now: DateTime<Utc>,
 ) -> Result<TeamInvitationRow, ServiceError> {
     let invitation = TeamInvitationRow {
         id: uuid::Uuid::now_v7().to_string(),
         team_id: team_id.to_owned(),
-        email: email.to_owned(),
-        role,
-        created_by: by.to_owned(),
+        email: new.email.to_owned(),
+        role: new.role,
+        created_by: new.by.to_owned(),
         created_at: now,
         accepted_at: None,
         revoked_at: None,
+        expires_at: Some(new.expires_at),
+        sent_at: new.sent.then_some(now),
+        sends: i32::from(new.sent),
     };
     match teams::insert_invitation(conn, &invitation) {
         Err(PersistenceError::Conflict) => {
@@ -96,6 +108,22 @@ fn invite(
         }
         other => Ok(other.map(|()| invitation)?),
     }
+}
+
+/// The invitation e-mail's values but its link: the team's name, the role, and who invited
+/// (`by`, as "name (address)").
+///
+/// # Errors
+/// On database failure.
+fn invitation_mail(
+    conn: &mut DbConnection,
+    team: &str,
+    role: TeamRole,
+    by: &UserId,
+) -> Result<serde_json::Value, ServiceError> {
+    let inviter = users::find_by_id(conn, by)?
+        .map_or_else(|| "A team owner".to_owned(), |u| format!("{} ({})", u.name, u.email));
+    Ok(serde_json::json!({"team": team, "role": role.as_str(), "inviter": inviter}))
 }
 
 impl Teams {
@@ -121,10 +149,11 @@ impl Teams {
             None => TeamRole::Member,
         };
         let admin = self.is_platform_admin(principal).await?;
-        let now = time::now();
+        let now = self.ctx.clock.now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let actor = principal.actor().to_owned();
         let invitee = email.clone();
+        let (sent, expires_at) = (self.email.can_send(), self.invitation_ends(now));
         let (added, change, mail) = self.ctx
             .db
             .run(move |conn| {
@@ -136,19 +165,17 @@ impl Teams {
                     if role == TeamRole::Owner { access.own()? } else { access.manage()? };
                     let details = serde_json::json!({"team_id": team_id, "role": role.as_str()});
                     let Some(user) = users::find_by_email(conn, &email)? else {
-                        let invitation = invite(conn, &team_id, &email, role, &user_id, now)?;
+                        let new = NewInvitation { email: &email, role, by: &user_id, expires_at, sent };
+                        let invitation = invite(conn, &team_id, &new, now)?;
                         Event::new(AuditAction::TeamInvitationCreated, None, Some(&actor), now)
                             .target(&team_id)
                             .details(serde_json::json!({
                                 "team_id": team_id, "role": role.as_str(), "invitation_id": invitation.id,
                             }))
                             .insert(conn)?;
-                        let inviter = users::find_by_id(conn, &user_id)?
-                            .map_or_else(|| "A team owner".to_owned(), |u| format!("{} ({})", u.name, u.email));
-                        let mail = serde_json::json!({
-                            "team": team.name, "role": role.as_str(), "inviter": inviter,
-                        });
-                        return Ok((MemberAdded::Invited(invitation.into()), None, Some(mail)));
+                        let mail = invitation_mail(conn, &team.name, role, &user_id)?;
+                        let view = TeamInvitationView::at(invitation, now);
+                        return Ok((MemberAdded::Invited(view), None, Some(mail)));
                     };
                     match teams::insert_member(conn, &team_id, &user.id, role, now) {
                         Err(PersistenceError::Conflict) => {
@@ -356,6 +383,78 @@ impl Teams {
         Ok(())
     }
 
+    /// When an invitation made or re-sent at `now` ends (`auth.team_invitation_ttl_days`).
+    fn invitation_ends(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let days = i64::from(self.ctx.config.team_invitation_ttl_days.max(1));
+        now + chrono::Duration::days(days)
+    }
+
+    /// E-mails open invitation `invitation_id` of team `id` again (when a mailer is
+    /// configured) and opens it for `auth.team_invitation_ttl_days` more from now, expired or
+    /// not; answers it as it is now. Audited as `team_invitation_resent`. When an account has
+    /// verified the address meanwhile (while the invitation had expired), it joins now instead
+    /// of being e-mailed.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] (`team`, or `team_invitation` when it is not an open one of
+    /// the team); [`ServiceError::Forbidden`] (`team_admin`).
+    pub async fn resend_team_invitation(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+        id: &TeamId,
+        invitation_id: &str,
+    ) -> Result<TeamInvitationView, ServiceError> {
+        let admin = self.is_platform_admin(principal).await?;
+        let now = self.ctx.clock.now();
+        let (sent, expires_at) = (self.email.can_send(), self.invitation_ends(now));
+        let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let (actor, target) = (principal.actor().to_owned(), invitation_id.to_owned());
+        let (invitation, mail, changes) = self
+            .ctx
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    if !teams::lock(conn, &team_id)? {
+                        return Err(team_not_found(&team_id));
+                    }
+                    let (team, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
+                    access.manage()?;
+                    let not_found = || ServiceError::NotFound {
+                        resource: "team_invitation",
+                        id: target.chars().take(64).collect(),
+                    };
+                    let email = teams::invitation(conn, &target)?.ok_or_else(not_found)?.email;
+                    // An account that verified the address meanwhile joins instead of a mail.
+                    let verified = users::find_by_email(conn, &email)?
+                        .filter(|user| user.email_verified_at.is_some());
+                    let mailed = sent && verified.is_none();
+                    let invitation =
+                        teams::resend_invitation(conn, &team_id, &target, now, expires_at, mailed)?
+                            .ok_or_else(not_found)?;
+                    Event::new(AuditAction::TeamInvitationResent, None, Some(&actor), now)
+                        .target(&team_id)
+                        .details(serde_json::json!({
+                            "team_id": team_id, "invitation_id": invitation.id, "sent": mailed,
+                        }))
+                        .insert(conn)?;
+                    if let Some(user) = verified {
+                        let changes = join_invited(conn, &user, now)?;
+                        let taken = teams::invitation(conn, &invitation.id)?.unwrap_or(invitation);
+                        return Ok((taken, None, changes));
+                    }
+                    let mail = invitation_mail(conn, &team.name, invitation.role, &user_id)?;
+                    Ok((invitation, Some(mail), Vec::new()))
+                })
+            })
+            .await?;
+        self.ctx.publish(changes).await;
+        if let Some(mut values) = mail {
+            values["link"] = serde_json::json!(self.email.page_link("/register"));
+            self.email.send_mail(MailKind::TeamInvitation, &invitation.email, values);
+        }
+        Ok(TeamInvitationView::at(invitation, now))
+    }
+
     /// The open invitations of team `id`, newest first, a page at a time (its owners and
     /// admins).
     ///
@@ -380,7 +479,8 @@ impl Teams {
                 Ok(teams::list_invitations(conn, Some(&team_id), before, limit + 1)?)
             })
             .await?;
-        Ok(page_of(rows, limit, |i| &i.id, |i| TeamInvitationView::from(i.clone())))
+        let now = self.ctx.clock.now();
+        Ok(page_of(rows, limit, |i| &i.id, |i| TeamInvitationView::at(i.clone(), now)))
     }
 
     /// Revokes open invitation `invitation_id` of team `id`.

@@ -142,14 +142,51 @@ pub struct TeamInvitationView {
     pub created_by: String,
     /// When, UTC.
     pub created_at: DateTime<Utc>,
-    /// When registration used it, UTC.
+    /// When an account with the address verified took it, UTC.
     pub accepted_at: Option<DateTime<Utc>>,
     /// When it was revoked, UTC.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When it ends unless re-sent, UTC (`None`: never; made before invitations expired).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was last e-mailed, UTC (`None`: never, no mailer).
+    pub sent_at: Option<DateTime<Utc>>,
+    /// Times it was e-mailed.
+    pub sends: u32,
+    /// Where it stands now.
+    pub status: InvitationStatus,
 }
 
-impl From<TeamInvitationRow> for TeamInvitationView {
-    fn from(row: TeamInvitationRow) -> Self {
+/// Where a team invitation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvitationStatus {
+    /// Open, never e-mailed (no mailer): the address learns of it otherwise.
+    Pending,
+    /// Open and e-mailed.
+    Sent,
+    /// An account with the address verified took it.
+    Accepted,
+    /// Past `expires_at` without being taken: re-send it to open it again.
+    Expired,
+    /// Revoked.
+    Revoked,
+}
+
+impl InvitationStatus {
+    /// The status's name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+            Self::Accepted => "accepted",
+            Self::Expired => "expired",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
+impl TeamInvitationView {
+    /// `row` as it stands at `now` (UTC, the service's clock).
+    pub(crate) fn at(row: TeamInvitationRow, now: DateTime<Utc>) -> Self {
         let TeamInvitationRow {
             id,
             team_id,
@@ -159,7 +196,21 @@ impl From<TeamInvitationRow> for TeamInvitationView {
             created_at,
             accepted_at,
             revoked_at,
+            expires_at,
+            sent_at,
+            sends,
         } = row;
+        let status = if revoked_at.is_some() {
+            InvitationStatus::Revoked
+        } else if accepted_at.is_some() {
+            InvitationStatus::Accepted
+        } else if expires_at.is_some_and(|at| at <= now) {
+            InvitationStatus::Expired
+        } else if sent_at.is_some() {
+            InvitationStatus::Sent
+        } else {
+            InvitationStatus::Pending
+        };
         Self {
             id,
             team_id: team_id.to_string(),
@@ -169,6 +220,10 @@ impl From<TeamInvitationRow> for TeamInvitationView {
             created_at,
             accepted_at,
             revoked_at,
+            expires_at,
+            sent_at,
+            sends: u32::try_from(sends).unwrap_or(0),
+            status,
         }
     }
 }
