@@ -184,7 +184,8 @@ pub(crate) struct InvitationData {
     /// End of validity, RFC 3339 UTC.
     pub(crate) expires_at: String,
     /// The invitation (`aigwi_…`): give it to the person, who passes it as `invitation` to
-    /// `POST /auth/register`. Single use; never shown again.
+    /// `POST /auth/register`. Single use; never shown again here. With a mailer configured it
+    /// is also e-mailed to the address, with a link to the console's registration page.
     pub(crate) invitation: String,
 }
 

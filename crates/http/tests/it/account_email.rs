@@ -15,6 +15,7 @@ const CHANGED_SUBJECT: &str = "Your e-mail address was changed";
 const RESET_SUBJECT: &str = "Reset your password";
 const RESET_DONE_SUBJECT: &str = "Your password was reset";
 const INVITATION_SUBJECT: &str = "You are invited to a team";
+const REGISTRATION_INVITATION_SUBJECT: &str = "You are invited to create an account";
 
 /// An app whose account e-mail goes to `smtp`, with `auth.email_verification = mode`.
 async fn app_with_mail(
@@ -436,6 +437,7 @@ backend_tests!(
     reset_requests_are_limited_per_address_whether_or_not_it_has_an_account,
     a_team_invitation_arrives_and_joins_only_once_the_address_is_verified,
     a_team_invitation_expires_and_is_sent_again,
+    an_invitation_to_register_arrives_with_its_code,
 );
 
 /// A team's invitation of an address without an account arrives by e-mail, naming the team
@@ -551,6 +553,27 @@ async fn a_team_invitation_expires_and_is_sent_again(backend: Backend) {
     app.post_empty(&gone, Auth::Bearer(&owner_token))
         .await
         .not_found("team_invitation", invitation);
+}
+
+/// An administrator's invitation to register is e-mailed to the address with its code and a
+/// link to the console's registration page carrying it; the code registers the address.
+async fn an_invitation_to_register_arrives_with_its_code(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let app = app_with_mail(backend, &smtp, "optional", None).await;
+    let admin = app.new_user("reg-admin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = common::test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &admin.email, aigw_domain::Role::Admin).await.unwrap();
+    let email = unique_email("reg-invited");
+    let body = json!({"email": email});
+    let made = app.post("/api/v1/admin/invitations", Auth::Bearer(&admin.token), &body).await;
+    let made = made.data(201);
+    let code = made["invitation"].as_str().unwrap();
+    let mail = smtp.wait_for(&email, REGISTRATION_INVITATION_SUBJECT, 1).await;
+    assert_eq!(mail.link(), format!("https://gw.example.test/register?invitation={code}"));
+    assert!(mail.text.contains(&admin.email) && mail.text.contains(code), "{}", mail.text);
+    let register = json!({"email": email, "password": PASSWORD, "invitation": code});
+    app.register_raw(&register).await.data(201);
 }
 
 /// Mail to an SMTP server that is down is tried again with backoff and, once the server is

@@ -386,12 +386,36 @@ impl Administration {
             })
             .await?;
         tracing::info!(invitation_id = %row.id, by = %admin.user_id(), "invitation created");
+        self.mail_invitation(admin, &row.email, secret.expose(), expires_at).await;
         Ok(CreatedInvitation {
             id: row.id,
             email: row.email,
             expires_at,
             invitation: secret.expose().to_owned(),
         })
+    }
+}
+
+impl Administration {
+    /// E-mails an invitation to register to `email` (when a mailer is configured): who
+    /// invited, the link of the console's registration page carrying `code`, and the code.
+    async fn mail_invitation(&self, admin: &Admin, email: &str, code: &str, until: DateTime<Utc>) {
+        let mail = &self.accounts.email;
+        if !mail.can_send() {
+            return;
+        }
+        let by = UserId::from(admin.user_id());
+        let inviter = match self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &by)?)).await {
+            Ok(Some(user)) => format!("{} ({})", user.name, user.email),
+            _ => "An administrator".to_owned(),
+        };
+        let values = serde_json::json!({
+            "inviter": inviter,
+            "link": mail.page_link(&format!("/register?invitation={code}")),
+            "token": code,
+            "until": time::format_timestamp(until),
+        });
+        mail.send_mail(crate::email::MailKind::RegistrationInvitation, email, values);
     }
 }
 

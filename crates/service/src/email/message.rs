@@ -25,11 +25,13 @@ pub enum MailKind {
     KeyLeaked,
     /// An invitation to join a team, once the address is confirmed.
     TeamInvitation,
+    /// An invitation to create an account (`auth.registration = "invite"`), with its code.
+    RegistrationInvitation,
 }
 
 impl MailKind {
     /// Every kind.
-    pub const ALL: [MailKind; 7] = [
+    pub const ALL: [MailKind; 8] = [
         MailKind::VerifyEmail,
         MailKind::ChangeEmail,
         MailKind::EmailChanged,
@@ -37,6 +39,7 @@ impl MailKind {
         MailKind::PasswordChanged,
         MailKind::KeyLeaked,
         MailKind::TeamInvitation,
+        MailKind::RegistrationInvitation,
     ];
 
     /// The template name and metric label.
@@ -49,6 +52,7 @@ impl MailKind {
             MailKind::PasswordChanged => "password_changed",
             MailKind::KeyLeaked => "key_leaked",
             MailKind::TeamInvitation => "team_invitation",
+            MailKind::RegistrationInvitation => "registration_invitation",
         }
     }
 
@@ -61,6 +65,7 @@ impl MailKind {
             MailKind::PasswordChanged => "Your password was reset",
             MailKind::KeyLeaked => "An API key of yours was revoked",
             MailKind::TeamInvitation => "You are invited to a team",
+            MailKind::RegistrationInvitation => "You are invited to create an account",
         }
     }
 }
@@ -129,6 +134,8 @@ impl Default for Templates {
             "key_leaked.html",
             "team_invitation.txt",
             "team_invitation.html",
+            "registration_invitation.txt",
+            "registration_invitation.html",
         );
         for (name, source) in sources {
             // The templates are part of the binary and the unit tests render every one; a
@@ -187,6 +194,7 @@ mod tests {
             "old_email": "old@example.com",
             "new_email": "new@example.com",
             "at": "2026-11-29T10:00:00Z",
+            "until": "2026-12-06T10:00:00Z",
             "key_name": "<b>ci</b>",
             "key_prefix": "aigw_AbCdEfG",
             "url": "https://github.com/o/r/blob/main/.env",
