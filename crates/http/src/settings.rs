@@ -128,6 +128,11 @@ pub struct ServerSettings {
     pub workers: Option<usize>,
     /// Seconds to let in-flight requests finish after SIGTERM/SIGINT (default 30).
     pub shutdown_timeout_secs: u64,
+    /// Seconds a node goes on serving after SIGTERM/SIGINT while `/readyz` answers 503, before
+    /// its listener closes (default 0): load balancers and Kubernetes take it out meanwhile, so
+    /// that no new request meets a closed port. Set it to their probe period times the
+    /// failures they need, plus a margin.
+    pub drain_delay_secs: u64,
     /// Largest request body on account endpoints, in bytes (default 65536).
     pub account_body_limit_bytes: usize,
     /// Largest request body on chat completions, in bytes (default 4 MiB).
@@ -174,6 +179,7 @@ impl Default for ServerSettings {
             data_dir: PathBuf::from("data"),
             workers: None,
             shutdown_timeout_secs: 30,
+            drain_delay_secs: 0,
             account_body_limit_bytes: 64 * 1024,
             chat_body_limit_bytes: 4 * 1024 * 1024,
             body_read_timeout_secs: 10,

@@ -10,6 +10,8 @@ use aigw_persistence::{migrations, DatabaseUrl, Pool, PoolOptions, Pooler};
 use aigw_service::{BackgroundTasks, Db, Gateway, ServiceContext, TokenIssuer, UsageService};
 use anyhow::Context;
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A built, bound, not yet running server.
@@ -26,6 +28,10 @@ pub struct Application {
     audit_retention: tokio::task::JoinHandle<()>,
     /// Deletes ended account tokens and MFA challenges, hourly.
     account_pruning: tokio::task::JoinHandle<()>,
+    /// Set while the node waits out `drain` after a stop signal (`/readyz` answers 503).
+    draining: Arc<AtomicBool>,
+    /// `server.drain_delay_secs`.
+    drain: Duration,
 }
 
 impl std::fmt::Debug for Application {
@@ -269,6 +275,8 @@ impl Application {
             _data_lock: data_lock,
             audit_retention: services.audit_retention,
             account_pruning: services.account_pruning,
+            draining: services.state.draining.clone(),
+            drain: Duration::from_secs(settings.server.drain_delay_secs),
         })
     }
 
@@ -277,10 +285,12 @@ impl Application {
         self.port
     }
 
-    /// Serves until SIGTERM or SIGINT (Ctrl-C), then lets in-flight requests finish (up to
-    /// `server.shutdown_timeout_secs`), writes the usage records still in memory (to the
-    /// database, else to the spool file) and the `last_used_at` uses still in memory, and
-    /// returns. SIGQUIT stops at once, without waiting for requests in flight.
+    /// Serves until SIGTERM or SIGINT (Ctrl-C); then, for `server.drain_delay_secs`, goes on
+    /// serving while `/readyz` answers 503 (load balancers take the node out); then closes the
+    /// listener, lets in-flight requests finish (up to `server.shutdown_timeout_secs`), writes
+    /// the usage records still in memory (to the database, else to the spool file) and the
+    /// `last_used_at` uses still in memory, and returns. SIGQUIT stops at once, without waiting
+    /// for requests in flight.
     ///
     /// # Errors
     /// An I/O error of the server.
@@ -290,8 +300,27 @@ impl Application {
             (handle, tokio::spawn(server))
         });
         let handle = self.server.handle();
+        let (draining, drain) = (self.draining.clone(), self.drain);
         let signals = tokio::spawn(async move {
             let graceful = shutdown_signal().await;
+            if graceful && !drain.is_zero() {
+                draining.store(true, Ordering::Release);
+                tracing::info!(
+                    drain_delay_secs = drain.as_secs(),
+                    "stopping: /readyz answers 503 while load balancers take the node out"
+                );
+                let quit = async {
+                    // SIGQUIT during the delay stops at once.
+                    while shutdown_signal().await {}
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(drain) => {}
+                    () = quit => {
+                        handle.stop(false).await;
+                        return;
+                    }
+                }
+            }
             handle.stop(graceful).await;
         });
         let served = self.server.await;
@@ -431,6 +460,7 @@ impl Services {
             usage: usage.clone(),
             telemetry,
             secret_scanning,
+            draining: Arc::new(AtomicBool::new(false)),
         });
         Ok(Self { state, console, usage, background, upkeep, audit_retention, account_pruning })
     }

@@ -9,6 +9,8 @@ use aigw_service::{
     AccountEmail, Accounts, Administration, ApiKeys, Authenticator, Gateway, LeakReports, Mfa,
     ServiceContext, Teams, UsageService,
 };
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -44,4 +46,7 @@ pub(crate) struct AppState {
     /// GitHub's secret-scanning keys, when `secret_scanning.enabled` (see
     /// `aigw_service::leaks`).
     pub(crate) secret_scanning: Option<aigw_service::leaks::GithubKeys>,
+    /// Set once the node was asked to stop and waits out `server.drain_delay_secs`: `/readyz`
+    /// answers 503 meanwhile, so that load balancers take it out before its listener closes.
+    pub(crate) draining: Arc<AtomicBool>,
 }

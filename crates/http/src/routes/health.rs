@@ -23,10 +23,15 @@ pub(crate) async fn healthz() -> HttpResponse {
 /// does not make the node unready (it then limits from its own memory and counts keys in the
 /// database), so that losing Redis never takes every node out of the balancer. `usage`
 /// reports the usage recorder (records queued, spooled, last write); a metering backlog never
-/// makes the node unready either, since no record is lost meanwhile.
+/// makes the node unready either, since no record is lost meanwhile. After a stop signal, for
+/// `server.drain_delay_secs`, it answers 503 `{"status": "draining"}` while the node still
+/// serves every other request.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, flushes, restarts, lost, records_dropped}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`)")))]
+    responses((status = 200, description = "Ready: `{status, database, change_feed: {status, lag_ms}, usage: {status, queued, spooled, spool_bytes, last_flush_at, recorded, flushes, restarts, lost, records_dropped}}`, plus `redis` (`ok` or `unreachable`) when configured"), (status = 503, description = "Database unreachable, hung, full or read-only (same body, `status: unavailable`); or stopping, during `server.drain_delay_secs` after SIGTERM (`{\"status\": \"draining\"}`)")))]
 pub(crate) async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return HttpResponse::ServiceUnavailable().json(json!({"status": "draining"}));
+    }
     let feed = state.context.credential_cache().health();
     let change_feed = json!({
         "status": if feed.fresh { "ok" } else { "stale" },

@@ -184,6 +184,48 @@ async fn drains_in_flight_requests_and_exits_zero(signal: &str) {
     assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
 }
 
+/// With `server.drain_delay_secs`, SIGTERM first makes `/readyz` answer 503 `draining` while
+/// the node goes on serving (a new request still gets its answer), and only after the delay
+/// does the port close and the process exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_not_ready_for_the_drain_delay_before_the_port_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(dir.path(), port, free_port());
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replacen("[server]\n", "[server]\ndrain_delay_secs = 3\n", 1);
+    std::fs::write(&config, text).unwrap();
+    let mut child = spawn_aigw(&config, dir.path(), Stdio::null());
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_healthy(&client, &base).await;
+    assert_eq!(client.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
+
+    let signalled = std::time::Instant::now();
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let readyz = || async {
+        let reply = client.get(format!("{base}/readyz")).send().await.map_err(|e| e.to_string())?;
+        if reply.status() == 503 {
+            Ok(reply.json::<Value>().await.map_err(|e| e.to_string())?)
+        } else {
+            Err(reply.status().to_string())
+        }
+    };
+    let draining = common::eventually("readyz answering 503", Duration::from_secs(2), readyz).await;
+    assert_eq!(draining["status"], json!("draining"));
+    // Still serving: a fresh connection is accepted and answered.
+    let fresh = reqwest::Client::new();
+    assert_eq!(fresh.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+    assert!(child.try_wait().unwrap().is_none(), "exited during the drain delay");
+
+    let exited = || std::future::ready(child.try_wait().unwrap().ok_or("running"));
+    let exit = common::eventually("aigw exiting", Duration::from_secs(15), exited).await;
+    assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
+    let took = signalled.elapsed();
+    assert!(took >= Duration::from_secs(3), "exited {took:?} after SIGTERM, before the delay");
+}
+
 #[test]
 fn migrate_applies_migrations_and_exits() {
     let dir = tempfile::tempdir().unwrap();
