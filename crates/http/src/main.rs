@@ -96,6 +96,45 @@ enum AdminCommand {
         #[arg(long)]
         email: String,
     },
+    /// List accounts, newest first (a table, or JSON with --json).
+    ListUsers {
+        /// Only addresses that start with this.
+        #[arg(long)]
+        email: Option<String>,
+        /// At most this many (up to 10000).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print one JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List API keys, newest first, never their secrets (a table, or JSON with --json).
+    ListKeys {
+        /// Only the keys of the account with this e-mail address.
+        #[arg(long)]
+        email: Option<String>,
+        /// Only keys whose visible prefix starts with this (e.g. aigw_AbCd).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// At most this many (up to 10000).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print one JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List teams, newest first, with their members and budget (a table, or JSON with --json).
+    ListTeams {
+        /// Only teams whose name contains this.
+        #[arg(long)]
+        name: Option<String>,
+        /// At most this many (up to 10000).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print one JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the open invitations, to register and to join a team.
     ListInvitations,
     /// Revoke an open invitation (to register or to join a team).
@@ -132,12 +171,31 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
             operator::set_role(settings, &email, role.into()).await
         }
         AdminCommand::VerifyEmail { email } => operator::verify_email(settings, &email).await,
+        AdminCommand::ListUsers { email, limit, json } => {
+            operator::list_users(settings, email.as_deref(), limit, format(json)).await
+        }
+        AdminCommand::ListKeys { email, prefix, limit, json } => {
+            let (email, prefix) = (email.as_deref(), prefix.as_deref());
+            operator::list_keys(settings, email, prefix, limit, format(json)).await
+        }
+        AdminCommand::ListTeams { name, limit, json } => {
+            operator::list_teams(settings, name.as_deref(), limit, format(json)).await
+        }
         AdminCommand::ListInvitations => operator::list_invitations(settings).await,
         AdminCommand::RevokeInvitation { id } => operator::revoke_invitation(settings, &id).await,
         AdminCommand::RevokeLeaked { file, url, source } => {
             let secrets = operator::read_secrets(file.as_deref())?;
             operator::revoke_leaked(settings, secrets, url, source).await
         }
+    }
+}
+
+/// The list format the `--json` flag asks for.
+fn format(json: bool) -> aigw_http::operator::ListFormat {
+    if json {
+        aigw_http::operator::ListFormat::Json
+    } else {
+        aigw_http::operator::ListFormat::Table
     }
 }
 

@@ -111,6 +111,161 @@ pub async fn verify_email(settings: &Settings, email: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// How a list is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    /// Aligned columns under a header line; a sentence when the list is empty.
+    Table,
+    /// One JSON array (`[]` when empty).
+    Json,
+}
+
+/// Prints `rows` under `header` as `format` says; `what` names the rows for an empty list
+/// ("no users").
+fn print_list(format: ListFormat, what: &str, header: &[&str], rows: Vec<Vec<String>>) {
+    if format == ListFormat::Json {
+        let objects: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|row| {
+                let fields =
+                    header.iter().zip(row).map(|(k, v)| ((*k).to_owned(), v.clone().into()));
+                serde_json::Value::Object(fields.collect())
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(objects));
+        return;
+    }
+    if rows.is_empty() {
+        println!("no {what}");
+        return;
+    }
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> =
+            cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// `aigw admin list-users`: accounts, newest first, whose e-mail starts with `email` when
+/// given, at most `limit`.
+///
+/// # Errors
+/// The database.
+pub async fn list_users(
+    settings: &Settings,
+    email: Option<&str>,
+    limit: i64,
+    format: ListFormat,
+) -> anyhow::Result<()> {
+    let (context, _) = crate::startup::service_context(settings).await?;
+    let users = aigw_service::Services::new(context, None)
+        .admin
+        .list_users(email, limit)
+        .await
+        .map_err(explain)?;
+    let rows = users
+        .iter()
+        .map(|u| {
+            vec![
+                u.id.to_string(),
+                u.email.clone(),
+                u.name.clone(),
+                u.role.to_string(),
+                if u.disabled { "disabled" } else { "active" }.to_owned(),
+                u.email_verified_at.map_or_else(|| "no".to_owned(), |_| "yes".to_owned()),
+                aigw_domain::time::format_timestamp(u.created_at),
+            ]
+        })
+        .collect();
+    let header = ["id", "email", "name", "role", "status", "verified", "created_at"];
+    print_list(format, "users", &header, rows);
+    Ok(())
+}
+
+/// `aigw admin list-keys`: API keys, newest first (of the account with e-mail `email`, whose
+/// prefix starts with `prefix`, when given), at most `limit`; never a secret.
+///
+/// # Errors
+/// No account has `email`, or the database.
+pub async fn list_keys(
+    settings: &Settings,
+    email: Option<&str>,
+    prefix: Option<&str>,
+    limit: i64,
+    format: ListFormat,
+) -> anyhow::Result<()> {
+    let (context, _) = crate::startup::service_context(settings).await?;
+    let keys = aigw_service::Services::new(context, None)
+        .admin
+        .list_keys(email, prefix, limit)
+        .await
+        .map_err(explain)?;
+    let rows = keys
+        .iter()
+        .map(|(k, owner)| {
+            let state = if k.revoked_at.is_some() { "revoked" } else { "active" };
+            vec![
+                k.id.to_string(),
+                k.key_prefix.clone(),
+                k.name.clone(),
+                owner.clone(),
+                k.team_id.as_ref().map_or_else(String::new, ToString::to_string),
+                state.to_owned(),
+                aigw_domain::time::format_timestamp(k.created_at),
+            ]
+        })
+        .collect();
+    let header = ["id", "prefix", "name", "owner", "team_id", "status", "created_at"];
+    print_list(format, "keys", &header, rows);
+    Ok(())
+}
+
+/// `aigw admin list-teams`: teams, newest first, whose name contains `name` when given, at
+/// most `limit`.
+///
+/// # Errors
+/// The database.
+pub async fn list_teams(
+    settings: &Settings,
+    name: Option<&str>,
+    limit: i64,
+    format: ListFormat,
+) -> anyhow::Result<()> {
+    let (context, _) = crate::startup::service_context(settings).await?;
+    let teams = aigw_service::Services::new(context, None)
+        .admin
+        .list_teams(name, limit)
+        .await
+        .map_err(explain)?;
+    let rows = teams
+        .iter()
+        .map(|t| {
+            let budget = t.max_budget_micros.map_or_else(String::new, |m| {
+                format!("{:.2}", aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0)))
+            });
+            vec![
+                t.id.clone(),
+                t.name.clone(),
+                t.members.to_string(),
+                budget,
+                aigw_domain::time::format_timestamp(t.created_at),
+            ]
+        })
+        .collect();
+    print_list(format, "teams", &["id", "name", "members", "budget_usd", "created_at"], rows);
+    Ok(())
+}
+
 /// `aigw admin list-invitations`: every open invitation, to register and to join a team, one
 /// per line, newest first (at most 1 000 of each kind).
 ///

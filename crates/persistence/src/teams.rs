@@ -311,6 +311,32 @@ pub fn list_for_user(
     Ok(rows.into_iter().map(|(team, role)| (team.into(), TeamRole::from_stored(&role))).collect())
 }
 
+/// Up to `limit` teams (not deleted), newest first, whose name contains `name` when given
+/// (compared literally), each with its number of members.
+///
+/// # Errors
+/// On database failure.
+pub fn list_all(
+    conn: &mut DbConnection,
+    name: Option<&str>,
+    limit: i64,
+) -> Result<Vec<(TeamRow, i64)>, PersistenceError> {
+    let mut query =
+        t::table.filter(t::deleted_at.is_null()).select(TeamRecord::as_select()).into_boxed();
+    if let Some(name) = name {
+        let escaped = crate::users::like_literal(name);
+        query = query.filter(t::name.like(format!("%{escaped}%")).escape('\\'));
+    }
+    let teams: Vec<TeamRecord> = query.order(t::id.desc()).limit(limit).load(conn)?;
+    let mut listed = Vec::with_capacity(teams.len());
+    for team in teams {
+        let members: i64 =
+            m::table.filter(m::team_id.eq(team.id.clone())).count().get_result(conn)?;
+        listed.push((TeamRow::from(team), members));
+    }
+    Ok(listed)
+}
+
 /// Applies `changes` to team `id` at `now`; returns the team as it now is (`None`: no such
 /// team). Call inside a transaction.
 ///

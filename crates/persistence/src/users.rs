@@ -102,13 +102,7 @@ pub fn list(
 ) -> Result<Vec<UserRow>, PersistenceError> {
     let mut query = users::table.select(UserRecord::as_select()).into_boxed();
     if let Some(prefix) = email_prefix {
-        let escaped: String = prefix
-            .chars()
-            .flat_map(|c| match c {
-                '%' | '_' | '\\' => vec!['\\', c],
-                c => vec![c],
-            })
-            .collect();
+        let escaped = like_literal(prefix);
         query = query.filter(users::email.like(format!("{escaped}%")).escape('\\'));
     }
     if let Some(before) = before {
@@ -305,4 +299,14 @@ pub fn email_taken(
         .count()
         .get_result(conn)?;
     Ok(n > 0)
+}
+
+/// `text` for a `LIKE` pattern with `ESCAPE '\'`: its `%`, `_` and backslashes match themselves.
+pub(crate) fn like_literal(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '%' | '_' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect()
 }

@@ -381,39 +381,16 @@ async fn admins_revoke_a_pasted_list_and_others_cannot(backend: Backend) {
 /// `aigw admin revoke-leaked`, the real binary on the app's database, while the server runs:
 /// the server refuses the key within a second, through the change feed.
 async fn the_operator_command_revokes_a_pasted_list(backend: Backend) {
-    use std::process::{Command, Stdio};
     let app = spawn_app(backend).await;
     let user = app.new_user("operator-leak").await;
     let made = app.create_key(&user.token, &["read"], None).await;
     let (key, id) = (made["key"].as_str().unwrap().to_owned(), made["id"].as_str().unwrap());
     app.me(Auth::Raw(&key)).await.data(200);
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("aigw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\ndata_dir = \"{}/data\"\n[database]\nurl = \"{}\"\n[auth]\njwt_secret = \"{}\"\n",
-            dir.path().display(),
-            app.database_url,
-            common::test_jwt_secret()
-        ),
-    )
-    .unwrap();
     let secrets = dir.path().join("secrets.txt");
     std::fs::write(&secrets, format!("{key}\n\nnot-a-key\n")).unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(crate::binary::BIN)
-            .arg("--config")
-            .arg(&config)
-            .args(["admin", "revoke-leaked", "--url", "https://paste.example/2", "--file"])
-            .arg(&secrets)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let args = ["revoke-leaked", "--url", "https://paste.example/2", "--file"];
+    let out = crate::operator_lists::admin_command(&app, &args, vec![secrets.into()]).await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();

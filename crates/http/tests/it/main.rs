@@ -44,6 +44,7 @@ mod messages;
 mod mfa;
 mod observability;
 mod openapi_contract;
+mod operator_lists;
 mod outage;
 mod permissions;
 mod pgbouncer;

@@ -3,6 +3,7 @@
 //! (written by every use case through `crate::audit`).
 
 pub mod caller;
+pub mod listing;
 pub mod manage;
 
 pub use caller::Admin;
