@@ -77,13 +77,22 @@ impl Administration {
                 };
                 let owner_id = owner_id.as_ref().map(UserId::as_str);
                 let rows = api_keys::list_all(conn, owner_id, key_prefix.as_deref(), None, limit)?;
-                let mut listed = Vec::with_capacity(rows.len());
-                for row in &rows {
-                    let email = users::find_by_id(conn, &row.user_id)?
-                        .map_or_else(|| "(gone)".to_owned(), |u| u.email);
-                    listed.push((ApiKeyView::from(row), email));
-                }
-                Ok(listed)
+                // The owners in one query, not one per key.
+                let mut ids: Vec<String> = rows.iter().map(|r| r.user_id.to_string()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let owners: std::collections::HashMap<String, String> =
+                    users::find_by_ids(conn, &ids)?
+                        .into_iter()
+                        .map(|u| (u.id.to_string(), u.email))
+                        .collect();
+                Ok(rows
+                    .iter()
+                    .map(|row| {
+                        let email = owners.get(row.user_id.as_str()).cloned();
+                        (ApiKeyView::from(row), email.unwrap_or_else(|| "(gone)".to_owned()))
+                    })
+                    .collect())
             })
             .await
     }
