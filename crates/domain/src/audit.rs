@@ -45,6 +45,7 @@ actions! {
     UserDisabled => "user_disabled",
     UserEnabled => "user_enabled",
     RoleChanged => "role_changed",
+    UserBudgetChanged => "user_budget_changed",
     InvitationCreated => "invitation_created",
     InvitationRevoked => "invitation_revoked",
     TeamCreated => "team_created",

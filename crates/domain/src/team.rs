@@ -66,15 +66,19 @@ pub enum LimitScope {
     Member,
     /// The team's limits.
     Team,
+    /// The budget of the key's owner across all their keys (personal and scoped to a team;
+    /// not team keys).
+    User,
 }
 
 impl LimitScope {
-    /// The wire name (`details.scope` of a refusal): `key`, `member` or `team`.
+    /// The wire name (`details.scope` of a refusal): `key`, `member`, `team` or `user`.
     pub const fn as_str(self) -> &'static str {
         match self {
             LimitScope::Key => "key",
             LimitScope::Member => "member",
             LimitScope::Team => "team",
+            LimitScope::User => "user",
         }
     }
 }
@@ -83,7 +87,8 @@ impl LimitScope {
 /// (`key_budget_periods`, `key_rate_windows`) and in Redis.
 ///
 /// A key's counter is named by the key id (a UUID), a team's `team:<team id>`, a member's
-/// `member:<team id>:<user id>`; ids hold no `:`, so the names never collide.
+/// `member:<team id>:<user id>`, a user's `user:<user id>`; ids hold no `:`, so the names
+/// never collide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CounterSubject<'a> {
     /// An API key, by id.
@@ -97,6 +102,8 @@ pub enum CounterSubject<'a> {
         /// The member's user id.
         user_id: &'a str,
     },
+    /// A user, across every key of theirs that is not a team key.
+    User(&'a str),
 }
 
 impl<'a> CounterSubject<'a> {
@@ -106,6 +113,7 @@ impl<'a> CounterSubject<'a> {
             CounterSubject::Key(id) => id.to_owned(),
             CounterSubject::Team(id) => format!("team:{id}"),
             CounterSubject::Member { team_id, user_id } => format!("member:{team_id}:{user_id}"),
+            CounterSubject::User(id) => format!("user:{id}"),
         }
     }
 
@@ -113,6 +121,9 @@ impl<'a> CounterSubject<'a> {
     pub fn parse(name: &'a str) -> Self {
         if let Some(team_id) = name.strip_prefix("team:") {
             return CounterSubject::Team(team_id);
+        }
+        if let Some(user_id) = name.strip_prefix("user:") {
+            return CounterSubject::User(user_id);
         }
         if let Some((team_id, user_id)) =
             name.strip_prefix("member:").and_then(|rest| rest.split_once(':'))
@@ -133,6 +144,7 @@ mod tests {
             CounterSubject::Key("0190-a"),
             CounterSubject::Team("t1"),
             CounterSubject::Member { team_id: "t1", user_id: "u1" },
+            CounterSubject::User("u1"),
         ] {
             let name = subject.name();
             assert_eq!(CounterSubject::parse(&name), subject);

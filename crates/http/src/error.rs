@@ -392,6 +392,7 @@ fn budget_exceeded(
         LimitScope::Key => "the API key's budget",
         LimitScope::Member => "your budget in the key's team",
         LimitScope::Team => "the team's budget",
+        LimitScope::User => "your budget across all your keys",
     };
     // Refused by the worst case rather than by what was spent: say how to fit.
     let message = if spent_micros.saturating_add(reserved_micros) > limit_micros

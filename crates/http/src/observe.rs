@@ -84,7 +84,7 @@ pub const CATALOGUE: &[MetricSpec] = &[
     (metric::CONNECTIONS_REFUSED_TOTAL, Kind::Counter, &["reason"],
         "Client connections refused by a per-address cap, by the setting that refused: max_connections_per_address (closed as soon as accepted), max_pending_requests_per_address (a request whose body was still arriving, answered 429 and its connection closed)"),
     (metric::LIMIT_REFUSALS_TOTAL, Kind::Counter, &["scope", "reason"],
-        "Gateway calls refused by a limit of the key or its team, by level (scope: key, member, team) and limit (reason: budget, rate: an rpm_limit or tpm_limit)"),
+        "Gateway calls refused by a limit of the key or its team, by level (scope: key, member, team, user) and limit (reason: budget, rate: an rpm_limit or tpm_limit)"),
     (metric::RATE_LIMITED_TOTAL, Kind::Counter, &["policy"],
         "Requests refused with 429 by a rate-limit policy"),
     (metric::RATE_LIMIT_MEMORY_FALLBACKS_TOTAL, Kind::Counter, &[],

@@ -29,7 +29,7 @@ use utoipa::{Modify, OpenApi};
         teams::create, teams::list, teams::get, teams::update, teams::delete,
         teams::list_members, teams::add_member, teams::update_member, teams::remove_member,
         teams::list_invitations, teams::revoke_invitation, teams::resend_invitation,
-        teams::create_key, teams::list_keys,
+        teams::create_key, teams::create_member_key, teams::list_keys,
         teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
         account_email::request_verification, account_email::verify, account_email::change,
         account_email::request_reset, account_email::confirm_reset,

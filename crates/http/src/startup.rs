@@ -213,13 +213,16 @@ pub(crate) async fn service_context(settings: &Settings) -> anyhow::Result<(Serv
         settings.auth.leeway_secs,
     )?;
     let db = Db::new(pool).context("starting the database threads")?;
+    let spend = aigw_service::levels::PlatformSpend::from_config(&settings.gateway)
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.issue))?;
     let context = ServiceContext::new(
         db.clone(),
         tokens,
         settings.auth.clone(),
         settings.credential_cache.clone(),
     )?
-    .with_clock(settings.clock.clone());
+    .with_clock(settings.clock.clone())
+    .with_platform_spend(spend);
     Ok((context, db))
 }
 

@@ -131,7 +131,7 @@ pub fn committed_since(
     Ok(in_flight.saturating_add(ledger_spend_since(conn, subject, from)?))
 }
 
-/// What `subject` (a key, a team or a member of a team) has spent from UTC day `from`
+/// What `subject` (a key, a team, a member of a team or a user) has spent from UTC day `from`
 /// (`YYYY-MM-DD`, inclusive) on, in micro-USD, from the daily rollups.
 ///
 /// # Errors
@@ -154,6 +154,12 @@ pub fn ledger_spend_since(
         CounterSubject::Member { team_id, user_id } => since
             .filter(d::team_id.eq(team_id))
             .filter(d::member_id.eq(user_id))
+            .select(sum)
+            .first(conn)?,
+        // Every key of the user but team keys (scoped to a team, with no member).
+        CounterSubject::User(user_id) => since
+            .filter(d::user_id.eq(user_id))
+            .filter(d::team_id.is_null().or(d::member_id.is_not_null()))
             .select(sum)
             .first(conn)?,
     };

@@ -171,8 +171,8 @@ pub fn request_ids_of_node(
         .load(conn)?)
 }
 
-/// Micro-USD reserved by the calls in flight that count against `subject` (a key, a team or
-/// a member of a team; 0 without any).
+/// Micro-USD reserved by the calls in flight that count against `subject` (a key, a team, a
+/// member of a team or a user; 0 without any).
 ///
 /// # Errors
 /// On database failure.
@@ -192,6 +192,11 @@ pub fn reserved_for(
         CounterSubject::Member { team_id, user_id } => open
             .filter(f::team_id.eq(team_id))
             .filter(f::member_id.eq(user_id))
+            .select(sum)
+            .first(conn)?,
+        CounterSubject::User(user_id) => open
+            .filter(f::user_id.eq(user_id))
+            .filter(f::team_id.is_null().or(f::member_id.is_not_null()))
             .select(sum)
             .first(conn)?,
     };

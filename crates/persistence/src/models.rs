@@ -51,6 +51,9 @@ pub struct UserRow {
     pub disabled_at: Option<DateTime<Utc>>,
     /// When the account proved it receives mail at `email`, UTC; `None`: never.
     pub email_verified_at: Option<DateTime<Utc>>,
+    /// The user's own budget across all their keys, micro-USD per the platform's user budget
+    /// period; `None`: the platform default applies.
+    pub budget_micros: Option<i64>,
 }
 
 /// A login session: each login starts one; its refresh tokens form one rotation family.
@@ -134,6 +137,9 @@ pub struct ApiKeyRow {
     /// Whether the key belongs to its team (a team key; `user_id` then records who created it)
     /// rather than to its user.
     pub team_owned: bool,
+    /// Who created the key: its owner, or a team owner or admin who made it for a member
+    /// (stored `NULL` when it is the owner).
+    pub created_by: UserId,
 }
 
 /// A key's own limits; every field `None` means "no limit" / "not set".
@@ -245,6 +251,7 @@ pub(crate) struct UserRecord {
     disabled_at: Option<NaiveDateTime>,
     email_skeleton: Option<String>,
     email_verified_at: Option<NaiveDateTime>,
+    budget_micros: Option<i64>,
 }
 
 impl From<UserRecord> for UserRow {
@@ -259,6 +266,7 @@ impl From<UserRecord> for UserRow {
             updated_at: to_utc(r.updated_at),
             disabled_at: r.disabled_at.map(to_utc),
             email_verified_at: r.email_verified_at.map(to_utc),
+            budget_micros: r.budget_micros,
         }
     }
 }
@@ -278,6 +286,7 @@ impl From<&UserRow> for UserRecord {
             // matches the address.
             email_skeleton: Some(aigw_domain::email_skeleton(&r.email)),
             email_verified_at: r.email_verified_at.map(from_utc),
+            budget_micros: r.budget_micros,
         }
     }
 }
@@ -399,6 +408,7 @@ pub(crate) struct ApiKeyRecord {
     team_id: Option<String>,
     team_owned: bool,
     budget_mode: Option<String>,
+    created_by: Option<String>,
 }
 
 /// `allowed_models` as stored: a JSON array of strings.
@@ -484,6 +494,7 @@ impl From<ApiKeyRecord> for ApiKeyRow {
             team_owned: r.team_owned,
             permissions: PermissionSet::from_storage(&r.permissions),
             id: r.id.into(),
+            created_by: r.created_by.unwrap_or_else(|| r.user_id.clone()).into(),
             user_id: r.user_id.into(),
             name: r.name,
             key_prefix: r.key_prefix,
@@ -521,6 +532,7 @@ impl From<&ApiKeyRow> for ApiKeyRecord {
             team_id: r.team_id.as_deref().map(str::to_owned),
             team_owned: r.team_owned,
             budget_mode: r.policy.budget_mode.map(|m| m.as_str().to_owned()),
+            created_by: (r.created_by != r.user_id).then(|| r.created_by.to_string()),
         }
     }
 }
@@ -550,6 +562,7 @@ mod tests {
             rotated_at: None,
             team_id: None,
             team_owned: false,
+            created_by: "u".into(),
         };
         assert_eq!(ApiKeyRow::from(ApiKeyRecord::from(&key)), key);
         let limited = ApiKeyRow {
@@ -581,6 +594,7 @@ mod tests {
             updated_at: now,
             disabled_at: Some(now),
             email_verified_at: Some(now),
+            budget_micros: Some(5_000_000),
         };
         assert_eq!(UserRow::from(UserRecord::from(&user)), user);
         assert_eq!(role_from_storage("superuser"), Role::User);

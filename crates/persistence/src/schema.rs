@@ -18,6 +18,7 @@ diesel::table! {
         disabled_at -> Nullable<Timestamp>,
         email_skeleton -> Nullable<Text>,
         email_verified_at -> Nullable<Timestamp>,
+        budget_micros -> Nullable<BigInt>,
     }
 }
 
@@ -75,6 +76,7 @@ diesel::table! {
         team_id -> Nullable<Text>,
         team_owned -> Bool,
         budget_mode -> Nullable<Text>,
+        created_by -> Nullable<Text>,
     }
 }
 
@@ -272,6 +274,7 @@ diesel::table! {
         metadata -> Nullable<Text>,
         member_budget_micros -> Nullable<BigInt>,
         budget_mode -> Nullable<Text>,
+        require_scoped_keys -> Bool,
     }
 }
 

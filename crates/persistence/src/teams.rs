@@ -30,6 +30,9 @@ pub struct TeamRow {
     pub policy: ApiKeyPolicy,
     /// Each member's budget per the team's period unless overridden, micro-USD.
     pub member_budget_micros: Option<i64>,
+    /// Whether members must make gateway calls with keys scoped to the team (their personal
+    /// keys are then refused for gateway calls).
+    pub require_scoped_keys: bool,
 }
 
 /// A change to a team (PATCH): `None` leaves a field alone, `Some(None)` clears it.
@@ -41,6 +44,8 @@ pub struct TeamChanges {
     pub policy: crate::models::ApiKeyChanges,
     /// New default member budget, micro-USD.
     pub member_budget_micros: Option<Option<i64>>,
+    /// New [`TeamRow::require_scoped_keys`].
+    pub require_scoped_keys: Option<bool>,
 }
 
 impl TeamChanges {
@@ -53,6 +58,9 @@ impl TeamChanges {
         names.extend(self.policy.field_names());
         if self.member_budget_micros.is_some() {
             names.push("member_budget_usd");
+        }
+        if self.require_scoped_keys.is_some() {
+            names.push("require_scoped_keys");
         }
         names
     }
@@ -121,6 +129,7 @@ struct TeamRecord {
     metadata: Option<String>,
     member_budget_micros: Option<i64>,
     budget_mode: Option<String>,
+    require_scoped_keys: bool,
 }
 
 impl From<TeamRecord> for TeamRow {
@@ -138,6 +147,7 @@ impl From<TeamRecord> for TeamRow {
             created_at: to_utc(r.created_at),
             updated_at: to_utc(r.updated_at),
             member_budget_micros: r.member_budget_micros,
+            require_scoped_keys: r.require_scoped_keys,
         }
     }
 }
@@ -155,6 +165,7 @@ struct TeamChangeset {
     metadata: Option<Option<String>>,
     member_budget_micros: Option<Option<i64>>,
     budget_mode: Option<Option<String>>,
+    require_scoped_keys: Option<bool>,
 }
 
 #[derive(Debug, Queryable, Selectable, Insertable)]
@@ -240,6 +251,7 @@ pub fn insert(
         metadata: p.metadata.as_ref().map(metadata_to_storage),
         member_budget_micros: team.member_budget_micros,
         budget_mode: p.budget_mode.map(|m| m.as_str().to_owned()),
+        require_scoped_keys: team.require_scoped_keys,
     };
     diesel::insert_into(t::table).values(record).execute(conn)?;
     insert_member(conn, &team.id, owner, TeamRole::Owner, team.created_at)?;
@@ -360,6 +372,7 @@ pub fn update(
         metadata: p.metadata.as_ref().map(|m| m.as_ref().map(metadata_to_storage)),
         member_budget_micros: changes.member_budget_micros,
         budget_mode: p.budget_mode.map(|m| m.map(|m| m.as_str().to_owned())),
+        require_scoped_keys: changes.require_scoped_keys,
     };
     diesel::update(t::table.filter(t::id.eq(id.as_str())).filter(t::deleted_at.is_null()))
         .set(set)
@@ -432,6 +445,27 @@ pub fn member(
         .first(conn)
         .optional()?;
     Ok(row.map(|(r, email, name)| r.into_row(email, name)))
+}
+
+/// The first team (by id) that `user_id` is a member of and that requires its members'
+/// gateway calls to use keys scoped to it ([`TeamRow::require_scoped_keys`]), if any.
+///
+/// # Errors
+/// On database failure.
+pub fn requiring_scoped_keys(
+    conn: &mut DbConnection,
+    user_id: &UserId,
+) -> Result<Option<TeamId>, PersistenceError> {
+    let id: Option<String> = m::table
+        .inner_join(t::table)
+        .filter(m::user_id.eq(user_id.as_str()))
+        .filter(t::require_scoped_keys.eq(true))
+        .filter(t::deleted_at.is_null())
+        .select(t::id)
+        .order(t::id.asc())
+        .first(conn)
+        .optional()?;
+    Ok(id.map(TeamId::from))
 }
 
 /// Up to `limit` members of team `team_id`, by user id descending, after `before`.

@@ -139,6 +139,23 @@ pub fn update_access(
     Ok(())
 }
 
+/// Sets user `id`'s own budget (micro-USD per the platform's user budget period; `None`: the
+/// platform default applies) at `now` (UTC); returns whether the user exists.
+///
+/// # Errors
+/// On database failure.
+pub fn set_budget(
+    conn: &mut DbConnection,
+    id: &UserId,
+    budget_micros: Option<i64>,
+    now: DateTime<Utc>,
+) -> Result<bool, PersistenceError> {
+    let n = diesel::update(users::table.find(id.as_str()))
+        .set((users::budget_micros.eq(budget_micros), users::updated_at.eq(from_utc(now))))
+        .execute(conn)?;
+    Ok(n == 1)
+}
+
 /// Whether user `id` exists and is enabled, holding the row's lock until the transaction ends
 /// (a no-op update: on PostgreSQL it waits for a concurrent disable to commit and then sees
 /// it; SQLite serialises writers anyway). A login inserts its session after this, so no

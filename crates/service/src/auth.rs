@@ -3,12 +3,12 @@
 //! ([`Authorized`]), which every use case takes.
 
 use crate::context::ServiceContext;
-use crate::credential_cache::TeamStanding;
+use crate::credential_cache::{CachedKey, TeamStanding};
 use crate::error::ServiceError;
-use crate::levels::{LimitLevel, TeamScope};
+use crate::levels::{LimitLevel, ScopeRequired, TeamScope, UserScope};
 use aigw_domain::access::{authorize, CallerCredential, Operation, RouteOperation};
 use aigw_domain::{
-    ApiKeyId, ApiKeySecret, PermissionSet, PresentedCredential, Role, SessionId, UserId,
+    ApiKeyId, ApiKeySecret, Permission, PermissionSet, PresentedCredential, Role, SessionId, UserId,
 };
 use aigw_persistence::models::ApiKeyPolicy;
 use std::sync::Arc;
@@ -40,6 +40,12 @@ pub enum Principal {
         policy: Arc<ApiKeyPolicy>,
         /// The team the key is scoped to, with the team's and the member's limits.
         team: Option<Arc<TeamScope>>,
+        /// The owner's budget across all their keys (`None`: a team key, or no user budget).
+        user_budget: Option<Arc<UserScope>>,
+        /// A team of the owner's whose members must call the gateway with keys scoped to it,
+        /// or the platform's `gateway.require_team_scope`, that refuses this key's gateway
+        /// calls (only for a key with no team).
+        scope_required: Option<ScopeRequired>,
     },
 }
 
@@ -70,7 +76,11 @@ impl Principal {
             Principal::ApiKey { permissions, .. } => CallerCredential::ApiKey(permissions),
         };
         authorize(caller, operation)
-            .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })
+            .map_err(|d| ServiceError::Forbidden { required: d.required, current: d.current })?;
+        if operation == Operation::ChatCompletion {
+            self.check_gateway_scope()?;
+        }
+        Ok(())
     }
 
     /// The caller's key policy (`None` for an access token).
@@ -81,15 +91,38 @@ impl Principal {
         }
     }
 
-    /// The levels a call by this caller counts against: its key, and for a team-scoped key
-    /// the member and the team (none for an access token).
+    /// The levels a call by this caller counts against: its key, for a team-scoped key the
+    /// member and the team, and the owner's budget (none for an access token).
     pub(crate) fn limit_levels(&self) -> impl Iterator<Item = LimitLevel<'_>> {
         let key = match self {
             Principal::User { .. } => None,
-            Principal::ApiKey { key_id, policy, team, .. } => Some((key_id, policy, team)),
+            Principal::ApiKey { key_id, policy, team, user_budget, .. } => {
+                Some((key_id, policy, team, user_budget))
+            }
         };
-        key.into_iter()
-            .flat_map(|(key_id, policy, team)| LimitLevel::of_key(key_id, policy, team.as_ref()))
+        key.into_iter().flat_map(|(key_id, policy, team, user)| {
+            LimitLevel::of_key(key_id, policy, team.as_ref(), user.as_ref())
+        })
+    }
+
+    /// Refuses a gateway call by a key that must be scoped to a team and is not.
+    ///
+    /// # Errors
+    /// [`ServiceError::Forbidden`] with `required: team_scoped_key` and, in `current`, the
+    /// team whose setting (or the platform setting) refuses it.
+    fn check_gateway_scope(&self) -> Result<(), ServiceError> {
+        let Principal::ApiKey { scope_required: Some(required), .. } = self else {
+            return Ok(());
+        };
+        let current = match required {
+            ScopeRequired::Platform => {
+                "the platform requires every gateway key to be scoped to a team".to_owned()
+            }
+            ScopeRequired::Team(team_id) => {
+                format!("team {team_id} requires its members' gateway keys to be scoped to it")
+            }
+        };
+        Err(ServiceError::Forbidden { required: "team_scoped_key".to_owned(), current })
     }
 
     /// The team the caller's key is scoped to.
@@ -243,15 +276,23 @@ impl Authenticator {
         // The owner's account, from the user cache (a disable reaches every node through the
         // feed, as `user_changed`). A team key belongs to its team: the account of the user
         // who created it does not matter to it.
+        let mut user_budget = None;
         if !found.team_owned {
             match self.ctx.cache.user(&found.user_id).await? {
                 Some(owner) if owner.disabled => {
                     return Err(ServiceError::invalid_credential("the account is disabled"));
                 }
-                Some(_) => {}
+                Some(owner) => {
+                    user_budget = self
+                        .ctx
+                        .spend
+                        .user_scope(&found.user_id, owner.budget_micros)
+                        .map(Arc::new);
+                }
                 None => return Err(ServiceError::invalid_credential("the API key is invalid")),
             }
         }
+        let scope_required = self.scope_required(found).await?;
         // The team's limits, and the owner's membership for a member's key (a removal reaches
         // every node through the feed, as `team_changed`).
         let team = match &found.team_id {
@@ -281,6 +322,25 @@ impl Authenticator {
             permissions: found.permissions.clone(),
             policy: found.policy.clone(),
             team,
+            user_budget,
+            scope_required,
         })
+    }
+
+    /// What refuses the gateway calls of `key` when it has no team and may call the gateway:
+    /// the platform's `gateway.require_team_scope`, else a team of its owner's with
+    /// `require_scoped_keys` (from the credential cache).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is needed and down.
+    async fn scope_required(&self, key: &CachedKey) -> Result<Option<ScopeRequired>, ServiceError> {
+        if key.team_id.is_some() || !key.permissions.allows(Permission::AiGateway) {
+            return Ok(None);
+        }
+        if self.ctx.spend.require_team_scope {
+            return Ok(Some(ScopeRequired::Platform));
+        }
+        let team = self.ctx.cache.team_requiring_scoped_keys(&key.user_id).await?;
+        Ok(team.map(ScopeRequired::Team))
     }
 }

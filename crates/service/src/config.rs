@@ -212,6 +212,27 @@ pub struct GatewayConfig {
     pub context_window_fallbacks: std::collections::BTreeMap<String, Vec<String>>,
     /// `[gateway.breaker]`: when a deployment is taken out of rotation.
     pub breaker: BreakerConfig,
+    /// Every user's budget across all their keys (personal and scoped to a team; not team
+    /// keys), USD per `user_budget_period`, unless an admin set the user's own
+    /// (`PATCH /admin/users/{id}` `budget_usd`). Default: none. See docs/budgets.md "A
+    /// user's budget".
+    pub user_budget_usd: Option<f64>,
+    /// The UTC calendar period of users' budgets: `daily`, `weekly`, `monthly` (default) or
+    /// `total`.
+    #[serde(deserialize_with = "budget_period")]
+    pub user_budget_period: aigw_domain::BudgetPeriod,
+    /// Every key with `ai_gateway` must be scoped to a team: creating one without `team_id`
+    /// answers 400, and an existing one answers 403 on gateway calls (default false).
+    pub require_team_scope: bool,
+}
+
+/// Reads a budget period by its API name (`daily`, `weekly`, `monthly`, `total`).
+fn budget_period<'de, D>(deserializer: D) -> Result<aigw_domain::BudgetPeriod, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let name = String::deserialize(deserializer)?;
+    aigw_domain::BudgetPeriod::parse(&name).map_err(|e| serde::de::Error::custom(e.issue))
 }
 
 /// `[gateway.breaker]`: each deployment's circuit breaker (counted per node). A breaker
@@ -258,6 +279,9 @@ impl Default for GatewayConfig {
             fallbacks: std::collections::BTreeMap::new(),
             context_window_fallbacks: std::collections::BTreeMap::new(),
             breaker: BreakerConfig::default(),
+            user_budget_usd: None,
+            user_budget_period: aigw_domain::BudgetPeriod::Monthly,
+            require_team_scope: false,
         }
     }
 }

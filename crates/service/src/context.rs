@@ -32,6 +32,8 @@ pub struct ServiceContext {
     pub(crate) metrics: crate::metrics::Metrics,
     /// The time the account and credential rules read (see [`crate::Clock`]).
     pub(crate) clock: crate::Clock,
+    /// The platform's spend rules every key's authentication applies.
+    pub(crate) spend: Arc<crate::levels::PlatformSpend>,
 }
 
 impl ServiceContext {
@@ -78,7 +80,15 @@ impl ServiceContext {
             cache,
             metrics: crate::metrics::Metrics::default(),
             clock: crate::Clock::system(),
+            spend: Arc::default(),
         })
+    }
+
+    /// Applies the platform's spend rules (`[gateway]` `user_budget_usd`,
+    /// `user_budget_period`, `require_team_scope`) to every key (default: none).
+    pub fn with_platform_spend(mut self, spend: crate::levels::PlatformSpend) -> Self {
+        self.spend = Arc::new(spend);
+        self
     }
 
     /// Counts refresh-token rotations, e-mails, keys and the rest into `metrics`

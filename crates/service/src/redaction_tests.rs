@@ -25,6 +25,7 @@ fn user() -> UserView {
         updated_at: Utc::now(),
         disabled: false,
         email_verified_at: None,
+        budget_micros: None,
     }
 }
 
@@ -59,6 +60,7 @@ fn created_api_key() {
         rotated_at: None,
         team_id: None,
         team_owned: false,
+        created_by: "u".into(),
     };
     assert_hidden(format!("{:?}", CreatedApiKey { view, key: SECRET.into() }));
 }

@@ -73,6 +73,11 @@ pub(crate) fn team_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "team", id: id.chars().take(MAX_ECHOED_ID).collect() }
 }
 
+/// 404 for user `id`, who is not a member of the team.
+pub(crate) fn member_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound { resource: "team_member", id: id.chars().take(MAX_ECHOED_ID).collect() }
+}
+
 /// Checks, in the transaction that inserts it, that `user_id` may create a key scoped to team
 /// `team_id`: a member for their own key, an owner or admin for a team key (`team_owned`).
 ///
@@ -93,6 +98,31 @@ pub(crate) fn check_key_creation(
     let (_, access) = TeamAccess::of(conn, team_id, user_id, false)?;
     if team_owned {
         access.manage()?;
+    }
+    Ok(())
+}
+
+/// Checks, in the transaction that inserts it, that `caller` may create a key for `member`
+/// scoped to team `team_id`: the caller manages the team (an owner or admin of it, or a
+/// platform admin, `platform_admin`) and `member` is a member.
+///
+/// # Errors
+/// [`ServiceError::NotFound`] (`team`) when the team does not exist or the caller is not a
+/// member (nor a platform admin); [`ServiceError::Forbidden`] (`team_admin`) for a plain
+/// member; [`ServiceError::NotFound`] (`team_member`) when `member` is not a member.
+pub(crate) fn check_key_for_member(
+    conn: &mut DbConnection,
+    team_id: &TeamId,
+    caller: &UserId,
+    member: &UserId,
+    platform_admin: bool,
+) -> Result<(), ServiceError> {
+    if !teams::lock(conn, team_id)? {
+        return Err(team_not_found(team_id));
+    }
+    TeamAccess::of(conn, team_id, caller, platform_admin)?.1.manage()?;
+    if teams::member(conn, team_id, member)?.is_none() {
+        return Err(member_not_found(member));
     }
     Ok(())
 }

@@ -23,6 +23,9 @@ pub struct UserView {
     pub disabled: bool,
     /// When the account proved it receives mail at `email`, UTC; `None`: never.
     pub email_verified_at: Option<DateTime<Utc>>,
+    /// The user's own budget across all their keys, micro-USD per `gateway.user_budget_period`
+    /// (set by admins); `None`: `gateway.user_budget_usd` applies.
+    pub budget_micros: Option<i64>,
 }
 
 impl From<&UserRow> for UserView {
@@ -36,6 +39,7 @@ impl From<&UserRow> for UserView {
             updated_at: row.updated_at,
             disabled: row.disabled_at.is_some(),
             email_verified_at: row.email_verified_at,
+            budget_micros: row.budget_micros,
         }
     }
 }
@@ -87,6 +91,8 @@ pub struct ApiKeyView {
     pub team_id: Option<TeamId>,
     /// Whether it is a team key (owned by the team; `user_id` then is who created it).
     pub team_owned: bool,
+    /// Who created it: its owner, or a team owner or admin who made it for a member.
+    pub created_by: UserId,
 }
 
 impl From<&ApiKeyRow> for ApiKeyView {
@@ -105,6 +111,7 @@ impl From<&ApiKeyRow> for ApiKeyView {
             rotated_at: row.rotated_at,
             team_id: row.team_id.as_deref().map(TeamId::from),
             team_owned: row.team_owned,
+            created_by: row.created_by.clone(),
         }
     }
 }

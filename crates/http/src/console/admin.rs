@@ -206,10 +206,14 @@ async fn change_user(
         Err(refused) => return *refused,
     };
     let update = match change {
-        UserChange::Disable => Ok(UserUpdate { role: None, disabled: Some(true) }),
-        UserChange::Enable => Ok(UserUpdate { role: None, disabled: Some(false) }),
+        UserChange::Disable => {
+            Ok(UserUpdate { role: None, disabled: Some(true), budget_usd: None })
+        }
+        UserChange::Enable => {
+            Ok(UserUpdate { role: None, disabled: Some(false), budget_usd: None })
+        }
         UserChange::Role => match form.role.trim().parse::<Role>() {
-            Ok(role) => Ok(UserUpdate { role: Some(role), disabled: None }),
+            Ok(role) => Ok(UserUpdate { role: Some(role), disabled: None, budget_usd: None }),
             Err(()) => Err(Shown {
                 status: StatusCode::BAD_REQUEST,
                 message: "invalid request: role must be user or admin".to_owned(),

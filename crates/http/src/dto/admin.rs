@@ -26,6 +26,10 @@ pub(crate) struct AdminUserDto {
     pub(crate) updated_at: String,
     /// When the account proved it receives mail at `email` (RFC 3339 UTC); `null`: not yet.
     pub(crate) email_verified_at: Option<String>,
+    /// The user's own budget across all their keys (personal and scoped to a team; not team
+    /// keys), USD per `gateway.user_budget_period`; `null`: `gateway.user_budget_usd` applies
+    /// (docs/budgets.md "A user's budget").
+    pub(crate) budget_usd: Option<f64>,
 }
 
 impl From<UserView> for AdminUserDto {
@@ -39,6 +43,9 @@ impl From<UserView> for AdminUserDto {
             created_at: format_timestamp(u.created_at),
             updated_at: format_timestamp(u.updated_at),
             email_verified_at: u.email_verified_at.map(format_timestamp),
+            budget_usd: u
+                .budget_micros
+                .map(|m| aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0))),
         }
     }
 }
@@ -63,7 +70,8 @@ impl From<RoleName> for Role {
     }
 }
 
-/// `PATCH /admin/users/{id}` body: at least one field; neither may be `null` (400 naming it).
+/// `PATCH /admin/users/{id}` body: at least one field; `role` and `disabled` may not be `null`
+/// (400 naming it), `budget_usd` may (it clears the budget).
 /// Its schema's `minProperties` is set in [`crate::openapi`] (utoipa 5.5's `min_properties`
 /// writes `maxProperties`).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -79,6 +87,11 @@ pub(crate) struct UpdateUserRequest {
     #[serde(default, deserialize_with = "not_null")]
     #[schema(nullable = false)]
     pub(crate) disabled: Option<bool>,
+    /// The user's own budget across all their keys, USD per `gateway.user_budget_period`;
+    /// `null` clears it (`gateway.user_budget_usd` applies again).
+    #[serde(default, deserialize_with = "super::present")]
+    #[schema(value_type = Option<f64>, nullable, minimum = 0, maximum = 1_000_000_000)]
+    pub(crate) budget_usd: Option<Option<f64>>,
 }
 
 /// A field that may be absent (`None`) but not `null`: a `null` is serde's "invalid type:

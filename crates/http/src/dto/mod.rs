@@ -293,7 +293,7 @@ pub struct CreateApiKeyRequest {
 
 impl CreateApiKeyRequest {
     /// The policy fields (models, budget, rates, metadata, budget mode), for the service.
-    pub(crate) fn policy(&mut self) -> KeyPolicyRequest {
+    fn policy(&mut self) -> KeyPolicyRequest {
         KeyPolicyRequest {
             allowed_models: self.allowed_models.take(),
             max_budget_usd: self.max_budget_usd.take(),
@@ -302,6 +302,18 @@ impl CreateApiKeyRequest {
             tpm_limit: self.tpm_limit.take(),
             metadata: self.metadata.take(),
             budget_mode: self.budget_mode.take(),
+        }
+    }
+
+    /// The service's request (`team_id` as given, or `None` where the path names the team).
+    pub(crate) fn into_new(mut self, with_team: bool) -> aigw_service::NewApiKey {
+        let policy = self.policy();
+        aigw_service::NewApiKey {
+            team_id: self.team_id.filter(|_| with_team),
+            name: self.name,
+            permissions: self.permissions,
+            expires_at: self.expires_at,
+            policy,
         }
     }
 }
@@ -326,7 +338,7 @@ pub(crate) enum BudgetPeriodName {
 
 /// Deserializes a present field (`null` included) as `Some`, so that an absent field (the
 /// `#[serde(default)]` `None`) and `null` (`Some(None)`) differ.
-fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+pub(super) fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
@@ -546,7 +558,8 @@ pub(crate) struct ApiKeyDto {
     pub(crate) team_id: Option<String>,
     /// Whether it is a team key: it belongs to the team, not to a person.
     pub(crate) team_owned: bool,
-    /// The user who created the key (its owner, for a key that is not a team key).
+    /// The user who created the key: its owner, or for a team key or a key a team's owner or
+    /// admin made for a member, that person.
     pub(crate) created_by: String,
 }
 
@@ -618,7 +631,7 @@ impl From<ApiKeyView> for ApiKeyDto {
             rotated_at: k.rotated_at.map(format_timestamp),
             team_id: k.team_id.map(String::from),
             team_owned: k.team_owned,
-            created_by: k.user_id.into(),
+            created_by: k.created_by.into(),
         }
     }
 }

@@ -60,6 +60,11 @@ pub(crate) struct CreateTeamRequest {
     /// `refuse` or `clamp` (as a key's). Absent or null: `refuse`.
     #[schema(value_type = Option<crate::dto::BudgetModeName>)]
     pub(crate) budget_mode: Option<String>,
+    /// Members must call the gateway with keys scoped to this team: their personal keys with
+    /// `ai_gateway` answer 403 (`required: team_scoped_key`) on gateway calls, and new ones
+    /// are refused (400 naming `team_id`). Default false.
+    #[serde(default)]
+    pub(crate) require_scoped_keys: bool,
 }
 
 impl CreateTeamRequest {
@@ -77,6 +82,7 @@ impl CreateTeamRequest {
                 budget_mode: self.budget_mode,
             },
             member_budget_usd: self.member_budget_usd,
+            require_scoped_keys: self.require_scoped_keys,
         }
     }
 }
@@ -121,6 +127,10 @@ pub(crate) struct UpdateTeamRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<crate::dto::BudgetModeName>, nullable)]
     pub(crate) budget_mode: Option<Option<String>>,
+    /// As in create (not null).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<bool>)]
+    pub(crate) require_scoped_keys: Option<Option<bool>>,
 }
 
 impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
@@ -138,6 +148,7 @@ impl From<UpdateTeamRequest> for aigw_service::teams::TeamPatch {
                 ..ApiKeyPatch::default()
             },
             member_budget_usd: r.member_budget_usd,
+            require_scoped_keys: r.require_scoped_keys,
         }
     }
 }
@@ -178,6 +189,8 @@ pub(crate) struct TeamDto {
     pub(crate) budget_mode: String,
     /// When the current period ends, RFC 3339 UTC; null for `total`.
     pub(crate) budget_reset_at: Option<String>,
+    /// Whether members must call the gateway with keys scoped to the team.
+    pub(crate) require_scoped_keys: bool,
     /// What the team spent in the current period (ever, for `total`), USD, from the ledger;
     /// present on `GET /teams/{id}` only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,6 +219,7 @@ impl From<TeamView> for TeamDto {
                 .budget_period
                 .and_then(|p| p.reset_at(aigw_domain::time::now()))
                 .map(format_timestamp),
+            require_scoped_keys: t.require_scoped_keys,
             spend_usd: t.spend_micros.map(usd),
         }
     }

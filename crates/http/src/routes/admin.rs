@@ -65,7 +65,7 @@ pub(crate) async fn get_user(
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }
 
-/// Change a user's role, or disable or re-enable the account. Disabling ends every session of
+/// Change a user's role or own budget, or disable or re-enable the account. Disabling ends every session of
 /// the user and makes their API keys answer 401 (`the account is disabled`) on every node
 /// before this answers; re-enabling restores the keys, not the sessions.
 #[utoipa::path(patch, path = "/api/v1/admin/users/{id}", tag = "admin",
@@ -88,7 +88,11 @@ pub(crate) async fn update_user(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let JsonBody(body) = body.into_inner()?;
-    let update = UserUpdate { role: body.role.map(Into::into), disabled: body.disabled };
+    let update = UserUpdate {
+        role: body.role.map(Into::into),
+        disabled: body.disabled,
+        budget_usd: body.budget_usd,
+    };
     let user = state.admin.admin_update_user(&admin, &id, update).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(AdminUserDto::from(user))))
 }

@@ -14,7 +14,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::ApiKeyId;
-use aigw_service::{ApiKeyView, CreatedApiKey, NewApiKey, PageRequest};
+use aigw_service::{ApiKeyView, CreatedApiKey, PageRequest};
 
 /// Create an API key (access token only). The full key is in this answer and never again.
 #[utoipa::path(post, path = "/api/v1/auth/api-keys", tag = "api-keys", request_body = CreateApiKeyRequest,
@@ -37,15 +37,8 @@ pub(crate) async fn create(
     body: After<RawJson>,
 ) -> Result<HttpResponse, ApiError> {
     let RawJson(raw) = body.into_inner()?;
-    let mut body: CreateApiKeyRequest = parse_json(&raw)?;
-    let policy = body.policy();
-    let request = NewApiKey {
-        name: body.name,
-        permissions: body.permissions,
-        expires_at: body.expires_at,
-        policy,
-        team_id: body.team_id.take(),
-    };
+    let body: CreateApiKeyRequest = parse_json(&raw)?;
+    let request = body.into_new(true);
     idempotency::run(&state, &req, &caller, &raw, StatusCode::CREATED, render_created, |rec| {
         state.api_keys.create_api_key_recorded(&caller, request, rec)
     })

@@ -38,6 +38,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, account_limit: usize, chat
             .configure(account_routes)
             .configure(api_key_routes)
             .configure(team_routes)
+            .configure(team_key_routes)
             .configure(usage_routes)
             .configure(admin_routes)
             .configure(document_routes),
@@ -332,6 +333,19 @@ fn team_routes(cfg: &mut web::ServiceConfig) {
         )
         .app_data(LimitedBy(Policy::EmailSend)),
     );
+}
+
+/// `/teams/{id}/api-keys…` and `/teams/{id}/members/{user_id}/api-keys`: team keys, and keys
+/// made for members.
+fn team_key_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        one(
+            "/teams/{id}/members/{user_id}/api-keys",
+            &["POST"],
+            web::post().to(teams::create_member_key),
+        )
+        .app_data(LimitedBy(Policy::Account)),
+    );
     cfg.service(
         web::resource("/teams/{id}/api-keys")
             .app_data(LimitedBy(Policy::Account))
@@ -463,7 +477,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 61;
+pub(crate) const SECURED: usize = 62;
 
 #[cfg(test)]
 mod tests {

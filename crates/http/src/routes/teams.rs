@@ -21,7 +21,7 @@ use aigw_domain::access::op;
 use aigw_domain::{ApiKeyId, TeamId, UserId};
 use aigw_service::teams::{MemberPatch, NewMember};
 use aigw_service::usage::UsageQuery;
-use aigw_service::{NewApiKey, PageRequest};
+use aigw_service::PageRequest;
 
 /// The paging parameters of a list request.
 fn page_request(req: &HttpRequest) -> Result<PageRequest, ApiError> {
@@ -346,16 +346,37 @@ pub(crate) async fn create_key(
     body: After<JsonBody<CreateApiKeyRequest>>,
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
-    let JsonBody(mut body) = body.into_inner()?;
-    let policy = body.policy();
-    let request = NewApiKey {
-        name: body.name,
-        permissions: body.permissions,
-        expires_at: body.expires_at,
-        policy,
-        team_id: None,
-    };
+    let JsonBody(body) = body.into_inner()?;
+    let request = body.into_new(false);
     let created = state.teams.create_team_api_key(&caller, &id, request).await?;
+    Ok(HttpResponse::Created().json(Envelope::ok(CreatedApiKeyDto::from(created))))
+}
+
+/// Create a key for a member (owners and admins; access token): the key is the member's and scoped to the team, so its calls count against the key, the member's budget in the team, the team and the member's own budget; the member finds it among their keys and is told by e-mail. The full key is in this answer and never again (pass it on to the member).
+#[utoipa::path(post, path = "/api/v1/teams/{id}/members/{user_id}/api-keys", tag = "teams", request_body = CreateApiKeyRequest,
+    params(
+        ("id" = String, Path, description = "Team id"),
+        ("user_id" = String, Path, description = "The member's user id"),
+    ),
+    security(("access_token" = [])),
+    responses(
+        (status = 201, body = Envelope<CreatedApiKeyDto>),
+        (status = 400, description = "An invalid field, parameter or id (details.field names it)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        BodyErrors,
+        (status = 403, description = "Called with an API key (required: access_token), or without the team role (required: team_admin)", body = ErrorEnvelope),
+        (status = 404, description = "No such team, the caller is not a member (resource: team), or the user is not a member (resource: team_member)", body = ErrorEnvelope),
+        ServerErrors))]
+pub(crate) async fn create_member_key(
+    state: web::Data<AppState>,
+    Authorized(caller): Authorized<op::CreateApiKey>,
+    ids: After<PathIds<TeamId, UserId>>,
+    body: After<JsonBody<CreateApiKeyRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let PathIds(id, member) = ids.into_inner()?;
+    let JsonBody(body) = body.into_inner()?;
+    let request = body.into_new(false);
+    let created = state.teams.create_member_api_key(&caller, &id, &member, request).await?;
     Ok(HttpResponse::Created().json(Envelope::ok(CreatedApiKeyDto::from(created))))
 }
 

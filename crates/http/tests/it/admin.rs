@@ -20,7 +20,7 @@ async fn set_role(app: &TestApp, email: &str, role: Role) {
     aigw_http::operator::set_role(&settings, email, role).await.unwrap();
 }
 
-async fn new_admin(app: &TestApp, tag: &str) -> User {
+pub(crate) async fn new_admin(app: &TestApp, tag: &str) -> User {
     let user = app.new_user(tag).await;
     set_role(app, &user.email, Role::Admin).await;
     user

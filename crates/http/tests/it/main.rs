@@ -61,3 +61,4 @@ mod unauthenticated;
 mod upstream_connections;
 mod upstream_errors;
 mod usage;
+mod user_budgets;

@@ -32,14 +32,14 @@ fn answered(reply: Reply) {
 }
 
 /// Creates a team of `owner` with `body`'s fields; returns its id.
-async fn team(app: &TestApp, owner: &User, body: Value) -> String {
+pub(crate) async fn team(app: &TestApp, owner: &User, body: Value) -> String {
     let made = app.post("/api/v1/teams", Auth::Bearer(&owner.token), &body).await.data(201);
     assert_eq!(made["role"], "owner");
     made["id"].as_str().unwrap().to_owned()
 }
 
 /// Adds `user` to team `id` with `role`.
-async fn add(app: &TestApp, owner: &User, id: &str, user: &User, role: &str) {
+pub(crate) async fn add(app: &TestApp, owner: &User, id: &str, user: &User, role: &str) {
     let body = json!({"email": user.email, "role": role});
     let path = format!("/api/v1/teams/{id}/members");
     let added = app.post(&path, Auth::Bearer(&owner.token), &body).await;
@@ -47,7 +47,7 @@ async fn add(app: &TestApp, owner: &User, id: &str, user: &User, role: &str) {
 }
 
 /// A key of `user` scoped to team `id` (no limits of its own): its secret.
-async fn team_scoped_key(app: &TestApp, user: &User, id: &str) -> String {
+pub(crate) async fn team_scoped_key(app: &TestApp, user: &User, id: &str) -> String {
     let body = json!({"name": "scoped", "permissions": ["ai_gateway", "read"], "team_id": id});
     let made = app.create_key_raw(Auth::Bearer(&user.token), &body).await.data(201);
     assert_eq!(made["team_id"], id);
@@ -57,7 +57,7 @@ async fn team_scoped_key(app: &TestApp, user: &User, id: &str) -> String {
 
 /// Sends `body` `n` times at once, spread over `nodes` and `keys`; returns how many got 200
 /// and the scopes named by the 429 `budget_exceeded` answers.
-async fn fire(
+pub(crate) async fn fire(
     nodes: [&TestApp; 2],
     keys: &[String],
     body: &Value,
@@ -86,7 +86,7 @@ async fn fire(
 }
 
 /// What `users` spent together, from their ledgers, once `calls` records are there.
-async fn spent_by(app: &TestApp, users: &[&User], calls: usize) -> f64 {
+pub(crate) async fn spent_by(app: &TestApp, users: &[&User], calls: usize) -> f64 {
     let records = eventually("every answered call recorded", Duration::from_secs(10), || async {
         let mut records = Vec::new();
         for user in users {

@@ -126,6 +126,7 @@ impl Accounts {
             updated_at: now,
             disabled_at: None,
             email_verified_at: None,
+            budget_micros: None,
         })
     }
 

@@ -15,6 +15,7 @@ use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest, Paging};
 use crate::views::{ApiKeyView, UserView};
 use aigw_domain::access::{authorize_as, CallerCredential, Operation};
+use aigw_domain::key_policy::usd_to_micros;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
 use aigw_domain::{ApiKeyId, UserId};
@@ -33,6 +34,9 @@ pub struct UserUpdate {
     pub role: Option<Role>,
     /// Disable (`true`) or re-enable (`false`) the account.
     pub disabled: Option<bool>,
+    /// The user's own budget across all their keys, USD per `gateway.user_budget_period`
+    /// (`Some(None)`: clear it, so that `gateway.user_budget_usd` applies).
+    pub budget_usd: Option<Option<f64>>,
 }
 
 /// Most users [`Administration::admin_users_by_id`] reads at once (the largest page).
@@ -137,8 +141,11 @@ impl Administration {
         id: &UserId,
         update: UserUpdate,
     ) -> Result<UserView, ServiceError> {
-        if update.role.is_none() && update.disabled.is_none() {
-            return Err(FieldError::new("body", "must set role or disabled").into());
+        if update.role.is_none() && update.disabled.is_none() && update.budget_usd.is_none() {
+            return Err(FieldError::new("body", "must set role, disabled or budget_usd").into());
+        }
+        if let Some(Some(usd)) = update.budget_usd {
+            usd_to_micros(usd).map_err(|e| FieldError::new("budget_usd", e.issue))?;
         }
         if admin.user_id() == id {
             if update.disabled == Some(true) {
@@ -281,9 +288,25 @@ fn apply_user_update(
         Some(true) => user.disabled_at.or(Some(now)),
         Some(false) => None,
     };
+    // Checked by the caller: a budget that does not convert is refused before this.
+    let budget_micros = match update.budget_usd {
+        None => user.budget_micros,
+        Some(usd) => usd.and_then(|usd| usd_to_micros(usd).ok()),
+    };
     let mut changes: Vec<ChangeRow> = Vec::new();
-    if role == user.role && disabled_at == user.disabled_at {
+    if role == user.role && disabled_at == user.disabled_at && budget_micros == user.budget_micros {
         return Ok(Some((user, changes)));
+    }
+    if budget_micros != user.budget_micros {
+        users::set_budget(conn, id, budget_micros, now)?;
+        let usd = |m: Option<i64>| {
+            m.map(|m| aigw_domain::usage::micros_to_usd(u64::try_from(m).unwrap_or(0)))
+        };
+        let details = serde_json::json!({
+            "from_usd": usd(user.budget_micros), "to_usd": usd(budget_micros),
+        });
+        template.clone().action(AuditAction::UserBudgetChanged).details(details).insert(conn)?;
+        user.budget_micros = budget_micros;
     }
     let newly_disabled = user.disabled_at.is_none() && disabled_at.is_some();
     users::update_access(conn, id, role, disabled_at, now)?;

@@ -13,11 +13,12 @@ use crate::paging::{page_of, Page, PageRequest, Paging};
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
 use aigw_domain::{
-    time, ApiKeySecret, BudgetPeriod, CredentialChangeKind, FieldError, PermissionSet, UserName,
+    time, ApiKeySecret, BudgetPeriod, CredentialChangeKind, FieldError, Permission, PermissionSet,
+    UserName,
 };
 use aigw_domain::{ApiKeyId, AuditAction, TeamId, UserId};
 use aigw_persistence::models::ApiKeyRow;
-use aigw_persistence::{api_keys, transaction};
+use aigw_persistence::{api_keys, teams, transaction, DbConnection};
 use chrono::Duration;
 use chrono::{DateTime, Utc};
 use rand::rngs::OsRng;
@@ -45,6 +46,83 @@ pub struct NewApiKey {
 pub const MAX_ROTATION_GRACE_SECS: i64 = 604_800;
 /// Grace period of a rotation when none is asked for, in seconds (24 hours).
 pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
+
+/// Whose key a new key is and what it is scoped to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyScope {
+    /// The caller's own key, scoped to a team they are a member of when given.
+    Own(Option<TeamId>),
+    /// A team key of the team.
+    Team(TeamId),
+    /// A key of member `member` scoped to team `team`, made by one of the team's owners or
+    /// admins (or a platform admin, `platform_admin`).
+    ForMember {
+        /// The team.
+        team: TeamId,
+        /// The member whose key it is.
+        member: UserId,
+        /// Whether the caller is a platform admin.
+        platform_admin: bool,
+    },
+}
+
+impl KeyScope {
+    /// The key's owner, when the caller is `caller`.
+    fn owner<'a>(&'a self, caller: &'a UserId) -> &'a UserId {
+        match self {
+            KeyScope::ForMember { member, .. } => member,
+            KeyScope::Own(_) | KeyScope::Team(_) => caller,
+        }
+    }
+
+    /// The team the key is scoped to.
+    fn team(&self) -> Option<&TeamId> {
+        match self {
+            KeyScope::Own(team) => team.as_ref(),
+            KeyScope::Team(team) | KeyScope::ForMember { team, .. } => Some(team),
+        }
+    }
+
+    /// Checks, in the transaction that inserts `row` (by `caller`), that it may be created:
+    /// the team's rules for who makes which key, and for a key with `ai_gateway` and no team,
+    /// that no team of its owner's requires scoped keys.
+    fn check(
+        &self,
+        conn: &mut DbConnection,
+        row: &ApiKeyRow,
+        caller: &UserId,
+    ) -> Result<(), ServiceError> {
+        match self {
+            KeyScope::Own(None) => {
+                if row.permissions.allows(Permission::AiGateway) {
+                    if let Some(team) = teams::requiring_scoped_keys(conn, &row.user_id)? {
+                        return Err(FieldError::new(
+                            "team_id",
+                            format!("is required: team {team} requires its members' gateway keys to be scoped to it"),
+                        )
+                        .into());
+                    }
+                }
+                Ok(())
+            }
+            KeyScope::Own(Some(team)) => {
+                crate::team_access::check_key_creation(conn, team, &row.user_id, false)
+            }
+            KeyScope::Team(team) => {
+                crate::team_access::check_key_creation(conn, team, caller, true)
+            }
+            KeyScope::ForMember { team, member, platform_admin } => {
+                crate::team_access::check_key_for_member(
+                    conn,
+                    team,
+                    caller,
+                    member,
+                    *platform_admin,
+                )
+            }
+        }
+    }
+}
 
 /// Who a key belongs to (owned form of [`api_keys::KeyOwner`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,23 +175,37 @@ impl ApiKeys {
         request: NewApiKey,
         recording: Option<Recording<CreatedApiKey>>,
     ) -> Result<CreatedApiKey, ServiceError> {
-        let team = request.team_id.clone().map(|team_id| (team_id, false));
-        self.create_key(principal.principal(), request, team, recording).await
+        let scope = KeyScope::Own(request.team_id.as_deref().map(TeamId::from));
+        self.create_key(principal.principal(), request, scope, recording).await
     }
 
-    /// Creates a key by `principal` (an access token): the caller's own key, scoped to
-    /// `team` when given as `(team id, false)`, or a team key of `team` when `(team id, true)`
-    /// (the caller's right to create it is checked in the same transaction).
+    /// Creates a key by `principal` (an access token), as `scope` says (the caller's right to
+    /// create it is checked in the same transaction).
+    ///
+    /// # Errors
+    /// As [`ApiKeys::create_api_key`]; [`ServiceError::Invalid`] on `team_id` when the key
+    /// has `ai_gateway`, no team, and `gateway.require_team_scope` or a team of its owner's
+    /// requires scoped keys.
     pub(crate) async fn create_key(
         &self,
         principal: &Principal,
         request: NewApiKey,
-        team: Option<(String, bool)>,
+        scope: KeyScope,
         recording: Option<Recording<CreatedApiKey>>,
     ) -> Result<CreatedApiKey, ServiceError> {
         self.email.ensure_email_verified(principal).await?;
         let name = UserName::parse(&request.name, "name")?;
         let permissions = PermissionSet::parse_request(&request.permissions)?;
+        if scope.team().is_none()
+            && permissions.allows(Permission::AiGateway)
+            && self.ctx.spend.require_team_scope
+        {
+            return Err(FieldError::new(
+                "team_id",
+                "is required: every key with ai_gateway must be scoped to a team",
+            )
+            .into());
+        }
         let now = self.ctx.clock.now();
         let expires_at = match request.expires_at.as_deref() {
             None => None,
@@ -121,9 +213,10 @@ impl ApiKeys {
         };
         let policy = request.policy.parse()?;
         let secret = ApiKeySecret::generate(&mut OsRng);
+        let caller = principal.user_id().clone();
         let row = ApiKeyRow {
             id: ApiKeyId::generate(),
-            user_id: principal.user_id().clone(),
+            user_id: scope.owner(&caller).clone(),
             name: name.into_string(),
             key_prefix: secret.key_prefix().to_owned(),
             key_hash: secret.digest().into_string(),
@@ -136,8 +229,9 @@ impl ApiKeys {
             previous_key_hash: None,
             previous_key_expires_at: None,
             rotated_at: None,
-            team_id: team.as_ref().map(|(id, _)| TeamId::from(id.as_str())),
-            team_owned: team.as_ref().is_some_and(|(_, owned)| *owned),
+            team_id: scope.team().cloned(),
+            team_owned: matches!(scope, KeyScope::Team(_)),
+            created_by: caller.clone(),
         };
         let created =
             CreatedApiKey { view: ApiKeyView::from(&row), key: secret.expose().to_owned() };
@@ -161,14 +255,7 @@ impl ApiKeys {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    if let Some(team_id) = &row.team_id {
-                        crate::team_access::check_key_creation(
-                            conn,
-                            team_id,
-                            &row.user_id,
-                            row.team_owned,
-                        )?;
-                    }
+                    scope.check(conn, &row, &caller)?;
                     api_keys::insert(conn, &row)?;
                     event.insert(conn)?;
                     if let Some(recording) = &recording {

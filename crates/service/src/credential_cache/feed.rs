@@ -103,6 +103,7 @@ fn resync(inner: &Inner, conn: &mut DbConnection) -> Result<(), PersistenceError
     inner.keys.clear_changes();
     inner.users.clear_changes();
     inner.teams.clear_changes();
+    inner.scope_rules.clear_changes();
     inner.mark_read();
     tracing::info!(cursor = end, "credential change feed synchronised");
     Ok(())

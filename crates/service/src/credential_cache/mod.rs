@@ -34,7 +34,7 @@ mod supervisor;
 
 pub use config::CredentialCacheConfig;
 use state::Inner;
-pub(crate) use state::{CachedKey, CachedTeam, TeamStanding};
+pub(crate) use state::{CachedKey, CachedScopeRule, CachedTeam, TeamStanding};
 pub use supervisor::BackgroundTasks;
 
 use crate::db::Db;
@@ -108,6 +108,8 @@ impl CredentialCache {
         let keys = Entries::new(config.api_key_capacity, config.entry_ttl(), config.negative_ttl());
         let users = Entries::new(config.user_capacity, config.entry_ttl(), config.negative_ttl());
         let teams = Entries::new(config.user_capacity, config.entry_ttl(), config.negative_ttl());
+        let scope_rules =
+            Entries::new(config.user_capacity, config.entry_ttl(), config.negative_ttl());
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -121,6 +123,7 @@ impl CredentialCache {
                 keys,
                 users,
                 teams,
+                scope_rules,
                 revoked: RevokedSessions::new(revocation_horizon),
                 last_used: LastUsed::default(),
                 refresh_grace_secs,
@@ -249,6 +252,37 @@ impl CredentialCache {
             inner.teams.insert(key, Some(value), loaded_at, loaded);
         }
         Ok(standing)
+    }
+
+    /// The first team (by id) of user `user_id` whose members must call the gateway with keys
+    /// scoped to it, if any. From the cache while it is trusted (every `team_changed` row of
+    /// the feed distrusts every user's entry).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the database is needed and down.
+    pub(crate) async fn team_requiring_scoped_keys(
+        &self,
+        user_id: &str,
+    ) -> Result<Option<TeamId>, ServiceError> {
+        let inner = &self.inner;
+        let (floor, generation) = inner.validity();
+        if self.trusted() {
+            if let Some(entry) = inner.scope_rules.get(&user_id.to_owned(), floor, generation) {
+                if let Some(rule) = &entry.value {
+                    return Ok(rule.team_id.clone());
+                }
+            }
+        }
+        let trusted = self.trusted();
+        let (loaded_at, loaded) = (inner.position(), Instant::now());
+        let wanted = UserId::from(user_id);
+        let team_id =
+            inner.db.run(move |conn| Ok(teams::requiring_scoped_keys(conn, &wanted)?)).await?;
+        if trusted {
+            let rule = CachedScopeRule { team_id: team_id.clone() };
+            inner.scope_rules.insert(user_id.to_owned(), Some(rule), loaded_at, loaded);
+        }
+        Ok(team_id)
     }
 
     /// Whether session `id` is revoked: from the revoked-session set while the feed is

@@ -9,7 +9,7 @@ use super::revoked::RevokedSessions;
 use crate::db::Db;
 use crate::levels::TeamScope;
 use crate::views::UserView;
-use aigw_domain::{CredentialChangeKind, PermissionSet};
+use aigw_domain::{CredentialChangeKind, PermissionSet, TeamId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::{ApiKeyPolicy, ApiKeyRow};
 use chrono::{DateTime, Utc};
@@ -92,6 +92,23 @@ impl Subject for CachedTeam {
     }
 }
 
+/// The team, if any, whose members must call the gateway with keys scoped to it, of one
+/// user: cached per user and distrusted by every `team_changed` row (a team's setting or
+/// membership may change it, and such changes are rare), so all are filed under one subject.
+#[derive(Debug)]
+pub(crate) struct CachedScopeRule {
+    pub(super) team_id: Option<TeamId>,
+}
+
+/// The subject every [`CachedScopeRule`] is filed under.
+pub(super) const ANY_TEAM: &str = "team:*";
+
+impl Subject for CachedScopeRule {
+    fn subject(&self) -> &str {
+        ANY_TEAM
+    }
+}
+
 impl Subject for UserView {
     fn subject(&self) -> &str {
         &self.id
@@ -121,6 +138,8 @@ pub(super) struct Inner {
     pub(super) users: Entries<String, UserView>,
     /// Team scopes by `team id/member user id` (`team id/` for a team key).
     pub(super) teams: Entries<String, CachedTeam>,
+    /// The team requiring scoped keys of each user, by user id.
+    pub(super) scope_rules: Entries<String, CachedScopeRule>,
     pub(super) revoked: RevokedSessions,
     pub(super) last_used: LastUsed,
     /// `auth.refresh_reuse_grace_secs`, for sweeping sealed refresh successors.
@@ -169,6 +188,7 @@ impl Inner {
             }
             Some(CredentialChangeKind::TeamChanged) => {
                 self.teams.record_change(&change.subject_id, change.id);
+                self.scope_rules.record_change(ANY_TEAM, change.id);
             }
             // A kind added by a newer version: trust nothing cached before it.
             _ => {

@@ -137,6 +137,7 @@ async fn maintenance_round(inner: Arc<Inner>, minutely: bool) {
     inner.keys.prune_changes();
     inner.users.prune_changes();
     inner.teams.prune_changes();
+    inner.scope_rules.prune_changes();
     let feed_before = now - inner.revoked.horizon();
     let grace = i64::try_from(inner.refresh_grace_secs).unwrap_or(i64::MAX / 4);
     let sealed_before = now - chrono::Duration::seconds(grace.saturating_add(1));

@@ -27,11 +27,13 @@ pub enum MailKind {
     TeamInvitation,
     /// An invitation to create an account (`auth.registration = "invite"`), with its code.
     RegistrationInvitation,
+    /// A notice that a team's owner or admin made an API key for the recipient.
+    MemberKeyCreated,
 }
 
 impl MailKind {
     /// Every kind.
-    pub const ALL: [MailKind; 8] = [
+    pub const ALL: [MailKind; 9] = [
         MailKind::VerifyEmail,
         MailKind::ChangeEmail,
         MailKind::EmailChanged,
@@ -40,6 +42,7 @@ impl MailKind {
         MailKind::KeyLeaked,
         MailKind::TeamInvitation,
         MailKind::RegistrationInvitation,
+        MailKind::MemberKeyCreated,
     ];
 
     /// The template name and metric label.
@@ -53,6 +56,7 @@ impl MailKind {
             MailKind::KeyLeaked => "key_leaked",
             MailKind::TeamInvitation => "team_invitation",
             MailKind::RegistrationInvitation => "registration_invitation",
+            MailKind::MemberKeyCreated => "member_key_created",
         }
     }
 
@@ -66,6 +70,7 @@ impl MailKind {
             MailKind::KeyLeaked => "An API key of yours was revoked",
             MailKind::TeamInvitation => "You are invited to a team",
             MailKind::RegistrationInvitation => "You are invited to create an account",
+            MailKind::MemberKeyCreated => "An API key was made for you",
         }
     }
 }
@@ -136,6 +141,8 @@ impl Default for Templates {
             "team_invitation.html",
             "registration_invitation.txt",
             "registration_invitation.html",
+            "member_key_created.txt",
+            "member_key_created.html",
         );
         for (name, source) in sources {
             // The templates are part of the binary and the unit tests render every one; a

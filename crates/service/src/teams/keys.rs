@@ -3,16 +3,17 @@
 //! (`user_id`) and keeps working when that person leaves the team.
 
 use super::TeamAccess;
-use crate::api_keys::manage::{NewApiKey, Owner};
+use crate::api_keys::manage::{KeyScope, NewApiKey, Owner};
 use crate::api_keys::policy::ApiKeyPatch;
 use crate::auth::{Authorized, Principal};
+use crate::email::MailKind;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
 use crate::teams::Teams;
 use crate::views::{ApiKeyView, CreatedApiKey};
 use aigw_domain::access::op;
-use aigw_domain::{ApiKeyId, TeamId};
-use aigw_persistence::api_keys;
+use aigw_domain::{ApiKeyId, TeamId, UserId};
+use aigw_persistence::{api_keys, teams, users};
 
 impl Teams {
     /// Requires `principal` to manage team `team_id` (its owners and admins, platform admins).
@@ -43,7 +44,57 @@ impl Teams {
         id: &TeamId,
         request: NewApiKey,
     ) -> Result<CreatedApiKey, ServiceError> {
-        self.keys.create_key(principal, request, Some((id.to_string(), true)), None).await
+        self.keys.create_key(principal, request, KeyScope::Team(id.to_owned()), None).await
+    }
+
+    /// Creates a key for member `member_id` of team `id`, scoped to the team (its owners and
+    /// admins, platform admins; an access token): the key is the member's, its calls count
+    /// against the key, the member's budget in the team, the team and the member's own
+    /// budget; its secret is in this answer only; the member is told by e-mail (when a mailer
+    /// is configured). `request.team_id` is ignored.
+    ///
+    /// # Errors
+    /// As [`Teams::create_team_api_key`]; [`ServiceError::NotFound`] (`team_member`) when
+    /// `member_id` is not a member.
+    pub async fn create_member_api_key(
+        &self,
+        principal: &Authorized<op::CreateApiKey>,
+        id: &TeamId,
+        member_id: &UserId,
+        request: NewApiKey,
+    ) -> Result<CreatedApiKey, ServiceError> {
+        let platform_admin = self.is_platform_admin(principal).await?;
+        let scope = KeyScope::ForMember {
+            team: id.to_owned(),
+            member: member_id.to_owned(),
+            platform_admin,
+        };
+        let created = self.keys.create_key(principal, request, scope, None).await?;
+        let (team_id, member, by) =
+            (id.to_owned(), member_id.to_owned(), principal.user_id().to_owned());
+        let notice = self
+            .ctx
+            .db
+            .run(move |conn| {
+                let team = teams::find(conn, &team_id)?.map(|t| t.name).unwrap_or_default();
+                let member = users::find_by_id(conn, &member)?;
+                let maker = users::find_by_id(conn, &by)?.map_or_else(
+                    || "A team owner".to_owned(),
+                    |u| format!("{} ({})", u.name, u.email),
+                );
+                Ok::<_, ServiceError>(member.map(|m| (m, team, maker)))
+            })
+            .await;
+        // The key exists either way: a failed read only loses the notice.
+        if let Ok(Some((member, team, maker))) = notice {
+            let values = serde_json::json!({
+                "name": member.name, "team": team, "inviter": maker,
+                "key_name": created.view.name, "key_prefix": created.view.key_prefix,
+                "link": self.email.page_link("/keys"),
+            });
+            self.email.send_mail(MailKind::MemberKeyCreated, &member.email, values);
+        }
+        Ok(created)
     }
 
     /// The team keys of team `id`, newest first, a page at a time (its owners and admins).

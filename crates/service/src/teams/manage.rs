@@ -25,6 +25,8 @@ pub struct NewTeam {
     pub policy: KeyPolicyRequest,
     /// Each member's default budget per period, USD.
     pub member_budget_usd: Option<f64>,
+    /// Whether members must call the gateway with keys scoped to the team.
+    pub require_scoped_keys: bool,
 }
 
 /// `PATCH /teams/{id}`: `None` leaves a field alone, `Some(None)` (JSON `null`) clears it.
@@ -37,6 +39,9 @@ pub struct TeamPatch {
     pub policy: ApiKeyPatch,
     /// Default member budget, USD.
     pub member_budget_usd: Option<Option<f64>>,
+    /// Whether members must call the gateway with keys scoped to the team (cannot be
+    /// cleared).
+    pub require_scoped_keys: Option<Option<bool>>,
 }
 
 impl Teams {
@@ -75,6 +80,7 @@ impl Teams {
             updated_at: now,
             policy,
             member_budget_micros,
+            require_scoped_keys: request.require_scoped_keys,
         };
         let event =
             Event::new(AuditAction::TeamCreated, Some(&user_id), Some(principal.actor()), now)
@@ -178,7 +184,14 @@ impl Teams {
             Some(None) => Some(None),
             None => None,
         };
-        let changes = TeamChanges { name, policy, member_budget_micros };
+        let require_scoped_keys = match patch.require_scoped_keys {
+            Some(None) => {
+                return Err(FieldError::new("require_scoped_keys", "must not be null").into())
+            }
+            Some(Some(required)) => Some(required),
+            None => None,
+        };
+        let changes = TeamChanges { name, policy, member_budget_micros, require_scoped_keys };
         let admin = self.is_platform_admin(principal).await?;
         let now = time::now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());

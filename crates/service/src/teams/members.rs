@@ -10,7 +10,7 @@ use crate::credential_cache;
 use crate::email::MailKind;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
-use crate::team_access::join_invited;
+use crate::team_access::{join_invited, member_not_found};
 use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
@@ -53,10 +53,6 @@ pub enum MemberAdded {
 fn last_owner(field: &str) -> ServiceError {
     FieldError::new(field, "a team keeps at least one owner; make another member owner first")
         .into()
-}
-
-fn member_not_found(id: &str) -> ServiceError {
-    ServiceError::NotFound { resource: "team_member", id: id.chars().take(64).collect() }
 }
 
 /// Appends the team's `team_changed` feed row (its keys' limits and memberships are read

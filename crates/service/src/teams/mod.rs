@@ -58,6 +58,8 @@ pub struct TeamView {
     pub policy: ApiKeyPolicy,
     /// Each member's budget per period unless overridden, micro-USD.
     pub member_budget_micros: Option<i64>,
+    /// Whether members must call the gateway with keys scoped to the team.
+    pub require_scoped_keys: bool,
     /// The caller's role (`None`: a platform admin who is not a member).
     pub role: Option<TeamRole>,
     /// What the team spent in its current budget period (ever, for `total`), micro-USD,
@@ -75,6 +77,7 @@ impl TeamView {
             updated_at: row.updated_at,
             policy: row.policy,
             member_budget_micros: row.member_budget_micros,
+            require_scoped_keys: row.require_scoped_keys,
             role,
             spend_micros: None,
         }
