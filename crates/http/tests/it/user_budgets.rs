@@ -6,15 +6,18 @@
 //! to be scoped; a team's owners make keys for members, who are told by e-mail.
 
 use crate::admin::new_admin;
-use crate::budget_walkarounds::{billing, cluster, slow_call};
+use crate::budget_walkarounds::{billing, cluster, slow_call, Cluster};
 use crate::common::smtp::SmtpServer;
 use crate::common::upstream::FakeUpstream;
 use crate::common::*;
+use crate::key_counters_redis::RedisCounters;
+use crate::rate_limit_contract::RedisServer;
 use crate::teams::{add, fire, spent_by, team, team_scoped_key};
 use serde_json::{json, Value};
 
 backend_tests!(
     a_user_budget_holds_over_three_keys_and_two_nodes,
+    a_user_budget_holds_through_redis,
     the_platform_user_budget_applies_until_an_admin_overrides_it,
     a_team_may_require_its_members_keys_to_be_scoped,
     the_platform_may_require_every_gateway_key_to_be_scoped,
@@ -43,7 +46,20 @@ async fn set_user_budget(app: &TestApp, admin: &User, user: &User, usd: Value) -
 /// over three of their keys (two personal, one scoped to a team without limits) and two
 /// nodes: every refusal names the user's budget, and the ledger stays within it.
 async fn a_user_budget_holds_over_three_keys_and_two_nodes(backend: Backend) {
-    let nodes = cluster(backend, None).await;
+    user_budget_holds(&cluster(backend, None).await).await;
+}
+
+/// The same with the counters in Redis, shared by both nodes.
+async fn a_user_budget_holds_through_redis(backend: Backend) {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let counters = RedisCounters::new(&server);
+    user_budget_holds(&cluster(backend, Some(&counters)).await).await;
+}
+
+/// See [`a_user_budget_holds_over_three_keys_and_two_nodes`].
+async fn user_budget_holds(nodes: &Cluster) {
     let admin = new_admin(&nodes.a, "ub-adm").await;
     let user = nodes.a.new_user("ub-user").await;
     let set = set_user_budget(&nodes.a, &admin, &user, json!(0.80)).await;
