@@ -60,6 +60,8 @@ actions! {
     TeamInvitationCreated => "team_invitation_created",
     TeamInvitationRevoked => "team_invitation_revoked",
     TeamInvitationResent => "team_invitation_resent",
+    TeamWebhookSet => "team_webhook_set",
+    TeamWebhookRemoved => "team_webhook_removed",
     EmailVerified => "email_verified",
     EmailChangeRequested => "email_change_requested",
     EmailChanged => "email_changed",

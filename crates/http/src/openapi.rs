@@ -4,7 +4,7 @@
 use crate::dto;
 use crate::routes::{
     account, account_email, admin, api_keys, auth, chat, embeddings, health, messages, mfa, models,
-    responses, secret_scanning, teams, usage,
+    responses, secret_scanning, teams, usage, webhooks,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -31,6 +31,7 @@ use utoipa::{Modify, OpenApi};
         teams::list_invitations, teams::revoke_invitation, teams::resend_invitation,
         teams::create_key, teams::create_member_key, teams::list_keys,
         teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
+        webhooks::set, webhooks::get, webhooks::delete, webhooks::deliveries,
         account_email::request_verification, account_email::verify, account_email::change,
         account_email::request_reset, account_email::confirm_reset,
         secret_scanning::github, secret_scanning::admin_leaked_keys,
@@ -66,6 +67,9 @@ use utoipa::{Modify, OpenApi};
         crate::dto::teams::InvitationStatusName,
         crate::dto::teams::TeamInvitationListData, crate::dto::teams::MemberAddedData,
         crate::dto::teams::TeamApiKeyListData, crate::dto::teams::TeamDeletedData,
+        crate::dto::webhooks::SetWebhookRequest, crate::dto::webhooks::WebhookDto,
+        crate::dto::webhooks::CreatedWebhookDto, crate::dto::webhooks::WebhookDeliveryDto,
+        crate::dto::webhooks::WebhookDeliveryListData,
         crate::dto::account_email::VerifyEmailRequest, crate::dto::account_email::ChangeEmailRequest,
         crate::dto::account_email::EmailSentData, crate::dto::account_email::PasswordResetRequest,
         crate::dto::account_email::PasswordResetAcceptedData,

@@ -45,6 +45,8 @@ pub struct Settings {
     pub secret_scanning: aigw_service::leaks::SecretScanningConfig,
     /// `[console]`: the browser console at `/` (see `crate::console`).
     pub console: ConsoleSettings,
+    /// `[alerts]`: budget alerts and team webhooks (see `aigw_service::alerts`).
+    pub alerts: aigw_service::alerts::AlertConfig,
     /// The clock the use cases read: the system clock; not a setting (a test sets an
     /// adjustable one to move time forward).
     #[serde(skip)]

@@ -28,6 +28,8 @@ pub struct Application {
     audit_retention: tokio::task::JoinHandle<()>,
     /// Deletes ended account tokens and MFA challenges, hourly.
     account_pruning: tokio::task::JoinHandle<()>,
+    /// Budget alerts and webhook deliveries (stopped when dropped).
+    alert_tasks: aigw_service::alerts::AlertTasks,
     /// Set while the node waits out `drain` after a stop signal (`/readyz` answers 503).
     draining: Arc<AtomicBool>,
     /// `server.drain_delay_secs`.
@@ -278,6 +280,7 @@ impl Application {
             _data_lock: data_lock,
             audit_retention: services.audit_retention,
             account_pruning: services.account_pruning,
+            alert_tasks: services.alert_tasks,
             draining: services.state.draining.clone(),
             drain: Duration::from_secs(settings.server.drain_delay_secs),
         })
@@ -337,6 +340,7 @@ impl Application {
         self.background.shutdown().await;
         self.audit_retention.abort();
         self.account_pruning.abort();
+        drop(self.alert_tasks);
         served
     }
 }
@@ -352,6 +356,7 @@ struct Services {
     upkeep: tokio::task::JoinHandle<()>,
     audit_retention: tokio::task::JoinHandle<()>,
     account_pruning: tokio::task::JoinHandle<()>,
+    alert_tasks: aigw_service::alerts::AlertTasks,
 }
 
 /// Warns when anyone who reaches a production server may register (and spend).
@@ -388,7 +393,8 @@ fn gateway(
         std::time::Duration::from_millis(settings.usage.flush_interval_ms),
         || limits.share_redis(&settings.rate_limit),
     )?
-    .with_clock(settings.clock.clone());
+    .with_clock(settings.clock.clone())
+    .with_spend_signals(usage.spend_signals());
     Ok(Gateway::new(&settings.gateway, &settings.providers)?
         .with_meter(usage.meter())
         .with_key_limits(key_limits)
@@ -434,6 +440,13 @@ impl Services {
         let mut limits = crate::rate_limit::RequestRateLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());
         let gateway = gateway(settings, db, &usage, &mut limits, metrics)?;
+        let alerts = aigw_service::alerts::BudgetAlerts::new(
+            services.context.clone(),
+            services.account_email.clone(),
+            settings.alerts.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        let alert_tasks = alerts.start(&usage.spend_signals()).map_err(|e| anyhow::anyhow!(e))?;
         let secret_scanning = settings
             .secret_scanning
             .enabled
@@ -457,6 +470,7 @@ impl Services {
             teams: services.teams,
             admin: services.admin,
             leaks: services.leaks,
+            alerts,
             gateway,
             limits,
             idempotency,
@@ -465,7 +479,16 @@ impl Services {
             secret_scanning,
             draining: Arc::new(AtomicBool::new(false)),
         });
-        Ok(Self { state, console, usage, background, upkeep, audit_retention, account_pruning })
+        Ok(Self {
+            state,
+            console,
+            usage,
+            background,
+            upkeep,
+            audit_retention,
+            account_pruning,
+            alert_tasks,
+        })
     }
 }
 

@@ -33,6 +33,8 @@ pub(crate) struct AppState {
     pub(crate) admin: Administration,
     /// Leaked keys.
     pub(crate) leaks: LeakReports,
+    /// Budget alerts and team webhooks.
+    pub(crate) alerts: aigw_service::alerts::BudgetAlerts,
     /// Chat routing.
     pub(crate) gateway: Gateway,
     /// Rate limits and the client-address rule (`[rate_limit]`).

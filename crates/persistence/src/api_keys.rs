@@ -80,6 +80,19 @@ pub fn find_by_hash(
         .map(ApiKeyRow::from))
 }
 
+/// Key `id`, whoever owns it.
+///
+/// # Errors
+/// On database failure.
+pub fn find(conn: &mut DbConnection, id: &ApiKeyId) -> Result<Option<ApiKeyRow>, PersistenceError> {
+    Ok(api_keys::table
+        .filter(api_keys::id.eq(id.as_str()))
+        .select(ApiKeyRecord::as_select())
+        .first(conn)
+        .optional()?
+        .map(ApiKeyRow::from))
+}
+
 /// Key `id` of `owner`, if it has it.
 ///
 /// # Errors

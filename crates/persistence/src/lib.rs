@@ -22,6 +22,7 @@
 pub mod account_tokens;
 pub mod api_keys;
 pub mod audit;
+pub mod budget_alerts;
 pub mod budgets;
 pub mod changes;
 pub mod error;
@@ -42,6 +43,7 @@ pub mod teams;
 pub mod usage;
 pub mod usage_records;
 pub mod users;
+pub mod webhooks;
 
 pub use error::PersistenceError;
 pub use pool::{

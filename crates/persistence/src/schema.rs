@@ -395,3 +395,48 @@ diesel::table! {
         created_at -> Timestamp,
     }
 }
+
+diesel::table! {
+    /// Budget alerts sent, once per counter, period and threshold (percent). Money in
+    /// micro-USD.
+    budget_alerts (counter, period, threshold) {
+        counter -> Text,
+        period -> Text,
+        threshold -> Integer,
+        scope -> Text,
+        team_id -> Nullable<Text>,
+        spent_micros -> BigInt,
+        limit_micros -> BigInt,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Teams' webhooks: the URL budget alerts are POSTed to and the sealed signing secret.
+    team_webhooks (team_id) {
+        team_id -> Text,
+        url -> Text,
+        secret_sealed -> Text,
+        created_by -> Text,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// Webhook deliveries: `status` is `pending`, `delivered` or `failed`.
+    webhook_deliveries (id) {
+        id -> Text,
+        team_id -> Text,
+        event -> Text,
+        payload -> Text,
+        status -> Text,
+        attempts -> Integer,
+        next_attempt_at -> Timestamp,
+        locked_until -> Nullable<Timestamp>,
+        last_status -> Nullable<Integer>,
+        last_error -> Nullable<Text>,
+        created_at -> Timestamp,
+        delivered_at -> Nullable<Timestamp>,
+    }
+}

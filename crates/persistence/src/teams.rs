@@ -468,6 +468,28 @@ pub fn requiring_scoped_keys(
     Ok(id.map(TeamId::from))
 }
 
+/// The owners and admins of team `team_id` (those who manage it), with their e-mail and
+/// name, at most `limit`.
+///
+/// # Errors
+/// On database failure.
+pub fn managers(
+    conn: &mut DbConnection,
+    team_id: &TeamId,
+    limit: i64,
+) -> Result<Vec<MemberRow>, PersistenceError> {
+    let roles = [TeamRole::Owner.as_str(), TeamRole::Admin.as_str()];
+    let rows: Vec<(MemberRecord, String, String)> = m::table
+        .inner_join(users::table)
+        .filter(m::team_id.eq(team_id.as_str()))
+        .filter(m::role.eq_any(roles))
+        .select((MemberRecord::as_select(), users::email, users::name))
+        .order(m::user_id.asc())
+        .limit(limit)
+        .load(conn)?;
+    Ok(rows.into_iter().map(|(r, email, name)| r.into_row(email, name)).collect())
+}
+
 /// Up to `limit` members of team `team_id`, by user id descending, after `before`.
 ///
 /// # Errors

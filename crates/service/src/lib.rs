@@ -14,6 +14,7 @@
 pub mod account_email;
 pub mod accounts;
 pub mod admin;
+pub mod alerts;
 pub mod api_keys;
 pub mod audit;
 pub mod auth;
@@ -42,6 +43,7 @@ pub mod redis_link;
 mod redis_sentinel;
 pub mod seal;
 pub mod services;
+pub mod spend_signal;
 pub mod team_access;
 pub mod teams;
 pub mod tokens;

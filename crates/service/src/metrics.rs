@@ -7,7 +7,9 @@
 //!
 //! Label values must come from a small fixed set: a policy or outcome name, a configured
 //! provider or model, a status class. Never a user id, key id, e-mail or anything a caller
-//! chooses (docs/operations.md lists every metric and its labels).
+//! chooses (docs/operations.md lists every metric and its labels). The one exception is the
+//! team id of [`name::TEAM_BUDGET_USED_RATIO`], a UUID aigw draws, on at most
+//! `alerts.team_gauges` teams per node.
 //!
 //! Each event builds its `metrics::Key` and looks its handle up in the recorder's own registry
 //! (a hash map sharded under read-write locks, in `metrics-util`): about 0.2 µs per event, a
@@ -48,6 +50,13 @@ pub mod name {
     pub const COST_USD_MICROS_TOTAL: &str = "aigw_cost_usd_micros_total";
     /// Counter `{kind, outcome}`: account messages sent, retried, failed or dropped.
     pub const EMAILS_TOTAL: &str = "aigw_emails_total";
+    /// Counter `{scope, threshold}`: budget alerts this node claimed and sent.
+    pub const BUDGET_ALERTS_TOTAL: &str = "aigw_budget_alerts_total";
+    /// Gauge `{team_id}`: a team's spend in its budget period over its budget (1.0: all of it),
+    /// for at most `alerts.team_gauges` teams per node.
+    pub const TEAM_BUDGET_USED_RATIO: &str = "aigw_team_budget_used_ratio";
+    /// Counter `{outcome}`: webhook delivery attempts (`delivered`, `retried`, `failed`).
+    pub const WEBHOOK_DELIVERIES_TOTAL: &str = "aigw_webhook_deliveries_total";
 }
 use std::sync::Arc;
 

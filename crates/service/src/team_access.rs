@@ -69,6 +69,22 @@ impl TeamAccess {
     }
 }
 
+/// Whether `principal` is a platform admin holding an access token (who may do anything a
+/// team's owner may), from the user cache.
+///
+/// # Errors
+/// [`ServiceError::Unavailable`] when the database is needed and down.
+pub(crate) async fn is_platform_admin(
+    ctx: &crate::context::ServiceContext,
+    principal: &crate::auth::Principal,
+) -> Result<bool, ServiceError> {
+    if !matches!(principal, crate::auth::Principal::User { .. }) {
+        return Ok(false);
+    }
+    let user = ctx.cache.user(principal.user_id()).await?;
+    Ok(user.is_some_and(|u| u.role == aigw_domain::Role::Admin))
+}
+
 pub(crate) fn team_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "team", id: id.chars().take(MAX_ECHOED_ID).collect() }
 }

@@ -136,6 +136,7 @@ fn main() -> anyhow::Result<()> {
             request_log: false,
             spool_dir: spool.path().to_path_buf(),
             metrics: aigw_service::metrics::Metrics::default(),
+            signals: aigw_service::spend_signal::SpendSignals::default(),
         };
         let recorder = Arc::new(Recorder::start(db, PriceTable::default(), options)?);
         let stop = Arc::new(AtomicBool::new(false));

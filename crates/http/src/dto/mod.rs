@@ -8,6 +8,7 @@ pub(crate) mod leaks;
 pub(crate) mod mfa;
 pub(crate) mod teams;
 pub(crate) mod usage;
+pub(crate) mod webhooks;
 
 use aigw_domain::time::format_timestamp;
 use aigw_domain::usage::micros_to_usd;

@@ -19,6 +19,7 @@ pub(crate) mod responses;
 pub(crate) mod secret_scanning;
 pub(crate) mod teams;
 pub(crate) mod usage;
+pub(crate) mod webhooks;
 
 use crate::error::ApiError;
 use crate::extract::{AcceptsXApiKey, BodyLimit};
@@ -336,8 +337,22 @@ fn team_routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// `/teams/{id}/api-keys…` and `/teams/{id}/members/{user_id}/api-keys`: team keys, and keys
-/// made for members.
+/// made for members; `/teams/{id}/webhook…`: the team's webhook.
 fn team_key_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/teams/{id}/webhook")
+            .app_data(LimitedBy(Policy::Account))
+            .route(web::put().to(webhooks::set))
+            .route(get_or_head().to(webhooks::get))
+            .route(web::delete().to(webhooks::delete))
+            .default_service(web::to(|req: HttpRequest| {
+                not_allowed(req, &["GET", "PUT", "DELETE"])
+            })),
+    );
+    cfg.service(
+        one("/teams/{id}/webhook/deliveries", &["GET"], get_or_head().to(webhooks::deliveries))
+            .app_data(LimitedBy(Policy::Account)),
+    );
     cfg.service(
         one(
             "/teams/{id}/members/{user_id}/api-keys",
@@ -477,7 +492,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 62;
+pub(crate) const SECURED: usize = 66;
 
 #[cfg(test)]
 mod tests {
@@ -486,7 +501,7 @@ mod tests {
     use super::SECURED;
 
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 14] = [
+    const HANDLERS: [(&str, &str); 15] = [
         ("account", include_str!("account.rs")),
         ("account_email", include_str!("account_email.rs")),
         ("admin", include_str!("admin.rs")),
@@ -501,6 +516,7 @@ mod tests {
         ("secret_scanning", include_str!("secret_scanning.rs")),
         ("teams", include_str!("teams.rs")),
         ("usage", include_str!("usage.rs")),
+        ("webhooks", include_str!("webhooks.rs")),
     ];
 
     /// A handler that the OpenAPI document says needs a credential (`security(...)` in its

@@ -24,7 +24,7 @@ use aigw_service::usage::UsageQuery;
 use aigw_service::PageRequest;
 
 /// The paging parameters of a list request.
-fn page_request(req: &HttpRequest) -> Result<PageRequest, ApiError> {
+pub(super) fn page_request(req: &HttpRequest) -> Result<PageRequest, ApiError> {
     let mut params = query_params(req, &["limit", "cursor"])?;
     Ok(PageRequest { limit: params.remove("limit"), cursor: params.remove("cursor") })
 }

@@ -12,6 +12,7 @@ mod common;
 
 mod account_email;
 mod admin;
+mod alerts;
 mod api_keys;
 mod audit;
 mod auth;

@@ -29,11 +29,13 @@ pub enum MailKind {
     RegistrationInvitation,
     /// A notice that a team's owner or admin made an API key for the recipient.
     MemberKeyCreated,
+    /// A budget passed an alert threshold (docs/alerts.md).
+    BudgetAlert,
 }
 
 impl MailKind {
     /// Every kind.
-    pub const ALL: [MailKind; 9] = [
+    pub const ALL: [MailKind; 10] = [
         MailKind::VerifyEmail,
         MailKind::ChangeEmail,
         MailKind::EmailChanged,
@@ -43,6 +45,7 @@ impl MailKind {
         MailKind::TeamInvitation,
         MailKind::RegistrationInvitation,
         MailKind::MemberKeyCreated,
+        MailKind::BudgetAlert,
     ];
 
     /// The template name and metric label.
@@ -57,6 +60,7 @@ impl MailKind {
             MailKind::TeamInvitation => "team_invitation",
             MailKind::RegistrationInvitation => "registration_invitation",
             MailKind::MemberKeyCreated => "member_key_created",
+            MailKind::BudgetAlert => "budget_alert",
         }
     }
 
@@ -71,6 +75,7 @@ impl MailKind {
             MailKind::TeamInvitation => "You are invited to a team",
             MailKind::RegistrationInvitation => "You are invited to create an account",
             MailKind::MemberKeyCreated => "An API key was made for you",
+            MailKind::BudgetAlert => "A budget passed an alert threshold",
         }
     }
 }
@@ -143,6 +148,8 @@ impl Default for Templates {
             "registration_invitation.html",
             "member_key_created.txt",
             "member_key_created.html",
+            "budget_alert.txt",
+            "budget_alert.html",
         );
         for (name, source) in sources {
             // The templates are part of the binary and the unit tests render every one; a
@@ -206,6 +213,14 @@ mod tests {
             "key_prefix": "aigw_AbCdEfG",
             "url": "https://github.com/o/r/blob/main/.env",
             "source": "content",
+            "what": "the team “<b>ml</b>”",
+            "threshold": 80,
+            "refused": false,
+            "spent": "80.00",
+            "held": "80.00",
+            "limit": "100.00",
+            "period": "monthly",
+            "reset": "2026-12-01T00:00:00Z",
         })
     }
 

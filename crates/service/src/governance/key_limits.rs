@@ -23,6 +23,7 @@ use crate::levels::LimitLevel;
 use crate::prices::PriceTable;
 use crate::rate_limit::RateLimitConfig;
 use crate::redis_link::RedisLink;
+use crate::spend_signal::{Refusal, SpendSignal, SpendSignals};
 use aigw_domain::usage::TokenUsage;
 use aigw_domain::BudgetMode;
 use bytes::Bytes;
@@ -46,6 +47,8 @@ pub struct SpendGovernance {
     /// Per key, held while its bounded calls are tightened: calls refused meanwhile wait for
     /// the room it makes.
     tightening: Arc<DashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Told which level's budget refused a call (for budget alerts).
+    signals: SpendSignals,
 }
 
 /// A running call admitted at an upper bound of its worst case, and what its exact worst case
@@ -245,7 +248,14 @@ impl SpendGovernance {
             leases: None,
             bounded: Arc::default(),
             tightening: Arc::default(),
+            signals: SpendSignals::default(),
         }
+    }
+
+    /// Tells `signals` which level's budget refused each call refused by a budget.
+    pub fn with_spend_signals(mut self, signals: SpendSignals) -> Self {
+        self.signals = signals;
+        self
     }
 
     /// Admits calls far from their key's limits from leases of `calls` calls' worth
@@ -299,6 +309,23 @@ impl SpendGovernance {
         summary: &RequestSummary,
         body: &Bytes,
     ) -> Result<Admitted, ServiceError> {
+        let outcome = self.admit_or_clamp(principal, summary, body).await;
+        if let Err(ServiceError::BudgetExceeded { scope, spent_micros, .. }) = &outcome {
+            self.signal_refusal(
+                principal,
+                Refusal { scope: *scope, committed_micros: *spent_micros },
+            );
+        }
+        outcome
+    }
+
+    /// [`Self::admit`] but for the refusal's signal.
+    async fn admit_or_clamp(
+        &self,
+        principal: &Principal,
+        summary: &RequestSummary,
+        body: &Bytes,
+    ) -> Result<Admitted, ServiceError> {
         let asked = Asked::new(summary, body);
         let refused = match self.admit_levels(principal, &asked).await {
             Err(refused @ ServiceError::BudgetExceeded { .. }) => refused,
@@ -308,6 +335,7 @@ impl SpendGovernance {
         else {
             return Err(refused);
         };
+
         let clamps = principal.limit_levels().any(|level| {
             level.scope == *scope && level.policy.budget_mode == Some(BudgetMode::Clamp)
         });
@@ -327,6 +355,23 @@ impl SpendGovernance {
         let mut admitted = self.admit_levels(principal, &Asked::new(&summary, &clamped)).await?;
         admitted.clamped = Some((clamped, summary));
         Ok(admitted)
+    }
+
+    /// Tells the spend signals that a budget refused a call of `principal`'s key.
+    fn signal_refusal(&self, principal: &Principal, refused: Refusal) {
+        if !self.signals.listened() {
+            return;
+        }
+        let Principal::ApiKey { key_id, user_id, team, .. } = principal else {
+            return;
+        };
+        self.signals.send(vec![SpendSignal {
+            key_id: key_id.clone(),
+            user_id: user_id.clone(),
+            team_id: team.as_ref().map(|t| t.team_id.clone()),
+            member: team.as_ref().is_some_and(|t| t.member.is_some()),
+            refused: Some(refused),
+        }]);
     }
 
     /// Every level's admission of the call, none or all (see [`Self::admit`]).

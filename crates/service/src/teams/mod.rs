@@ -35,7 +35,7 @@ use crate::error::ServiceError;
 pub(crate) use crate::team_access::{team_not_found, TeamAccess};
 use aigw_domain::key_policy::usd_to_micros;
 
-use aigw_domain::{FieldError, Role, TeamRole};
+use aigw_domain::{FieldError, TeamRole};
 use aigw_persistence::models::ApiKeyPolicy;
 use aigw_persistence::teams::{MemberRow, TeamInvitationRow, TeamRow};
 
@@ -256,9 +256,6 @@ impl Teams {
 
     /// Whether `principal` is a platform admin (an access token of an admin account).
     async fn is_platform_admin(&self, principal: &Principal) -> Result<bool, ServiceError> {
-        if !matches!(principal, Principal::User { .. }) {
-            return Ok(false);
-        }
-        Ok(self.ctx.cache.user(principal.user_id()).await?.is_some_and(|u| u.role == Role::Admin))
+        crate::team_access::is_platform_admin(&self.ctx, principal).await
     }
 }

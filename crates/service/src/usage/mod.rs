@@ -30,6 +30,7 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use crate::prices::PriceTable;
+use crate::spend_signal::SpendSignals;
 use aggregate::KeepRecords;
 use aigw_domain::access::op;
 use aigw_domain::usage::{DayRange, Endpoint, UsageRecord, DEFAULT_RANGE_DAYS};
@@ -189,6 +190,7 @@ pub struct UsageService {
     /// Whether calls are metered and one row per call is written (`usage.enabled` and
     /// `usage.request_records = "database"`).
     keeps_request_records: bool,
+    signals: SpendSignals,
 }
 
 impl UsageService {
@@ -208,6 +210,7 @@ impl UsageService {
         node_id: &str,
     ) -> Result<Self, ServiceError> {
         let prices = PriceTable::from_providers(providers)?;
+        let signals = SpendSignals::default();
         let flush_interval = Duration::from_millis(config.flush_interval_ms.max(10));
         let keeps_request_records =
             config.enabled && config.request_records == RequestRecords::Database;
@@ -223,6 +226,7 @@ impl UsageService {
                 request_log: config.request_log,
                 spool_dir: data_dir.to_path_buf(),
                 metrics,
+                signals: signals.clone(),
             };
             let recorder = Arc::new(Recorder::start(db.clone(), prices, options)?);
             let book = in_flight::InFlight::new(node_id.to_owned());
@@ -249,7 +253,13 @@ impl UsageService {
         // The tokenizer's tables (about 19 MiB resident for cl100k) load when first needed:
         // an estimate for a provider that reports no usage, a key's budget or token limit, or
         // the echo model. A node whose providers report usage never loads them.
-        Ok(Self { db, recorder, in_flight, keeps_request_records })
+        Ok(Self { db, recorder, in_flight, keeps_request_records, signals })
+    }
+
+    /// Where the recorder tells which keys' budgets each written flush spent: listen to it
+    /// ([`SpendSignals::listen`]) for budget alerts.
+    pub fn spend_signals(&self) -> SpendSignals {
+        self.signals.clone()
     }
 
     /// Whether [`UsageService::requests`] can answer anything: calls are metered and kept one

@@ -39,6 +39,7 @@ use crate::db::Db;
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
 use crate::prices::PriceTable;
+use crate::spend_signal::SpendSignal;
 use aigw_domain::ledger::{UsageFlush, UsageSums};
 use aigw_domain::usage::UsageRecord;
 use aigw_persistence::usage::FlushApplied;
@@ -78,6 +79,8 @@ pub struct RecorderOptions {
     /// Where tokens and cost by model are counted (`aigw_tokens_total`,
     /// `aigw_cost_usd_micros_total`).
     pub metrics: crate::metrics::Metrics,
+    /// Told which keys' budgets each written flush spent (for budget alerts).
+    pub signals: crate::spend_signal::SpendSignals,
 }
 
 /// A snapshot of the recorder's health, for `/readyz` and `/metrics`.
@@ -127,6 +130,7 @@ struct Shared {
     records_dropped: AtomicU64,
     /// Held by every write of the ledger and of the calls in flight (see the module docs).
     ledger_lock: Arc<tokio::sync::Mutex<()>>,
+    signals: crate::spend_signal::SpendSignals,
 }
 
 impl Shared {
@@ -273,6 +277,8 @@ struct ReplayProgress {
     at_end: bool,
     calls: u64,
     recorded: u64,
+    /// The keys whose calls the batch wrote (a key may appear once per flush).
+    spent: Vec<SpendSignal>,
 }
 
 /// The task's fixed context.
@@ -318,6 +324,7 @@ impl Recorder {
             lost: AtomicU64::new(0),
             records_dropped: AtomicU64::new(0),
             ledger_lock: Arc::new(tokio::sync::Mutex::new(())),
+            signals: options.signals.clone(),
         });
         let state = Arc::new(tokio::sync::Mutex::new(State::default()));
         let (stop, stopped) = watch::channel(false);
@@ -567,6 +574,9 @@ impl Context {
                 self.note_applied(&applied, &flush);
                 self.shared.flushed();
                 settle(settlements);
+                if self.shared.signals.listened() {
+                    self.shared.signals.send(spent_by(&flush));
+                }
             }
             JobResult::Written(flush, Err(e), settlements) => {
                 self.shared.failed(&e);
@@ -575,6 +585,7 @@ impl Context {
             }
             JobResult::Replayed(path, offset, Ok(progress)) => {
                 self.shared.recorded.fetch_add(progress.recorded, Ordering::Relaxed);
+                self.shared.signals.send(progress.spent);
                 self.shared.flushed();
                 self.shared
                     .spool
@@ -667,6 +678,7 @@ async fn replay_batch(db: &Db, path: PathBuf, offset: u64) -> Result<ReplayProgr
         tracing::warn!(lines = batch.skipped, "skipped usage spool lines that were cut short");
     }
     let calls: u64 = batch.flushes.iter().map(UsageFlush::calls).sum();
+    let spent = batch.flushes.iter().flat_map(spent_by).collect();
     let flushes = batch.flushes;
     let recorded = db
         .run(move |conn| {
@@ -677,7 +689,36 @@ async fn replay_batch(db: &Db, path: PathBuf, offset: u64) -> Result<ReplayProgr
             Ok(recorded)
         })
         .await?;
-    Ok(ReplayProgress { next_offset: batch.next_offset, at_end: batch.at_end, calls, recorded })
+    Ok(ReplayProgress {
+        next_offset: batch.next_offset,
+        at_end: batch.at_end,
+        calls,
+        recorded,
+        spent,
+    })
+}
+
+/// The keys whose calls `flush` wrote, once each.
+fn spent_by(flush: &UsageFlush) -> Vec<SpendSignal> {
+    let rollups = flush.rollups.iter().map(|r| {
+        (&r.key.api_key_id, &r.key.user_id, r.key.team_id.as_ref(), r.key.member_id.is_some())
+    });
+    let tracked = flush
+        .tracked
+        .iter()
+        .map(|r| (&r.api_key_id, &r.user_id, r.team_id.as_ref(), r.member_id.is_some()));
+    let mut seen = std::collections::HashSet::new();
+    rollups
+        .chain(tracked)
+        .filter(|(key_id, ..)| seen.insert(*key_id))
+        .map(|(key_id, user_id, team_id, member)| SpendSignal {
+            key_id: key_id.clone(),
+            user_id: user_id.clone(),
+            team_id: team_id.cloned(),
+            member,
+            refused: None,
+        })
+        .collect()
 }
 
 /// Applies the settlements of calls now in the ledger (or the spool).

@@ -14,6 +14,7 @@ pub mod upstream;
 pub mod upstream_embeddings;
 pub mod upstream_messages;
 pub mod upstream_responses;
+pub mod webhook_receiver;
 
 pub use eventually::{eventually, eventually_blocking, listening};
 

@@ -227,11 +227,9 @@ async fn write_chunk(stream: &mut TcpStream, data: &str) -> std::io::Result<()> 
     stream.flush().await
 }
 
-async fn handle(
-    mut stream: TcpStream,
-    recorded: Arc<Mutex<Vec<Recorded>>>,
-    gate: Arc<Notify>,
-) -> std::io::Result<()> {
+/// Reads one HTTP/1.1 request from `stream` (a `Content-Length` or chunked body, de-chunked);
+/// `None` when the peer closed the connection first.
+pub(crate) async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<Recorded>> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 8192];
     let header_end = loop {
@@ -240,7 +238,7 @@ async fn handle(
         }
         let n = stream.read(&mut tmp).await?;
         if n == 0 {
-            return Ok(());
+            return Ok(None);
         }
         buf.extend_from_slice(&tmp[..n]);
     };
@@ -280,9 +278,21 @@ async fn handle(
             body.extend_from_slice(&tmp[..n]);
         }
     }
+    Ok(Some(Recorded { method, path, headers, body }))
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    gate: Arc<Notify>,
+) -> std::io::Result<()> {
+    let Some(request) = read_request(&mut stream).await? else {
+        return Ok(());
+    };
+    let Recorded { path, body, .. } = request.clone();
     let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let body_len = body.len() as u64;
-    recorded.lock().unwrap().push(Recorded { method, path: path.clone(), headers, body });
+    recorded.lock().unwrap().push(request);
     let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let streaming = parsed["stream"] == serde_json::json!(true);
 

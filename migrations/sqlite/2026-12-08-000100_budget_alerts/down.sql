@@ -1,0 +1,3 @@
+DROP TABLE webhook_deliveries;
+DROP TABLE team_webhooks;
+DROP TABLE budget_alerts;
