@@ -5,12 +5,12 @@
 //! ([`aigw_persistence::budget_alerts::claim`]), in the transaction that queues its webhook
 //! delivery: whichever node sees the spend first sends it, once.
 
-use super::Alert;
+use super::alert::{Alert, Subject};
 use crate::error::ServiceError;
 use crate::governance::budget::period_name;
 use crate::levels::PlatformSpend;
 use crate::spend_signal::SpendSignal;
-use aigw_domain::{BudgetPeriod, CounterSubject, LimitScope};
+use aigw_domain::BudgetPeriod;
 use aigw_persistence::budget_alerts::{self, BudgetAlertRow};
 use aigw_persistence::teams::{self, MemberRow};
 use aigw_persistence::{api_keys, budgets, users, webhooks, DbConnection};
@@ -24,39 +24,6 @@ const FULL_PERCENT: i128 = 90;
 
 /// The most owners and admins of a team one alert is e-mailed to.
 const MAX_RECIPIENTS: i64 = 50;
-
-/// A budget a signal touched.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Subject {
-    /// A key's own budget.
-    Key(String),
-    /// A member's budget in a team.
-    Member { team_id: String, user_id: String },
-    /// A team's budget.
-    Team(String),
-    /// A user's budget across all their keys.
-    User(String),
-}
-
-impl Subject {
-    fn counter(&self) -> CounterSubject<'_> {
-        match self {
-            Subject::Key(id) => CounterSubject::Key(id),
-            Subject::Member { team_id, user_id } => CounterSubject::Member { team_id, user_id },
-            Subject::Team(id) => CounterSubject::Team(id),
-            Subject::User(id) => CounterSubject::User(id),
-        }
-    }
-
-    fn scope(&self) -> LimitScope {
-        match self {
-            Subject::Key(_) => LimitScope::Key,
-            Subject::Member { .. } => LimitScope::Member,
-            Subject::Team(_) => LimitScope::Team,
-            Subject::User(_) => LimitScope::User,
-        }
-    }
-}
 
 /// Every budget `signals` touched, once each, with the most it held when it refused a call
 /// (micro-USD spent and reserved; `None`: it refused none).
