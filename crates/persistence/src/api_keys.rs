@@ -93,6 +93,26 @@ pub fn find(conn: &mut DbConnection, id: &ApiKeyId) -> Result<Option<ApiKeyRow>,
         .map(ApiKeyRow::from))
 }
 
+/// The names and visible prefixes of the keys with ids `ids` that exist, deleted ones
+/// excepted: `(id, name, key_prefix)`.
+///
+/// # Errors
+/// On database failure.
+pub fn names_of(
+    conn: &mut DbConnection,
+    ids: &[String],
+) -> Result<Vec<(String, String, String)>, PersistenceError> {
+    let mut found = Vec::new();
+    for chunk in ids.chunks(500) {
+        let rows: Vec<(String, String, String)> = api_keys::table
+            .filter(api_keys::id.eq_any(chunk.to_vec()))
+            .select((api_keys::id, api_keys::name, api_keys::key_prefix))
+            .load(conn)?;
+        found.extend(rows);
+    }
+    Ok(found)
+}
+
 /// Key `id` of `owner`, if it has it.
 ///
 /// # Errors

@@ -258,6 +258,23 @@ pub fn insert(
     Ok(())
 }
 
+/// The names of the teams with ids `ids`, deleted ones included: `(id, name)`.
+///
+/// # Errors
+/// On database failure.
+pub fn names_of(
+    conn: &mut DbConnection,
+    ids: &[String],
+) -> Result<Vec<(String, String)>, PersistenceError> {
+    let mut found = Vec::new();
+    for chunk in ids.chunks(500) {
+        let rows: Vec<(String, String)> =
+            t::table.filter(t::id.eq_any(chunk.to_vec())).select((t::id, t::name)).load(conn)?;
+        found.extend(rows);
+    }
+    Ok(found)
+}
+
 /// Team `id`, unless deleted.
 ///
 /// # Errors

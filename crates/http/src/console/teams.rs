@@ -13,7 +13,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::{ApiKeyId, BudgetPeriod, TeamId, TeamRole, UserId};
 use aigw_service::teams::{MemberAdded, NewMember, NewTeam, TeamPatch, TeamView};
-use aigw_service::usage::{UsageQuery, UsageSummary};
+use aigw_service::usage::{GroupLabel, UsageQuery, UsageSummary};
 use aigw_service::{ApiKeyPatch, ApiKeyView, PageRequest, ServiceError};
 use minijinja::{context, Value};
 use serde::Deserialize;
@@ -531,8 +531,6 @@ fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) ->
             expires => i.expires_at.as_ref().map(when) }
         })
         .collect();
-    let names: HashMap<&str, &str> =
-        managed.keys.items.iter().map(|k| (k.id.as_str(), k.name.as_str())).collect();
     let keys = managed
         .keys
         .items
@@ -547,10 +545,14 @@ fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) ->
         .collect();
     let by_member = usage_rows(&managed.by_member, |group| match group {
         "" => "Team keys".to_owned(),
-        id => emails.get(id).map_or_else(|| format!("user {id}"), |e| (*e).to_owned()),
+        id => match managed.by_member.labels.get(id) {
+            Some(GroupLabel::Member { email, name }) => format!("{name} <{email}>"),
+            _ => emails.get(id).map_or_else(|| format!("user {id}"), |e| (*e).to_owned()),
+        },
     });
-    let by_key = usage_rows(&managed.by_key, |group| {
-        names.get(group).map_or_else(|| format!("key {group}"), |n| (*n).to_owned())
+    let by_key = usage_rows(&managed.by_key, |group| match managed.by_key.labels.get(group) {
+        Some(GroupLabel::ApiKey { name, key_prefix }) => format!("{name} ({key_prefix}…)"),
+        _ => format!("deleted key {group}"),
     });
     let range = &managed.by_member.range;
     ManagedView {

@@ -3,7 +3,7 @@
 
 use aigw_domain::time::format_timestamp;
 use aigw_domain::usage::{format_day, micros_to_usd, UsageRecord};
-use aigw_service::usage::{GroupBy, UsagePage, UsageSummary, UsageTotals};
+use aigw_service::usage::{GroupBy, GroupLabel, UsagePage, UsageSummary, UsageTotals};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -71,6 +71,21 @@ pub(crate) struct UsageRowDto {
     /// Endpoint (`group_by=endpoint`): `chat`, `embeddings`, `responses` or `messages`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) endpoint: Option<String>,
+    /// The member's e-mail address (`group_by=member`; absent for the team keys' row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) member_email: Option<String>,
+    /// The member's display name (`group_by=member`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) member_name: Option<String>,
+    /// The key's name (`group_by=api_key`; absent for a deleted key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) api_key_name: Option<String>,
+    /// The key's first 12 characters (`group_by=api_key`; absent for a deleted key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) key_prefix: Option<String>,
+    /// The team's name (`group_by=team`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) team_name: Option<String>,
     /// The sums.
     #[serde(flatten)]
     pub(crate) totals: UsageTotalsDto,
@@ -105,8 +120,25 @@ impl From<UsageSummary> for UsageSummaryData {
                     member_id: None,
                     team_id: None,
                     endpoint: None,
+                    member_email: None,
+                    member_name: None,
+                    api_key_name: None,
+                    key_prefix: None,
+                    team_name: None,
                     totals: totals.into(),
                 };
+                match s.labels.get(value) {
+                    Some(GroupLabel::Member { email, name }) => {
+                        (row.member_email, row.member_name) =
+                            (Some(email.clone()), Some(name.clone()));
+                    }
+                    Some(GroupLabel::ApiKey { name, key_prefix }) => {
+                        (row.api_key_name, row.key_prefix) =
+                            (Some(name.clone()), Some(key_prefix.clone()));
+                    }
+                    Some(GroupLabel::Team { name }) => row.team_name = Some(name.clone()),
+                    None => {}
+                }
                 let slot = match s.group_by {
                     GroupBy::Day => &mut row.day,
                     GroupBy::Model => &mut row.model,

@@ -188,7 +188,8 @@ async fn clamping_budgets_lower_max_tokens_instead_of_refusing(backend: Backend)
     assert!(spent <= 0.10 + 1e-9, "the team spent ${spent:.4} of $0.10");
 }
 
-/// A team's owner reads its usage by member and key, and the team's and members' spend.
+/// A team's owner reads its usage by member and key, with the members' e-mails and names and
+/// the keys' names and prefixes, and the team's and members' spend.
 async fn a_team_reads_its_usage_and_spend(backend: Backend) {
     let nodes = cluster(backend, None).await;
     let (owner, member) = (nodes.a.new_user("tu-own").await, nodes.a.new_user("tu-mem").await);
@@ -202,6 +203,14 @@ async fn a_team_reads_its_usage_and_spend(backend: Backend) {
     let path = format!("/api/v1/teams/{id}/usage?group_by=member");
     let by_member = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200);
     assert_eq!(by_member["rows"][0]["member_id"], json!(member.id), "{by_member}");
+    assert_eq!(by_member["rows"][0]["member_email"], json!(member.email), "{by_member}");
+    assert!(by_member["rows"][0]["member_name"].is_string(), "{by_member}");
+    let path = format!("/api/v1/teams/{id}/usage?group_by=api_key");
+    let by_key = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(by_key["rows"][0]["api_key_name"], "scoped", "{by_key}");
+    assert_eq!(by_key["rows"][0]["key_prefix"], json!(&key[..12]), "{by_key}");
+    let own = nodes.a.get("/api/v1/usage?group_by=api_key", Auth::Bearer(&member.token)).await;
+    assert_eq!(own.data(200)["rows"][0]["api_key_name"], "scoped");
     assert_eq!(by_member["totals"]["requests"], 3);
     let cost = by_member["totals"]["cost_usd"].as_f64().unwrap();
     assert!(cost > 0.0);
@@ -236,7 +245,9 @@ async fn a_team_reads_its_usage_and_spend(backend: Backend) {
     let admin_token = login["token"].as_str().unwrap().to_owned();
     let all = nodes.a.get(by_team, Auth::Bearer(&admin_token)).await.data(200);
     let row = all["rows"].as_array().unwrap().iter().find(|r| r["team_id"] == json!(id)).cloned();
-    assert_eq!(row.unwrap_or_default()["requests"], 3, "{all}");
+    let row = row.unwrap_or_default();
+    assert_eq!(row["requests"], 3, "{all}");
+    assert_eq!(row["team_name"], "u", "{all}");
 }
 
 /// `auth.team_creation = "admins"`: a user who is not an admin cannot create a team.

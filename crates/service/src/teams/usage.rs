@@ -92,15 +92,14 @@ impl Teams {
         };
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let rows = self
-            .ctx
+        self.ctx
             .db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
                 let (from, to) = (range.from, range.to);
-                Ok(ledger::team_summary(conn, Some(&team_id), from, to, endpoint, group)?)
+                let rows = ledger::team_summary(conn, Some(&team_id), from, to, endpoint, group)?;
+                Ok(UsageSummary::labelled(conn, range, group_by, &rows)?)
             })
-            .await?;
-        Ok(UsageSummary::of(range, group_by, &rows))
+            .await
     }
 }

@@ -16,6 +16,7 @@ pub mod aggregate;
 mod answer;
 pub mod config;
 pub mod in_flight;
+mod labels;
 pub mod meter;
 mod pending;
 pub mod recorder;
@@ -53,6 +54,7 @@ pub const MAX_PAGE_LIMIT: i64 = 200;
 
 /// Sums of usage over a set of calls (a row of a usage answer, or its totals).
 pub use aigw_domain::ledger::UsageSums as UsageTotals;
+pub use labels::GroupLabel;
 
 /// The sums of a summary row read from the rollups.
 fn totals_of(r: &UsageTotalsRow) -> UsageTotals {
@@ -156,9 +158,27 @@ pub struct UsageSummary {
     pub rows: Vec<(String, UsageTotals)>,
     /// The sum of the rows.
     pub totals: UsageTotals,
+    /// What a person reads beside each group value (`member`, `api_key`, `team`), by value;
+    /// values without one (a deleted key, the team keys' empty member) are absent.
+    pub labels: std::collections::BTreeMap<String, GroupLabel>,
 }
 
 impl UsageSummary {
+    /// The summary of ledger `rows` grouped by `group_by` over `range`, with their sum and
+    /// the labels of their values (read on `conn`).
+    ///
+    /// # Errors
+    /// On database failure.
+    pub(crate) fn labelled(
+        conn: &mut aigw_persistence::DbConnection,
+        range: DayRange,
+        group_by: GroupBy,
+        rows: &[ledger::UsageTotalsRow],
+    ) -> Result<Self, aigw_persistence::PersistenceError> {
+        let labels = labels::labels_of(conn, group_by, rows)?;
+        Ok(Self { labels, ..Self::of(range, group_by, rows) })
+    }
+
     /// The summary of ledger `rows` grouped by `group_by` over `range`, with their sum.
     pub(crate) fn of(range: DayRange, group_by: GroupBy, rows: &[ledger::UsageTotalsRow]) -> Self {
         let rows: Vec<(String, UsageTotals)> =
@@ -167,7 +187,7 @@ impl UsageSummary {
         for (_, row) in &rows {
             totals.add(row);
         }
-        Self { range, group_by, rows, totals }
+        Self { range, group_by, rows, totals, labels: std::collections::BTreeMap::new() }
     }
 }
 
@@ -316,14 +336,15 @@ impl UsageService {
         let endpoint = query.endpoint()?.map(Endpoint::as_str);
         if group_by == GroupBy::Team {
             // Every team's usage, for platform admins.
-            let rows = self
+            return self
                 .db
                 .run(move |conn| {
                     let group = ledger::TeamUsageGroup::Team;
-                    Ok(ledger::team_summary(conn, None, range.from, range.to, endpoint, group)?)
+                    let rows =
+                        ledger::team_summary(conn, None, range.from, range.to, endpoint, group)?;
+                    Ok(UsageSummary::labelled(conn, range, group_by, &rows)?)
                 })
-                .await?;
-            return Ok(UsageSummary::of(range, group_by, &rows));
+                .await;
         }
         let group = match group_by {
             GroupBy::Model => UsageGroup::Model,
@@ -333,14 +354,13 @@ impl UsageService {
         };
         let user_id = principal.user_id().to_owned();
         let key = query.api_key_id;
-        let rows = self
-            .db
+        self.db
             .run(move |conn| {
                 let filter = UsageFilter { api_key_id: key.as_deref(), endpoint };
-                Ok(ledger::summary(conn, &user_id, range.from, range.to, filter, group)?)
+                let rows = ledger::summary(conn, &user_id, range.from, range.to, filter, group)?;
+                Ok(UsageSummary::labelled(conn, range, group_by, &rows)?)
             })
-            .await?;
-        Ok(UsageSummary::of(range, group_by, &rows))
+            .await
     }
 
     /// The last [`DEFAULT_RANGE_DAYS`] days of usage of each of `user_id`'s keys (or of key
