@@ -305,6 +305,7 @@ fn admin_key_row(key: &ApiKeyView, owners: &HashMap<String, String>) -> Value {
         status => key_status(key),
         created => when(&key.created_at),
         team_id => key.team_id,
+        team_owned => key.team_owned,
     }
 }
 

@@ -12,6 +12,7 @@ use aigw_domain::ApiKeyId;
 use aigw_service::{KeyPolicyRequest, NewApiKey, PageRequest, ServiceError};
 use minijinja::context;
 use serde::Deserialize;
+use std::collections::HashMap;
 
 /// `?cursor=…` of a paged list.
 #[derive(Debug, Deserialize)]
@@ -34,13 +35,26 @@ pub(crate) async fn list(
         let caller = viewer.authorized::<op::ReadAccount>()?;
         let keys = state.api_keys.list_api_keys_page(&caller, &page).await?;
         let spend = state.usage.period_spend(caller.user_id(), &keys.items).await?;
-        Ok::<_, ServiceError>((keys, spend))
+        let all = PageRequest { limit: Some("200".to_owned()), cursor: None };
+        let teams = state.teams.list_teams(&caller, &all).await?.items;
+        let teams: HashMap<String, String> = teams.into_iter().map(|t| (t.id, t.name)).collect();
+        Ok::<_, ServiceError>((keys, spend, teams))
     }
     .await;
     match result {
-        Ok((keys, spend)) => {
-            let rows: Vec<_> =
-                keys.items.iter().map(|k| key_row(k, spend.get(k.id.as_str()))).collect();
+        Ok((keys, spend, teams)) => {
+            let rows: Vec<_> = keys
+                .items
+                .iter()
+                .map(|k| {
+                    let team_name = k.team_id.as_deref().and_then(|t| teams.get(t));
+                    let mut row = key_row(k, spend.get(k.id.as_str()));
+                    if let Some(name) = team_name {
+                        row = context! { team_name => name, ..row };
+                    }
+                    row
+                })
+                .collect();
             let next = keys.next_cursor.map(|c| format!("/keys?cursor={c}"));
             viewer.page(
                 StatusCode::OK,

@@ -140,6 +140,13 @@ pub(crate) struct AdminApiKeyDto {
     pub(crate) revoked_at: Option<String>,
     /// Last use (recorded at most once a minute), or null.
     pub(crate) last_used_at: Option<String>,
+    /// The team the key is scoped to, or null (a personal key).
+    pub(crate) team_id: Option<String>,
+    /// Whether it is a team key (the team's; `user_id` is who made it) rather than a member's
+    /// key scoped to the team.
+    pub(crate) team_owned: bool,
+    /// Who made it: its owner, or a team's owner or admin who made it for the member.
+    pub(crate) created_by: String,
 }
 
 impl From<ApiKeyView> for AdminApiKeyDto {
@@ -154,6 +161,9 @@ impl From<ApiKeyView> for AdminApiKeyDto {
             created_at: format_timestamp(k.created_at),
             revoked_at: k.revoked_at.map(format_timestamp),
             last_used_at: k.last_used_at.map(format_timestamp),
+            team_id: k.team_id.map(String::from),
+            team_owned: k.team_owned,
+            created_by: k.created_by.into(),
         }
     }
 }

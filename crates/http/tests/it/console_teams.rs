@@ -138,6 +138,15 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     let by_key = page.element("table", "usage-by-key");
     assert!(by_key.contains("nightly") && by_key.contains(">1<"), "{by_key}");
     assert!(page.element("table", "usage-by-member").contains("Team keys"), "{}", page.text);
+    // The owner's own keys list names the team of a key scoped to it, and a personal key's.
+    let body = json!({"name": "scoped", "permissions": ["read"], "team_id": id});
+    app.create_key_raw(Auth::Bearer(&owner.token), &body).await.data(201);
+    let body = json!({"name": "mine", "permissions": ["read"]});
+    app.create_key_raw(Auth::Bearer(&owner.token), &body).await.data(201);
+    let listed = browser.get("/keys").await;
+    let keys = listed.element("table", "keys");
+    assert!(keys.contains(&format!("<a href=\"/teams/{id}\">data</a>")), "{keys}");
+    assert!(keys.contains(">personal<"), "{keys}");
 
     // Deleting the team.
     let deleted = browser.post_with_csrf(&format!("/teams/{id}/delete"), &csrf, &[]).await;
