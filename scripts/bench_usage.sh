@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Usage queries over a big ledger (target: under 50 ms with 1M records).
-# A benchmark, not a test: it prints timings and the 50 ms target next to them.
+# Usage queries over a big ledger (target: under 50 ms with 1M records), and the CSV export of
+# every record (target: the server's peak RSS under 60 MiB).
+# A benchmark, not a test: it prints timings and the targets next to them.
 #
 #   scripts/bench_usage.sh [records (default 1000000)] [sqlite|postgres (default sqlite)]
 #
@@ -8,7 +9,8 @@
 # PostgreSQL database of the server at $AIGW_BENCH_PG (default postgres://postgres@127.0.0.1:5432),
 # dropped afterwards. Then loads N usage records of one user (10 API keys, 5 models, spread
 # over the last 30 days) and their daily rollups with plain SQL (sqlite3 / psql), and times
-# each usage query 30 times with curl (loopback, the whole HTTP round trip): p50, p95, max.
+# each usage query 30 times with curl (loopback, the whole HTTP round trip): p50, p95, max;
+# then downloads GET /usage/requests/export once and reads the server's VmHWM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records=${1:-1000000}
@@ -144,3 +146,24 @@ for _ in $(seq 25); do
 done
 time_query "GET /usage/requests?limit=200&cursor=... (page 26)" "/api/v1/usage/requests?limit=200&cursor=$cursor"
 time_query "GET /auth/api-keys (usage_30d per key)" "/api/v1/auth/api-keys"
+
+# The CSV export of every record, streamed a chunk at a time: the server's peak resident
+# memory (VmHWM) must stay flat, under 60 MiB, however many records it sends.
+echo "== CSV export of every record (target: peak RSS under 60 MiB)"
+rss_kib() { awk -v f="$1" '$1 == f":" {print $2}' "/proc/$pid/status"; }
+before=$(rss_kib VmHWM)
+started_ns=$(date +%s%N)
+curl -sf -o "$work/export.csv" "$base/api/v1/usage/requests/export" -H "authorization: Bearer $token"
+elapsed_ms=$(( ($(date +%s%N) - started_ns) / 1000000 ))
+lines=$(( $(wc -l < "$work/export.csv") - 1 ))
+peak=$(rss_kib VmHWM)
+python3 - "$records" "$lines" "$elapsed_ms" "$before" "$peak" "$(stat -c %s "$work/export.csv")" <<'PY'
+import sys
+records, lines, ms, before, peak, size = map(int, sys.argv[1:])
+verdict = "ok" if peak < 60 * 1024 else "OVER 60 MiB"
+print(f"{'GET /usage/requests/export':<58} {lines} of {records} records, {size / 2**20:.0f} MiB in {ms / 1000:.1f} s"
+      f" ({lines / max(ms, 1) * 1000:,.0f} records/s); peak RSS {before / 1024:.1f} MiB before,"
+      f" {peak / 1024:.1f} MiB after  {verdict}")
+if lines != records:
+    sys.exit(f"the export has {lines} records, not {records}")
+PY

@@ -4,7 +4,7 @@
 use crate::dto;
 use crate::routes::{
     account, account_email, admin, api_keys, auth, chat, embeddings, health, messages, mfa, models,
-    responses, secret_scanning, teams, usage, webhooks,
+    responses, secret_scanning, teams, usage, usage_export, webhooks,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -32,6 +32,7 @@ use utoipa::{Modify, OpenApi};
         teams::create_key, teams::create_member_key, teams::list_keys,
         teams::update_key, teams::rotate_key, teams::revoke_key, teams::delete_key, teams::usage,
         webhooks::set, webhooks::get, webhooks::delete, webhooks::deliveries,
+        usage_export::summary, usage_export::team, usage_export::requests,
         account_email::request_verification, account_email::verify, account_email::change,
         account_email::request_reset, account_email::confirm_reset,
         secret_scanning::github, secret_scanning::admin_leaked_keys,

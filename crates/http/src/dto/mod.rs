@@ -8,6 +8,7 @@ pub(crate) mod leaks;
 pub(crate) mod mfa;
 pub(crate) mod teams;
 pub(crate) mod usage;
+pub(crate) mod usage_csv;
 pub(crate) mod webhooks;
 
 use aigw_domain::time::format_timestamp;

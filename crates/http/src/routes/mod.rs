@@ -19,6 +19,7 @@ pub(crate) mod responses;
 pub(crate) mod secret_scanning;
 pub(crate) mod teams;
 pub(crate) mod usage;
+pub(crate) mod usage_export;
 pub(crate) mod webhooks;
 
 use crate::error::ApiError;
@@ -395,6 +396,18 @@ fn usage_routes(cfg: &mut web::ServiceConfig) {
         one("/usage/requests", &["GET"], get_or_head().to(usage::requests))
             .app_data(LimitedBy(Policy::Account)),
     );
+    cfg.service(
+        one("/usage/export", &["GET"], get_or_head().to(usage_export::summary))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/usage/requests/export", &["GET"], get_or_head().to(usage_export::requests))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
+        one("/teams/{id}/usage/export", &["GET"], get_or_head().to(usage_export::team))
+            .app_data(LimitedBy(Policy::Account)),
+    );
 }
 
 /// `/admin/…` (role admin) and GitHub's secret-scanning reports.
@@ -492,7 +505,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 66;
+pub(crate) const SECURED: usize = 69;
 
 #[cfg(test)]
 mod tests {
@@ -501,7 +514,7 @@ mod tests {
     use super::SECURED;
 
     /// The handlers of `/api/v1`, with their sources.
-    const HANDLERS: [(&str, &str); 15] = [
+    const HANDLERS: [(&str, &str); 16] = [
         ("account", include_str!("account.rs")),
         ("account_email", include_str!("account_email.rs")),
         ("admin", include_str!("admin.rs")),
@@ -516,6 +529,7 @@ mod tests {
         ("secret_scanning", include_str!("secret_scanning.rs")),
         ("teams", include_str!("teams.rs")),
         ("usage", include_str!("usage.rs")),
+        ("usage_export", include_str!("usage_export.rs")),
         ("webhooks", include_str!("webhooks.rs")),
     ];
 

@@ -209,6 +209,15 @@ async fn a_team_reads_its_usage_and_spend(backend: Backend) {
     let by_key = nodes.a.get(&path, Auth::Bearer(&owner.token)).await.data(200);
     assert_eq!(by_key["rows"][0]["api_key_name"], "scoped", "{by_key}");
     assert_eq!(by_key["rows"][0]["key_prefix"], json!(&key[..12]), "{by_key}");
+    let path = format!("/api/v1/teams/{id}/usage/export?group_by=member");
+    let csv = nodes.a.get(&path, Auth::Bearer(&owner.token)).await;
+    assert_eq!(csv.status, 200, "{}", csv.text);
+    let mut lines = csv.text.lines();
+    let header = lines.next().unwrap_or_default();
+    assert!(header.starts_with("member_id,member_email,member_name,requests,"), "{header}");
+    let row = lines.next().unwrap_or_default();
+    assert!(row.starts_with(&format!("{},{},", member.id, member.email)), "{row}");
+    nodes.a.get(&path, Auth::Bearer(&member.token)).await.forbidden("team_admin", "member");
     let own = nodes.a.get("/api/v1/usage?group_by=api_key", Auth::Bearer(&member.token)).await;
     assert_eq!(own.data(200)["rows"][0]["api_key_name"], "scoped");
     assert_eq!(by_member["totals"]["requests"], 3);

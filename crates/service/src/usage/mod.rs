@@ -456,6 +456,31 @@ impl UsageService {
                 )?
             }
         };
+        self.records_page(principal, cursor, limit).await
+    }
+
+    /// The caller's next [`EXPORT_CHUNK`] usage records after `cursor` (the `next_cursor` of
+    /// the previous chunk; `None`: the newest), for a CSV export that streams them a chunk at a
+    /// time: no more than one chunk is ever held.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `cursor`; [`ServiceError::Unavailable`] when the database
+    /// is down.
+    pub async fn export_chunk(
+        &self,
+        principal: &Authorized<op::ReadUsage>,
+        cursor: Option<&str>,
+    ) -> Result<UsagePage, ServiceError> {
+        self.records_page(principal, cursor, EXPORT_CHUNK).await
+    }
+
+    /// Up to `limit` of the caller's records after `cursor`, newest first.
+    async fn records_page(
+        &self,
+        principal: &Authorized<op::ReadUsage>,
+        cursor: Option<&str>,
+        limit: i64,
+    ) -> Result<UsagePage, ServiceError> {
         let after = cursor.map(decode_cursor).transpose()?;
         let user_id = principal.user_id().to_owned();
         let mut rows = self
@@ -471,6 +496,9 @@ impl UsageService {
         Ok(UsagePage { records: rows, next_cursor })
     }
 }
+
+/// Records per chunk of a CSV export ([`UsageService::export_chunk`]).
+pub const EXPORT_CHUNK: i64 = 1000;
 
 /// The cursor after `row`: base64url of `<started_at in µs since the epoch>:<request_id>`.
 fn encode_cursor(record: &UsageRecord) -> String {

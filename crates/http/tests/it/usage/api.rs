@@ -8,6 +8,7 @@ backend_tests!(
     usage_is_read_with_read_and_only_ones_own,
     requests_are_paged_newest_first,
     old_records_are_pruned_and_rollups_kept,
+    usage_is_exported_as_csv,
 );
 
 fn today() -> chrono::NaiveDate {
@@ -226,4 +227,92 @@ async fn old_records_are_pruned_and_rollups_kept(backend: Backend) {
     assert_eq!(data["rows"][0]["day"], json!(day(old_day)), "{data}");
     assert_eq!(data["totals"]["requests"], json!(33));
     assert_eq!(data["totals"]["total_tokens"], json!(11 + 32 * 2));
+}
+
+/// Seeds `n` records of `key_id` (of `user_id`) directly into the ledger, one a second from
+/// an hour ago, in one flush; returns their request ids, oldest first.
+async fn seed_records(app: &TestApp, user_id: &str, key_id: &str, n: usize) -> Vec<String> {
+    let start = chrono::Utc::now() - chrono::Duration::hours(1);
+    let records: Vec<UsageRecord> = (0..n)
+        .map(|i| UsageRecord {
+            request_id: uuid::Uuid::now_v7().to_string(),
+            api_key_id: key_id.into(),
+            user_id: user_id.into(),
+            model: "-model".into(),
+            provider: "echo".into(),
+            served_model: None,
+            attempts: 1,
+            endpoint: aigw_domain::usage::Endpoint::Chat,
+            streamed: false,
+            outcome: UsageOutcome::Ok,
+            tokens: TokenUsage::new(5, 6),
+            estimated: false,
+            cost_micros: 11,
+            priced: true,
+            latency_ms: 1,
+            started_at: start + chrono::Duration::seconds(i64::try_from(i).unwrap()),
+            team_id: None,
+            member_id: None,
+        })
+        .collect();
+    let ids = records.iter().map(|r| r.request_id.clone()).collect();
+    let url = app.database_url.clone();
+    tokio::task::spawn_blocking(move || {
+        use aigw_domain::ledger::{RollupKey, UsageFlush, UsageRollup, UsageSums};
+        let url = aigw_persistence::DatabaseUrl::parse(&url).unwrap();
+        let pool = aigw_persistence::Pool::new(&url, &Default::default()).unwrap();
+        let mut conn = pool.get().unwrap();
+        let mut sums = UsageSums::default();
+        records.iter().for_each(|r| sums.add_record(r));
+        let flush = UsageFlush {
+            id: uuid::Uuid::now_v7().to_string(),
+            rollups: vec![UsageRollup { key: RollupKey::of(&records[0]), sums }],
+            records,
+            tracked: Vec::new(),
+            keep_records: true,
+        };
+        aigw_persistence::usage::apply_flush(&mut conn, &flush).unwrap();
+    })
+    .await
+    .unwrap();
+    ids
+}
+
+/// `GET /usage/requests/export` streams every record as CSV, newest first, across chunks of
+/// 1000; `GET /usage/export` writes the summary's rows with the key's name, a name that a
+/// spreadsheet would run as a formula defused.
+async fn usage_is_exported_as_csv(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let user = app.new_user("usage-csv").await;
+    let auth = Auth::Bearer(&user.token);
+    let body = json!({"name": "=HYPERLINK(\"http://x\")", "permissions": ["ai_gateway"]});
+    let made = app.create_key_raw(auth, &body).await.data(201);
+    let key_id = made["id"].as_str().unwrap().to_owned();
+    let ids = seed_records(&app, &user.id, &key_id, 2_500).await;
+    let export = app.get("/api/v1/usage/requests/export", auth).await;
+    assert_eq!(export.status, 200, "{}", export.text);
+    assert_eq!(export.header("content-type"), Some("text/csv; charset=utf-8"));
+    let disposition = export.header("content-disposition").unwrap_or_default();
+    assert!(disposition.starts_with("attachment") && disposition.contains(".csv"), "{disposition}");
+    let mut reader = csv::Reader::from_reader(export.text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    assert_eq!(header[..3], ["started_at", "request_id", "api_key_id"], "{header:?}");
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let exported: Vec<String> = rows.iter().map(|r| r[1].to_owned()).collect();
+    let newest_first: Vec<String> = ids.into_iter().rev().collect();
+    assert_eq!(exported, newest_first, "every record once, newest first");
+    let model = header.iter().position(|h| h == "model").unwrap();
+    assert_eq!(&rows[0][model], "'-model", "a cell that starts with - is defused");
+    app.get("/api/v1/usage/requests/export?limit=5", auth).await.invalid("limit");
+    let summary = app.get("/api/v1/usage/export?group_by=api_key", auth).await;
+    assert_eq!(summary.status, 200, "{}", summary.text);
+    let mut reader = csv::Reader::from_reader(summary.text.as_bytes());
+    let header = reader.headers().unwrap().clone();
+    assert_eq!(&header[0], "api_key_id");
+    let row = reader.records().next().unwrap().unwrap();
+    assert_eq!(&row[0], key_id.as_str());
+    assert_eq!(&row[1], "'=HYPERLINK(\"http://x\")", "{row:?}");
+    assert_eq!(&row[2], made["key_prefix"].as_str().unwrap());
+    assert_eq!(&row[header.iter().position(|h| h == "requests").unwrap()], "2500");
+    app.get("/api/v1/usage/export?group_by=week", auth).await.invalid("group_by");
 }
