@@ -73,6 +73,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/teams/{id}/delete", post().to(teams::delete))
             .route("/teams/{id}/members", post().to(teams::add_member))
             .route("/teams/{id}/members/{user_id}/role", post().to(teams::update_member_role))
+            .route("/teams/{id}/members/{user_id}/budget", post().to(teams::update_member_budget))
             .route("/teams/{id}/members/{user_id}/remove", post().to(teams::remove_member))
             .route(
                 "/teams/{id}/invitations/{invitation_id}/revoke",

@@ -203,6 +203,11 @@ pub(crate) struct PolicyForm {
     tpm_limit: String,
     #[serde(default)]
     allowed_models: String,
+    #[serde(default)]
+    budget_mode: String,
+    /// `on` when the box is checked (absent otherwise).
+    #[serde(default)]
+    require_scoped_keys: String,
 }
 
 impl CsrfField for PolicyForm {
@@ -228,6 +233,8 @@ impl PolicyForm {
                 .as_ref()
                 .map(|m| m.as_slice().join(", "))
                 .unwrap_or_default(),
+            budget_mode: policy.budget_mode.unwrap_or_default().as_str().to_owned(),
+            require_scoped_keys: if team.require_scoped_keys { "on" } else { "" }.to_owned(),
         }
     }
 
@@ -271,6 +278,14 @@ impl PolicyForm {
             policy.allowed_models.as_ref().map(|m| m.as_slice().to_vec()).unwrap_or_default();
         if models != current {
             changes.allowed_models = Some((!models.is_empty()).then_some(models));
+        }
+        let mode = self.budget_mode.trim();
+        if !mode.is_empty() && mode != policy.budget_mode.unwrap_or_default().as_str() {
+            changes.budget_mode = Some(Some(mode.to_owned()));
+        }
+        let scoped = self.require_scoped_keys == "on";
+        if scoped != team.require_scoped_keys {
+            patch.require_scoped_keys = Some(Some(scoped));
         }
         patch.policy = changes;
         Ok(patch)
@@ -476,6 +491,7 @@ fn team_summary(team: &TeamView) -> Value {
         tpm => policy.tpm_limit,
         models => policy.allowed_models.as_ref().map(|m| m.as_slice().join(", ")),
         budget_mode => policy.budget_mode.unwrap_or_default().as_str(),
+        require_scoped_keys => team.require_scoped_keys,
     }
 }
 
@@ -499,6 +515,7 @@ fn member_rows(viewer: &Viewer, team: &TeamView, lists: &Lists) -> Vec<Value> {
                 role => member.role.as_str(),
                 spent => money(m.spend_micros),
                 limit,
+                own_budget => usd_field(member.budget_micros),
                 joined => when(&member.created_at),
                 is_viewer => member.user_id == viewer.user.id,
             }
@@ -731,6 +748,52 @@ pub(crate) async fn update_member_role(
             }
         )),
         Err(e) => Err(Typed::refused("members", Shown::from(e))),
+    };
+    answer(&state, &viewer, &id, done, "members").await
+}
+
+/// The budget form of a member's row: USD per the team's period; empty: the team's default.
+#[derive(Debug, Deserialize)]
+pub(crate) struct MemberBudgetForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    budget_usd: String,
+}
+
+impl CsrfField for MemberBudgetForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /teams/{id}/members/{user_id}/budget`: sets a member's own budget, or clears it
+/// (empty) so that the team's default applies (owners and admins).
+pub(crate) async fn update_member_budget(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    viewer: Viewer,
+    path: web::Path<(TeamId, UserId)>,
+    form: Form<MemberBudgetForm>,
+) -> HttpResponse {
+    let (id, user_id) = path.into_inner();
+    let form = match form.checked(&req, &viewer) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let changed = async {
+        let budget = optional::<f64>("budget_usd", &form.budget_usd)?;
+        let caller = viewer.authorized::<op::ManageAccount>().map_err(Shown::from)?;
+        let patch = aigw_service::teams::MemberPatch { role: None, budget_usd: Some(budget) };
+        state.teams.update_team_member(&caller, &id, &user_id, patch).await.map_err(Shown::from)
+    }
+    .await;
+    let done = match changed {
+        Ok(view) => Ok(match view.member.budget_micros {
+            Some(own) => format!("{}'s budget is now {}.", view.member.email, money(own)),
+            None => format!("{} has the team's member budget again.", view.member.email),
+        }),
+        Err(shown) => Err(Typed::refused("members", shown)),
     };
     answer(&state, &viewer, &id, done, "members").await
 }

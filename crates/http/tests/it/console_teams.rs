@@ -94,6 +94,44 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     let page = browser.get(&format!("/teams/{id}")).await;
     let budget = page.element("div", "team-budget");
     assert!(budget.contains("$50.00") && budget.contains("<meter"), "{budget}");
+    // The budget mode and the rule on members' keys; a member's own budget.
+    let fields = policy(
+        "data",
+        &[
+            ("max_budget_usd", "50"),
+            ("budget_period", "monthly"),
+            ("rpm_limit", "100"),
+            ("budget_mode", "clamp"),
+            ("require_scoped_keys", "on"),
+        ],
+    );
+    let saved = browser.post_with_csrf(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    assert_eq!(saved.status, 303, "{}", saved.text);
+    let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(
+        (&team["budget_mode"], &team["require_scoped_keys"]),
+        (&json!("clamp"), &json!(true))
+    );
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert!(page.text.contains("id=\"team_require_scoped_keys\" name=\"require_scoped_keys\" type=\"checkbox\" checked"), "{}", page.text);
+    let ada_budget = format!("/teams/{id}/members/{}/budget", ada.id);
+    let set = browser.post_with_csrf(&ada_budget, &csrf, &[("budget_usd", "12.5")]).await;
+    assert_eq!(set.status, 303, "{}", set.text);
+    let members =
+        app.get(&format!("/api/v1/teams/{id}/members"), Auth::Bearer(&owner.token)).await.data(200);
+    let ada_row = members["members"].as_array().unwrap().iter().find(|m| m["user_id"] == ada.id);
+    assert_eq!(ada_row.unwrap()["budget_usd"], json!(12.5), "{members}");
+    let bad = browser.post_with_csrf(&ada_budget, &csrf, &[("budget_usd", "lots")]).await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    let cleared = browser.post_with_csrf(&ada_budget, &csrf, &[("budget_usd", "")]).await;
+    assert_eq!(cleared.status, 303, "{}", cleared.text);
+    let fields = policy(
+        "data",
+        &[("max_budget_usd", "50"), ("budget_period", "monthly"), ("rpm_limit", "100")],
+    );
+    browser.post_with_csrf(&format!("/teams/{id}/policy"), &csrf, &fields).await;
+    let team = app.get(&format!("/api/v1/teams/{id}"), Auth::Bearer(&owner.token)).await.data(200);
+    assert_eq!(team["require_scoped_keys"], false, "an unchecked box turns the rule off");
     assert!(page.text.contains("id=\"team_max_budget_usd\""), "{}", page.text);
     // A field that is not a number comes back named, with what was typed.
     let fields = policy("data", &[("max_budget_usd", "lots"), ("budget_period", "monthly")]);
