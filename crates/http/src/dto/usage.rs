@@ -253,3 +253,39 @@ impl From<UsagePage> for UsageRequestsData {
         }
     }
 }
+
+/// `GET /usage/budget` answer: the caller's budget across all their keys.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct UserBudgetData {
+    /// The limit per period, USD; null when no budget applies.
+    pub(crate) limit_usd: Option<f64>,
+    /// `own` (set for this user by an admin) or `platform` (`gateway.user_budget_usd`); null
+    /// with no limit.
+    #[schema(example = "platform")]
+    pub(crate) source: Option<String>,
+    /// `daily`, `weekly`, `monthly` or `total` (the platform's `gateway.user_budget_period`).
+    #[schema(value_type = crate::dto::BudgetPeriodName)]
+    pub(crate) budget_period: String,
+    /// What the caller's keys (team keys excepted) spent in the current period, USD, from the
+    /// ledger.
+    pub(crate) spent_usd: f64,
+    /// When the period ends, RFC 3339 UTC; null for `total`.
+    pub(crate) budget_reset_at: Option<String>,
+}
+
+impl From<aigw_service::accounts::budget::UserBudgetView> for UserBudgetData {
+    fn from(b: aigw_service::accounts::budget::UserBudgetView) -> Self {
+        use aigw_service::accounts::budget::BudgetSource;
+        let usd = |m: i64| micros_to_usd(u64::try_from(m).unwrap_or(0));
+        Self {
+            limit_usd: b.limit_micros.map(usd),
+            source: b.source.map(|s| match s {
+                BudgetSource::Own => "own".to_owned(),
+                BudgetSource::Platform => "platform".to_owned(),
+            }),
+            budget_period: b.period.as_str().to_owned(),
+            spent_usd: usd(b.spent_micros),
+            budget_reset_at: b.reset_at.map(format_timestamp),
+        }
+    }
+}

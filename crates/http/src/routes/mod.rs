@@ -397,6 +397,10 @@ fn usage_routes(cfg: &mut web::ServiceConfig) {
             .app_data(LimitedBy(Policy::Account)),
     );
     cfg.service(
+        one("/usage/budget", &["GET"], get_or_head().to(usage::budget))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
         one("/usage/export", &["GET"], get_or_head().to(usage_export::summary))
             .app_data(LimitedBy(Policy::Account)),
     );
@@ -505,7 +509,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 69;
+pub(crate) const SECURED: usize = 70;
 
 #[cfg(test)]
 mod tests {

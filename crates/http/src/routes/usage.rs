@@ -1,6 +1,6 @@
 //! `/api/v1/usage` and `/api/v1/usage/requests`: the caller's own usage.
 
-use crate::dto::usage::{UsageRequestsData, UsageSummaryData};
+use crate::dto::usage::{UsageRequestsData, UsageSummaryData, UserBudgetData};
 use crate::dto::{Envelope, ErrorEnvelope, ServerErrors};
 use crate::error::ApiError;
 use crate::extract::{query_params, Authorized};
@@ -72,4 +72,22 @@ pub(crate) async fn requests(
         )
         .await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(UsageRequestsData::from(page))))
+}
+
+/// The caller's budget across all their keys (personal and scoped to a team; not team keys): the limit that applies (their own, set by an admin, else the platform's), its period, and what they spent in it. Access token, or API key with `read`.
+#[utoipa::path(get, path = "/api/v1/usage/budget", tag = "usage",
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<UserBudgetData>),
+        (status = 400, description = "A parameter (there are none; details.field names it)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope), (status = 403, description = "API key without read", body = ErrorEnvelope),
+        ServerErrors))]
+pub(crate) async fn budget(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    Authorized(caller): Authorized<op::ReadUsage>,
+) -> Result<HttpResponse, ApiError> {
+    query_params(&req, &[])?;
+    let budget = state.accounts.user_budget(&caller).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(UserBudgetData::from(budget))))
 }

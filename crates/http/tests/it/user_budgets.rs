@@ -14,6 +14,7 @@ use crate::key_counters_redis::RedisCounters;
 use crate::rate_limit_contract::RedisServer;
 use crate::teams::{add, fire, spent_by, team, team_scoped_key};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 backend_tests!(
     a_user_budget_holds_over_three_keys_and_two_nodes,
@@ -119,8 +120,22 @@ async fn the_platform_user_budget_applies_until_an_admin_overrides_it(backend: B
         assert_eq!(refused.error(429, "budget_exceeded")["details"]["scope"], "user");
         assert_eq!(node.chat(Auth::Bearer(&team_key), &call).await.status, 200, "team key");
     }
+    let mine = eventually("the two calls in the ledger", Duration::from_secs(10), || async {
+        let mine = a.get("/api/v1/usage/budget", Auth::Bearer(&user.token)).await.data(200);
+        if (mine["spent_usd"].as_f64().unwrap() - 0.0796).abs() < 1e-9 {
+            Ok(mine)
+        } else {
+            Err(mine)
+        }
+    })
+    .await;
+    assert_eq!((&mine["limit_usd"], &mine["source"]), (&json!(0.08), &json!("platform")), "{mine}");
+    assert_eq!(mine["budget_period"], "monthly");
+    assert!(mine["budget_reset_at"].is_string(), "{mine}");
     let set = set_user_budget(&a, &admin, &user, json!(1.0)).await;
     assert_eq!(set["budget_usd"], json!(1.0));
+    let mine = b.get("/api/v1/usage/budget", Auth::Bearer(&user.token)).await.data(200);
+    assert_eq!((&mine["limit_usd"], &mine["source"]), (&json!(1.0), &json!("own")), "{mine}");
     for node in [&b, &a] {
         assert_eq!(node.chat(Auth::Bearer(&key), &call).await.status, 200, "override");
     }

@@ -5,6 +5,7 @@
 //! the second factor's enrollment and checks in `crate::mfa`; the credentials they are built on
 //! (`crate::password`, `crate::tokens`) belong to the shared ground ([`ServiceContext`]).
 
+pub mod budget;
 pub mod mfa_login;
 pub mod registration;
 pub mod self_service;
