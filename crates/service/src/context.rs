@@ -131,6 +131,11 @@ impl ServiceContext {
         &self.tokens
     }
 
+    /// The platform's spend rules (users' budgets, the team-scope rule).
+    pub fn platform_spend(&self) -> &crate::levels::PlatformSpend {
+        &self.spend
+    }
+
     /// The time the account and credential rules read.
     pub fn clock(&self) -> &crate::Clock {
         &self.clock

@@ -6,7 +6,7 @@
 
 use crate::console::render::Shown;
 use crate::console::session::Viewer;
-use crate::console::view::{key_status, when, CsrfField, CsrfOnly, Form};
+use crate::console::view::{key_status, money, when, CsrfField, CsrfOnly, Form};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -107,6 +107,7 @@ fn user_row(user: &UserView, own: bool) -> Value {
         disabled => user.disabled,
         created => when(&user.created_at),
         verified => user.email_verified_at.as_ref().map(when),
+        budget => user.budget_micros.map(|m| format!("{}", m as f64 / 1_000_000.0)),
         own,
     }
 }
@@ -143,6 +144,8 @@ async fn users_page(
             q, users, next, error, first_page => query.cursor.is_none(),
             first_href => with_query("/admin/users", &[("q", q)]),
             registration => viewer.keys().registration,
+            budget_period => state.context.platform_spend().user_budget_period.as_str(),
+            platform_budget => state.context.platform_spend().user_budget_micros.map(money),
         },
     )
 }
@@ -170,6 +173,9 @@ pub(crate) struct UserForm {
     q: String,
     #[serde(default)]
     role: String,
+    /// The user's own budget in USD (`budget` forms; empty: the platform's applies).
+    #[serde(default)]
+    budget_usd: String,
 }
 
 impl CsrfField for UserForm {
@@ -184,6 +190,34 @@ enum UserChange {
     Disable,
     Enable,
     Role,
+    Budget,
+}
+
+/// The update `change` makes with `form`'s fields.
+///
+/// # Errors
+/// A 400 naming `role` or `budget_usd` when it cannot be read.
+fn update_of(change: UserChange, form: &UserForm) -> Result<UserUpdate, Shown> {
+    let none = UserUpdate { role: None, disabled: None, budget_usd: None };
+    Ok(match change {
+        UserChange::Disable => UserUpdate { disabled: Some(true), ..none },
+        UserChange::Enable => UserUpdate { disabled: Some(false), ..none },
+        UserChange::Role => match form.role.trim().parse::<Role>() {
+            Ok(role) => UserUpdate { role: Some(role), ..none },
+            Err(()) => {
+                return Err(Shown {
+                    status: StatusCode::BAD_REQUEST,
+                    message: "invalid request: role must be user or admin".to_owned(),
+                    hint: None,
+                    field: Some("role".to_owned()),
+                })
+            }
+        },
+        UserChange::Budget => {
+            let budget = crate::console::keys::optional::<f64>("budget_usd", &form.budget_usd)?;
+            UserUpdate { budget_usd: Some(budget), ..none }
+        }
+    })
 }
 
 /// Applies `change` to user `id` (`PATCH /api/v1/admin/users/{id}`), then back to the users
@@ -205,24 +239,7 @@ async fn change_user(
         Ok(admin) => admin,
         Err(refused) => return *refused,
     };
-    let update = match change {
-        UserChange::Disable => {
-            Ok(UserUpdate { role: None, disabled: Some(true), budget_usd: None })
-        }
-        UserChange::Enable => {
-            Ok(UserUpdate { role: None, disabled: Some(false), budget_usd: None })
-        }
-        UserChange::Role => match form.role.trim().parse::<Role>() {
-            Ok(role) => Ok(UserUpdate { role: Some(role), disabled: None, budget_usd: None }),
-            Err(()) => Err(Shown {
-                status: StatusCode::BAD_REQUEST,
-                message: "invalid request: role must be user or admin".to_owned(),
-                hint: None,
-                field: Some("role".to_owned()),
-            }),
-        },
-    };
-    let changed = match update {
+    let changed = match update_of(change, &form) {
         Ok(update) => state.admin.admin_update_user(&admin, id, update).await.map_err(Shown::from),
         Err(shown) => Err(shown),
     };
@@ -238,6 +255,10 @@ async fn change_user(
                     format!("{} is enabled again: their keys work; they sign in anew.", user.email)
                 }
                 UserChange::Role => format!("{} now has the role {}.", user.email, user.role),
+                UserChange::Budget => match user.budget_micros {
+                    Some(own) => format!("{}'s own budget is now {}.", user.email, money(own)),
+                    None => format!("{} has the platform's user budget again.", user.email),
+                },
             };
             let location = with_query("/admin/users", &[("q", back.q.as_str())]);
             viewer.keys().see_other_with_notice(&location, &notice)
@@ -267,6 +288,18 @@ pub(crate) async fn enable_user(
     form: Form<UserForm>,
 ) -> HttpResponse {
     change_user(&state, &req, &viewer, &id, form, UserChange::Enable).await
+}
+
+/// `POST /admin/users/{id}/budget` (`budget_usd`; empty: the platform's user budget applies):
+/// the user's own budget across all their keys.
+pub(crate) async fn set_budget(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    viewer: Viewer,
+    id: web::Path<UserId>,
+    form: Form<UserForm>,
+) -> HttpResponse {
+    change_user(&state, &req, &viewer, &id, form, UserChange::Budget).await
 }
 
 /// `POST /admin/users/{id}/role` (`role`: `user` or `admin`). An admin cannot demote

@@ -59,6 +59,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/admin/users/{id}/disable", post().to(admin::disable_user))
             .route("/admin/users/{id}/enable", post().to(admin::enable_user))
             .route("/admin/users/{id}/role", post().to(admin::set_role))
+            .route("/admin/users/{id}/budget", post().to(admin::set_budget))
             .route("/admin/keys", get().to(admin::keys))
             .route("/admin/keys/{id}/revoke", post().to(admin::revoke_key))
             .route("/admin/invitations", get().to(admin::invitations))

@@ -89,6 +89,21 @@ async fn admins_search_disable_and_enable_users(backend: Backend) {
     let row = after.row("data-user-id", &user.id).unwrap();
     assert!(row.contains("<td class=\"role\">admin</td>"), "{row}");
     assert_eq!(users_browser.get("/admin/users").await.status, 200);
+    // A user's own budget, set and cleared from their row.
+    let path = format!("/admin/users/{}/budget", user.id);
+    let set = browser.post(&path, &[("csrf", &csrf), ("budget_usd", "25")]).await;
+    let after = browser.follow(&set, "/admin/users").await;
+    assert!(after.text.contains("own budget is now $25.00"), "{}", after.text);
+    let row = after.row("data-user-id", &user.id).unwrap();
+    assert!(row.contains("value=\"25\""), "{row}");
+    let api = format!("/api/v1/admin/users/{}", user.id);
+    let shown = app.get(&api, Auth::Bearer(&admin.token)).await;
+    assert_eq!(shown.data(200)["budget_usd"], serde_json::json!(25.0));
+    let bad = browser.post(&path, &[("csrf", &csrf), ("budget_usd", "lots")]).await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    let cleared = browser.post(&path, &[("csrf", &csrf), ("budget_usd", "")]).await;
+    let after = browser.follow(&cleared, "/admin/users").await;
+    assert!(after.text.contains("user budget again"), "{}", after.text);
 }
 
 async fn everyone_else_gets_the_apis_403(backend: Backend) {
