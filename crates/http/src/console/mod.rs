@@ -18,6 +18,7 @@ pub(crate) mod redirect;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
+pub(crate) mod team_webhook;
 pub(crate) mod teams;
 pub(crate) mod templates;
 pub(crate) mod usage;
@@ -87,6 +88,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/teams/{id}/keys/new", get().to(teams::new_key_form))
             .route("/teams/{id}/keys/new", post().to(teams::create_key))
             .route("/teams/{id}/keys/{key_id}/revoke", post().to(teams::revoke_key))
+            .route("/teams/{id}/webhook", post().to(team_webhook::set))
+            .route("/teams/{id}/webhook/delete", post().to(team_webhook::delete))
             // Usage charts, sessions and the account.
             .route("/usage", get().to(usage::show))
             .route("/sessions", get().to(account::sessions))

@@ -294,7 +294,7 @@ impl PolicyForm {
 
 /// What a refused form of the team page sends back: which form, what was typed, and why.
 #[derive(Debug, Default)]
-struct Typed {
+pub(super) struct Typed {
     /// `add-member`, `team-policy`, or another form's id.
     form: &'static str,
     member: Option<AddMemberForm>,
@@ -303,7 +303,7 @@ struct Typed {
 }
 
 impl Typed {
-    fn refused(form: &'static str, error: Shown) -> Self {
+    pub(super) fn refused(form: &'static str, error: Shown) -> Self {
         Self { form, error: Some(error), ..Self::default() }
     }
 }
@@ -321,6 +321,9 @@ struct Managed {
     keys: aigw_service::Page<ApiKeyView>,
     by_member: UsageSummary,
     by_key: UsageSummary,
+    /// The team's webhook, and its latest deliveries.
+    webhook: Option<aigw_service::alerts::WebhookView>,
+    deliveries: Vec<aigw_service::alerts::DeliveryView>,
 }
 
 /// Whether the viewer manages `team` (its owners and admins, platform admins).
@@ -358,7 +361,8 @@ async fn read_team(
             |group: &str| UsageQuery { group_by: Some(group.to_owned()), ..UsageQuery::default() };
         let by_member = state.teams.team_usage(&usage, id, grouped("member")).await?;
         let by_key = state.teams.team_usage(&usage, id, grouped("api_key")).await?;
-        Some(Managed { invitations, keys, by_member, by_key })
+        let (webhook, deliveries) = super::team_webhook::read(state, &reader, id).await?;
+        Some(Managed { invitations, keys, by_member, by_key, webhook, deliveries })
     } else {
         None
     };
@@ -444,6 +448,8 @@ async fn team_page(
             by_member => managed.by_member,
             by_key => managed.by_key,
             usage_range => managed.usage_range,
+            webhook => managed.webhook,
+            deliveries => managed.deliveries,
             manages,
             owns => owns(viewer, &team),
             is_member => team.role.is_some(),
@@ -534,6 +540,8 @@ struct ManagedView {
     by_member: Vec<Value>,
     by_key: Vec<Value>,
     usage_range: Option<String>,
+    webhook: Option<Value>,
+    deliveries: Vec<Value>,
 }
 
 /// The managers' part of team `id`'s page; `emails` names the members (by user id).
@@ -585,6 +593,8 @@ fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) ->
         by_member,
         by_key,
         usage_range: Some(format!("{} to {}", range.from, range.to)),
+        webhook: managed.webhook.as_ref().map(super::team_webhook::webhook_row),
+        deliveries: managed.deliveries.iter().map(super::team_webhook::delivery_row).collect(),
     }
 }
 
@@ -602,7 +612,7 @@ pub(crate) async fn show(
 
 /// The answer to a team page form: `done`'s notice on the team page, or the page again with
 /// the refusal.
-async fn answer(
+pub(super) async fn answer(
     state: &AppState,
     viewer: &Viewer,
     id: &TeamId,

@@ -27,6 +27,7 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     // Teams (a team-key form and secret reuse `key_new.html` and `key_secret.html`).
     ("teams.html", include_str!("../../templates/console/teams.html")),
     ("team.html", include_str!("../../templates/console/team.html")),
+    ("team_webhook_secret.html", include_str!("../../templates/console/team_webhook_secret.html")),
     // Usage charts, sessions and the account.
     ("chart.html", include_str!("../../templates/console/chart.html")),
     ("usage.html", include_str!("../../templates/console/usage.html")),

@@ -186,6 +186,23 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert!(keys.contains(&format!("<a href=\"/teams/{id}\">data</a>")), "{keys}");
     assert!(keys.contains(">personal<"), "{keys}");
 
+    // The alerts webhook: a bad URL is refused on the page, a good one shows its secret once.
+    let hook = format!("/teams/{id}/webhook");
+    let bad = browser.post_with_csrf(&hook, &csrf, &[("url", "http://127.0.0.1/hook")]).await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert!(bad.text.contains("https://"), "{}", bad.text);
+    let url = "https://hooks.example.com/aigw";
+    let set = browser.post_with_csrf(&hook, &csrf, &[("url", url)]).await;
+    assert_eq!(set.status, 200, "{}", set.text);
+    assert!(set.element("code", "secret").contains("whsec_"), "{}", set.text);
+    let page = browser.get(&format!("/teams/{id}")).await;
+    let section = page.element("form", "team-webhook");
+    assert!(section.contains("A new URL"), "{section}");
+    assert!(page.text.contains("hooks.example.com&#x2f;aigw</code>"), "{}", page.text);
+    let removed = browser.post_with_csrf(&format!("{hook}/delete"), &csrf, &[]).await;
+    assert_eq!(removed.status, 303, "{}", removed.text);
+    app.get(&format!("/api/v1{hook}"), Auth::Bearer(&owner.token)).await.not_found("webhook", &id);
+
     // Deleting the team.
     let deleted = browser.post_with_csrf(&format!("/teams/{id}/delete"), &csrf, &[]).await;
     assert_eq!((deleted.status, deleted.location.as_deref()), (303, Some("/teams")));
