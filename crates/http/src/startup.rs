@@ -259,7 +259,8 @@ impl Application {
     /// # Errors
     /// Any start-up failure, with a one-line cause (bad configuration, short secret in
     /// production, database unreachable, address in use).
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
+        settings.providers = settings.gateway.with_demo_provider(settings.providers);
         let data_lock = lock_data_dir(&settings.server.data_dir)?;
         let services = Services::start(&settings).await?;
         let metrics_server = match &settings.server.metrics_listen {

@@ -168,6 +168,11 @@ pub const DEFAULT_LEASE_CALLS: u32 = 16;
 pub struct GatewayConfig {
     /// Offer the built-in `echo` model, which answers with the last user message (default true).
     pub echo_model: bool,
+    /// Offer the built-in `demo-priced` model ([`DEMO_MODEL`]): `echo`, offline, but priced as
+    /// GPT-4o is listed (USD 2.50 per million prompt tokens, 10.00 per million completion
+    /// tokens), so that spend, budgets and alerts show money with no provider configured; a
+    /// demonstration, documented as such (default true; its calls cost nothing real).
+    pub demo_model: bool,
     /// Seconds to wait for an upstream connection (default 10).
     pub connect_timeout_secs: u64,
     /// Seconds to wait for a whole non-streaming answer, or between two chunks of a stream
@@ -265,6 +270,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
             echo_model: true,
+            demo_model: true,
             connect_timeout_secs: 10,
             upstream_timeout_secs: 300,
             max_response_bytes: 16 * 1024 * 1024,
@@ -428,6 +434,31 @@ impl Default for ProviderConfig {
             tokenizers: std::collections::BTreeMap::new(),
             context_windows: std::collections::BTreeMap::new(),
         }
+    }
+}
+
+/// The built-in demonstration model's name (`gateway.demo_model`).
+pub const DEMO_MODEL: &str = "demo-priced";
+
+impl GatewayConfig {
+    /// `providers` with, when `demo_model` is on and no provider lists [`DEMO_MODEL`], the
+    /// built-in demonstration provider (`kind = "echo"`, priced).
+    pub fn with_demo_provider(&self, mut providers: Vec<ProviderConfig>) -> Vec<ProviderConfig> {
+        if self.demo_model && !providers.iter().any(|p| p.models.iter().any(|m| m == DEMO_MODEL)) {
+            let price = PriceConfig {
+                input_per_million: 2.5,
+                output_per_million: 10.0,
+                ..PriceConfig::default()
+            };
+            providers.push(ProviderConfig {
+                name: "demo".to_owned(),
+                kind: ProviderKind::Echo,
+                models: vec![DEMO_MODEL.to_owned()],
+                prices: std::collections::BTreeMap::from([(DEMO_MODEL.to_owned(), price)]),
+                ..ProviderConfig::default()
+            });
+        }
+        providers
     }
 }
 

@@ -180,6 +180,9 @@ pub fn test_settings(data_dir: PathBuf, database_url: String) -> Settings {
     settings.auth.argon2.memory_kib = 8192;
     settings.auth.argon2.iterations = 1;
     settings.gateway.upstream_timeout_secs = 30;
+    // The demonstration model stays out of the model lists the tests compare
+    // (tests/usage/kinds.rs turns it on).
+    settings.gateway.demo_model = false;
     // Every test app is its own client at 127.0.0.1, so rate limits are off unless a test
     // turns them on (tests/rate_limit_contract.rs).
     settings.rate_limit.enabled = false;

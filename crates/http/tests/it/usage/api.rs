@@ -9,6 +9,7 @@ backend_tests!(
     requests_are_paged_newest_first,
     old_records_are_pruned_and_rollups_kept,
     usage_is_exported_as_csv,
+    the_demo_model_shows_money,
 );
 
 fn today() -> chrono::NaiveDate {
@@ -315,4 +316,34 @@ async fn usage_is_exported_as_csv(backend: Backend) {
     assert_eq!(&row[2], made["key_prefix"].as_str().unwrap());
     assert_eq!(&row[header.iter().position(|h| h == "requests").unwrap()], "2500");
     app.get("/api/v1/usage/export?group_by=week", auth).await.invalid("group_by");
+}
+
+/// The built-in `demo-priced` model (`gateway.demo_model`): offline like `echo`, but priced, so
+/// that a setup without a provider shows spend, and budgets refuse it.
+async fn the_demo_model_shows_money(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.gateway.demo_model = true).await;
+    let user = app.new_user("usage-demo").await;
+    let key = app.key(&user.token, &["ai_gateway"]).await;
+    let listed = app.get("/api/v1/ai/models", Auth::Bearer(&key)).await;
+    let models: Value = serde_json::from_str(&listed.text).unwrap();
+    let ids: Vec<&str> =
+        models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    assert!(ids.contains(&"demo-priced") && ids.contains(&"echo"), "{ids:?}");
+    let body = json!({"model": "demo-priced", "max_tokens": 5,
+                      "messages": [{"role": "user", "content": "what does this cost?"}]});
+    let answered = app.chat(Auth::Bearer(&key), &body).await;
+    assert_eq!(answered.status, 200, "{}", answered.text);
+    let records = wait_for_records(&app, Auth::Bearer(&user.token), 1).await;
+    let record = &records[0];
+    assert_eq!((&record["model"], &record["priced"]), (&json!("demo-priced"), &json!(true)));
+    assert!(record["cost_usd"].as_f64().unwrap() > 0.0, "{record}");
+    let made = app
+        .create_key_raw(
+            Auth::Bearer(&user.token),
+            &json!({"name": "tiny", "permissions": ["ai_gateway"], "max_budget_usd": 0.00005}),
+        )
+        .await
+        .data(201);
+    let refused = app.chat(Auth::Bearer(made["key"].as_str().unwrap()), &body).await;
+    assert_eq!(refused.error(429, "budget_exceeded")["details"]["scope"], "key");
 }
