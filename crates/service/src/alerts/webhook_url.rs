@@ -109,6 +109,7 @@ impl reqwest::dns::Resolve for PublicOnly {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
