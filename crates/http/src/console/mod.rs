@@ -19,6 +19,7 @@ pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
 pub(crate) mod team_webhook;
+pub(crate) mod team_webhook_view;
 pub(crate) mod teams;
 pub(crate) mod templates;
 pub(crate) mod usage;

@@ -361,7 +361,7 @@ async fn read_team(
             |group: &str| UsageQuery { group_by: Some(group.to_owned()), ..UsageQuery::default() };
         let by_member = state.teams.team_usage(&usage, id, grouped("member")).await?;
         let by_key = state.teams.team_usage(&usage, id, grouped("api_key")).await?;
-        let (webhook, deliveries) = super::team_webhook::read(state, &reader, id).await?;
+        let (webhook, deliveries) = super::team_webhook_view::read(state, &reader, id).await?;
         Some(Managed { invitations, keys, by_member, by_key, webhook, deliveries })
     } else {
         None
@@ -593,8 +593,8 @@ fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) ->
         by_member,
         by_key,
         usage_range: Some(format!("{} to {}", range.from, range.to)),
-        webhook: managed.webhook.as_ref().map(super::team_webhook::webhook_row),
-        deliveries: managed.deliveries.iter().map(super::team_webhook::delivery_row).collect(),
+        webhook: managed.webhook.as_ref().map(super::team_webhook_view::webhook_row),
+        deliveries: managed.deliveries.iter().map(super::team_webhook_view::delivery_row).collect(),
     }
 }
 

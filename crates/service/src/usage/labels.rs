@@ -2,7 +2,6 @@
 //! name and visible prefix, a team's name (rows grouped by `member`, `api_key` or `team`).
 //! Read in one query per page of ids; a group whose subject is gone (a deleted key) has none.
 
-use super::GroupBy;
 use aigw_persistence::usage::UsageTotalsRow;
 use aigw_persistence::{api_keys, teams, users, DbConnection, PersistenceError};
 use std::collections::BTreeMap;
@@ -31,32 +30,42 @@ pub enum GroupLabel {
     },
 }
 
-/// The labels of `rows`' group values, grouped by `group_by`, by value.
+/// What the group values of labelled rows are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Labelled {
+    /// Members' user ids.
+    Member,
+    /// API key ids.
+    ApiKey,
+    /// Team ids.
+    Team,
+}
+
+/// The labels of `rows`' group values, which are `what`, by value.
 ///
 /// # Errors
 /// On database failure.
 pub(crate) fn labels_of(
     conn: &mut DbConnection,
-    group_by: GroupBy,
+    what: Labelled,
     rows: &[UsageTotalsRow],
 ) -> Result<BTreeMap<String, GroupLabel>, PersistenceError> {
     let ids: Vec<String> = rows.iter().map(|r| r.group.clone()).filter(|g| !g.is_empty()).collect();
     if ids.is_empty() {
         return Ok(BTreeMap::new());
     }
-    Ok(match group_by {
-        GroupBy::Member => users::find_by_ids(conn, &ids)?
+    Ok(match what {
+        Labelled::Member => users::find_by_ids(conn, &ids)?
             .into_iter()
             .map(|u| (u.id.to_string(), GroupLabel::Member { email: u.email, name: u.name }))
             .collect(),
-        GroupBy::ApiKey => api_keys::names_of(conn, &ids)?
+        Labelled::ApiKey => api_keys::names_of(conn, &ids)?
             .into_iter()
             .map(|(id, name, key_prefix)| (id, GroupLabel::ApiKey { name, key_prefix }))
             .collect(),
-        GroupBy::Team => teams::names_of(conn, &ids)?
+        Labelled::Team => teams::names_of(conn, &ids)?
             .into_iter()
             .map(|(id, name)| (id, GroupLabel::Team { name }))
             .collect(),
-        GroupBy::Day | GroupBy::Model | GroupBy::Endpoint => BTreeMap::new(),
     })
 }

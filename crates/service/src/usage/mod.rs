@@ -175,7 +175,16 @@ impl UsageSummary {
         group_by: GroupBy,
         rows: &[ledger::UsageTotalsRow],
     ) -> Result<Self, aigw_persistence::PersistenceError> {
-        let labels = labels::labels_of(conn, group_by, rows)?;
+        let what = match group_by {
+            GroupBy::Member => Some(labels::Labelled::Member),
+            GroupBy::ApiKey => Some(labels::Labelled::ApiKey),
+            GroupBy::Team => Some(labels::Labelled::Team),
+            GroupBy::Day | GroupBy::Model | GroupBy::Endpoint => None,
+        };
+        let labels = match what {
+            Some(what) => labels::labels_of(conn, what, rows)?,
+            None => std::collections::BTreeMap::new(),
+        };
         Ok(Self { labels, ..Self::of(range, group_by, rows) })
     }
 
