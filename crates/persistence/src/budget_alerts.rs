@@ -71,6 +71,23 @@ pub fn claim(conn: &mut DbConnection, alert: &BudgetAlertRow) -> Result<bool, Pe
     Ok(inserted == 1)
 }
 
+/// The thresholds already alerted for counter `counter` in `period` (a read, so that a budget
+/// whose thresholds were all sent costs no write).
+///
+/// # Errors
+/// On database failure.
+pub fn claimed(
+    conn: &mut DbConnection,
+    counter: &str,
+    period: &str,
+) -> Result<Vec<i32>, PersistenceError> {
+    Ok(a::table
+        .filter(a::counter.eq(counter))
+        .filter(a::period.eq(period))
+        .select(a::threshold)
+        .load(conn)?)
+}
+
 /// The alerts of counter `counter`, newest first (at most `limit`).
 ///
 /// # Errors

@@ -35,6 +35,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+/// How long the watcher gathers signals before it reads the budgets they touched.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Budget alerts and team webhooks (see the module docs). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct BudgetAlerts {
@@ -103,10 +106,12 @@ impl BudgetAlerts {
         Ok(tasks)
     }
 
-    /// Turns signals into alerts until the senders are gone; a batch's failure is logged and
-    /// the next signal of the same budget tries again.
+    /// Turns signals into alerts until the senders are gone, the signals of [`COALESCE`] at
+    /// a time (each budget they touch is read once however many flushes touched it); a
+    /// batch's failure is logged and the next signal of the same budget tries again.
     async fn watch(&self, mut receiver: mpsc::Receiver<Vec<SpendSignal>>) {
         while let Some(mut batch) = receiver.recv().await {
+            tokio::time::sleep(COALESCE).await;
             while let Ok(more) = receiver.try_recv() {
                 batch.extend(more);
             }

@@ -170,6 +170,7 @@ pub(super) fn evaluate(
     let top = thresholds.last().copied();
     let counter = subject.counter().name();
     let period = period_name(budget.period, now);
+    let claimed = budget_alerts::claimed(conn, &counter, &period)?;
     let mut evaluated = Evaluated {
         team_use: match subject {
             Subject::Team(team_id) => Some((team_id.clone(), ratio)),
@@ -178,6 +179,10 @@ pub(super) fn evaluate(
         alerts: Vec::new(),
     };
     for &threshold in thresholds {
+        let percent = i32::try_from(threshold).unwrap_or(i32::MAX);
+        if claimed.contains(&percent) {
+            continue;
+        }
         let by_spend =
             i128::from(spent) * 100 >= i128::from(budget.limit_micros) * i128::from(threshold);
         let full = refused.is_some_and(|held| {
@@ -190,7 +195,7 @@ pub(super) fn evaluate(
         let row = BudgetAlertRow {
             counter: counter.clone(),
             period: period.clone(),
-            threshold: i32::try_from(threshold).unwrap_or(i32::MAX),
+            threshold: percent,
             scope: subject.scope().as_str().to_owned(),
             team_id: budget.team_id.clone(),
             spent_micros: spent,
