@@ -107,7 +107,8 @@ fn no_webhook(team_id: &str) -> ServiceError {
     ServiceError::NotFound { resource: "webhook", id: team_id.chars().take(64).collect() }
 }
 
-/// Requires `user_id` to manage team `team_id` (`admin`: a platform admin), on `conn`.
+/// Requires `user_id` to manage team `team_id` (`admin`: a platform admin), on `conn`; in a
+/// transaction that writes, after [`lock_team`].
 fn manages(
     conn: &mut DbConnection,
     team_id: &TeamId,
@@ -115,6 +116,16 @@ fn manages(
     admin: bool,
 ) -> Result<(), ServiceError> {
     TeamAccess::of(conn, team_id, user_id, admin)?.1.manage().map(|_| ())
+}
+
+/// Locks team `team_id`'s row as a transaction's first statement, so that SQLite takes its
+/// write lock up front (see `aigw_persistence::transaction`).
+fn lock_team(conn: &mut DbConnection, team_id: &TeamId) -> Result<(), ServiceError> {
+    if aigw_persistence::teams::lock(conn, team_id)? {
+        Ok(())
+    } else {
+        Err(crate::team_access::team_not_found(team_id))
+    }
 }
 
 impl BudgetAlerts {
@@ -165,6 +176,7 @@ impl BudgetAlerts {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
+                    lock_team(conn, &team)?;
                     manages(conn, &team, &user_id, admin)?;
                     webhooks::set(conn, &row)?;
                     event.insert(conn)?;
@@ -222,6 +234,7 @@ impl BudgetAlerts {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
+                    lock_team(conn, &team)?;
                     manages(conn, &team, &user_id, admin)?;
                     if !webhooks::delete(conn, &team)? {
                         return Err(no_webhook(&team));

@@ -83,6 +83,25 @@ impl KeyScope {
         }
     }
 
+    /// Inserts `row` (made by `caller`) once [`Self::check`] allows it, in the caller's
+    /// transaction, with a write first so that SQLite takes its write lock up front (see
+    /// `aigw_persistence::transaction`): the team's lock, else the key itself (a refusal
+    /// rolls it back).
+    fn store(
+        &self,
+        conn: &mut DbConnection,
+        row: &ApiKeyRow,
+        caller: &UserId,
+    ) -> Result<(), ServiceError> {
+        if matches!(self, KeyScope::Own(None)) {
+            api_keys::insert(conn, row)?;
+            self.check(conn, row, caller)
+        } else {
+            self.check(conn, row, caller)?;
+            Ok(api_keys::insert(conn, row)?)
+        }
+    }
+
     /// Checks, in the transaction that inserts `row` (by `caller`), that it may be created:
     /// the team's rules for who makes which key, and for a key with `ai_gateway` and no team,
     /// that no team of its owner's requires scoped keys.
@@ -255,8 +274,7 @@ impl ApiKeys {
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
-                    scope.check(conn, &row, &caller)?;
-                    api_keys::insert(conn, &row)?;
+                    scope.store(conn, &row, &caller)?;
                     event.insert(conn)?;
                     if let Some(recording) = &recording {
                         recording.record(conn, &answer)?;
