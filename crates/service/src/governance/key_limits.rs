@@ -28,6 +28,7 @@ use aigw_domain::usage::TokenUsage;
 use aigw_domain::BudgetMode;
 use bytes::Bytes;
 use dashmap::DashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,16 +74,20 @@ struct Asked<'a> {
     body: &'a Bytes,
     bound: TokenUsage,
     images: u64,
+    /// Set once the call was counted as decided without Redis: a call counts once, however
+    /// many levels and attempts (a refusal tried again after tightening, a clamp) it takes.
+    fallback_counted: &'a AtomicBool,
 }
 
 impl<'a> Asked<'a> {
-    fn new(summary: &'a RequestSummary, body: &'a Bytes) -> Self {
+    fn new(summary: &'a RequestSummary, body: &'a Bytes, counted: &'a AtomicBool) -> Self {
         Self {
             model: &summary.model,
             shape: PromptShape { endpoint: summary.endpoint, floor: summary.prompt_floor },
             body,
             bound: TokenUsage::new(summary.prompt_bound, summary.completion_cap),
             images: summary.images,
+            fallback_counted: counted,
         }
     }
 }
@@ -117,6 +122,7 @@ struct LevelCall<'a> {
     prompt_bound: u64,
     image_prompt: u64,
     bound: TokenUsage,
+    fallback_counted: &'a AtomicBool,
 }
 
 impl LevelCall<'_> {
@@ -326,7 +332,8 @@ impl SpendGovernance {
         summary: &RequestSummary,
         body: &Bytes,
     ) -> Result<Admitted, ServiceError> {
-        let asked = Asked::new(summary, body);
+        let counted = AtomicBool::new(false);
+        let asked = Asked::new(summary, body, &counted);
         let refused = match self.admit_levels(principal, &asked).await {
             Err(refused @ ServiceError::BudgetExceeded { .. }) => refused,
             outcome => return outcome,
@@ -352,7 +359,8 @@ impl SpendGovernance {
         lowered.prompt_bound = lowered.prompt_bound.max(summary.prompt_bound);
         lowered.prompt_floor = summary.prompt_floor;
         let summary = lowered;
-        let mut admitted = self.admit_levels(principal, &Asked::new(&summary, &clamped)).await?;
+        let mut admitted =
+            self.admit_levels(principal, &Asked::new(&summary, &clamped, &counted)).await?;
         admitted.clamped = Some((clamped, summary));
         Ok(admitted)
     }
@@ -508,7 +516,7 @@ impl SpendGovernance {
         level: &LimitLevel<'_>,
         asked: &Asked<'_>,
     ) -> Result<Admission, ServiceError> {
-        let Asked { model, shape, body, bound, images } = *asked;
+        let Asked { model, shape, body, bound, images, fallback_counted } = *asked;
         let policy = level.policy;
         let priced = policy.max_budget_micros.is_some() || policy.tpm_limit.is_some();
         if !priced && policy.rpm_limit.is_none() {
@@ -532,6 +540,7 @@ impl SpendGovernance {
             prompt_bound: bound.prompt_tokens,
             image_prompt,
             bound: with_images,
+            fallback_counted,
         };
         if let Some(admission) = self.admit_leased(&call).await {
             return Ok(admission);
@@ -609,7 +618,9 @@ impl SpendGovernance {
                 }
                 Some(Err(e)) => return Err(e),
                 None => {
-                    redis.count_fallback();
+                    if !call.fallback_counted.swap(true, Ordering::Relaxed) {
+                        redis.count_fallback();
+                    }
                     return Ok(InRedis::Unavailable);
                 }
             }
