@@ -14,6 +14,7 @@ pub(crate) mod admin;
 pub(crate) mod assets;
 pub(crate) mod chart;
 pub(crate) mod keys;
+pub(crate) mod member_keys;
 pub(crate) mod redirect;
 pub(crate) mod render;
 pub(crate) mod session;
@@ -77,6 +78,8 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig, context: web::Data<Console
             .route("/teams/{id}/members", post().to(teams::add_member))
             .route("/teams/{id}/members/{user_id}/role", post().to(teams::update_member_role))
             .route("/teams/{id}/members/{user_id}/budget", post().to(teams::update_member_budget))
+            .route("/teams/{id}/members/{user_id}/keys/new", get().to(member_keys::new_form))
+            .route("/teams/{id}/members/{user_id}/keys/new", post().to(member_keys::create))
             .route("/teams/{id}/members/{user_id}/remove", post().to(teams::remove_member))
             .route(
                 "/teams/{id}/invitations/{invitation_id}/revoke",

@@ -125,6 +125,22 @@ async fn an_owner_sets_a_team_up_in_the_console(backend: Backend) {
     assert_eq!(bad.status, 400, "{}", bad.text);
     let cleared = browser.post_with_csrf(&ada_budget, &csrf, &[("budget_usd", "")]).await;
     assert_eq!(cleared.status, 303, "{}", cleared.text);
+    // A key made for Ada from her row: hers, its secret shown once to the owner.
+    let for_ada = format!("/teams/{id}/members/{}/keys/new", ada.id);
+    let page = browser.get(&format!("/teams/{id}")).await;
+    assert!(page.text.contains(&format!("href=\"{for_ada}\"")), "{}", page.text);
+    let form = browser.get(&for_ada).await;
+    assert_eq!(form.status, 200, "{}", form.text);
+    assert!(!form.text.contains("id=\"team_id\""), "{}", form.text);
+    let fields = [("name", "for ada"), ("permissions", "ai_gateway"), ("budget_period", "total")];
+    let made = browser.post_with_csrf(&for_ada, &csrf, &fields).await;
+    assert_eq!(made.status, 201, "{}", made.text);
+    assert!(made.text.contains("pass it on to them"), "{}", made.text);
+    let ada_keys = app.get("/api/v1/auth/api-keys", Auth::Bearer(&ada.token)).await.data(200);
+    let mine =
+        ada_keys["api_keys"].as_array().unwrap().iter().find(|k| k["name"] == "for ada").cloned();
+    let mine = mine.unwrap_or_else(|| panic!("not in Ada's keys: {ada_keys}"));
+    assert_eq!((&mine["created_by"], &mine["team_id"]), (&json!(owner.id), &json!(id)), "{mine}");
     let fields = policy(
         "data",
         &[("max_budget_usd", "50"), ("budget_period", "monthly"), ("rpm_limit", "100")],
