@@ -1,9 +1,9 @@
 //! Webhook deliveries: every node claims due deliveries (one attempt each, held for the
-//! receiver's timeout and a margin) about once a second, and at once when it queued one
-//! itself; POSTs each, signed ([`super::signature`]); and records the outcome: `delivered` on a
-//! 2xx, else another attempt after `webhook_retry_base_secs` doubled per attempt (at most an
-//! hour), until `webhook_max_attempts` attempts failed (`failed`). A node that dies holding a
-//! claim loses only that hold: the delivery is due again when it ends.
+//! receiver's timeout and a margin) every 5 s, and at once when it queued one itself; POSTs
+//! each, signed ([`super::signature`]); and records the outcome: `delivered` on a 2xx, else
+//! another attempt after `webhook_retry_base_secs` doubled per attempt (at most an hour),
+//! until `webhook_max_attempts` attempts failed (`failed`). A node that dies holding a claim
+//! loses only that hold: the delivery is due again when it ends.
 
 use super::config::AlertConfig;
 use super::signature::sign;
@@ -17,8 +17,11 @@ use tokio::sync::Notify;
 
 /// Deliveries claimed at once, at most.
 const BATCH: i64 = 20;
-/// How often due deliveries are looked for without a wake-up.
-const POLL: Duration = Duration::from_secs(1);
+/// How often due deliveries are looked for without a wake-up (a node's own new deliveries
+/// wake it at once; retries are due seconds apart).
+const POLL: Duration = Duration::from_secs(5);
+/// The longest wait between two looks while the database fails.
+const MAX_IDLE: Duration = Duration::from_secs(30);
 /// The longest wait between two attempts.
 const MAX_BACKOFF_SECS: u64 = 3600;
 /// The most of a receiver's error answer kept, in characters.
@@ -73,14 +76,23 @@ impl Deliveries {
         })
     }
 
-    /// Delivers until the task is aborted.
+    /// Delivers until the task is aborted. While the database fails, it looks again after
+    /// a doubling wait (at most [`MAX_IDLE`]), so that an outage does not add a query a second
+    /// per node to the recovering database.
     pub(super) async fn run(&self) {
+        let mut failures = 0u32;
         loop {
             match self.round().await {
-                Ok(0) | Err(_) => {
+                Ok(0) => {
+                    failures = 0;
                     let _ = tokio::time::timeout(POLL, self.queued.notified()).await;
                 }
-                Ok(_) => {}
+                Ok(_) => failures = 0,
+                Err(_) => {
+                    failures = failures.saturating_add(1);
+                    let wait = POLL.saturating_mul(1 << failures.min(5)).min(MAX_IDLE);
+                    tokio::time::sleep(wait).await;
+                }
             }
         }
     }
