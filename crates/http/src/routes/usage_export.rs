@@ -12,7 +12,7 @@ use actix_web::http::header::{ContentDisposition, DispositionParam, DispositionT
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::TeamId;
-use aigw_service::usage::{UsagePage, UsageQuery};
+use aigw_service::usage::{UsagePage, UsageQuery, UsageSummary};
 use bytes::Bytes;
 
 /// The media type of every export.
@@ -24,6 +24,15 @@ fn attachment(name: &str) -> ContentDisposition {
         disposition: DispositionType::Attachment,
         parameters: vec![DispositionParam::Filename(name.to_owned())],
     }
+}
+
+/// `summary` as a CSV attachment named `<stem>-by-<group>.csv`.
+fn summary_answer(stem: &str, summary: UsageSummary) -> HttpResponse {
+    let name = format!("{stem}-by-{}.csv", summary.group_by.as_str());
+    HttpResponse::Ok()
+        .content_type(CSV)
+        .insert_header(attachment(&name))
+        .body(summary_csv(&UsageSummaryData::from(summary)))
 }
 
 /// A summary query from `req`'s parameters (`api_key_id` only when `with_key`).
@@ -64,11 +73,7 @@ pub(crate) async fn summary(
     Authorized(caller): Authorized<op::ReadUsage>,
 ) -> Result<HttpResponse, ApiError> {
     let summary = state.usage.summary(&caller, summary_query(&req, true)?).await?;
-    let name = format!("aigw-usage-by-{}.csv", summary.group_by.as_str());
-    Ok(HttpResponse::Ok()
-        .content_type(CSV)
-        .insert_header(attachment(&name))
-        .body(summary_csv(&UsageSummaryData::from(summary))))
+    Ok(summary_answer("aigw-usage", summary))
 }
 
 /// A team's usage as CSV (owners and admins): the parameters and rows of `GET /teams/{id}/usage`, with the member's e-mail and name (by member) or the key's name and prefix (by key).
@@ -96,11 +101,7 @@ pub(crate) async fn team(
 ) -> Result<HttpResponse, ApiError> {
     let PathId(id) = id.into_inner()?;
     let summary = state.teams.team_usage(&caller, &id, summary_query(&req, false)?).await?;
-    let name = format!("aigw-team-usage-by-{}.csv", summary.group_by.as_str());
-    Ok(HttpResponse::Ok()
-        .content_type(CSV)
-        .insert_header(attachment(&name))
-        .body(summary_csv(&UsageSummaryData::from(summary))))
+    Ok(summary_answer("aigw-team-usage", summary))
 }
 
 /// What a streamed export sends next.

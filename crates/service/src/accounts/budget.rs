@@ -59,8 +59,7 @@ impl Accounts {
         };
         let now = self.ctx.clock.now();
         let period = platform.user_budget_period;
-        let ever = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
-        let from = aigw_domain::usage::format_day(period.start_day(now).unwrap_or(ever));
+        let from = crate::governance::budget::ledger_from(period, now);
         let user_id = user.id.to_string();
         let spent_micros = self
             .ctx

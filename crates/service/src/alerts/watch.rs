@@ -7,7 +7,7 @@
 
 use super::alert::{Alert, Subject};
 use crate::error::ServiceError;
-use crate::governance::budget::period_name;
+use crate::governance::budget::{ledger_from, period_name};
 use crate::levels::PlatformSpend;
 use crate::spend_signal::SpendSignal;
 use aigw_domain::BudgetPeriod;
@@ -60,19 +60,37 @@ struct Budget {
     what: String,
     /// The team, for a team's, a member's or a team-scoped key's budget (its webhook).
     team_id: Option<String>,
-    /// Who is e-mailed.
-    recipients: Vec<(String, String)>,
+    /// Who is e-mailed, read only once an alert is claimed.
+    recipients: Recipients,
 }
 
-/// A user's address and name.
-fn person(conn: &mut DbConnection, id: &str) -> Result<Vec<(String, String)>, ServiceError> {
-    Ok(users::find_by_id(conn, &id.into())?.map(|u| (u.email, u.name)).into_iter().collect())
+/// Who an alert of a budget is e-mailed to.
+enum Recipients {
+    /// A user, by id.
+    Person(String),
+    /// A team's owners and admins, by team id.
+    Managers(String),
+    /// Already read (a user's own budget: the user row was read for its limit).
+    Known(Vec<(String, String)>),
 }
 
-/// The owners and admins of team `team_id`.
-fn managers(conn: &mut DbConnection, team_id: &str) -> Result<Vec<(String, String)>, ServiceError> {
-    let rows = teams::managers(conn, &team_id.into(), MAX_RECIPIENTS)?;
-    Ok(rows.into_iter().map(|m: MemberRow| (m.email, m.name)).collect())
+impl Recipients {
+    /// Their addresses and names.
+    fn read(&self, conn: &mut DbConnection) -> Result<Vec<(String, String)>, ServiceError> {
+        Ok(match self {
+            Recipients::Person(id) => users::find_by_id(conn, &id.as_str().into())?
+                .map(|u| (u.email, u.name))
+                .into_iter()
+                .collect(),
+            Recipients::Managers(team_id) => {
+                teams::managers(conn, &team_id.as_str().into(), MAX_RECIPIENTS)?
+                    .into_iter()
+                    .map(|m: MemberRow| (m.email, m.name))
+                    .collect()
+            }
+            Recipients::Known(known) => known.clone(),
+        })
+    }
 }
 
 /// The budget of `subject`, if it has one.
@@ -86,8 +104,8 @@ fn budget_of(
             let Some(key) = api_keys::find(conn, &id.as_str().into())? else { return Ok(None) };
             let team_id = key.team_id.as_ref().map(ToString::to_string);
             let recipients = match (&team_id, key.team_owned) {
-                (Some(team_id), true) => managers(conn, team_id)?,
-                _ => person(conn, &key.user_id)?,
+                (Some(team_id), true) => Recipients::Managers(team_id.clone()),
+                _ => Recipients::Person(key.user_id.to_string()),
             };
             key.policy.max_budget_micros.map(|limit_micros| Budget {
                 limit_micros,
@@ -101,7 +119,7 @@ fn budget_of(
             let Some(team) = teams::find(conn, &team_id.as_str().into())? else { return Ok(None) };
             let member = teams::member(conn, &team.id, &user_id.as_str().into())?;
             let limit = member.and_then(|m| m.budget_micros.or(team.member_budget_micros));
-            let recipients = person(conn, user_id)?;
+            let recipients = Recipients::Person(user_id.clone());
             limit.map(|limit_micros| Budget {
                 limit_micros,
                 period: team.policy.budget_period.unwrap_or(BudgetPeriod::Total),
@@ -112,7 +130,7 @@ fn budget_of(
         }
         Subject::Team(team_id) => {
             let Some(team) = teams::find(conn, &team_id.as_str().into())? else { return Ok(None) };
-            let recipients = managers(conn, team_id)?;
+            let recipients = Recipients::Managers(team_id.clone());
             team.policy.max_budget_micros.map(|limit_micros| Budget {
                 limit_micros,
                 period: team.policy.budget_period.unwrap_or(BudgetPeriod::Total),
@@ -130,7 +148,7 @@ fn budget_of(
                 period: platform.user_budget_period,
                 what: "your budget across all your keys".to_owned(),
                 team_id: None,
-                recipients: vec![(user.email, user.name)],
+                recipients: Recipients::Known(vec![(user.email, user.name)]),
             })
         }
     };
@@ -162,8 +180,7 @@ pub(super) fn evaluate(
     let Some(budget) = budget_of(conn, subject, platform)? else {
         return Ok(Evaluated::default());
     };
-    let ever = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
-    let from = aigw_domain::usage::format_day(budget.period.start_day(now).unwrap_or(ever));
+    let from = ledger_from(budget.period, now);
     let spent = budgets::ledger_spend_since(conn, subject.counter(), &from)?;
     #[allow(clippy::cast_precision_loss)]
     let ratio = spent as f64 / budget.limit_micros as f64;
@@ -209,10 +226,11 @@ pub(super) fn evaluate(
             held_micros: refused.filter(|_| !by_spend),
             budget_period: budget.period,
             what: budget.what.clone(),
-            recipients: budget.recipients.clone(),
+            recipients: Vec::new(),
         };
         if claim(conn, &alert, now)? {
-            evaluated.alerts.push(alert);
+            let recipients = budget.recipients.read(conn)?;
+            evaluated.alerts.push(Alert { recipients, ..alert });
         }
     }
     Ok(evaluated)

@@ -34,6 +34,12 @@ pub(crate) fn period_name(period: BudgetPeriod, now: DateTime<Utc>) -> String {
     period.start_day(now).map_or_else(|| "total".to_owned(), aigw_domain::usage::format_day)
 }
 
+/// The first UTC day (`YYYY-MM-DD`) the ledger counts for `period`'s budget at `now`
+/// (`0000-00-00` for `total`: every day), as [`aigw_persistence::budgets`] takes it.
+pub(crate) fn ledger_from(period: BudgetPeriod, now: DateTime<Utc>) -> String {
+    period.start_day(now).map_or_else(|| "0000-00-00".to_owned(), aigw_domain::usage::format_day)
+}
+
 /// How a call's prompt is counted in its worst case besides its model's counting: the
 /// endpoint (API dialect) its body is in, and the fewest prompt tokens it counts
 /// ([`crate::dialect::RequestSummary::prompt_floor`]).
@@ -207,11 +213,7 @@ impl Budgets {
         let now = self.clock.now();
         let cost = self.prices.get(model).map_or(0, |p| p.worst_cost_micros(worst));
         let period = period_name(budget_period, now);
-        let from = if budget_period == BudgetPeriod::Total {
-            "0000-00-00".to_owned()
-        } else {
-            period.clone()
-        };
+        let from = ledger_from(budget_period, now);
         Some(BudgetPlan {
             scope: level.scope,
             key_id: level.counter.to_owned(),
