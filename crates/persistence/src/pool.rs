@@ -249,10 +249,7 @@ impl r2d2::ManageConnection for ConnectionManager {
     }
 
     fn has_broken(&self, conn: &mut DbConnection) -> bool {
-        match conn {
-            DbConnection::Postgres(c) => c.is_broken(),
-            DbConnection::Sqlite(c) => c.is_broken(),
-        }
+        Pool::is_broken(conn)
     }
 }
 
@@ -321,6 +318,44 @@ impl Pool {
     /// [`PersistenceError::Unavailable`] when no connection could be had in time.
     pub fn get(&self) -> Result<PooledConnection, PersistenceError> {
         Ok(self.inner.get()?)
+    }
+
+    /// Whether `conn` can no longer be used: its server ended it, or it failed inside a
+    /// transaction. The pool discards such a connection when it comes back.
+    pub fn is_broken(conn: &mut DbConnection) -> bool {
+        match conn {
+            DbConnection::Postgres(c) => c.is_broken(),
+            DbConnection::Sqlite(c) => c.is_broken(),
+        }
+    }
+
+    /// Checks every idle connection with `SELECT 1` and discards those that fail; returns how
+    /// many were discarded. Called after one connection was found broken: a server that
+    /// restarted, failed over or ended its sessions left every idle connection dead, and
+    /// without a sweep each would fail one caller in turn. Blocking; at most one statement per
+    /// connection of the pool, and it never opens a connection.
+    pub fn sweep_idle(&self) -> usize {
+        let mut alive = Vec::new();
+        let mut discarded = 0;
+        for _ in 0..self.inner.max_size() {
+            let Some(mut conn) = self.inner.try_get() else {
+                break;
+            };
+            if conn.batch_execute("SELECT 1").is_ok() && !Self::is_broken(&mut conn) {
+                // Held until the sweep ends, so that the next `try_get` takes another one.
+                alive.push(conn);
+            } else {
+                discarded += 1;
+            }
+        }
+        if discarded > 0 {
+            tracing::warn!(
+                discarded,
+                kept = alive.len(),
+                "discarded broken idle database connections"
+            );
+        }
+        discarded
     }
 
     /// Opens a connection outside the pool, set up like the pool's (for a long-lived task such

@@ -187,7 +187,15 @@ impl Db {
                     // the threads a hung database can hold to the pool size.
                     let _permit = permit;
                     let mut conn = pool.get()?;
-                    f(&mut conn)
+                    let result = f(&mut conn);
+                    if result.is_err() && Pool::is_broken(&mut conn) {
+                        // One lost connection mostly means the server ended them all (a
+                        // restart, a failover): the idle ones are checked now rather than
+                        // failing the next callers one by one.
+                        drop(conn);
+                        pool.sweep_idle();
+                    }
+                    result
                 })
                 .await
                 .map_err(|e| ServiceError::Internal(format!("database task failed: {e}")))?
