@@ -179,7 +179,7 @@ if [ "${AIGW_BROWSER_UPDATE_SCREENSHOTS:-}" = 1 ] && [ " ${failed[*]:-} " != *" 
   # and dark phone, cut to one screen (900 and 844 pixels high). A plain test run leaves the
   # working tree as it was.
   mkdir -p docs/screenshots
-  for page in keys usage team admin-users; do
+  for page in keys usage team admin-users team-usage mfa-enrollment; do
     for variant in light-desktop:900 dark-phone:844; do
       file="$page-${variant%:*}.png"
       if [ -f "$shots/sqlite/$file" ]; then

@@ -394,6 +394,37 @@ def test_team_owner_adds_member_and_budget(browsers):
     assert "25" in budget, f"#team-budget does not show the 25 USD limit: {budget!r}"
     for css in ("table#team-keys", "#usage-by-member", "#usage-by-key"):
         assert b.find_all(css), f"{team_path} lacks {css}"
+    # The member's own budget, from their row.
+    status, doc = api("GET", "/auth/me", token=member_token)
+    member_id = doc["data"]["user"]["id"]
+    row = f'table#members tr[data-user-id="{member_id}"]'
+    b.fill(f'{row} input[name=budget_usd]', "5")
+    b.submit(f'{row} input[name=budget_usd]', "team-member-budget-set", shots=False)
+    b.visit(team_path, "team-after-member-budget", shots=False, axe=False)
+    shown = b.find(f'{row} input[name=budget_usd]').get_attribute("value")
+    assert shown == "5", f"the member's own budget field shows {shown!r}"
+    # The policy's budget mode and the scoped-keys rule.
+    select_some(b, "#team_budget_mode", "clamp")
+    box = b.find("#team_require_scoped_keys")
+    if not box.is_selected():
+        box.click()
+    b.submit("form#team-policy", "team-policy-scoped", shots=False)
+    status, doc = api("GET", f"/teams/{team_path.rsplit('/', 1)[1]}", token=member_token)
+    assert status == 200 and doc["data"]["require_scoped_keys"] is True, f"the team after the policy form: {doc}"
+    # A key made for the member from their row: its secret shown once, to its maker.
+    b.visit(team_path, "team-after-scoped", shots=False, axe=False)
+    b.follow(f'{row} a[href$="/keys/new"]', "member-key-new")
+    b.fill("#name", "made for the member")
+    set_checkboxes(b, "permissions", ["ai_gateway"])
+    b.submit("#name", "member-key-created")
+    assert b.find("code#secret").text.strip().startswith("aigw"), "no secret shown for the member's key"
+    # The budget alerts webhook: set (its signing secret shown once), then listed.
+    b.visit(team_path, "team-webhook-form", shots=False, axe=False)
+    b.fill("#webhook_url", "https://hooks.example.com/aigw")
+    b.submit("form#team-webhook", "team-webhook-set")
+    assert b.find("code#secret").text.strip(), "no webhook signing secret shown"
+    b.visit(team_path, "team-after-webhook", shots=False, axe=False)
+    assert "hooks.example.com" in b.text("main"), "the team page does not show the webhook"
     # A team key, used once: the team's usage tables show it.
     if b.find_all("a#new-team-key"):
         b.follow("a#new-team-key", "team-key-new")
@@ -461,6 +492,14 @@ def test_admin_disables_user_whose_session_ends(browsers, admin_credentials):
     v.login(victim)
     assert v.path == "/keys", f"the re-enabled user's login landed on {v.path}"
     assert poll(lambda: chat(victim_key)[0] == 200, 5, 0.2), "the re-enabled user's key is refused"
+    # The user's own budget across their keys.
+    a.visit("/admin/users?q=" + urllib.parse.quote(victim), "admin-users-budget", shots=False, axe=False)
+    a.fill(f'tr[data-user-id="{uid}"] form.set-budget input[name=budget_usd]', "12.5")
+    a.submit(f'tr[data-user-id="{uid}"] form.set-budget', "admin-users-budget-set", shots=False)
+    status, doc = api("POST", "/auth/login", {"email": victim, "password": PASSWORD})
+    assert status == 200, f"the victim's login: {status} {doc}"
+    status, doc = api("GET", "/usage/budget", token=doc["data"]["token"])
+    assert status == 200 and doc["data"]["limit_usd"] == 12.5, f"the user's budget after the form: {status} {doc}"
     # /admin/keys: found by its prefix, revoked by the admin.
     if page_exists("/admin/keys"):
         a.visit("/admin/keys", "admin-keys")
@@ -483,8 +522,17 @@ def test_admin_disables_user_whose_session_ends(browsers, admin_credentials):
         a.visit("/admin/invitations", "admin-invitations-listed", shots=False, axe=False)
         rows = [r for r in a.find_all("table#invitations tr") if invitee in r.text]
         assert rows, f"the invitation for {invitee} is not listed"
+        if rows[0].find_elements(By.CSS_SELECTOR, "form.resend-invitation"):
+            a.submit(rows[0].find_element(By.CSS_SELECTOR, "form.resend-invitation"), "admin-invitation-resent")
+            assert a.find("code#secret").text.strip().startswith("aigwi_"), "no new invitation token shown"
+            a.visit("/admin/invitations", "admin-invitations-listed", shots=False, axe=False)
+            rows = [r for r in a.find_all("table#invitations tr") if invitee in r.text]
         a.submit(rows[0].find_element(By.CSS_SELECTOR, "form.revoke-invitation"), "admin-invitations-revoked", shots=False)
         assert not [r for r in a.find_all("table#invitations tr") if invitee in r.text], "a revoked invitation is still listed"
+        if a.find_all("#invitation-filter a"):
+            a.follow("#invitation-filter a", "admin-invitations-all")
+            states = [r.get_attribute("data-status") for r in a.find_all("table#invitations tr[data-status]") if invitee in r.text]
+            assert states == ["revoked"], f"the revoked invitation under state=all: {states}"
     else:
         print("SKIPPED /admin/invitations: not in this build")
     if page_exists("/admin/audit"):
@@ -539,6 +587,103 @@ def test_sessions_account_password_logout(browsers):
     assert b.path == "/keys", f"login with the new password landed on {b.path}"
     b.visit("/", "root-signed-in", shots=False, axe=False)
     assert b.path == "/keys", f"/ with a session went to {b.driver.current_url}, not /keys"
+
+
+def totp(secret, at=None):
+    """The RFC 6238 code (HMAC-SHA-1, 6 digits, 30 s) of a base32 `secret` at `at` (now)."""
+    import base64
+    import hashlib
+    import hmac
+    import struct
+    import time
+
+    key = base64.b32decode(secret + "=" * (-len(secret) % 8))
+    counter = struct.pack(">Q", int((time.time() if at is None else at) // 30))
+    digest = hmac.new(key, counter, hashlib.sha1).digest()
+    offset = digest[-1] & 0x0F
+    value = struct.unpack(">I", digest[offset:offset + 4])[0] & 0x7FFFFFFF
+    return f"{value % 1_000_000:06d}"
+
+
+def test_second_factor_enrollment_and_email_change(browsers):
+    require("/account/mfa")
+    b = browsers("mfa")
+    email = unique_email("mfa")
+    register_api(email)
+    b.login(email)
+    b.visit("/account", "account-mfa-off", shots=False)
+    b.follow("a#mfa-link", "mfa-off")
+    b.submit("form#mfa-enroll-form", "mfa-enrollment")
+    qr = b.find("img#mfa-qr")
+    loaded = b.driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth", qr)
+    assert loaded and loaded >= 200, f"the QR code image did not load (naturalWidth {loaded})"
+    secret = "".join(b.text("code#mfa-secret").split())
+    assert len(secret) == 32, f"the key shown is {secret!r}"
+    b.fill("#code", totp(secret))
+    b.submit("form#mfa-confirm-form", "mfa-codes")
+    codes = [li.text.strip() for li in b.find_all("ol#recovery-codes li")]
+    assert len(codes) == 10, f"{len(codes)} recovery codes shown: {codes}"
+    assert b.find_all("#mfa-enabled"), "no #mfa-enabled notice after confirming"
+    b.visit("/account/mfa", "mfa-on")
+    assert "10 recovery codes left" in b.text("#recovery-left")
+    # Off again, with a recovery code and the confirmation dialog.
+    b.fill("#disable-password", PASSWORD)
+    b.fill("#disable-code", codes[0])
+    b.find("form#mfa-disable-form input[name=recovery]").click()
+    b.submit("form#mfa-disable-form", "mfa-disabled")
+    assert "off" in b.text("#mfa-state"), f"after turning it off: {b.text('main')!r}"
+    status, doc = api("POST", "/auth/login", {"email": email, "password": PASSWORD})
+    assert status == 200 and "token" in doc["data"], f"login after turning it off: {status} {doc}"
+    # The e-mail change form: the link goes out, the address stays until it is opened.
+    b.visit("/account", "account")
+    new_email = unique_email("mfa-moved")
+    b.fill("#new_email", new_email)
+    b.fill("#email_password", PASSWORD)
+    b.submit("form#email-form", "account-email-requested")
+    assert new_email in b.text("#flash"), f"the notice does not name {new_email}: {b.text('main')!r}"
+    assert b.text("#account-email") == email
+
+
+def test_team_usage_page_with_a_chart_per_member(browsers):
+    require("/teams")
+    owner, ana, bo = unique_email("lead"), unique_email("ana"), unique_email("bo")
+    owner_token = register_api(owner)
+    status, doc = api("POST", "/teams", {"name": "Research"}, owner_token)
+    assert status == 201, f"team: {status} {doc}"
+    team = doc["data"]["id"]
+    for who, calls in ((ana, 3), (bo, 1)):
+        token = register_api(who, name=who.split("@")[0])
+        status, doc = api("POST", f"/teams/{team}/members", {"email": who, "role": "member"}, owner_token)
+        assert status == 201, f"add {who}: {status} {doc}"
+        body = {"name": "laptop", "permissions": ["ai_gateway"], "team_id": team}
+        status, doc = api("POST", "/auth/api-keys", body, token)
+        assert status == 201, f"key of {who}: {status} {doc}"
+        for _ in range(calls):
+            status, _, raw = http(
+                "POST",
+                "/api/v1/ai/chat/completions",
+                {"model": "demo-priced", "messages": [{"role": "user", "content": "a priced hello " * 20}]},
+                {"Authorization": f"Bearer {doc['data']['key']}"},
+            )
+            assert status == 200, f"chat of {who}: {status} {raw[:200]!r}"
+    b = browsers("lead")
+    b.login(owner)
+    b.visit(f"/teams/{team}", "team-with-usage-link", shots=False)
+    b.follow("a#team-usage-link", "team-usage-first", shots=False)
+
+    def both_members():
+        b.visit(f"/teams/{team}/usage", "team-usage-poll", shots=False, axe=False)
+        return len(b.find_all("svg#chart-members rect")) == 2
+
+    assert poll(both_members, 15, 0.7), f"the member chart has no two bars: {b.text('main')[:600]!r}"
+    b.visit(f"/teams/{team}/usage", "team-usage")
+    names = [t.text for t in b.find_all("svg#chart-members text.name")]
+    assert names and ana.split("@")[0] in names[0], f"the larger spender is not first: {names}"
+    assert ana in b.text("table#team-by-member") and bo in b.text("table#team-by-member")
+    links = [a.get_attribute("href") for a in b.find_all("#team-exports a")]
+    assert any("group_by=member" in h for h in links), f"no CSV by member: {links}"
+    b.visit("/usage", "usage-with-teams")
+    assert "Research" in b.text("table#led-teams"), f"/usage does not list the led team: {b.text('main')[:600]!r}"
 
 
 def test_post_without_csrf_token_is_refused(browser):

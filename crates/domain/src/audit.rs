@@ -48,6 +48,7 @@ actions! {
     UserBudgetChanged => "user_budget_changed",
     InvitationCreated => "invitation_created",
     InvitationRevoked => "invitation_revoked",
+    InvitationResent => "invitation_resent",
     TeamCreated => "team_created",
     TeamUpdated => "team_updated",
     TeamDeleted => "team_deleted",

@@ -13,6 +13,50 @@ pub const INVITATION_PREFIX: &str = "aigwi_";
 /// Length of the random part, in base62 characters.
 pub const INVITATION_RANDOM_LEN: usize = 44;
 
+/// Where an invitation (to register, or to join a team) stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvitationStatus {
+    /// Open, never e-mailed (no mailer): the address learns of it otherwise.
+    Pending,
+    /// Open and e-mailed.
+    Sent,
+    /// Used: the account was registered, or the address joined the team.
+    Accepted,
+    /// Past its end of validity without being used: re-send it to open it again.
+    Expired,
+    /// Revoked.
+    Revoked,
+}
+
+impl InvitationStatus {
+    /// The state of an invitation revoked or not, accepted or not, past its end or not, and
+    /// e-mailed or not, in that order of precedence.
+    pub fn of(revoked: bool, accepted: bool, expired: bool, sent: bool) -> Self {
+        if revoked {
+            Self::Revoked
+        } else if accepted {
+            Self::Accepted
+        } else if expired {
+            Self::Expired
+        } else if sent {
+            Self::Sent
+        } else {
+            Self::Pending
+        }
+    }
+
+    /// The state's name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+            Self::Accepted => "accepted",
+            Self::Expired => "expired",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
 /// An invitation token in clear text. `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct InvitationSecret(String);

@@ -267,7 +267,8 @@ pub async fn list_teams(
 }
 
 /// `aigw admin list-invitations`: every open invitation, to register and to join a team, one
-/// per line, newest first (at most 1 000 of each kind).
+/// per line with its state (`pending`, `sent`; a team's `expired` ones too, which can be sent
+/// again), newest first (at most 1 000 of each kind).
 ///
 /// # Errors
 /// The database.
@@ -285,12 +286,13 @@ pub async fn list_invitations(settings: &Settings) -> anyhow::Result<()> {
         };
         let expires = i.expires_at.map(aigw_domain::time::format_timestamp);
         println!(
-            "{} {} {kind} by={} created={} expires={}",
+            "{} {} {kind} by={} created={} expires={} state={}",
             i.id,
             i.email,
             i.created_by,
             aigw_domain::time::format_timestamp(i.created_at),
             expires.as_deref().unwrap_or("never"),
+            i.status.as_str(),
         );
     }
     Ok(())

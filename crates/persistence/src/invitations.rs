@@ -26,6 +26,10 @@ pub struct InvitationRow {
     pub used_at: Option<NaiveDateTime>,
     /// When an admin revoked it, UTC.
     pub revoked_at: Option<NaiveDateTime>,
+    /// When it was last e-mailed, UTC (`None`: never, no mailer).
+    pub sent_at: Option<NaiveDateTime>,
+    /// Times it was e-mailed.
+    pub sends: i32,
 }
 
 /// Inserts an invitation.
@@ -62,6 +66,28 @@ pub fn consume(
     Ok(n == 1)
 }
 
+/// Marks every open invitation (unused, unrevoked, unexpired at `now`) for `email` used at
+/// `now`: the address registered without one (`auth.registration = "open"`). Returns how
+/// many were.
+///
+/// # Errors
+/// On database failure.
+pub fn accept_for_email(
+    conn: &mut DbConnection,
+    email: &str,
+    now: NaiveDateTime,
+) -> Result<usize, PersistenceError> {
+    Ok(diesel::update(
+        invitations::table
+            .filter(invitations::email.eq(email))
+            .filter(invitations::used_at.is_null())
+            .filter(invitations::revoked_at.is_null())
+            .filter(invitations::expires_at.gt(now)),
+    )
+    .set(invitations::used_at.eq(now))
+    .execute(conn)?)
+}
+
 /// Up to `limit` open invitations (unused, unrevoked, unexpired at `now`), newest first (by
 /// id), after id `before` when given.
 ///
@@ -83,6 +109,64 @@ pub fn list_open(
         query = query.filter(invitations::id.lt(before.to_owned()));
     }
     Ok(query.order(invitations::id.desc()).limit(limit).load(conn)?)
+}
+
+/// Up to `limit` invitations in every state (open, used, revoked, expired), newest first (by
+/// id), after id `before` when given.
+///
+/// # Errors
+/// On database failure.
+pub fn list_all(
+    conn: &mut DbConnection,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<InvitationRow>, PersistenceError> {
+    let mut query = invitations::table.select(InvitationRow::as_select()).into_boxed();
+    if let Some(before) = before {
+        query = query.filter(invitations::id.lt(before.to_owned()));
+    }
+    Ok(query.order(invitations::id.desc()).limit(limit).load(conn)?)
+}
+
+/// Gives unused, unrevoked invitation `id` (expired or not) a new token digest and end of
+/// validity at `now`, counting a send when `sent`; returns it as updated (`None`: no such
+/// invitation, or used or revoked). The old token stops working with the same statement.
+///
+/// # Errors
+/// On database failure.
+pub fn renew(
+    conn: &mut DbConnection,
+    id: &str,
+    token_hash: &str,
+    expires_at: NaiveDateTime,
+    sent_at: Option<NaiveDateTime>,
+) -> Result<Option<InvitationRow>, PersistenceError> {
+    let open = invitations::table
+        .filter(invitations::id.eq(id))
+        .filter(invitations::used_at.is_null())
+        .filter(invitations::revoked_at.is_null());
+    let changed = match sent_at {
+        Some(at) => diesel::update(open)
+            .set((
+                invitations::token_hash.eq(token_hash),
+                invitations::expires_at.eq(expires_at),
+                invitations::sent_at.eq(at),
+                invitations::sends.eq(invitations::sends + 1),
+            ))
+            .execute(conn)?,
+        None => diesel::update(open)
+            .set((invitations::token_hash.eq(token_hash), invitations::expires_at.eq(expires_at)))
+            .execute(conn)?,
+    };
+    if changed == 0 {
+        return Ok(None);
+    }
+    Ok(Some(
+        invitations::table
+            .filter(invitations::id.eq(id))
+            .select(InvitationRow::as_select())
+            .first(conn)?,
+    ))
 }
 
 /// Revokes open invitation `id` at `now`; returns whether there was one (unused, unrevoked).

@@ -229,6 +229,8 @@ diesel::table! {
         expires_at -> Timestamp,
         used_at -> Nullable<Timestamp>,
         revoked_at -> Nullable<Timestamp>,
+        sent_at -> Nullable<Timestamp>,
+        sends -> Integer,
     }
 }
 

@@ -1,11 +1,13 @@
 //! `/sessions` and `/account`: the viewer's sessions (ending one), and their account (name,
-//! password, e-mail verification, second factor). The same use cases, rate limits and
-//! counted failures as `/api/v1/auth/sessions`, `PATCH /api/v1/auth/me`,
-//! `POST /api/v1/auth/password` and `POST /api/v1/auth/email/verification`.
+//! password, e-mail address and its verification; the second factor has its own page,
+//! [`crate::console::mfa`]). The same use cases, rate limits and counted failures as
+//! `/api/v1/auth/sessions`, `PATCH /api/v1/auth/me`, `POST /api/v1/auth/password`,
+//! `POST /api/v1/auth/email/change` and `POST /api/v1/auth/email/verification`.
 
 use crate::console::render::{see_other, Shown};
 use crate::console::session::{forget_renewed, Viewer};
 use crate::console::view::{when, CsrfField, CsrfOnly, Form};
+use crate::routes::attempts::failures_counted;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -123,13 +125,44 @@ impl CsrfField for PasswordForm {
     }
 }
 
-/// The account page; `display_name` is what the name field holds (the stored name, or what
-/// was typed before `error`).
+/// The e-mail change form: the new address and the password.
+#[derive(Deserialize)]
+pub(crate) struct EmailForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    password: String,
+}
+
+// Passwords never reach a debug print.
+impl std::fmt::Debug for EmailForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EmailForm(…)")
+    }
+}
+
+impl CsrfField for EmailForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// What the account page's fields hold: the stored name and nothing typed, or what was typed
+/// before an error.
+#[derive(Debug, Default)]
+struct Typed {
+    display_name: Option<String>,
+    new_email: String,
+}
+
+/// The account page, its fields holding `typed` (the stored name where nothing was typed).
 async fn account_page(
     state: &AppState,
     viewer: &Viewer,
     status: StatusCode,
-    display_name: &str,
+    typed: Typed,
     error: Option<Shown>,
 ) -> HttpResponse {
     let mfa = match viewer.authorized::<op::ReadAccount>() {
@@ -141,6 +174,8 @@ async fn account_page(
         Err(e) => return viewer.failure(&Shown::from(e)),
     };
     let user = &viewer.user;
+    let display_name = typed.display_name.unwrap_or_else(|| user.name.clone());
+    let new_email = typed.new_email;
     let account = context! {
         email => user.email,
         name => user.name,
@@ -158,7 +193,8 @@ async fn account_page(
         status,
         "account.html",
         context! {
-            title => "Account", section => "account", account, mfa, display_name, error,
+            title => "Account", section => "account", account, mfa, display_name, new_email,
+            error,
             verification_on => viewer.keys().email_verification,
             min_password => viewer.keys().password_min_chars,
         },
@@ -170,8 +206,7 @@ async fn account_page(
 ///
 /// Errors: a database outage is a 503 page.
 pub(crate) async fn show(state: web::Data<AppState>, viewer: Viewer) -> HttpResponse {
-    let name = viewer.user.name.clone();
-    account_page(&state, &viewer, StatusCode::OK, &name, None).await
+    account_page(&state, &viewer, StatusCode::OK, Typed::default(), None).await
 }
 
 /// `POST /account/name`: changes the display name.
@@ -195,7 +230,8 @@ pub(crate) async fn update_name(
         Ok(_) => viewer.keys().see_other_with_notice("/account", "Your name is changed."),
         Err(e) => {
             let shown = Shown::from(e);
-            account_page(&state, &viewer, shown.status, &form.display_name, Some(shown)).await
+            let typed = Typed { display_name: Some(form.display_name), ..Typed::default() };
+            account_page(&state, &viewer, shown.status, typed, Some(shown)).await
         }
     }
 }
@@ -244,8 +280,7 @@ pub(crate) async fn change_password(
             response
         }
         Err(shown) => {
-            let name = viewer.user.name.clone();
-            account_page(&state, &viewer, shown.status, &name, Some(shown)).await
+            account_page(&state, &viewer, shown.status, Typed::default(), Some(shown)).await
         }
     }
 }
@@ -284,8 +319,60 @@ pub(crate) async fn request_verification(
             ),
         ),
         Err(shown) => {
-            let name = viewer.user.name.clone();
-            account_page(&state, &viewer, shown.status, &name, Some(shown)).await
+            account_page(&state, &viewer, shown.status, Typed::default(), Some(shown)).await
+        }
+    }
+}
+
+/// `POST /account/email`: asks to move the account to a new address, with the password: a
+/// link goes to the new address, and the address changes when it is opened (the old one is
+/// told). Rate-limited per account like the API (`email_send`).
+///
+/// Errors: a wrong password re-renders the page (401, counted as a failed login against the
+/// client address); an address that is malformed, the current one, in a domain that may not
+/// register or registered already, 400 naming `email`; too many messages, 429. Nothing
+/// changes then.
+pub(crate) async fn change_email(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    viewer: Viewer,
+    form: Form<EmailForm>,
+) -> HttpResponse {
+    let form = match form.checked(&req, &viewer) {
+        Ok(form) => form,
+        Err(refused) => return *refused,
+    };
+    let EmailForm { email, password, .. } = form;
+    let requested = async {
+        state.limits.refuse_if_failing(&req).await.map_err(Shown::from)?;
+        let caller = viewer.authorized::<op::ManageAccount>().map_err(Shown::from)?;
+        state
+            .limits
+            .by_user(&req, Policy::EmailSend, caller.user_id())
+            .await
+            .map_err(Shown::from)?;
+        let change = state.account_email.request_email_change(&caller, email.trim(), password);
+        failures_counted(&state, &req, change).await.map_err(|e| {
+            let mut shown = Shown::from(e);
+            if shown.status == StatusCode::UNAUTHORIZED {
+                shown.field = Some("email_password".to_owned());
+            }
+            shown
+        })
+    }
+    .await;
+    match requested {
+        Ok(link) => viewer.keys().see_other_with_notice(
+            "/account",
+            &format!(
+                "A link is on its way to {}: your address changes when you open it (it works until {}).",
+                link.email,
+                when(&link.expires_at)
+            ),
+        ),
+        Err(shown) => {
+            let typed = Typed { new_email: email, ..Typed::default() };
+            account_page(&state, &viewer, shown.status, typed, Some(shown)).await
         }
     }
 }

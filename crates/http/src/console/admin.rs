@@ -1,17 +1,16 @@
 //! `/admin/…`: platform administration for users of role `admin` — every account (search,
-//! disable, re-enable, role), every API key (search by prefix or owner, revoke), invitations
-//! to register, and the audit trail. The same use cases as `/api/v1/admin/…`, behind the same
+//! disable, re-enable, role), every API key (search by prefix or owner, revoke) and the audit
+//! trail (invitations to register: [`crate::console::admin_invitations`]). The same use cases as `/api/v1/admin/…`, behind the same
 //! proof: `Administration::authorize_admin` (role read from the account, and the second factor
 //! when `auth.require_mfa_for_admins` asks for it); anyone else gets the API's 403 as a page.
 
 use crate::console::render::Shown;
 use crate::console::session::Viewer;
-use crate::console::view::{key_status, money, when, CsrfField, CsrfOnly, Form};
+use crate::console::view::{key_status, money, when, CsrfField, Form};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::{ApiKeyId, AuditAction, Role, UserId};
-use aigw_service::admin::manage::OpenInvitation;
 use aigw_service::admin::Admin;
 use aigw_service::audit::AuditEventView;
 use aigw_service::{ApiKeyView, PageRequest, ServiceError, UserUpdate, UserView};
@@ -23,7 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 const PAGE_SIZE: &str = "50";
 
 /// The administration pages' sub-navigation, `current` marked.
-fn subnav(current: &str) -> Value {
+pub(super) fn subnav(current: &str) -> Value {
     let items: Vec<Value> = [
         ("/admin/users", "Users"),
         ("/admin/keys", "API keys"),
@@ -39,7 +38,10 @@ fn subnav(current: &str) -> Value {
 /// The proof that the viewer administers, or the page of the API's refusal (403
 /// `this operation requires admin`, or the second factor `auth.require_mfa_for_admins` asks
 /// for).
-async fn admin_of(state: &AppState, viewer: &Viewer) -> Result<Admin, Box<HttpResponse>> {
+pub(super) async fn admin_of(
+    state: &AppState,
+    viewer: &Viewer,
+) -> Result<Admin, Box<HttpResponse>> {
     state
         .admin
         .authorize_admin(&viewer.principal)
@@ -48,7 +50,7 @@ async fn admin_of(state: &AppState, viewer: &Viewer) -> Result<Admin, Box<HttpRe
 }
 
 /// `path` with the non-empty `pairs` as its query string (URL-encoded).
-fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
+pub(super) fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     let mut any = false;
     for (name, value) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
@@ -63,7 +65,7 @@ fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
 }
 
 /// One page of a list: its rows' cursor.
-fn page_request(cursor: Option<&String>) -> PageRequest {
+pub(super) fn page_request(cursor: Option<&String>) -> PageRequest {
     PageRequest { limit: Some(PAGE_SIZE.to_owned()), cursor: cursor.cloned() }
 }
 
@@ -472,161 +474,6 @@ pub(crate) async fn revoke_key(
             viewer.keys().see_other_with_notice(&location, &notice)
         }
         Err(e) => keys_page(&state, &viewer, &admin, &back, Some(Shown::from(e))).await,
-    }
-}
-
-// ----- Invitations -------------------------------------------------------------------------
-
-/// The fields of the new-invitation form.
-#[derive(Debug, Default, Deserialize, Serialize)]
-pub(crate) struct InvitationForm {
-    #[serde(default)]
-    csrf: String,
-    #[serde(default)]
-    email: String,
-    /// A UTC day (`YYYY-MM-DD`): valid until its end; empty: the default.
-    #[serde(default)]
-    expires_at: String,
-}
-
-impl CsrfField for InvitationForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
-/// An open invitation as the table shows it.
-fn invitation_row(invitation: &OpenInvitation) -> Value {
-    context! {
-        id => invitation.id,
-        email => invitation.email,
-        created_by => invitation.created_by,
-        created => when(&invitation.created_at),
-        expires => invitation.expires_at.as_ref().map(when),
-    }
-}
-
-/// `?cursor=…` of a paged list.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct CursorQuery {
-    cursor: Option<String>,
-}
-
-/// The invitations page: the new-invitation form (with `values` and `error` after a refusal)
-/// and one page of open invitations.
-async fn invitations_page(
-    state: &AppState,
-    viewer: &Viewer,
-    admin: &Admin,
-    cursor: Option<&String>,
-    values: &InvitationForm,
-    error: Option<Shown>,
-) -> HttpResponse {
-    let listed = state.admin.admin_list_invitations(admin, &page_request(cursor)).await;
-    let (invitations, next, error) = match listed {
-        Ok(page) => {
-            let rows: Vec<Value> = page.items.iter().map(invitation_row).collect();
-            let next =
-                page.next_cursor.map(|c| with_query("/admin/invitations", &[("cursor", &c)]));
-            (rows, next, error)
-        }
-        Err(e) => (Vec::new(), None, error.or_else(|| Some(Shown::from(e)))),
-    };
-    let status = error.as_ref().map_or(StatusCode::OK, |e| e.status);
-    viewer.page(
-        status,
-        "admin_invitations.html",
-        context! {
-            title => "Invitations", section => "admin", subnav => subnav("/admin/invitations"),
-            form => values, invitations, next, error, first_page => cursor.is_none(),
-            registration => viewer.keys().registration,
-            default_days => aigw_service::admin::manage::DEFAULT_INVITATION_DAYS,
-        },
-    )
-}
-
-/// `GET /admin/invitations`: the form that invites an address to register, and the open
-/// invitations (unused, unrevoked, unexpired), newest first, 50 a page, each with a revoke
-/// form.
-pub(crate) async fn invitations(
-    state: web::Data<AppState>,
-    viewer: Viewer,
-    query: web::Query<CursorQuery>,
-) -> HttpResponse {
-    match admin_of(&state, &viewer).await {
-        Ok(admin) => {
-            let values = InvitationForm::default();
-            invitations_page(&state, &viewer, &admin, query.cursor.as_ref(), &values, None).await
-        }
-        Err(refused) => *refused,
-    }
-}
-
-/// `POST /admin/invitations`: creates a single-use invitation and shows its token, once
-/// (201). A bad address or day re-renders the form with the API's message (400).
-pub(crate) async fn create_invitation(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    viewer: Viewer,
-    form: Form<InvitationForm>,
-) -> HttpResponse {
-    let form = match form.checked(&req, &viewer) {
-        Ok(form) => form,
-        Err(refused) => return *refused,
-    };
-    let admin = match admin_of(&state, &viewer).await {
-        Ok(admin) => admin,
-        Err(refused) => return *refused,
-    };
-    let expires_at = match form.expires_at.trim() {
-        "" => None,
-        day => Some(format!("{day}T23:59:59Z")),
-    };
-    let created =
-        state.admin.admin_create_invitation(&admin, form.email.trim(), expires_at.as_deref()).await;
-    match created {
-        Ok(created) => viewer.page(
-            StatusCode::CREATED,
-            "admin_invitation_secret.html",
-            context! {
-                title => "Invitation created", section => "admin",
-                subnav => subnav("/admin/invitations"),
-                email => created.email, expires => when(&created.expires_at),
-                secret => created.invitation,
-                registration => viewer.keys().registration,
-            },
-        ),
-        Err(e) => {
-            let error = Shown::from(e);
-            invitations_page(&state, &viewer, &admin, None, &form, Some(error)).await
-        }
-    }
-}
-
-/// `POST /admin/invitations/{id}/revoke`: the invitation can no longer be used; back to the
-/// list with a notice. One that is not open (used, revoked, expired, unknown) is a 404 page.
-pub(crate) async fn revoke_invitation(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    viewer: Viewer,
-    id: web::Path<String>,
-    form: Form<CsrfOnly>,
-) -> HttpResponse {
-    if let Err(refused) = form.checked(&req, &viewer) {
-        return *refused;
-    }
-    let admin = match admin_of(&state, &viewer).await {
-        Ok(admin) => admin,
-        Err(refused) => return *refused,
-    };
-    match state.admin.admin_revoke_invitation(&admin, &id).await {
-        Ok(()) => {
-            viewer.keys().see_other_with_notice("/admin/invitations", "The invitation is revoked.")
-        }
-        Err(e) => {
-            let values = InvitationForm::default();
-            invitations_page(&state, &viewer, &admin, None, &values, Some(Shown::from(e))).await
-        }
     }
 }
 

@@ -6,6 +6,7 @@
 use crate::console::keys::{optional, CursorQuery, NewKeyForm};
 use crate::console::render::Shown;
 use crate::console::session::Viewer;
+use crate::console::team_usage::{key_label, member_label};
 use crate::console::view::{key_row, money, when, CsrfField, CsrfOnly, Form};
 use crate::state::AppState;
 use actix_web::http::StatusCode;
@@ -13,7 +14,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::{ApiKeyId, BudgetPeriod, TeamId, TeamRole, UserId};
 use aigw_service::teams::{MemberAdded, NewMember, NewTeam, TeamPatch, TeamView};
-use aigw_service::usage::{GroupLabel, UsageQuery, UsageSummary};
+use aigw_service::usage::{UsageQuery, UsageSummary};
 use aigw_service::{ApiKeyPatch, ApiKeyView, PageRequest, ServiceError};
 use minijinja::{context, Value};
 use serde::Deserialize;
@@ -568,17 +569,13 @@ fn managed_view(id: &TeamId, managed: &Managed, emails: &HashMap<&str, &str>) ->
             context! { key => key_row(k, None), limit }
         })
         .collect();
-    let by_member = usage_rows(&managed.by_member, |group| match group {
-        "" => "Team keys".to_owned(),
-        id => match managed.by_member.labels.get(id) {
-            Some(GroupLabel::Member { email, name }) => format!("{name} <{email}>"),
-            _ => emails.get(id).map_or_else(|| format!("user {id}"), |e| (*e).to_owned()),
-        },
+    let by_member = usage_rows(&managed.by_member, |group| {
+        match (managed.by_member.labels.get(group), emails.get(group)) {
+            (None, Some(email)) if !group.is_empty() => (*email).to_owned(),
+            _ => member_label(&managed.by_member, group),
+        }
     });
-    let by_key = usage_rows(&managed.by_key, |group| match managed.by_key.labels.get(group) {
-        Some(GroupLabel::ApiKey { name, key_prefix }) => format!("{name} ({key_prefix}…)"),
-        _ => format!("deleted key {group}"),
-    });
+    let by_key = usage_rows(&managed.by_key, |group| key_label(&managed.by_key, group));
     let range = &managed.by_member.range;
     ManagedView {
         invitations,

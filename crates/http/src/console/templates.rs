@@ -27,10 +27,13 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     // Teams (a team-key form and secret reuse `key_new.html` and `key_secret.html`).
     ("teams.html", include_str!("../../templates/console/teams.html")),
     ("team.html", include_str!("../../templates/console/team.html")),
+    ("team_usage.html", include_str!("../../templates/console/team_usage.html")),
     ("team_webhook_secret.html", include_str!("../../templates/console/team_webhook_secret.html")),
     // Usage charts, sessions and the account.
     ("chart.html", include_str!("../../templates/console/chart.html")),
     ("usage.html", include_str!("../../templates/console/usage.html")),
     ("sessions.html", include_str!("../../templates/console/sessions.html")),
     ("account.html", include_str!("../../templates/console/account.html")),
+    ("mfa.html", include_str!("../../templates/console/mfa.html")),
+    ("mfa_codes.html", include_str!("../../templates/console/mfa_codes.html")),
 ];

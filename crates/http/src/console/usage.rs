@@ -1,6 +1,7 @@
 //! `/usage`: the viewer's usage over a range of days (totals, cost and tokens per day as
-//! charts, by model, by endpoint, by key) and their calls one by one. The same use cases as
-//! `GET /api/v1/usage` and `GET /api/v1/usage/requests`.
+//! charts, by model, by endpoint, by key, CSV downloads), their calls one by one, and the
+//! teams they lead with what each spent. The same use cases as `GET /api/v1/usage`,
+//! `GET /api/v1/usage/requests` and `GET /api/v1/teams/{id}/usage`.
 
 use crate::console::chart::Chart;
 use crate::console::render::Shown;
@@ -12,6 +13,7 @@ use actix_web::{web, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::usage::UsageRecord;
 use aigw_domain::usage::{format_day, DayRange};
+use aigw_domain::{TeamId, TeamRole};
 use aigw_service::usage::{UsagePage, UsageQuery, UsageSummary, UsageTotals};
 use aigw_service::{ApiKeyView, PageRequest};
 use minijinja::{context, Value};
@@ -37,7 +39,7 @@ pub(crate) struct UsageParams {
 }
 
 /// `Some(trimmed)` unless empty.
-fn given(raw: &str) -> Option<String> {
+pub(crate) fn given(raw: &str) -> Option<String> {
     Some(raw.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
@@ -76,7 +78,7 @@ impl UsageParams {
 }
 
 /// A count with thousands separators: `12,345`.
-fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -89,12 +91,12 @@ fn count(n: u64) -> String {
 }
 
 /// Micro-USD held in a `u64`, as [`money`] shows it.
-fn cost(micros: u64) -> String {
+pub(crate) fn cost(micros: u64) -> String {
     money(i64::try_from(micros).unwrap_or(i64::MAX))
 }
 
 /// The sums as the tables show them.
-fn totals_view(t: &UsageTotals) -> Value {
+pub(crate) fn totals_view(t: &UsageTotals) -> Value {
     context! {
         requests => count(t.requests),
         prompt_tokens => count(t.prompt_tokens),
@@ -110,7 +112,7 @@ fn totals_view(t: &UsageTotals) -> Value {
 }
 
 /// `part` of `whole` as a fraction (0 when `whole` is 0) and a whole percentage.
-fn share(part: u64, whole: u64) -> (f64, String) {
+pub(crate) fn share(part: u64, whole: u64) -> (f64, String) {
     if whole == 0 {
         return (0.0, "0%".to_owned());
     }
@@ -119,7 +121,12 @@ fn share(part: u64, whole: u64) -> (f64, String) {
 }
 
 /// One row of the by-model or by-key table.
-fn group_row(group: &str, name: Option<&str>, t: &UsageTotals, total_cost: u64) -> Value {
+pub(crate) fn group_row(
+    group: &str,
+    name: Option<&str>,
+    t: &UsageTotals,
+    total_cost: u64,
+) -> Value {
     let (fraction, percent) = share(t.cost_micros, total_cost);
     context! {
         id => group,
@@ -132,7 +139,7 @@ fn group_row(group: &str, name: Option<&str>, t: &UsageTotals, total_cost: u64) 
 }
 
 /// Every day of `range`, with the day rows of `summary` (days without usage as zeros).
-fn day_series(range: &DayRange, summary: &UsageSummary) -> Vec<(String, UsageTotals)> {
+pub(crate) fn day_series(range: &DayRange, summary: &UsageSummary) -> Vec<(String, UsageTotals)> {
     let by_day: HashMap<&str, &UsageTotals> =
         summary.rows.iter().map(|(day, t)| (day.as_str(), t)).collect();
     let days = usize::try_from(range.days()).unwrap_or(0);
@@ -148,13 +155,58 @@ fn day_series(range: &DayRange, summary: &UsageSummary) -> Vec<(String, UsageTot
         .collect()
 }
 
-/// The page's data: the four summaries and, when kept, a page of calls.
+/// The page's data: the four summaries, when kept a page of calls, and the teams the
+/// viewer leads with what each spent in the range.
 struct Usage {
     by_day: UsageSummary,
     by_model: UsageSummary,
     by_endpoint: UsageSummary,
     by_key: UsageSummary,
     requests: Option<UsagePage>,
+    teams: Vec<Value>,
+}
+
+/// Teams listed in "Your teams" (those the viewer owns or administers, of their first page).
+const TEAMS_LISTED: &str = "50";
+
+/// The teams the viewer owns or administers, each with its usage over the page's range and
+/// a link to its usage page.
+async fn led_teams(
+    state: &AppState,
+    viewer: &Viewer,
+    params: &UsageParams,
+) -> Result<Vec<Value>, aigw_service::ServiceError> {
+    let reader = viewer.authorized::<op::ReadAccount>()?;
+    let first = PageRequest { limit: Some(TEAMS_LISTED.to_owned()), cursor: None };
+    let teams = state.teams.list_teams(&reader, &first).await?;
+    let caller = viewer.authorized::<op::ReadUsage>()?;
+    let query = UsageQuery { api_key_id: None, ..params.query("day") };
+    let mut rows = Vec::new();
+    for team in teams.items.iter().filter(|t| t.role.is_some_and(TeamRole::manages)) {
+        let id = TeamId::from(team.id.as_str());
+        let summary = state.teams.team_usage(&caller, &id, query.clone()).await?;
+        let range = summary.range;
+        let href = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("from", &format_day(range.from))
+            .append_pair("to", &format_day(range.to))
+            .finish();
+        rows.push(context! {
+            id => team.id, name => team.name, role => team.role.map(TeamRole::as_str),
+            totals => totals_view(&summary.totals),
+            href => format!("/teams/{}/usage?{href}", team.id),
+        });
+    }
+    Ok(rows)
+}
+
+/// `/usage/export.csv?…` for `group_by` over the shown range (and key).
+fn export_href(from: &str, to: &str, api_key_id: Option<&str>, group_by: &str) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    query.append_pair("from", from).append_pair("to", to).append_pair("group_by", group_by);
+    if let Some(key) = api_key_id {
+        query.append_pair("api_key_id", key);
+    }
+    format!("/usage/export.csv?{}", query.finish())
 }
 
 /// One call of the requests table, its key named from `names` (key id to name) where known.
@@ -235,6 +287,15 @@ fn usage_page(
             .iter()
             .map(|(id, t)| group_row(id, names.get(id.as_str()).copied(), t, total_cost))
             .collect();
+        let (from, to) = (format_day(range.from), format_day(range.to));
+        let key = given(&params.api_key_id);
+        let exports: Vec<Value> = [("day", "By day"), ("model", "By model")]
+            .into_iter()
+            .chain([("api_key", "By key"), ("endpoint", "By endpoint"), ("team", "By team")])
+            .map(|(group, text)| {
+                context! { href => export_href(&from, &to, key.as_deref(), group), text }
+            })
+            .collect();
         let kept = usage.requests.is_some();
         let (requests, next) = match usage.requests {
             Some(page) => {
@@ -251,7 +312,7 @@ fn usage_page(
                     days => range.days() },
                 totals => totals_view(&usage.by_day.totals),
                 cost_chart, token_chart, models, endpoints, by_key,
-                records_kept => kept, requests, next,
+                records_kept => kept, requests, next, exports, teams => usage.teams,
                 one_key => given(&params.api_key_id).is_some(),
             },
         ]);
@@ -294,12 +355,14 @@ pub(crate) async fn show(
         } else {
             None
         };
+        let teams = led_teams(&state, &viewer, &params).await?;
         Ok::<_, aigw_service::ServiceError>(Usage {
             by_day,
             by_model,
             by_endpoint,
             by_key,
             requests,
+            teams,
         })
     }
     .await;

@@ -234,9 +234,9 @@ impl std::fmt::Debug for InvitationData {
     }
 }
 
-/// An open invitation to register.
+/// An invitation to register, with its state.
 #[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct OpenInvitationDto {
+pub(crate) struct InvitationDto {
     /// UUIDv7.
     pub(crate) id: String,
     /// The e-mail address it is for.
@@ -247,16 +247,33 @@ pub(crate) struct OpenInvitationDto {
     pub(crate) created_at: String,
     /// End of validity, RFC 3339 UTC.
     pub(crate) expires_at: Option<String>,
+    /// Where it stands: `pending` (open, never e-mailed: no mailer), `sent` (open, e-mailed),
+    /// `accepted` (used to register), `expired` (re-send it to open it again), `revoked`.
+    #[schema(value_type = crate::dto::teams::InvitationStatusName)]
+    pub(crate) status: String,
+    /// When it was last e-mailed, RFC 3339 UTC; null: never (no mailer).
+    pub(crate) sent_at: Option<String>,
+    /// Times it was e-mailed.
+    pub(crate) sends: u32,
+    /// When it was used to register, RFC 3339 UTC; null: not yet.
+    pub(crate) accepted_at: Option<String>,
+    /// When it was revoked, RFC 3339 UTC; null: not revoked.
+    pub(crate) revoked_at: Option<String>,
 }
 
-impl From<aigw_service::admin::OpenInvitation> for OpenInvitationDto {
-    fn from(i: aigw_service::admin::OpenInvitation) -> Self {
+impl From<aigw_service::admin::InvitationView> for InvitationDto {
+    fn from(i: aigw_service::admin::InvitationView) -> Self {
         Self {
             id: i.id,
             email: i.email,
             created_by: i.created_by,
             created_at: format_timestamp(i.created_at),
             expires_at: i.expires_at.map(format_timestamp),
+            status: i.status.as_str().to_owned(),
+            sent_at: i.sent_at.map(format_timestamp),
+            sends: i.sends,
+            accepted_at: i.accepted_at.map(format_timestamp),
+            revoked_at: i.revoked_at.map(format_timestamp),
         }
     }
 }
@@ -264,14 +281,14 @@ impl From<aigw_service::admin::OpenInvitation> for OpenInvitationDto {
 /// `GET /admin/invitations` answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct InvitationListData {
-    /// Open invitations (unused, unrevoked, unexpired), newest first.
-    pub(crate) invitations: Vec<OpenInvitationDto>,
+    /// The invitations the `state` filter keeps, newest first.
+    pub(crate) invitations: Vec<InvitationDto>,
     /// Cursor of the next page; null on the last.
     pub(crate) next_cursor: Option<String>,
 }
 
-impl From<aigw_service::Page<aigw_service::admin::OpenInvitation>> for InvitationListData {
-    fn from(p: aigw_service::Page<aigw_service::admin::OpenInvitation>) -> Self {
+impl From<aigw_service::Page<aigw_service::admin::InvitationView>> for InvitationListData {
+    fn from(p: aigw_service::Page<aigw_service::admin::InvitationView>) -> Self {
         Self {
             invitations: p.items.into_iter().map(Into::into).collect(),
             next_cursor: p.next_cursor,

@@ -12,6 +12,7 @@ use crate::extract::{query_params, AdminCaller, After, JsonBody, PathId};
 use crate::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
 use aigw_domain::{ApiKeyId, UserId};
+use aigw_service::admin::InvitationFilter;
 use aigw_service::{PageRequest, UserUpdate};
 use std::collections::HashMap;
 
@@ -198,17 +199,18 @@ pub(crate) async fn create_invitation(
     Ok(HttpResponse::Created().json(Envelope::ok(InvitationData::from(created))))
 }
 
-/// The open invitations to register (unused, unrevoked, unexpired), newest first,
-/// cursor-paged.
+/// The invitations to register, newest first, cursor-paged, each with its state: the open
+/// ones (unused, unrevoked, unexpired) by default, every one with `state=all`.
 #[utoipa::path(get, path = "/api/v1/admin/invitations", tag = "admin",
     params(
+        ("state" = Option<String>, Query, pattern = "^(open|all)$", description = "`open` (default): those that can still be used; `all`: every one, used, revoked and expired included"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Invitations per page, 1 to 200 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
     security(("access_token" = []), ("api_key" = [])),
     responses(
         (status = 200, body = Envelope<InvitationListData>),
-        (status = 400, description = "Bad limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
+        (status = 400, description = "Bad state, limit or cursor, an unknown parameter, or a parameter that contains NUL (details.field names it)", body = ErrorEnvelope),
         (status = 401, body = ErrorEnvelope),
         (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
         ServerErrors))]
@@ -217,10 +219,37 @@ pub(crate) async fn list_invitations(
     req: HttpRequest,
     AdminCaller(admin): AdminCaller,
 ) -> Result<HttpResponse, ApiError> {
-    let mut params = query_params(&req, &["limit", "cursor"])?;
+    let mut params = query_params(&req, &["state", "limit", "cursor"])?;
+    let filter = match params.remove("state") {
+        Some(raw) => InvitationFilter::parse(&raw)?,
+        None => InvitationFilter::Open,
+    };
     let page = page_request(&mut params);
-    let invitations = state.admin.admin_list_invitations(&admin, &page).await?;
+    let invitations = state.admin.admin_list_invitations(&admin, filter, &page).await?;
     Ok(HttpResponse::Ok().json(Envelope::ok(InvitationListData::from(invitations))))
+}
+
+/// Send an invitation to register again: a new token (the old link stops working), valid
+/// for 7 days from now, e-mailed when a mailer is configured. An expired invitation opens
+/// again; a used or revoked one cannot. The new token is in this answer and never again.
+#[utoipa::path(post, path = "/api/v1/admin/invitations/{id}/resend", tag = "admin",
+    params(("id" = String, Path, description = "Invitation id")),
+    security(("access_token" = []), ("api_key" = [])),
+    responses(
+        (status = 200, body = Envelope<InvitationData>),
+        (status = 400, description = "An id that contains NUL (U+0000)", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Not an admin (required: admin)", body = ErrorEnvelope),
+        (status = 404, description = "No unused, unrevoked invitation to register with this id", body = ErrorEnvelope),
+        ServerErrors))]
+pub(crate) async fn resend_invitation(
+    state: web::Data<AppState>,
+    AdminCaller(admin): AdminCaller,
+    id: After<PathId>,
+) -> Result<HttpResponse, ApiError> {
+    let PathId(id) = id.into_inner()?;
+    let renewed = state.admin.admin_resend_invitation(&admin, &id).await?;
+    Ok(HttpResponse::Ok().json(Envelope::ok(InvitationData::from(renewed))))
 }
 
 /// Revoke an open invitation to register: it can no longer be used.

@@ -439,6 +439,10 @@ fn admin_routes(cfg: &mut web::ServiceConfig) {
             .app_data(LimitedBy(Policy::Account)),
     );
     cfg.service(
+        one("/admin/invitations/{id}/resend", &["POST"], web::post().to(admin::resend_invitation))
+            .app_data(LimitedBy(Policy::Account)),
+    );
+    cfg.service(
         one("/admin/audit", &["GET"], get_or_head().to(admin::audit))
             .app_data(LimitedBy(Policy::Account)),
     );
@@ -509,7 +513,7 @@ pub(crate) async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError>
 /// How many handlers of `/api/v1` need a credential (checked against their sources here, and
 /// against the OpenAPI document and this route table in `crate::openapi`'s tests).
 #[cfg(test)]
-pub(crate) const SECURED: usize = 70;
+pub(crate) const SECURED: usize = 71;
 
 #[cfg(test)]
 mod tests {

@@ -27,7 +27,8 @@ fn attachment(name: &str) -> ContentDisposition {
 }
 
 /// `summary` as a CSV attachment named `<stem>-by-<group>.csv`.
-fn summary_answer(stem: &str, summary: UsageSummary) -> HttpResponse {
+/// `summary` as a CSV attachment named `<stem>-by-<group>.csv` (also the console's export).
+pub(crate) fn summary_answer(stem: &str, summary: UsageSummary) -> HttpResponse {
     let name = format!("{stem}-by-{}.csv", summary.group_by.as_str());
     HttpResponse::Ok()
         .content_type(CSV)
@@ -130,6 +131,17 @@ pub(crate) async fn requests(
     query_params(&req, &[])?;
     // The first chunk before the answer's head: a failure is still an error answer.
     let first = state.usage.export_chunk(&caller, None).await?;
+    Ok(records_answer(state, caller, first))
+}
+
+/// The caller's per-request records as a streamed CSV attachment, from `first` (read before
+/// the answer's head, so that its failure is still an error answer) on, one
+/// [`aigw_service::usage::EXPORT_CHUNK`] at a time (also the console's export).
+pub(crate) fn records_answer(
+    state: web::Data<AppState>,
+    caller: aigw_service::Authorized<op::ReadUsage>,
+    first: UsagePage,
+) -> HttpResponse {
     let chunks = futures_util::stream::unfold(Next::Page(first, true), move |next| {
         let (state, caller) = (state.clone(), caller.clone());
         async move {
@@ -154,8 +166,8 @@ pub(crate) async fn requests(
             Some((Ok::<_, actix_web::Error>(bytes), following))
         }
     });
-    Ok(HttpResponse::Ok()
+    HttpResponse::Ok()
         .content_type(CSV)
         .insert_header(attachment("aigw-usage-requests.csv"))
-        .streaming(chunks))
+        .streaming(chunks)
 }

@@ -438,6 +438,7 @@ backend_tests!(
     a_team_invitation_arrives_and_joins_only_once_the_address_is_verified,
     a_team_invitation_expires_and_is_sent_again,
     an_invitation_to_register_arrives_with_its_code,
+    an_invitation_to_register_is_sent_again_and_shows_its_state,
 );
 
 /// A team's invitation of an address without an account arrives by e-mail, naming the team
@@ -574,6 +575,100 @@ async fn an_invitation_to_register_arrives_with_its_code(backend: Backend) {
     assert!(mail.text.contains(&admin.email) && mail.text.contains(code), "{}", mail.text);
     let register = json!({"email": email, "password": PASSWORD, "invitation": code});
     app.register_raw(&register).await.data(201);
+}
+
+/// The invitations of `admin` to register, as `GET /admin/invitations?state=…` lists them,
+/// by e-mail address.
+async fn invitations_to_register(
+    app: &TestApp,
+    admin: &str,
+    state: &str,
+) -> std::collections::HashMap<String, Value> {
+    let path = format!("/api/v1/admin/invitations?state={state}");
+    let listed = app.get(&path, Auth::Bearer(admin)).await.data(200);
+    let rows = listed["invitations"].as_array().unwrap().iter();
+    rows.map(|i| (i["email"].as_str().unwrap().to_owned(), i.clone())).collect()
+}
+
+/// An invitation to register is e-mailed and sent again with a new code (the old one stops
+/// working); its state reads sent, accepted, revoked or expired, and an expired one opens
+/// again when sent again. A used or revoked one cannot be.
+async fn an_invitation_to_register_is_sent_again_and_shows_its_state(backend: Backend) {
+    let Some(smtp) = SmtpServer::start() else { return };
+    let clock = aigw_service::Clock::adjustable();
+    let app = app_with_mail(backend, &smtp, "optional", Some(&clock)).await;
+    let admin = app.new_user("resend-admin").await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = common::test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &admin.email, aigw_domain::Role::Admin).await.unwrap();
+    // A key, not an access token: it outlives the days the clock moves below.
+    let admin_key = app.key(&admin.token, &["admin", "read"]).await;
+    let token = admin_key.as_str();
+    // A second node on the same database where registering takes an invitation.
+    let invite_only = app
+        .spawn_sibling(|s| {
+            smtp.configure(s);
+            s.clock = clock.clone();
+            s.auth.registration = aigw_service::RegistrationMode::Invite;
+        })
+        .await;
+    let invite = |email: &str| {
+        let body = json!({"email": email});
+        let app = &app;
+        async move { app.post("/api/v1/admin/invitations", Auth::Bearer(token), &body).await }
+    };
+    let resend = |id: &str| {
+        let path = format!("/api/v1/admin/invitations/{id}/resend");
+        let app = &app;
+        async move { app.post_empty(&path, Auth::Bearer(token)).await }
+    };
+    let (a, b, c) = (unique_email("inv-a"), unique_email("inv-b"), unique_email("inv-c"));
+
+    // Sent, then sent again: a second message with a new code; the first code is dead.
+    let made = invite(&a).await.data(201);
+    let (id_a, first) = (made["id"].as_str().unwrap(), made["invitation"].as_str().unwrap());
+    smtp.wait_for(&a, REGISTRATION_INVITATION_SUBJECT, 1).await;
+    let open = invitations_to_register(&app, token, "open").await;
+    assert_eq!((open[&a]["status"].clone(), open[&a]["sends"].clone()), (json!("sent"), json!(1)));
+    common::assert_timestamp(&open[&a]["sent_at"]);
+    let again = resend(id_a).await.data(200);
+    let second = again["invitation"].as_str().unwrap();
+    assert_ne!(first, second);
+    let mail = smtp.wait_for(&a, REGISTRATION_INVITATION_SUBJECT, 2).await;
+    assert!(mail.text.contains(second), "{}", mail.text);
+    assert_eq!(invitations_to_register(&app, token, "open").await[&a]["sends"], json!(2));
+    let register = |code: &str| json!({"email": a, "password": PASSWORD, "invitation": code});
+    invite_only.register_raw(&register(first)).await.invalid("invitation");
+    invite_only.register_raw(&register(second)).await.data(201);
+    assert!(!invitations_to_register(&app, token, "open").await.contains_key(&a));
+    let all = invitations_to_register(&app, token, "all").await;
+    assert_eq!(all[&a]["status"], json!("accepted"), "{}", all[&a]);
+    common::assert_timestamp(&all[&a]["accepted_at"]);
+    resend(id_a).await.not_found("invitation", id_a);
+
+    // Revoked: listed as such, and not sent again.
+    let made = invite(&b).await.data(201);
+    let id_b = made["id"].as_str().unwrap().to_owned();
+    app.delete(&format!("/api/v1/admin/invitations/{id_b}"), Auth::Bearer(token)).await.data(200);
+    assert_eq!(invitations_to_register(&app, token, "all").await[&b]["status"], json!("revoked"));
+    resend(&id_b).await.not_found("invitation", &id_b);
+
+    // Expired: out of the open list, and open again once sent again.
+    let made = invite(&c).await.data(201);
+    let id_c = made["id"].as_str().unwrap().to_owned();
+    clock.advance(chrono::Duration::days(8));
+    assert!(!invitations_to_register(&app, token, "open").await.contains_key(&c));
+    assert_eq!(invitations_to_register(&app, token, "all").await[&c]["status"], json!("expired"));
+    resend(&id_c).await.data(200);
+    let open = invitations_to_register(&app, token, "open").await;
+    assert_eq!((open[&c]["status"].clone(), open[&c]["sends"].clone()), (json!("sent"), json!(2)));
+    // Registering where no invitation is needed takes it all the same.
+    app.register_raw(&json!({"email": c, "password": PASSWORD})).await.data(201);
+    assert_eq!(invitations_to_register(&app, token, "all").await[&c]["status"], json!("accepted"));
+
+    let bad = app.get("/api/v1/admin/invitations?state=used", Auth::Bearer(token)).await;
+    bad.invalid("state");
+    resend("no-such-invitation").await.not_found("invitation", "no-such-invitation");
 }
 
 /// Mail to an SMTP server that is down is tried again with backoff and, once the server is

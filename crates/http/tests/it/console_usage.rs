@@ -14,7 +14,7 @@ const PRICE_PER_MILLION: f64 = 1000.0;
 
 /// An app whose built-in echo also answers `priced` (priced at [`PRICE_PER_MILLION`]), with a
 /// fast usage recorder.
-async fn priced_app(
+pub(crate) async fn priced_app(
     backend: Backend,
     tweak: impl FnOnce(&mut aigw_http::settings::Settings),
 ) -> TestApp {
@@ -42,7 +42,7 @@ async fn priced_app(
 }
 
 /// Polls `GET /usage` (deadline 60 s) until the caller's totals count `n` requests.
-async fn wait_for_usage(app: &TestApp, token: &str, n: u64) -> Value {
+pub(crate) async fn wait_for_usage(app: &TestApp, token: &str, n: u64) -> Value {
     let arrived = || async {
         let data = app.get("/api/v1/usage", Auth::Bearer(token)).await.data(200);
         if data["totals"]["requests"].as_u64() >= Some(n) {
@@ -55,7 +55,7 @@ async fn wait_for_usage(app: &TestApp, token: &str, n: u64) -> Value {
 }
 
 /// A call of `model` with `key`, answered 200.
-async fn call(app: &TestApp, key: &str, model: &str) {
+pub(crate) async fn call(app: &TestApp, key: &str, model: &str) {
     let reply = app.chat(Auth::Bearer(key), &common::chat_body(model, "hello there")).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
 }

@@ -59,6 +59,11 @@ impl Accounts {
                         }
                     }
                     Self::insert_user(conn, &stored)?;
+                    // Without an invitation (mode `open`), the address's open invitations to
+                    // register are taken all the same: they read `accepted`, not `sent`.
+                    if invitation.is_none() {
+                        invitations::accept_for_email(conn, &stored.email, now.naive_utc())?;
+                    }
                     Self::store_session(conn, &stored_session, &token)?;
                     // Team invitations of the address wait for it to be verified
                     // (`crate::team_access::join_invited`).

@@ -1,13 +1,16 @@
-//! Administration and the audit trail: what an administrator does with every user, invitation
-//! and API key ([`manage`]; [`Admin`], in [`caller`], is the proof that a caller may), and the audit trail
-//! (written by every use case through `crate::audit`).
+//! Administration and the audit trail: what an administrator does with every user and API key
+//! ([`manage`]) and with invitations to register ([`invitations`]); [`Admin`], in [`caller`],
+//! is the proof that a caller may. The audit trail is written by every use case through
+//! `crate::audit`.
 
 pub mod caller;
+pub mod invitations;
 pub mod listing;
 pub mod manage;
 
 pub use caller::Admin;
-pub use manage::{CreatedInvitation, OpenInvitation, UserUpdate};
+pub use invitations::{CreatedInvitation, InvitationFilter, InvitationView};
+pub use manage::UserUpdate;
 
 use crate::accounts::Accounts;
 use crate::api_keys::ApiKeys;

@@ -31,12 +31,7 @@ impl Mfa {
         principal: &Authorized<op::ManageAccount>,
     ) -> Result<Enrollment, ServiceError> {
         let user_id = account_owner(principal)?;
-        let user = self
-            .ctx
-            .cache
-            .user(&user_id)
-            .await?
-            .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
+        let email = self.account_email(&user_id).await?;
         let secret = TotpSecret::generate();
         let now = self.ctx.clock.now();
         let row = TotpRow {
@@ -67,7 +62,41 @@ impl Mfa {
                 FieldError::new("mfa", "is already enabled; disable it to enroll again").into()
             );
         }
-        let otpauth_uri = secret.otpauth_uri(&self.ctx.config.mfa_issuer, &user.email);
+        self.shown(&secret, &email)
+    }
+
+    /// The e-mail address of account `user_id` (the label of its enrollment).
+    async fn account_email(&self, user_id: &UserId) -> Result<String, ServiceError> {
+        let user = self.ctx.cache.user(user_id).await?;
+        user.map(|u| u.email)
+            .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))
+    }
+
+    /// The caller's enrollment that waits for its confirming code, shown again (the console
+    /// shows it until it is confirmed or restarted, so a reload loses nothing); `None` when
+    /// none waits (the factor is off, or on already).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] when the account no longer exists, or no signing key
+    /// opens the sealed secret; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn mfa_pending(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+    ) -> Result<Option<Enrollment>, ServiceError> {
+        let user_id = account_owner(principal)?;
+        let wanted = user_id.clone();
+        let totp = self.ctx.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
+        let Some(totp) = totp.filter(|t| t.enabled_at.is_none()) else {
+            return Ok(None);
+        };
+        let email = self.account_email(&user_id).await?;
+        let secret = TotpSecret::open(&self.totp_sealer(), &user_id, &totp.secret_sealed)?;
+        self.shown(&secret, &email).map(Some)
+    }
+
+    /// `secret` in the three forms an enrollment shows, labelled with `email`.
+    fn shown(&self, secret: &TotpSecret, email: &str) -> Result<Enrollment, ServiceError> {
+        let otpauth_uri = secret.otpauth_uri(&self.ctx.config.mfa_issuer, email);
         let qr_svg = qr_svg(&otpauth_uri)?;
         Ok(Enrollment { secret: secret.base32(), otpauth_uri, qr_svg })
     }

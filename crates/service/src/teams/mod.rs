@@ -159,33 +159,7 @@ pub struct TeamInvitationView {
     pub status: InvitationStatus,
 }
 
-/// Where a team invitation stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InvitationStatus {
-    /// Open, never e-mailed (no mailer): the address learns of it otherwise.
-    Pending,
-    /// Open and e-mailed.
-    Sent,
-    /// An account with the address verified took it.
-    Accepted,
-    /// Past `expires_at` without being taken: re-send it to open it again.
-    Expired,
-    /// Revoked.
-    Revoked,
-}
-
-impl InvitationStatus {
-    /// The status's name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Sent => "sent",
-            Self::Accepted => "accepted",
-            Self::Expired => "expired",
-            Self::Revoked => "revoked",
-        }
-    }
-}
+pub use aigw_domain::invitation::InvitationStatus;
 
 impl TeamInvitationView {
     /// `row` as it stands at `now` (UTC, the service's clock).
@@ -203,17 +177,12 @@ impl TeamInvitationView {
             sent_at,
             sends,
         } = row;
-        let status = if revoked_at.is_some() {
-            InvitationStatus::Revoked
-        } else if accepted_at.is_some() {
-            InvitationStatus::Accepted
-        } else if expires_at.is_some_and(|at| at <= now) {
-            InvitationStatus::Expired
-        } else if sent_at.is_some() {
-            InvitationStatus::Sent
-        } else {
-            InvitationStatus::Pending
-        };
+        let status = InvitationStatus::of(
+            revoked_at.is_some(),
+            accepted_at.is_some(),
+            expires_at.is_some_and(|at| at <= now),
+            sent_at.is_some(),
+        );
         Self {
             id,
             team_id: team_id.to_string(),
