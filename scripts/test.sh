@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: finds (or starts) PostgreSQL and Redis, installs PgBouncer
-# (Debian's) and aiosmtpd (the e-mail tests' SMTP server), then runs every test.
+# (Debian's), aiosmtpd (the e-mail tests' SMTP server) and the single sign-on tests'
+# OpenID Connect provider (npm), then runs every test.
 #
 #   scripts/test.sh [extra cargo test args]
 #
@@ -195,6 +196,22 @@ elif ci; then
   exit 1
 else
   log "!!! aiosmtpd not installed (no python3, or PyPI out of reach): the e-mail tests will SKIP !!!"
+fi
+
+# The OpenID Connect provider of the single sign-on tests (npm: oauth2-mock-server, pinned by
+# tests/oidc/package-lock.json) on Node.js.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  if [ ! -d tests/oidc/node_modules/oauth2-mock-server ]; then
+    (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1) || true
+  fi
+fi
+if [ -d tests/oidc/node_modules/oauth2-mock-server ] && command -v node >/dev/null 2>&1; then
+  log "OpenID Connect: tests will start tests/oidc/provider.mjs (node $(node --version)) on free ports"
+elif ci; then
+  log "FAIL: CI=true but the OpenID Connect test provider could not be installed (node, npm ci in tests/oidc)"
+  exit 1
+else
+  log "!!! Node.js or the npm registry missing: the single sign-on tests will SKIP !!!"
 fi
 
 log "running: cargo test $* -- ${skip_args[*]:-}"

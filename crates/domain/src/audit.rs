@@ -49,6 +49,8 @@ actions! {
     InvitationCreated => "invitation_created",
     InvitationRevoked => "invitation_revoked",
     InvitationResent => "invitation_resent",
+    SsoSignIn => "sso_sign_in",
+    SsoSignInRefused => "sso_sign_in_refused",
     TeamCreated => "team_created",
     TeamUpdated => "team_updated",
     TeamDeleted => "team_deleted",

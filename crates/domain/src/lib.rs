@@ -51,6 +51,7 @@ pub mod mfa;
 pub mod permission;
 pub mod redact;
 pub mod refresh_token;
+pub mod sso;
 pub mod team;
 pub mod time;
 pub mod usage;

@@ -47,6 +47,9 @@ pub struct Settings {
     pub console: ConsoleSettings,
     /// `[alerts]`: budget alerts and team webhooks (see `aigw_service::alerts`).
     pub alerts: aigw_service::alerts::AlertConfig,
+    /// `[sso]` and `[[sso.providers]]`: single sign-on through OpenID Connect providers
+    /// (see `aigw_service::sso`).
+    pub sso: aigw_service::sso::SsoConfig,
     /// The clock the use cases read: the system clock; not a setting (a test sets an
     /// adjustable one to move time forward).
     #[serde(skip)]
@@ -435,6 +438,12 @@ impl Settings {
             );
         }
         self.validate_database()?;
+        self.sso.validate().map_err(|e| anyhow::anyhow!(e))?;
+        if !self.sso.providers.is_empty() && self.server.public_url.is_none() {
+            anyhow::bail!(
+                "sso.providers need server.public_url: each provider sends the browser back to                  <public_url>/sso/<id>/callback"
+            );
+        }
         for (i, p) in self.providers.iter().enumerate() {
             let base_url = p.base_url.as_deref().unwrap_or("");
             let example = match p.kind {

@@ -454,13 +454,7 @@ impl Services {
             .then(|| aigw_service::leaks::GithubKeys::new(&settings.secret_scanning))
             .transpose()?;
         let upkeep = telemetry.spawn_upkeep();
-        let console = settings.console.enabled.then(|| {
-            web::Data::new(crate::console::ConsoleContext::new(
-                settings.server.environment != crate::settings::Environment::Development,
-                &settings.auth,
-                services.context.tokens().key_materials(),
-            ))
-        });
+        let (console, sso) = sign_in_parts(settings, &services)?;
         let state = web::Data::new(AppState {
             context: services.context,
             authenticator: services.authenticator,
@@ -471,6 +465,7 @@ impl Services {
             teams: services.teams,
             admin: services.admin,
             leaks: services.leaks,
+            sso,
             alerts,
             gateway,
             limits,
@@ -491,6 +486,32 @@ impl Services {
             alert_tasks,
         })
     }
+}
+
+/// What the console and single sign-on need: the console's context (when it is enabled)
+/// and the configured OpenID Connect providers.
+///
+/// # Errors
+/// An `[sso]` configuration that does not hold together.
+fn sign_in_parts(
+    settings: &Settings,
+    services: &aigw_service::Services,
+) -> anyhow::Result<(Option<web::Data<crate::console::ConsoleContext>>, aigw_service::sso::Sso)> {
+    let console = settings.console.enabled.then(|| {
+        web::Data::new(crate::console::ConsoleContext::new(
+            settings.server.environment != crate::settings::Environment::Development,
+            &settings.auth,
+            services.context.tokens().key_materials(),
+        ))
+    });
+    let sso = aigw_service::sso::Sso::new(
+        services.context.clone(),
+        services.accounts.clone(),
+        &settings.sso,
+        settings.server.public_url.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    Ok((console, sso))
 }
 
 /// The HTTP server of `services` on `listener`: `server.workers` workers, the connection caps

@@ -33,6 +33,8 @@ pub(crate) struct AppState {
     pub(crate) admin: Administration,
     /// Leaked keys.
     pub(crate) leaks: LeakReports,
+    /// Single sign-on through OpenID Connect providers.
+    pub(crate) sso: aigw_service::sso::Sso,
     /// Budget alerts and team webhooks.
     pub(crate) alerts: aigw_service::alerts::BudgetAlerts,
     /// Chat routing.

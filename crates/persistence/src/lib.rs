@@ -39,6 +39,7 @@ pub mod pool;
 pub mod response_owners;
 pub mod schema;
 pub mod sessions;
+pub mod sso;
 pub mod teams;
 pub mod usage;
 pub mod usage_records;

@@ -136,6 +136,26 @@ diesel::table! {
 diesel::joinable!(sessions -> users (user_id));
 diesel::joinable!(refresh_tokens -> sessions (session_id));
 diesel::joinable!(api_keys -> users (user_id));
+diesel::table! {
+    /// Which account a provider's subject signs in to (single sign-on).
+    sso_identities (provider, subject) {
+        provider -> Text,
+        subject -> Text,
+        user_id -> Text,
+        email -> Nullable<Text>,
+        created_at -> Timestamp,
+        last_sign_in_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    /// The `state` of every single sign-on that came back, by digest.
+    sso_states (state_hash) {
+        state_hash -> Text,
+        created_at -> Timestamp,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(users, sessions, refresh_tokens, api_keys);
 
 diesel::table! {

@@ -44,6 +44,8 @@ mod redis_sentinel;
 pub mod seal;
 pub mod services;
 pub mod spend_signal;
+pub mod sso;
+pub mod sso_config;
 pub mod team_access;
 pub mod teams;
 pub mod tokens;

@@ -22,6 +22,7 @@ pub(crate) mod redirect;
 pub(crate) mod render;
 pub(crate) mod session;
 pub(crate) mod sign_in;
+pub(crate) mod sso;
 pub(crate) mod team_usage;
 pub(crate) mod team_webhook;
 pub(crate) mod team_webhook_view;
@@ -61,6 +62,8 @@ fn sign_in_and_key_routes(scope: actix_web::Scope) -> actix_web::Scope {
         .route("/password-reset", get().to(sign_in::password_reset_form))
         .route("/password-reset", post().to(sign_in::password_reset))
         .route("/logout", post().to(sign_in::logout))
+        .route("/sso/{id}/start", get().to(sso::start))
+        .route("/sso/{id}/callback", get().to(sso::callback))
         .route("/keys", get().to(keys::list))
         .route("/keys/new", get().to(keys::new_form))
         .route("/keys/new", post().to(keys::create))

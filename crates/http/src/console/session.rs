@@ -38,6 +38,10 @@ pub(crate) const ACCESS_COOKIE: &str = "aigw_access";
 pub(crate) const REFRESH_COOKIE: &str = "aigw_refresh";
 /// A one-time notice for the next page (set with a redirect after a form).
 pub(crate) const NOTICE_COOKIE: &str = "aigw_notice";
+/// The cookie of a single sign-on under way: the sealed pending sign-in, `Path=/sso/`,
+/// `SameSite=Lax` (the provider sends the browser back with a cross-site navigation, which
+/// `Strict` cookies do not travel with).
+pub(crate) const SSO_COOKIE: &str = "aigw_sso";
 
 /// What every console page needs to know (app data of the console's scope): cookie settings,
 /// the CSRF key, the registration policy.
@@ -137,6 +141,15 @@ impl ConsoleContext {
             self.cookie(ACCESS_COOKIE, String::new(), 0),
             self.cookie(REFRESH_COOKIE, String::new(), 0),
         ]
+    }
+
+    /// The cookie that keeps a sealed pending sign-in for `max_age_secs` (see [`SSO_COOKIE`]);
+    /// an empty `value` and 0 remove it.
+    pub(crate) fn sso_cookie(&self, value: String, max_age_secs: u64) -> Cookie<'static> {
+        let mut cookie = self.cookie(SSO_COOKIE, value, max_age_secs);
+        cookie.set_same_site(SameSite::Lax);
+        cookie.set_path("/sso/");
+        cookie
     }
 
     /// `303` to `location` with `notice` shown once on the next page.

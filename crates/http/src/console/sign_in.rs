@@ -87,20 +87,32 @@ fn signed_in(console: &ConsoleContext, tokens: &TokenSet, location: &LocalPath) 
 }
 
 fn login_page(
+    state: &AppState,
     status: StatusCode,
     email: &str,
     next: &LocalPath,
     error: Option<Shown>,
 ) -> HttpResponse {
     let next = next.as_str();
-    page(status, Value::UNDEFINED, "login.html", context! { title => "Log in", email, next, error })
+    let encoded: String = url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    let providers: Vec<Value> = state
+        .sso
+        .providers()
+        .into_iter()
+        .map(|p| context! { name => p.name, href => format!("/sso/{}/start?next={encoded}", p.id) })
+        .collect();
+    let values = context! { title => "Log in", email, next, error, providers };
+    page(status, Value::UNDEFINED, "login.html", values)
 }
 
 /// `GET /login`: the form, carrying `next` when it is a path of this origin
-/// ([`LocalPath`]), else the default page.
-pub(crate) async fn login_form(query: web::Query<NextQuery>) -> HttpResponse {
+/// ([`LocalPath`]), else the default page, and a button per single sign-on provider.
+pub(crate) async fn login_form(
+    state: web::Data<AppState>,
+    query: web::Query<NextQuery>,
+) -> HttpResponse {
     let next = LocalPath::or_default(query.next.as_deref());
-    login_page(StatusCode::OK, "", &next, None)
+    login_page(&state, StatusCode::OK, "", &next, None)
 }
 
 /// `POST /login`: checks the password; starts the session or asks for the second factor.
@@ -141,7 +153,7 @@ pub(crate) async fn login(
         ),
         Err(e) => {
             let shown = Shown::from(e);
-            login_page(shown.status, &form.email, &next, Some(shown))
+            login_page(&state, shown.status, &form.email, &next, Some(shown))
         }
     }
 }

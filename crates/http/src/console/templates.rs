@@ -8,6 +8,7 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     // Before and around a session.
     ("login.html", include_str!("../../templates/console/login.html")),
     ("login_mfa.html", include_str!("../../templates/console/login_mfa.html")),
+    ("sso_done.html", include_str!("../../templates/console/sso_done.html")),
     ("register.html", include_str!("../../templates/console/register.html")),
     ("password_reset.html", include_str!("../../templates/console/password_reset.html")),
     // API keys.

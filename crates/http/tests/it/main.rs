@@ -59,6 +59,7 @@ mod routing;
 mod self_service;
 mod sessions;
 mod slow_clients;
+mod sso;
 mod teams;
 mod unauthenticated;
 mod upstream_connections;

@@ -10,6 +10,7 @@ pub mod mfa_login;
 pub mod registration;
 pub mod self_service;
 pub mod sessions;
+pub mod sso;
 
 use crate::account_email::AccountEmail;
 use crate::context::ServiceContext;

@@ -14,6 +14,7 @@ pub struct Browser<'a> {
 }
 
 /// One answer, with what the tests read of it.
+#[derive(Debug)]
 pub struct Page {
     pub status: u16,
     pub location: Option<String>,

@@ -8,6 +8,7 @@ pub mod eventually;
 pub mod flaky_upstream;
 pub mod gateway_calls;
 pub mod keep_alive;
+pub mod oidc;
 pub mod proxy;
 pub mod smtp;
 pub mod upstream;

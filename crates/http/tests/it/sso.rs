@@ -1,0 +1,212 @@
+//! Single sign-on against a real OpenID Connect provider on loopback (oauth2-mock-server,
+//! `tests/oidc/provider.mjs`): the console's sign-in (authorization code, PKCE, state and
+//! nonce) makes the account on the first sign-in and signs the same subject in again; a
+//! domain that is not allowed, an existing account under the linking rules, and every forged
+//! or replayed answer are refused with a 401 saying why, and no session starts.
+
+use crate::common;
+
+use aigw_service::sso::SsoProviderConfig;
+use common::browser::{Browser, Page};
+use common::oidc::OidcProvider;
+use common::{spawn_app_with, unique_email, Auth, Backend, TestApp, PASSWORD};
+use serde_json::{json, Value};
+
+backend_tests!(
+    the_first_sign_in_makes_the_account_and_the_next_finds_it,
+    a_domain_that_is_not_allowed_is_refused,
+    an_existing_account_is_linked_only_by_the_rules,
+    forged_and_replayed_answers_are_refused,
+);
+
+/// The provider's id in the tests' configuration.
+const PROVIDER: &str = "corp";
+
+/// An app with `provider` configured as [`PROVIDER`], `tweak` applied to its settings.
+async fn app_with(
+    backend: Backend,
+    provider: &OidcProvider,
+    tweak: impl FnOnce(&mut SsoProviderConfig),
+) -> TestApp {
+    let mut config = SsoProviderConfig {
+        id: PROVIDER.to_owned(),
+        name: "Corp".to_owned(),
+        issuer: provider.issuer.clone(),
+        client_id: "aigw-test".to_owned(),
+        allowed_domains: vec!["example.com".to_owned()],
+        ..SsoProviderConfig::default()
+    };
+    tweak(&mut config);
+    spawn_app_with(backend, |s| {
+        s.server.public_url = Some("https://gw.example.test".to_owned());
+        s.sso.providers = vec![config];
+    })
+    .await
+}
+
+/// The callback URL the provider sends the browser to, after `browser` started a sign-in as
+/// `claims` (the provider answers its authorize request at once).
+async fn provider_answer(browser: &mut Browser<'_>, claims: &Value) -> String {
+    let hint = OidcProvider::hint(claims);
+    let start = browser.get(&format!("/sso/{PROVIDER}/start?next=/usage&login_hint={hint}")).await;
+    assert_eq!(start.status, 303, "{}", start.text);
+    assert!(start.cookie("aigw_sso").is_some_and(|c| c.contains("SameSite=Lax")), "{start:?}");
+    let authorize = start.location.clone().unwrap();
+    assert!(authorize.contains("code_challenge_method=S256") && authorize.contains("nonce="));
+    let client =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let answer = client.get(&authorize).send().await.unwrap();
+    assert_eq!(answer.status(), 302, "{:?}", answer.text().await);
+    let location = answer.headers()["location"].to_str().unwrap().to_owned();
+    let prefix = format!("https://gw.example.test/sso/{PROVIDER}/callback?");
+    assert!(location.starts_with(&prefix), "{location}");
+    location.trim_start_matches("https://gw.example.test").to_owned()
+}
+
+/// Signs `claims` in through the console; the callback's page.
+async fn sign_in(browser: &mut Browser<'_>, claims: &Value) -> Page {
+    let callback = provider_answer(browser, claims).await;
+    browser.get(&callback).await
+}
+
+/// The access token of a signed-in browser.
+fn access_token(browser: &Browser<'_>) -> String {
+    browser.jar.get("aigw_access").cloned().expect("a session cookie")
+}
+
+/// A refusal page: 401, saying `why`, no session cookie.
+fn refused(page: &Page, why: &str) {
+    assert_eq!(page.status, 401, "{}", page.text);
+    assert!(page.text.replace("&#x27;", "'").contains(why), "{why}: {}", page.text);
+    assert!(page.cookie("aigw_access").is_none(), "a refused sign-in set a session: {page:?}");
+}
+
+fn person(tag: &str) -> (String, Value) {
+    let email = unique_email(tag);
+    let claims = json!({
+        "sub": format!("sub-{}", uuid::Uuid::now_v7().simple()), "email": email,
+        "email_verified": true, "name": format!("{tag} person"),
+    });
+    (email, claims)
+}
+
+async fn the_first_sign_in_makes_the_account_and_the_next_finds_it(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let app = app_with(backend, &provider, |_| {}).await;
+    let login = app.get("/login", Auth::None).await;
+    assert!(
+        login.text.contains(&format!("href=\"&#x2f;sso&#x2f;{PROVIDER}&#x2f;start")),
+        "{}",
+        login.text
+    );
+    let (email, claims) = person("sso-first");
+    let mut browser = Browser::new(&app);
+    let done = sign_in(&mut browser, &claims).await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    assert!(done.text.contains("http-equiv=\"refresh\""), "{}", done.text);
+    assert!(done.cookie("aigw_sso").is_some_and(|c| c.contains("Max-Age=0")), "{done:?}");
+    let token = access_token(&browser);
+    let me = app.me(Auth::Bearer(&token)).await.data(200);
+    assert_eq!(me["user"]["email"], json!(email));
+    assert_eq!(me["user"]["name"], json!("sso-first person"));
+    common::assert_timestamp(&me["user"]["email_verified_at"]);
+    assert_eq!(browser.get("/keys").await.status, 200, "the console session works");
+    // The account has no password anybody knows.
+    app.login_raw(&email, PASSWORD).await.unauthorized();
+
+    // The same subject again: the same account, whatever address it asserts now.
+    let mut again = Browser::new(&app);
+    let mut moved = claims.clone();
+    moved["email"] = json!(unique_email("sso-moved"));
+    assert_eq!(sign_in(&mut again, &moved).await.status, 200);
+    let me_again = app.me(Auth::Bearer(&access_token(&again))).await.data(200);
+    assert_eq!(me_again["user"]["id"], me["user"]["id"]);
+    let audit = app.get("/api/v1/audit", Auth::Bearer(&token)).await.data(200);
+    let signed =
+        audit["events"].as_array().unwrap().iter().filter(|e| e["action"] == "sso_sign_in");
+    assert_eq!(signed.count(), 2, "{audit}");
+
+    // Another subject with the first one's address: an account has it, linking is off.
+    let (_, mut other) = person("sso-other");
+    other["email"] = json!(email);
+    refused(&sign_in(&mut Browser::new(&app), &other).await, "does not link accounts");
+}
+
+async fn a_domain_that_is_not_allowed_is_refused(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let app = app_with(backend, &provider, |_| {}).await;
+    let (_, mut claims) = person("sso-outsider");
+    let email = format!("outsider-{}@elsewhere.test", uuid::Uuid::now_v7().simple());
+    claims["email"] = json!(email);
+    refused(&sign_in(&mut Browser::new(&app), &claims).await, "domain may not sign in");
+    let mut no_address = claims.clone();
+    no_address.as_object_mut().unwrap().remove("email");
+    refused(&sign_in(&mut Browser::new(&app), &no_address).await, "asserted no address");
+    app.login_raw(&email, PASSWORD).await.unauthorized();
+}
+
+async fn an_existing_account_is_linked_only_by_the_rules(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let app = app_with(backend, &provider, |p| p.link_existing_accounts = true).await;
+    let user = app.new_user("sso-linked").await;
+    let claims = json!({"sub": "linked-subject", "email": user.email, "email_verified": false});
+    refused(&sign_in(&mut Browser::new(&app), &claims).await, "does not assert that the address");
+    let verified = json!({"sub": "linked-subject", "email": user.email, "email_verified": true});
+    let mut browser = Browser::new(&app);
+    assert_eq!(sign_in(&mut browser, &verified).await.status, 200);
+    let me = app.me(Auth::Bearer(&access_token(&browser))).await.data(200);
+    assert_eq!(me["user"]["id"], json!(user.id), "the existing account, linked");
+    // The password still works, and the subject now finds the account without the rule.
+    app.login(&user.email, PASSWORD).await;
+    let renamed = json!({"sub": "linked-subject", "email": "whatever@example.com"});
+    let mut later = Browser::new(&app);
+    assert_eq!(sign_in(&mut later, &renamed).await.status, 200);
+}
+
+async fn forged_and_replayed_answers_are_refused(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let app = app_with(backend, &provider, |_| {}).await;
+
+    // A replayed callback: the same answer and cookie twice.
+    let (_, claims) = person("sso-replay");
+    let mut browser = Browser::new(&app);
+    let callback = provider_answer(&mut browser, &claims).await;
+    let cookie = browser.jar.get("aigw_sso").cloned().unwrap();
+    assert_eq!(browser.get(&callback).await.status, 200);
+    let mut replay = Browser::new(&app);
+    replay.jar.insert("aigw_sso".to_owned(), cookie.clone());
+    refused(&replay.get(&callback).await, "came back already");
+
+    // A forged state, and an answer with no sign-in started in this browser.
+    let (_, claims) = person("sso-forged");
+    let mut browser = Browser::new(&app);
+    let callback = provider_answer(&mut browser, &claims).await;
+    let forged = callback.replace("state=", "state=forged");
+    refused(&browser.get(&forged).await, "state is not this browser's");
+    refused(&Browser::new(&app).get(&callback).await, "started no sign-in");
+    // Another browser's sign-in cookie does not fit this answer either.
+    let mut other = Browser::new(&app);
+    other.jar.insert("aigw_sso".to_owned(), cookie);
+    refused(&other.get(&callback).await, "state is not this browser's");
+
+    // ID tokens forged in one part each.
+    for (tweak, why) in [
+        ("issuer", "from another issuer"),
+        ("audience", "for another client"),
+        ("expired", "has expired"),
+        ("nonce", "nonce is not this sign-in's"),
+        ("kid", "signature does not verify"),
+    ] {
+        let (_, mut claims) = person("sso-tweak");
+        claims["tweak"] = json!(tweak);
+        refused(&sign_in(&mut Browser::new(&app), &claims).await, why);
+    }
+
+    // The provider's own refusal, and an answer without its code.
+    let error = format!("/sso/{PROVIDER}/callback?error=access_denied&error_description=no");
+    refused(&Browser::new(&app).get(&error).await, "access_denied");
+    let bare = Browser::new(&app).get(&format!("/sso/{PROVIDER}/callback?state=x")).await;
+    assert_eq!(bare.status, 400, "{}", bare.text);
+    let unknown = Browser::new(&app).get("/sso/nobody/start").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+}

@@ -1,0 +1,139 @@
+//! Repositories of `sso_identities` (which account a provider's subject signs in to) and
+//! `sso_states` (the `state` of every sign-in that came back, so that a replayed callback is
+//! refused).
+
+use crate::error::PersistenceError;
+use crate::models::{from_utc, to_utc};
+use crate::pool::DbConnection;
+use crate::schema::{sso_identities as i, sso_states as s};
+use aigw_domain::UserId;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::prelude::*;
+
+/// A provider's subject and the account it signs in to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SsoIdentityRow {
+    /// The provider's id in the configuration (`sso.providers[].id`).
+    pub provider: String,
+    /// The provider's stable id of the person (the ID token's `sub`).
+    pub subject: String,
+    /// The account.
+    pub user_id: UserId,
+    /// The address the provider last asserted.
+    pub email: Option<String>,
+    /// First sign-in, UTC.
+    pub created_at: DateTime<Utc>,
+    /// Latest sign-in, UTC.
+    pub last_sign_in_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable)]
+#[diesel(table_name = i)]
+struct IdentityRecord {
+    provider: String,
+    subject: String,
+    user_id: String,
+    email: Option<String>,
+    created_at: NaiveDateTime,
+    last_sign_in_at: NaiveDateTime,
+}
+
+impl From<IdentityRecord> for SsoIdentityRow {
+    fn from(r: IdentityRecord) -> Self {
+        Self {
+            provider: r.provider,
+            subject: r.subject,
+            user_id: UserId::from(r.user_id),
+            email: r.email,
+            created_at: to_utc(r.created_at),
+            last_sign_in_at: to_utc(r.last_sign_in_at),
+        }
+    }
+}
+
+/// The identity of `subject` at `provider`, if it signed in before.
+///
+/// # Errors
+/// On database failure.
+pub fn find(
+    conn: &mut DbConnection,
+    provider: &str,
+    subject: &str,
+) -> Result<Option<SsoIdentityRow>, PersistenceError> {
+    let found = i::table
+        .filter(i::provider.eq(provider))
+        .filter(i::subject.eq(subject))
+        .select(IdentityRecord::as_select())
+        .first(conn)
+        .optional()?;
+    Ok(found.map(Into::into))
+}
+
+/// Records `row` (a first sign-in).
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] when the subject has an identity already (a concurrent
+/// first sign-in); on database failure.
+pub fn insert(conn: &mut DbConnection, row: &SsoIdentityRow) -> Result<(), PersistenceError> {
+    let record = IdentityRecord {
+        provider: row.provider.clone(),
+        subject: row.subject.clone(),
+        user_id: row.user_id.to_string(),
+        email: row.email.clone(),
+        created_at: from_utc(row.created_at),
+        last_sign_in_at: from_utc(row.last_sign_in_at),
+    };
+    diesel::insert_into(i::table).values(&record).execute(conn)?;
+    Ok(())
+}
+
+/// Records a sign-in of `subject` at `provider` at `now` with the address it asserted.
+///
+/// # Errors
+/// On database failure.
+pub fn touch(
+    conn: &mut DbConnection,
+    provider: &str,
+    subject: &str,
+    email: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(), PersistenceError> {
+    diesel::update(i::table.filter(i::provider.eq(provider)).filter(i::subject.eq(subject)))
+        .set((i::email.eq(email), i::last_sign_in_at.eq(from_utc(now))))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Claims a sign-in's `state` (by digest) at `now`: `false` when it was claimed before (the
+/// callback is a replay). A compare-and-set: of two returns with one state, one wins.
+///
+/// # Errors
+/// On database failure.
+pub fn claim_state(
+    conn: &mut DbConnection,
+    state_hash: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, PersistenceError> {
+    let inserted = diesel::insert_into(s::table)
+        .values((s::state_hash.eq(state_hash), s::created_at.eq(from_utc(now))))
+        .execute(conn);
+    match inserted {
+        Ok(_) => Ok(true),
+        Err(e) => match PersistenceError::from(e) {
+            PersistenceError::Conflict => Ok(false),
+            other => Err(other),
+        },
+    }
+}
+
+/// Deletes the states claimed before `before` (their sign-ins have expired, so a replay is
+/// refused by its expiry); returns how many.
+///
+/// # Errors
+/// On database failure.
+pub fn prune_states(
+    conn: &mut DbConnection,
+    before: DateTime<Utc>,
+) -> Result<usize, PersistenceError> {
+    Ok(diesel::delete(s::table.filter(s::created_at.lt(from_utc(before)))).execute(conn)?)
+}

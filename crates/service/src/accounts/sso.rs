@@ -1,0 +1,212 @@
+//! The account side of a single sign-on (docs/sso.md): which account a verified identity
+//! signs in to, made on the first sign-in when its address's domain is allowed, linked to an
+//! existing account only under the provider's rules; then a session as after a login.
+
+use crate::accounts::Accounts;
+use crate::audit::Event;
+use crate::error::ServiceError;
+use crate::mfa::LoginOutcome;
+use crate::sso_config::SsoProviderConfig;
+use crate::ClientInfo;
+use aigw_domain::mfa::SessionAmr;
+use aigw_domain::sso::SsoIdentity;
+use aigw_domain::{AuditAction, Email, Role, UserId, UserName};
+use aigw_persistence::models::UserRow;
+use aigw_persistence::sso::{self, SsoIdentityRow};
+use aigw_persistence::{transaction, users};
+use chrono::{DateTime, Utc};
+use rand::RngCore;
+
+/// The `amr` values by which a provider says it used a second factor (RFC 8176).
+const SECOND_FACTOR_AMR: &[&str] = &["mfa", "otp", "hwk", "swk", "sms", "fido"];
+
+/// Which account a sign-in goes to, and how it was found.
+enum Target {
+    /// The account this subject signed in to before.
+    Known(UserRow),
+    /// An existing account with the asserted address, linked now.
+    Linked(UserRow),
+    /// A new account.
+    Created(UserRow),
+}
+
+impl Accounts {
+    /// Signs `identity`, verified by `provider`, in: to the account its subject signed in to
+    /// before; else, for an address whose domain the provider allows, to a new account (role
+    /// `user`, the address verified when the provider asserts `email_verified`), or to the
+    /// existing account with that address when the provider links accounts and asserts
+    /// `email_verified`. An account with aigw's second factor on gets an MFA challenge unless
+    /// the provider asserts a second factor of its own.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] when the identity carries no address, its domain is not
+    /// allowed, an account has the address and may not be linked, or the account is disabled
+    /// or gone; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn sso_sign_in(
+        &self,
+        provider: &SsoProviderConfig,
+        identity: &SsoIdentity,
+        client: &ClientInfo,
+    ) -> Result<LoginOutcome, ServiceError> {
+        let now = self.ctx.clock.now();
+        let target = self.sso_target(provider, identity, now).await?;
+        let provider_second_factor =
+            identity.amr.iter().any(|a| SECOND_FACTOR_AMR.contains(&a.as_str()));
+        let (user, how) = match target {
+            Target::Known(user) => (user, "known"),
+            Target::Linked(user) => (user, "linked"),
+            Target::Created(user) => (user, "created"),
+        };
+        if how != "created" && !provider_second_factor {
+            if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
+                return Ok(LoginOutcome::MfaRequired(challenge));
+            }
+        }
+        let (mut session, token, refresh) = self.new_session(&user.id, client, now);
+        let amr =
+            if provider_second_factor { SessionAmr::PasswordAndOtp } else { SessionAmr::Password };
+        session.amr = Some(amr.as_storage().to_owned());
+        let identity_row = SsoIdentityRow {
+            provider: provider.id.clone(),
+            subject: identity.subject.clone(),
+            user_id: user.id.clone(),
+            email: identity.email.clone(),
+            created_at: now,
+            last_sign_in_at: now,
+        };
+        let event = Event::new(AuditAction::SsoSignIn, Some(&user.id), Some(&user.id), now)
+            .target(&session.id)
+            .details(serde_json::json!({
+                "provider": provider.id, "subject": identity.subject, "account": how,
+                "email": identity.email,
+            }));
+        let (stored_user, stored_session) = (user.clone(), session.clone());
+        let changes = self
+            .ctx
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    // First statement: a write (the new account, or the account's row lock).
+                    if how == "created" {
+                        Self::insert_user(conn, &stored_user)?;
+                    } else if !users::lock_if_enabled(conn, &stored_user.id)? {
+                        return Err(ServiceError::rejected(
+                            "single sign-on refused: the account is disabled",
+                        ));
+                    }
+                    if how == "known" {
+                        let email = identity_row.email.as_deref();
+                        sso::touch(
+                            conn,
+                            &identity_row.provider,
+                            &identity_row.subject,
+                            email,
+                            now,
+                        )?;
+                    } else {
+                        sso::insert(conn, &identity_row)?;
+                    }
+                    Self::store_session(conn, &stored_session, &token)?;
+                    event.insert(conn)?;
+                    if how == "created" && stored_user.email_verified_at.is_some() {
+                        // Team invitations of a verified address are taken, as after a
+                        // verification by e-mail.
+                        return crate::team_access::join_invited(conn, &stored_user, now);
+                    }
+                    Ok(Vec::new())
+                })
+            })
+            .await?;
+        self.ctx.publish(changes).await;
+        tracing::info!(user_id = %user.id, provider = %provider.id, account = how, "single sign-on");
+        self.token_set(&user, &session, &refresh, now).map(LoginOutcome::Tokens)
+    }
+
+    /// The account `identity` signs in to (not yet stored when new or linked).
+    async fn sso_target(
+        &self,
+        provider: &SsoProviderConfig,
+        identity: &SsoIdentity,
+        now: DateTime<Utc>,
+    ) -> Result<Target, ServiceError> {
+        let (id, subject) = (provider.id.clone(), identity.subject.clone());
+        let known = self
+            .ctx
+            .db
+            .run(move |conn| {
+                let Some(row) = sso::find(conn, &id, &subject)? else {
+                    return Ok(None);
+                };
+                Ok(Some(users::find_by_id(conn, &row.user_id)?))
+            })
+            .await?;
+        match known {
+            Some(Some(user)) if user.disabled_at.is_none() => return Ok(Target::Known(user)),
+            Some(_) => {
+                return Err(ServiceError::rejected(
+                    "single sign-on refused: the account is disabled",
+                ))
+            }
+            None => {}
+        }
+        let email =
+            identity.email.as_deref().and_then(|e| Email::parse(e).ok()).ok_or_else(|| {
+                ServiceError::rejected("single sign-on refused: the provider asserted no address")
+            })?;
+        if !provider.allows(email.as_str()) {
+            return Err(ServiceError::rejected(
+                "single sign-on refused: the address's domain may not sign in with this provider",
+            ));
+        }
+        let wanted = email.as_str().to_owned();
+        let existing =
+            self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        match existing {
+            Some(user) if provider.link_existing_accounts && identity.email_verified => {
+                Ok(Target::Linked(user))
+            }
+            Some(_) if provider.link_existing_accounts => Err(ServiceError::rejected(
+                "single sign-on refused: an account has this address, and the provider does \
+                 not assert that the address is verified",
+            )),
+            Some(_) => Err(ServiceError::rejected(
+                "single sign-on refused: an account has this address; log in with its password \
+                 (this provider does not link accounts)",
+            )),
+            None => self.sso_account(&email, identity, now).await.map(Target::Created),
+        }
+    }
+
+    /// A new account for `identity` with `email` (its password a random secret nobody knows:
+    /// a password reset gives it one).
+    async fn sso_account(
+        &self,
+        email: &Email,
+        identity: &SsoIdentity,
+        now: DateTime<Utc>,
+    ) -> Result<UserRow, ServiceError> {
+        let name = identity
+            .name
+            .as_deref()
+            .and_then(|n| UserName::parse(n, "name").ok())
+            .or_else(|| UserName::parse(email.local_part(), "name").ok())
+            .map(UserName::into_string)
+            .unwrap_or_default();
+        let mut secret = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut secret);
+        let unusable = base16ct::lower::encode_string(&secret);
+        let password_hash = self.ctx.passwords.hash(unusable).await?;
+        Ok(UserRow {
+            id: UserId::generate(),
+            email: email.as_str().to_owned(),
+            name,
+            role: Role::User,
+            password_hash,
+            created_at: now,
+            updated_at: now,
+            disabled_at: None,
+            email_verified_at: identity.email_verified.then_some(now),
+            budget_micros: None,
+        })
+    }
+}

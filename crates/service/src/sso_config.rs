@@ -1,0 +1,168 @@
+//! `[sso]`: the OpenID Connect providers people may sign in with (docs/sso.md). Shared
+//! ground: the sign-in ([`crate::sso`]) and the accounts it makes ([`crate::accounts`]) read it.
+
+use serde::Deserialize;
+
+/// `[sso]`: single sign-on through OpenID Connect providers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SsoConfig {
+    /// `[[sso.providers]]`: the providers, each a button on the console's login page.
+    pub providers: Vec<SsoProviderConfig>,
+    /// How long a sign-in may take between leaving for the provider and coming back, in
+    /// seconds (default 600; at least 60).
+    pub sign_in_ttl_secs: u64,
+}
+
+impl Default for SsoConfig {
+    fn default() -> Self {
+        Self { providers: Vec::new(), sign_in_ttl_secs: 600 }
+    }
+}
+
+/// One OpenID Connect provider (`[[sso.providers]]`).
+#[derive(Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SsoProviderConfig {
+    /// Its id in URLs and in the accounts it signs in (`/sso/<id>/start`): 1 to 32 lower-case
+    /// letters, digits, `-` or `_`.
+    pub id: String,
+    /// What the login page's button says (`Sign in with <name>`).
+    pub name: String,
+    /// The issuer URL: its `/.well-known/openid-configuration` is read, and every ID token
+    /// must name exactly this issuer.
+    pub issuer: String,
+    /// The client id registered at the provider (the ID tokens' audience).
+    pub client_id: String,
+    /// The client secret, for a confidential client (`None`: a public client, PKCE only).
+    pub client_secret: Option<String>,
+    /// Scopes asked for besides `openid` (default `email`, `profile`).
+    pub scopes: Vec<String>,
+    /// The e-mail domains whose people may sign in (and get an account on their first
+    /// sign-in); empty: any domain.
+    pub allowed_domains: Vec<String>,
+    /// Whether a sign-in with the address of an existing account that has no identity at
+    /// this provider signs in to that account: only when the provider asserts
+    /// `email_verified`. Off by default: the sign-in is refused instead, so that a provider
+    /// that lets people choose their address cannot take an account over.
+    pub link_existing_accounts: bool,
+}
+
+impl std::fmt::Debug for SsoProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SsoProviderConfig")
+            .field("id", &self.id)
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SsoProviderConfig {
+    /// The scopes asked for besides `openid`.
+    pub fn scopes(&self) -> Vec<String> {
+        if self.scopes.is_empty() {
+            vec!["email".to_owned(), "profile".to_owned()]
+        } else {
+            self.scopes.clone()
+        }
+    }
+
+    /// Whether `email`'s domain may sign in.
+    pub fn allows(&self, email: &str) -> bool {
+        let domain = email.rsplit('@').next().unwrap_or_default();
+        self.allowed_domains.is_empty()
+            || self.allowed_domains.iter().any(|d| d.trim().eq_ignore_ascii_case(domain))
+    }
+}
+
+impl SsoConfig {
+    /// How long a sign-in may take, in seconds.
+    pub fn sign_in_ttl_secs(&self) -> u64 {
+        self.sign_in_ttl_secs.max(60)
+    }
+
+    /// Checks what the types alone do not: ids well-formed and unique, issuers http(s) URLs,
+    /// client ids present.
+    ///
+    /// # Errors
+    /// A sentence naming the provider and the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.providers {
+            let id_ok = (1..=32).contains(&p.id.len())
+                && p.id
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+            if !id_ok {
+                return Err(format!(
+                    "sso.providers: id {:?} must be 1 to 32 lower-case letters, digits, - or _",
+                    p.id
+                ));
+            }
+            if !seen.insert(p.id.as_str()) {
+                return Err(format!("sso.providers: id {:?} is used twice", p.id));
+            }
+            let issuer = url::Url::parse(&p.issuer).map_err(|e| {
+                format!("sso.providers[{}].issuer {:?} is not a URL: {e}", p.id, p.issuer)
+            })?;
+            if !matches!(issuer.scheme(), "https" | "http") {
+                return Err(format!("sso.providers[{}].issuer must be an http(s) URL", p.id));
+            }
+            if p.client_id.trim().is_empty() {
+                return Err(format!("sso.providers[{}].client_id is empty", p.id));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(id: &str) -> SsoProviderConfig {
+        SsoProviderConfig {
+            id: id.to_owned(),
+            issuer: "https://login.example.com".to_owned(),
+            client_id: "aigw".to_owned(),
+            ..SsoProviderConfig::default()
+        }
+    }
+
+    #[test]
+    fn providers_are_checked_at_start() {
+        let ok = SsoConfig { providers: vec![provider("corp")], ..SsoConfig::default() };
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, why) in [
+            (vec![provider("Corp")], "lower-case"),
+            (vec![provider("")], "lower-case"),
+            (vec![provider("corp"), provider("corp")], "used twice"),
+            (vec![SsoProviderConfig { issuer: "ftp://x".into(), ..provider("a") }], "http(s)"),
+            (vec![SsoProviderConfig { issuer: "not a url".into(), ..provider("a") }], "not a URL"),
+            (vec![SsoProviderConfig { client_id: " ".into(), ..provider("a") }], "client_id"),
+        ] {
+            let config = SsoConfig { providers: bad, ..SsoConfig::default() };
+            let error = config.validate().err().unwrap_or_default();
+            assert!(error.contains(why), "{why}: {error}");
+        }
+    }
+
+    #[test]
+    fn domains_are_matched_whole_and_case_blind() {
+        let open = provider("a");
+        assert!(open.allows("x@anything.test"));
+        let closed = SsoProviderConfig { allowed_domains: vec!["Example.com".into()], ..open };
+        assert!(closed.allows("x@example.COM"));
+        assert!(!closed.allows("x@sub.example.com") && !closed.allows("x@evilexample.com"));
+        assert_eq!(closed.scopes(), ["email", "profile"]);
+    }
+
+    #[test]
+    fn secrets_stay_out_of_debug_output() {
+        let with_secret =
+            SsoProviderConfig { client_secret: Some("hunter2".into()), ..provider("a") };
+        assert!(!format!("{with_secret:?}").contains("hunter2"));
+    }
+}
