@@ -99,6 +99,7 @@ pid=""
 cleanup() {
   local status=$?
   if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  if [ -n "${oidc_pid:-}" ]; then kill -TERM "$oidc_pid" 2>/dev/null || true; fi
   if [ -n "$pg_created" ]; then
     psql -q "$pg_admin_url" -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" >/dev/null 2>&1 ||
       psql -q "$pg_admin_url" -c "DROP DATABASE IF EXISTS $pg_db" >/dev/null 2>&1 || log "could not drop $pg_db"
@@ -109,6 +110,30 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# --- The OpenID Connect provider of the single sign-on test (tests/oidc, npm), shared by both
+# backends; one person signs in through it ($sso_email). Without Node.js or the npm registry
+# the test is skipped (with CI=true that is a failure).
+sso_issuer="" sso_email="" oidc_pid=""
+if command -v node >/dev/null 2>&1 && [ ! -d tests/oidc/node_modules/oauth2-mock-server ] && command -v npm >/dev/null 2>&1; then
+  (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1) || true
+fi
+if command -v node >/dev/null 2>&1 && [ -d tests/oidc/node_modules/oauth2-mock-server ]; then
+  sso_email="sso-browser-$(python3 -c 'import secrets; print(secrets.token_hex(6))')@example.com"
+  sso_claims=$(python3 -c 'import base64,json,sys; print(base64.urlsafe_b64encode(json.dumps({"sub": "browser-" + sys.argv[1], "email": sys.argv[1], "email_verified": True, "name": "Browser SSO"}).encode()).decode().rstrip("="))' "$sso_email")
+  AIGW_OIDC_STAY=1 AIGW_OIDC_DEFAULT=$sso_claims node tests/oidc/provider.mjs </dev/null >"$work/oidc.out" 2>&1 &
+  oidc_pid=$!
+  for _ in $(seq 100); do
+    sso_issuer=$(sed -n 's/^issuer //p' "$work/oidc.out")
+    [ -n "$sso_issuer" ] && break
+    sleep 0.2
+  done
+fi
+if [ -z "$sso_issuer" ]; then
+  if ci; then log "FAIL: CI=true but the OpenID Connect test provider did not start (node, npm ci in tests/oidc)"; exit 1; fi
+  log "!!! no OpenID Connect test provider (Node.js or npm missing): the single sign-on browser test will SKIP !!!"
+  sso_email=""
+fi
 admin_email=admin@example.com
 admin_password="browser admin passphrase $(python3 -c 'import secrets; print(secrets.token_hex(8))')"
 shots=target/browser-screenshots
@@ -125,11 +150,15 @@ run_backend() { # backend name, database URL (empty: SQLite in the data dir), py
   rm -rf "${shots:?}/$backend"
   {
     printf '[server]\nlisten = "127.0.0.1:%s"\ndata_dir = "%s"\n' "$port" "$dir/data"
+    [ -n "$sso_issuer" ] && printf 'public_url = "http://127.0.0.1:%s"\n' "$port"
     [ -n "$url" ] && printf '[database]\nurl = "%s"\n' "$url"
     printf '[auth]\njwt_secret = "%s"\n' "$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
     printf '[rate_limit]\nenabled = false\n'
     printf '[usage]\nrequest_records = "database"\nflush_interval_ms = 200\n'
     printf '[console]\nenabled = true\n'
+    if [ -n "$sso_issuer" ]; then
+      printf '[[sso.providers]]\nid = "corp"\nname = "Corp"\nissuer = "%s"\nclient_id = "aigw-browser"\nallowed_domains = ["example.com"]\n' "$sso_issuer"
+    fi
   } >"$dir/aigw.toml"
   if ! printf '%s\n' "$admin_password" | "$bin" --config "$dir/aigw.toml" admin create-user \
     --email "$admin_email" --name "Platform Admin" --role admin --password-stdin >"$dir/admin.log" 2>&1; then
@@ -160,6 +189,7 @@ run_backend() { # backend name, database URL (empty: SQLite in the data dir), py
     AIGW_BROWSER_AXE="$work/package/axe.min.js" AIGW_BROWSER_CHROMIUM=$chromium \
     AIGW_BROWSER_CHROMEDRIVER=$chromedriver AIGW_BROWSER_ADMIN_EMAIL=$admin_email \
     AIGW_BROWSER_ADMIN_PASSWORD=$admin_password AIGW_BROWSER_BIN=$bin AIGW_BROWSER_CONFIG="$dir/aigw.toml" \
+    AIGW_BROWSER_SSO_EMAIL=$sso_email \
     .venv-browser/bin/python -m pytest tests/browser -p no:cacheprovider -rs -q "$@" || status=$?
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true

@@ -686,6 +686,29 @@ def test_team_usage_page_with_a_chart_per_member(browsers):
     assert "Research" in b.text("table#led-teams"), f"/usage does not list the led team: {b.text('main')[:600]!r}"
 
 
+def test_single_sign_on_button_signs_in(browsers):
+    """The login page's button signs in through the OpenID Connect provider the script starts
+    (tests/oidc/provider.mjs, signing $AIGW_BROWSER_SSO_EMAIL in): the account is made on the
+    first sign-in, the browser lands on `next` with a working session, and a second browser
+    reaches the same account."""
+    email = os.environ.get("AIGW_BROWSER_SSO_EMAIL", "")
+    if not email:
+        pytest.skip("no OpenID Connect test provider (AIGW_BROWSER_SSO_EMAIL unset)")
+    for label in ("sso-first", "sso-again"):
+        b = browsers(label)
+        b.visit("/login?next=%2Fusage", "login-with-sso", shots=label == "sso-first")
+        buttons = b.find_all("#sso a.button")
+        assert buttons and buttons[0].text == "Sign in with Corp", f"the login page's SSO buttons: {[x.text for x in buttons]}"
+        b.drain_logs()
+        buttons[0].click()
+        b.wait(lambda d: urllib.parse.urlsplit(d.current_url).path == "/usage", 15,
+               f"[{label}] the sign-in did not land on /usage: {b.driver.current_url}")
+        b.loaded(f"usage-after-{label}", shots=False)
+        assert email in b.text("header"), f"[{label}] not signed in as {email}: {b.text('header')!r}"
+    status, doc = api("POST", "/auth/login", {"email": email, "password": PASSWORD})
+    assert status == 401, f"an account made by single sign-on has no known password: {status} {doc}"
+
+
 def test_post_without_csrf_token_is_refused(browser):
     require("/keys/new")
     b = browser

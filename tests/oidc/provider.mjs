@@ -4,7 +4,9 @@
 //   {"sub": "…", "email": "…", "email_verified": true, "name": "…", "groups": ["…"],
 //    "tweak": "issuer" | "audience" | "expired" | "nonce" | "kid"}
 // and the ID token of the code it returns carries those claims (a tweak forges one part).
-// Prints `issuer <url>` once listening; stops on SIGTERM or when stdin closes.
+// Without a hint, the claims in $AIGW_OIDC_DEFAULT (the same base64url JSON) sign in, when
+// set. Prints `issuer <url>` once listening; stops on SIGTERM, or when stdin closes unless
+// $AIGW_OIDC_STAY is set.
 //
 //   node tests/oidc/provider.mjs
 
@@ -14,12 +16,16 @@ const server = new OAuth2Server();
 await server.issuer.keys.generate("RS256");
 // Who signs in with each code handed out.
 const byCode = new Map();
+const decode = (hint) => JSON.parse(Buffer.from(hint, "base64url").toString("utf8"));
+const fallback = process.env.AIGW_OIDC_DEFAULT ? decode(process.env.AIGW_OIDC_DEFAULT) : null;
 
 server.service.on("beforeAuthorizeRedirect", (redirect, req) => {
   const code = redirect.url.searchParams.get("code");
   const hint = req.query.login_hint;
   if (code && typeof hint === "string") {
-    byCode.set(code, JSON.parse(Buffer.from(hint, "base64url").toString("utf8")));
+    byCode.set(code, decode(hint));
+  } else if (code && fallback) {
+    byCode.set(code, fallback);
   }
 });
 
@@ -60,5 +66,7 @@ const stop = async () => {
   process.exit(0);
 };
 process.on("SIGTERM", stop);
-process.stdin.on("end", stop);
-process.stdin.resume();
+if (!process.env.AIGW_OIDC_STAY) {
+  process.stdin.on("end", stop);
+  process.stdin.resume();
+}
