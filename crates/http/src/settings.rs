@@ -439,6 +439,12 @@ impl Settings {
         }
         self.validate_database()?;
         self.sso.validate().map_err(|e| anyhow::anyhow!(e))?;
+        if !self.auth.sso_only_domains.is_empty() && self.sso.providers.is_empty() {
+            anyhow::bail!(
+                "auth.sso_only_domains needs [[sso.providers]]: without one, the accounts of \
+                 those domains could not sign in at all"
+            );
+        }
         if !self.sso.providers.is_empty() && self.server.public_url.is_none() {
             anyhow::bail!(
                 "sso.providers need server.public_url: each provider sends the browser back to                  <public_url>/sso/<id>/callback"

@@ -46,6 +46,10 @@ pub struct AuthConfig {
     /// E-mail domains registration accepts, e.g. `["example.com"]` (case-insensitive, exact
     /// domain); empty (default): any.
     pub allowed_email_domains: Vec<String>,
+    /// E-mail domains whose accounts sign in only through single sign-on (`[[sso.providers]]`),
+    /// e.g. `["example.com"]` (case-insensitive, exact domain): a password login and a
+    /// registration with a password for such an address are refused; empty (default): none.
+    pub sso_only_domains: Vec<String>,
     /// Who may create teams: `anyone` (default) or `admins`.
     pub team_creation: TeamCreation,
     /// Days a team invitation stays open after it is made or re-sent (default 7, at least 1).
@@ -121,6 +125,7 @@ impl Default for AuthConfig {
             argon2: Argon2Config::default(),
             registration: RegistrationMode::Open,
             allowed_email_domains: Vec::new(),
+            sso_only_domains: Vec::new(),
             team_creation: TeamCreation::Anyone,
             team_invitation_ttl_days: 7,
             require_mfa_for_admins: false,
@@ -575,5 +580,14 @@ impl<'de> Deserialize<'de> for TokenizerName {
                  (where the upstream counts with it), \"none\" (count the body's bytes)"
             ))),
         }
+    }
+}
+
+impl AuthConfig {
+    /// Whether the account of `email` signs in only through single sign-on
+    /// ([`AuthConfig::sso_only_domains`]).
+    pub fn sso_only(&self, email: &str) -> bool {
+        let domain = email.rsplit('@').next().unwrap_or_default();
+        self.sso_only_domains.iter().any(|d| d.trim().eq_ignore_ascii_case(domain))
     }
 }

@@ -17,31 +17,39 @@ backend_tests!(
     a_domain_that_is_not_allowed_is_refused,
     an_existing_account_is_linked_only_by_the_rules,
     forged_and_replayed_answers_are_refused,
+    sso_only_domains_lose_password_login,
 );
 
 /// The provider's id in the tests' configuration.
 const PROVIDER: &str = "corp";
 
-/// An app with `provider` configured as [`PROVIDER`], `tweak` applied to its settings.
-async fn app_with(
-    backend: Backend,
-    provider: &OidcProvider,
-    tweak: impl FnOnce(&mut SsoProviderConfig),
-) -> TestApp {
-    let mut config = SsoProviderConfig {
+/// [`PROVIDER`]'s configuration for `provider`: domain `example.com` allowed, no linking.
+fn provider_config(provider: &OidcProvider) -> SsoProviderConfig {
+    SsoProviderConfig {
         id: PROVIDER.to_owned(),
         name: "Corp".to_owned(),
         issuer: provider.issuer.clone(),
         client_id: "aigw-test".to_owned(),
         allowed_domains: vec!["example.com".to_owned()],
         ..SsoProviderConfig::default()
-    };
+    }
+}
+
+/// Points `settings` at `config` (and a public URL for its callback).
+fn with_provider(settings: &mut aigw_http::settings::Settings, config: SsoProviderConfig) {
+    settings.server.public_url = Some("https://gw.example.test".to_owned());
+    settings.sso.providers = vec![config];
+}
+
+/// An app with `provider` configured as [`PROVIDER`], `tweak` applied to its configuration.
+async fn app_with(
+    backend: Backend,
+    provider: &OidcProvider,
+    tweak: impl FnOnce(&mut SsoProviderConfig),
+) -> TestApp {
+    let mut config = provider_config(provider);
     tweak(&mut config);
-    spawn_app_with(backend, |s| {
-        s.server.public_url = Some("https://gw.example.test".to_owned());
-        s.sso.providers = vec![config];
-    })
-    .await
+    spawn_app_with(backend, |s| with_provider(s, config)).await
 }
 
 /// The callback URL the provider sends the browser to, after `browser` started a sign-in as
@@ -209,4 +217,44 @@ async fn forged_and_replayed_answers_are_refused(backend: Backend) {
     assert_eq!(bare.status, 400, "{}", bare.text);
     let unknown = Browser::new(&app).get("/sso/nobody/start").await;
     assert_eq!(unknown.status, 404, "{}", unknown.text);
+}
+
+/// With `auth.sso_only_domains`, a password login for an address of such a domain is refused
+/// before any lookup (the same answer with or without an account), and so is a registration
+/// with a password; single sign-on still signs the account in, and other domains are
+/// unaffected.
+async fn sso_only_domains_lose_password_login(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let plain = spawn_app_with(backend, |_| {}).await;
+    let user = plain.new_user("sso-only").await;
+    let other = format!("other-{}@elsewhere.test", uuid::Uuid::now_v7().simple());
+    plain.register(&other, PASSWORD, None).await;
+    // A node of the same database where example.com signs in only through the provider.
+    let app = plain
+        .spawn_sibling(|s| {
+            let config =
+                SsoProviderConfig { link_existing_accounts: true, ..provider_config(&provider) };
+            with_provider(s, config);
+            s.auth.sso_only_domains = vec!["Example.COM".to_owned()];
+        })
+        .await;
+    let why = "sign in with single sign-on";
+    let existing = app.login_raw(&user.email, PASSWORD).await;
+    let unknown = app.login_raw(&unique_email("sso-nobody"), PASSWORD).await;
+    for reply in [&existing, &unknown] {
+        let error = reply.unauthorized();
+        assert!(error["details"]["hint"].as_str().unwrap_or_default().contains(why), "{error}");
+    }
+    let body = json!({"email": unique_email("sso-new"), "password": PASSWORD});
+    app.register_raw(&body).await.invalid("email");
+    // The console's login form is refused the same way.
+    let mut browser = Browser::new(&app);
+    let refused_login = browser.log_in(&user.email, PASSWORD).await;
+    assert_eq!(refused_login.status, 401, "{}", refused_login.text);
+    // Single sign-on still reaches the account; another domain keeps its password.
+    let claims = json!({"sub": "only-sub", "email": user.email, "email_verified": true});
+    assert_eq!(sign_in(&mut browser, &claims).await.status, 200);
+    let me = app.me(Auth::Bearer(&access_token(&browser))).await.data(200);
+    assert_eq!(me["user"]["id"], json!(user.id));
+    app.login(&other, PASSWORD).await;
 }

@@ -95,6 +95,13 @@ impl Accounts {
         if !allowed.is_empty() && !allowed.iter().any(|d| d.trim().eq_ignore_ascii_case(domain)) {
             return Err(FieldError::new("email", "is not in a domain that may register").into());
         }
+        if self.ctx.config.sso_only(email.as_str()) {
+            return Err(FieldError::new(
+                "email",
+                "is in a domain that signs in with single sign-on: use the login page's button",
+            )
+            .into());
+        }
         if self.ctx.config.registration == RegistrationMode::Open {
             return Ok(None);
         }
@@ -170,6 +177,13 @@ impl Accounts {
         // The address exactly as registration stores it (NFKC, lower case): a look-alike of
         // another account's address is another address, and finds nothing.
         let email = aigw_domain::normalize_email(email);
+        if self.ctx.config.sso_only(&email) {
+            // Decided by the address's domain alone, before any lookup: the answer says
+            // nothing about whether the account exists.
+            return Err(ServiceError::rejected(
+                "accounts of this domain sign in with single sign-on: use the login page's button",
+            ));
+        }
         let wanted = email.clone();
         let user = self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
