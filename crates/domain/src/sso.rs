@@ -13,4 +13,6 @@ pub struct SsoIdentity {
     pub name: Option<String>,
     /// How the provider authenticated them (`amr`).
     pub amr: Vec<String>,
+    /// The groups the provider lists (the configured groups claim; empty when absent).
+    pub groups: Vec<String>,
 }

@@ -149,6 +149,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// The team memberships a provider's group rules granted.
+    sso_memberships (provider, user_id, team_id) {
+        provider -> Text,
+        user_id -> Text,
+        team_id -> Text,
+        role -> Text,
+    }
+}
+
+diesel::table! {
     /// The `state` of every single sign-on that came back, by digest.
     sso_states (state_hash) {
         state_hash -> Text,

@@ -1,12 +1,12 @@
-//! Repositories of `sso_identities` (which account a provider's subject signs in to) and
+//! Repositories of `sso_identities` (which account a provider's subject signs in to),
 //! `sso_states` (the `state` of every sign-in that came back, so that a replayed callback is
-//! refused).
+//! refused) and `sso_memberships` (the team memberships group rules granted).
 
 use crate::error::PersistenceError;
 use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
-use crate::schema::{sso_identities as i, sso_states as s};
-use aigw_domain::UserId;
+use crate::schema::{sso_identities as i, sso_memberships as g, sso_states as s};
+use aigw_domain::{TeamId, TeamRole, UserId};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
@@ -136,4 +136,73 @@ pub fn prune_states(
     before: DateTime<Utc>,
 ) -> Result<usize, PersistenceError> {
     Ok(diesel::delete(s::table.filter(s::created_at.lt(from_utc(before)))).execute(conn)?)
+}
+
+/// The memberships `provider`'s rules granted `user_id`: team and role.
+///
+/// # Errors
+/// On database failure, or a stored role that is not one.
+pub fn granted(
+    conn: &mut DbConnection,
+    provider: &str,
+    user_id: &UserId,
+) -> Result<Vec<(TeamId, TeamRole)>, PersistenceError> {
+    let rows: Vec<(String, String)> = g::table
+        .filter(g::provider.eq(provider))
+        .filter(g::user_id.eq(user_id.as_str()))
+        .select((g::team_id, g::role))
+        .load(conn)?;
+    rows.into_iter()
+        .map(|(team, role)| {
+            let role = TeamRole::parse(&role, "role").map_err(|_| {
+                let why = format!("sso_memberships.role {role:?} is not a team role");
+                PersistenceError::Query(diesel::result::Error::DeserializationError(why.into()))
+            })?;
+            Ok((TeamId::from(team), role))
+        })
+        .collect()
+}
+
+/// Records that `provider`'s rules grant `user_id` `role` in `team_id` (replacing the role
+/// recorded before).
+///
+/// # Errors
+/// On database failure.
+pub fn grant(
+    conn: &mut DbConnection,
+    provider: &str,
+    user_id: &UserId,
+    team_id: &TeamId,
+    role: TeamRole,
+) -> Result<(), PersistenceError> {
+    forget(conn, provider, user_id, team_id)?;
+    diesel::insert_into(g::table)
+        .values((
+            g::provider.eq(provider),
+            g::user_id.eq(user_id.as_str()),
+            g::team_id.eq(team_id.as_str()),
+            g::role.eq(role.as_str()),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Forgets that `provider`'s rules granted `user_id` a membership of `team_id`.
+///
+/// # Errors
+/// On database failure.
+pub fn forget(
+    conn: &mut DbConnection,
+    provider: &str,
+    user_id: &UserId,
+    team_id: &TeamId,
+) -> Result<(), PersistenceError> {
+    diesel::delete(
+        g::table
+            .filter(g::provider.eq(provider))
+            .filter(g::user_id.eq(user_id.as_str()))
+            .filter(g::team_id.eq(team_id.as_str())),
+    )
+    .execute(conn)?;
+    Ok(())
 }

@@ -46,6 +46,31 @@ pub struct SsoProviderConfig {
     /// `email_verified`. Off by default: the sign-in is refused instead, so that a provider
     /// that lets people choose their address cannot take an account over.
     pub link_existing_accounts: bool,
+    /// The ID token claim that lists the person's groups (default `groups`).
+    pub groups_claim: String,
+    /// `[[sso.providers.team_rules]]`: team memberships granted by group, applied on every
+    /// sign-in (added, changed, and removed once the group no longer grants them).
+    pub team_rules: Vec<SsoTeamRule>,
+}
+
+/// A group rule (`[[sso.providers.team_rules]]`): members of `group` at the provider are
+/// members of team `team_id` with `role`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SsoTeamRule {
+    /// The group, as the groups claim lists it.
+    pub group: String,
+    /// The team's id.
+    pub team_id: String,
+    /// `member` (default), `admin` or `owner`.
+    pub role: String,
+}
+
+impl SsoTeamRule {
+    /// The rule's role (`member` when unset).
+    pub fn role(&self) -> aigw_domain::TeamRole {
+        aigw_domain::TeamRole::parse(&self.role, "role").unwrap_or(aigw_domain::TeamRole::Member)
+    }
 }
 
 impl std::fmt::Debug for SsoProviderConfig {
@@ -66,6 +91,15 @@ impl SsoProviderConfig {
             vec!["email".to_owned(), "profile".to_owned()]
         } else {
             self.scopes.clone()
+        }
+    }
+
+    /// The claim that lists groups.
+    pub fn groups_claim(&self) -> &str {
+        if self.groups_claim.is_empty() {
+            "groups"
+        } else {
+            &self.groups_claim
         }
     }
 
@@ -113,6 +147,17 @@ impl SsoConfig {
             if p.client_id.trim().is_empty() {
                 return Err(format!("sso.providers[{}].client_id is empty", p.id));
             }
+            for rule in &p.team_rules {
+                let role_ok = rule.role.is_empty()
+                    || aigw_domain::TeamRole::parse(&rule.role, "role").is_ok();
+                if rule.group.is_empty() || rule.team_id.is_empty() || !role_ok {
+                    return Err(format!(
+                        "sso.providers[{}].team_rules: each rule needs group and team_id, and a \
+                         role of member, admin or owner",
+                        p.id
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -131,9 +176,17 @@ mod tests {
         }
     }
 
+    fn rule(group: &str, team_id: &str, role: &str) -> SsoTeamRule {
+        SsoTeamRule { group: group.into(), team_id: team_id.into(), role: role.into() }
+    }
+
     #[test]
     fn providers_are_checked_at_start() {
-        let ok = SsoConfig { providers: vec![provider("corp")], ..SsoConfig::default() };
+        let rules = vec![rule("eng", "t1", ""), rule("leads", "t1", "admin")];
+        let ok = SsoConfig {
+            providers: vec![SsoProviderConfig { team_rules: rules, ..provider("corp") }],
+            ..SsoConfig::default()
+        };
         assert_eq!(ok.validate(), Ok(()));
         for (bad, why) in [
             (vec![provider("Corp")], "lower-case"),
@@ -142,6 +195,17 @@ mod tests {
             (vec![SsoProviderConfig { issuer: "ftp://x".into(), ..provider("a") }], "http(s)"),
             (vec![SsoProviderConfig { issuer: "not a url".into(), ..provider("a") }], "not a URL"),
             (vec![SsoProviderConfig { client_id: " ".into(), ..provider("a") }], "client_id"),
+            (
+                vec![SsoProviderConfig {
+                    team_rules: vec![rule("g", "t", "boss")],
+                    ..provider("a")
+                }],
+                "team_rules",
+            ),
+            (
+                vec![SsoProviderConfig { team_rules: vec![rule("", "t", "")], ..provider("a") }],
+                "team_rules",
+            ),
         ] {
             let config = SsoConfig { providers: bad, ..SsoConfig::default() };
             let error = config.validate().err().unwrap_or_default();

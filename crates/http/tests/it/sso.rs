@@ -18,6 +18,7 @@ backend_tests!(
     an_existing_account_is_linked_only_by_the_rules,
     forged_and_replayed_answers_are_refused,
     sso_only_domains_lose_password_login,
+    group_rules_grant_and_remove_team_memberships,
 );
 
 /// The provider's id in the tests' configuration.
@@ -257,4 +258,101 @@ async fn sso_only_domains_lose_password_login(backend: Backend) {
     let me = app.me(Auth::Bearer(&access_token(&browser))).await.data(200);
     assert_eq!(me["user"]["id"], json!(user.id));
     app.login(&other, PASSWORD).await;
+}
+
+/// The roles of `user_id` in team `team`, as its owner lists them (`None`: not a member).
+async fn role_in(app: &TestApp, owner: &str, team: &str, user_id: &Value) -> Option<String> {
+    let path = format!("/api/v1/teams/{team}/members?limit=200");
+    let listed = app.get(&path, Auth::Bearer(owner)).await.data(200);
+    listed["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["user_id"] == *user_id)
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+}
+
+/// Group rules grant team memberships on every sign-in: added, their role changed, removed
+/// once no group grants them (seen by another node's key check at once), while a membership
+/// made by hand stays whatever the groups say.
+async fn group_rules_grant_and_remove_team_memberships(backend: Backend) {
+    use aigw_service::sso_config::SsoTeamRule;
+    let Some(provider) = OidcProvider::start() else { return };
+    let plain = spawn_app_with(backend, |_| {}).await;
+    let owner = plain.new_user("sso-team-owner").await;
+    let research = crate::teams::team(&plain, &owner, json!({"name": "research"})).await;
+    let ops = crate::teams::team(&plain, &owner, json!({"name": "ops"})).await;
+    let rule = |group: &str, team: &str, role: &str| SsoTeamRule {
+        group: group.to_owned(),
+        team_id: team.to_owned(),
+        role: role.to_owned(),
+    };
+    let rules = vec![
+        rule("eng", &research, "member"),
+        rule("leads", &research, "admin"),
+        rule("ops", &ops, ""),
+    ];
+    let app = plain
+        .spawn_sibling(|s| {
+            with_provider(s, SsoProviderConfig { team_rules: rules, ..provider_config(&provider) });
+        })
+        .await;
+    let other_node = plain.spawn_sibling(|_| {}).await;
+    let (email, claims) = person("sso-groups");
+    let signed = |groups: Value| {
+        let mut claims = claims.clone();
+        claims["groups"] = groups;
+        claims
+    };
+
+    // eng: a member of research.
+    let mut browser = Browser::new(&app);
+    assert_eq!(sign_in(&mut browser, &signed(json!(["eng"]))).await.status, 200);
+    let token = access_token(&browser);
+    let me = app.me(Auth::Bearer(&token)).await.data(200);
+    let id = me["user"]["id"].clone();
+    assert_eq!(role_in(&app, &owner.token, &research, &id).await.as_deref(), Some("member"));
+    let body = json!({"name": "scoped", "permissions": ["ai_gateway"], "team_id": research});
+    let key = app.create_key_raw(Auth::Bearer(&token), &body).await.data(201);
+    let key = key["key"].as_str().unwrap().to_owned();
+    let call = common::chat_body("echo", "hi");
+    assert_eq!(other_node.chat(Auth::Bearer(&key), &call).await.status, 200);
+    // Made a member of ops by hand, by its owner.
+    let add = json!({"email": email, "role": "member"});
+    let path = format!("/api/v1/teams/{ops}/members");
+    plain.post(&path, Auth::Bearer(&owner.token), &add).await.data(201);
+
+    // eng and leads: admin of research; ops untouched. Then ops too: still the hand-made one.
+    assert_eq!(
+        sign_in(&mut Browser::new(&app), &signed(json!(["eng", "leads"]))).await.status,
+        200
+    );
+    assert_eq!(role_in(&app, &owner.token, &research, &id).await.as_deref(), Some("admin"));
+    assert_eq!(sign_in(&mut Browser::new(&app), &signed(json!(["ops"]))).await.status, 200);
+    assert_eq!(role_in(&app, &owner.token, &ops, &id).await.as_deref(), Some("member"));
+
+    // No group: out of research (its scoped key refused on the other node at once), still in
+    // ops, which no rule ever granted.
+    assert_eq!(sign_in(&mut Browser::new(&app), &signed(json!([]))).await.status, 200);
+    assert_eq!(role_in(&app, &owner.token, &research, &id).await, None);
+    assert_eq!(role_in(&app, &owner.token, &ops, &id).await.as_deref(), Some("member"));
+    let refused = || async {
+        let status = other_node.chat(Auth::Bearer(&key), &call).await.status;
+        if status == 200 {
+            Err(status)
+        } else {
+            Ok(status)
+        }
+    };
+    common::eventually("the key of a removed member", std::time::Duration::from_secs(2), refused)
+        .await;
+    let audit = app.get("/api/v1/audit", Auth::Bearer(&token)).await.data(200);
+    let by_sso = audit["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["details"]["by"] == "sso")
+        .map(|e| e["action"].as_str().unwrap().to_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(by_sso, ["member_removed", "member_role_changed", "member_added"], "{audit}");
 }

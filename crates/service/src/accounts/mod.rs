@@ -11,6 +11,7 @@ pub mod registration;
 pub mod self_service;
 pub mod sessions;
 pub mod sso;
+pub(crate) mod sso_groups;
 
 use crate::account_email::AccountEmail;
 use crate::context::ServiceContext;

@@ -35,8 +35,9 @@ impl Accounts {
     /// before; else, for an address whose domain the provider allows, to a new account (role
     /// `user`, the address verified when the provider asserts `email_verified`), or to the
     /// existing account with that address when the provider links accounts and asserts
-    /// `email_verified`. An account with aigw's second factor on gets an MFA challenge unless
-    /// the provider asserts a second factor of its own.
+    /// `email_verified`. The provider's group rules are applied to the account's team
+    /// memberships ([`super::sso_groups`]). An account with aigw's second factor on gets an
+    /// MFA challenge unless the provider asserts a second factor of its own.
     ///
     /// # Errors
     /// [`ServiceError::Unauthorized`] when the identity carries no address, its domain is not
@@ -81,6 +82,7 @@ impl Accounts {
                 "email": identity.email,
             }));
         let (stored_user, stored_session) = (user.clone(), session.clone());
+        let (rules, groups) = (provider.clone(), identity.groups.clone());
         let changes = self
             .ctx
             .db
@@ -108,12 +110,15 @@ impl Accounts {
                     }
                     Self::store_session(conn, &stored_session, &token)?;
                     event.insert(conn)?;
+                    let mut changes = Vec::new();
                     if how == "created" && stored_user.email_verified_at.is_some() {
                         // Team invitations of a verified address are taken, as after a
                         // verification by e-mail.
-                        return crate::team_access::join_invited(conn, &stored_user, now);
+                        changes = crate::team_access::join_invited(conn, &stored_user, now)?;
                     }
-                    Ok(Vec::new())
+                    let user_id = &stored_user.id;
+                    changes.extend(super::sso_groups::sync(conn, &rules, user_id, &groups, now)?);
+                    Ok(changes)
                 })
             })
             .await?;

@@ -159,7 +159,9 @@ impl Provider {
             tracing::warn!(provider = %self.config.id, error = %e, "ID token refused");
             ServiceError::rejected(refusal(&e))
         })?;
+        let groups = groups_of(&id_token.to_string(), self.config.groups_claim());
         Ok(SsoIdentity {
+            groups,
             subject: claims.subject().as_str().to_owned(),
             email: claims.email().map(|e| e.as_str().to_owned()),
             email_verified: claims.email_verified().unwrap_or(false),
@@ -199,5 +201,40 @@ fn refusal(e: &ClaimsVerificationError) -> &'static str {
             "single sign-on refused: the ID token's signature does not verify"
         }
         _ => "single sign-on refused: the ID token is not valid",
+    }
+}
+
+/// The strings of claim `claim` in the payload of `compact`, an ID token already verified
+/// (the typed claims do not carry extra claims; an absent or malformed claim is no groups).
+fn groups_of(compact: &str, claim: &str) -> Vec<String> {
+    use base64::Engine;
+    let payload = compact.split('.').nth(1).unwrap_or_default();
+    let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload) else {
+        return Vec::new();
+    };
+    let Ok(claims) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Vec::new();
+    };
+    match &claims[claim] {
+        serde_json::Value::Array(items) => {
+            items.iter().filter_map(|g| g.as_str().map(str::to_owned)).collect()
+        }
+        serde_json::Value::String(one) => vec![one.clone()],
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn groups_are_read_from_the_payload() {
+        use base64::Engine;
+        let encode = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let token = |payload: &str| format!("{}.{}.sig", encode("{}"), encode(payload));
+        let groups = super::groups_of(&token(r#"{"groups":["a","b",3]}"#), "groups");
+        assert_eq!(groups, ["a", "b"]);
+        assert_eq!(super::groups_of(&token(r#"{"roles":"x"}"#), "roles"), ["x"]);
+        assert!(super::groups_of(&token(r#"{"sub":"s"}"#), "groups").is_empty());
+        assert!(super::groups_of("not a token", "groups").is_empty());
     }
 }
