@@ -145,6 +145,7 @@ diesel::table! {
         email -> Nullable<Text>,
         created_at -> Timestamp,
         last_sign_in_at -> Timestamp,
+        granted_admin -> Bool,
     }
 }
 

@@ -25,6 +25,8 @@ pub struct SsoIdentityRow {
     pub created_at: DateTime<Utc>,
     /// Latest sign-in, UTC.
     pub last_sign_in_at: DateTime<Utc>,
+    /// Whether the provider's admin groups made the account a platform admin.
+    pub granted_admin: bool,
 }
 
 #[derive(Debug, Queryable, Selectable, Insertable)]
@@ -36,6 +38,7 @@ struct IdentityRecord {
     email: Option<String>,
     created_at: NaiveDateTime,
     last_sign_in_at: NaiveDateTime,
+    granted_admin: bool,
 }
 
 impl From<IdentityRecord> for SsoIdentityRow {
@@ -47,6 +50,7 @@ impl From<IdentityRecord> for SsoIdentityRow {
             email: r.email,
             created_at: to_utc(r.created_at),
             last_sign_in_at: to_utc(r.last_sign_in_at),
+            granted_admin: r.granted_admin,
         }
     }
 }
@@ -82,6 +86,7 @@ pub fn insert(conn: &mut DbConnection, row: &SsoIdentityRow) -> Result<(), Persi
         email: row.email.clone(),
         created_at: from_utc(row.created_at),
         last_sign_in_at: from_utc(row.last_sign_in_at),
+        granted_admin: row.granted_admin,
     };
     diesel::insert_into(i::table).values(&record).execute(conn)?;
     Ok(())
@@ -100,6 +105,22 @@ pub fn touch(
 ) -> Result<(), PersistenceError> {
     diesel::update(i::table.filter(i::provider.eq(provider)).filter(i::subject.eq(subject)))
         .set((i::email.eq(email), i::last_sign_in_at.eq(from_utc(now))))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Records whether the provider's admin groups made `subject`'s account a platform admin.
+///
+/// # Errors
+/// On database failure.
+pub fn set_granted_admin(
+    conn: &mut DbConnection,
+    provider: &str,
+    subject: &str,
+    granted: bool,
+) -> Result<(), PersistenceError> {
+    diesel::update(i::table.filter(i::provider.eq(provider)).filter(i::subject.eq(subject)))
+        .set(i::granted_admin.eq(granted))
         .execute(conn)?;
     Ok(())
 }

@@ -51,6 +51,10 @@ pub struct SsoProviderConfig {
     /// `[[sso.providers.team_rules]]`: team memberships granted by group, applied on every
     /// sign-in (added, changed, and removed once the group no longer grants them).
     pub team_rules: Vec<SsoTeamRule>,
+    /// Groups whose members are platform admins (role `admin`), checked on every sign-in:
+    /// the role is taken back once none of them lists the account, when these groups gave
+    /// it (a role given by hand stays).
+    pub admin_groups: Vec<String>,
 }
 
 /// A group rule (`[[sso.providers.team_rules]]`): members of `group` at the provider are

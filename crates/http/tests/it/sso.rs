@@ -19,6 +19,7 @@ backend_tests!(
     forged_and_replayed_answers_are_refused,
     sso_only_domains_lose_password_login,
     group_rules_grant_and_remove_team_memberships,
+    admin_groups_make_a_platform_admin_and_take_back_only_that,
 );
 
 /// The provider's id in the tests' configuration.
@@ -355,4 +356,44 @@ async fn group_rules_grant_and_remove_team_memberships(backend: Backend) {
         .map(|e| e["action"].as_str().unwrap().to_owned())
         .collect::<Vec<_>>();
     assert_eq!(by_sso, ["member_removed", "member_role_changed", "member_added"], "{audit}");
+}
+
+/// The provider's admin groups make a platform admin on sign-in and take the role back once
+/// the account is in none of them; a role given by hand stays.
+async fn admin_groups_make_a_platform_admin_and_take_back_only_that(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let config = SsoProviderConfig {
+        admin_groups: vec!["aigw-admins".to_owned()],
+        ..provider_config(&provider)
+    };
+    let app = spawn_app_with(backend, |s| with_provider(s, config)).await;
+    let (_, claims) = person("sso-admin");
+    let with_groups = |groups: Value| {
+        let mut claims = claims.clone();
+        claims["groups"] = groups;
+        claims
+    };
+    let role_after = |groups: Value| {
+        let app = &app;
+        let claims = with_groups(groups);
+        async move {
+            let mut browser = Browser::new(app);
+            assert_eq!(sign_in(&mut browser, &claims).await.status, 200);
+            let token = access_token(&browser);
+            let me = app.me(Auth::Bearer(&token)).await.data(200);
+            let admin_page = app.get("/api/v1/admin/users?limit=1", Auth::Bearer(&token)).await;
+            (me["user"]["role"].as_str().unwrap().to_owned(), admin_page.status, me)
+        }
+    };
+    let (role, admin_page, me) = role_after(json!(["aigw-admins", "eng"])).await;
+    assert_eq!((role.as_str(), admin_page), ("admin", 200));
+    let (role, admin_page, _) = role_after(json!(["eng"])).await;
+    assert_eq!((role.as_str(), admin_page), ("user", 403));
+    // Made an admin by hand: the groups do not take that back.
+    let email = me["user"]["email"].as_str().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = common::test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &email, aigw_domain::Role::Admin).await.unwrap();
+    let (role, _, _) = role_after(json!([])).await;
+    assert_eq!(role, "admin");
 }

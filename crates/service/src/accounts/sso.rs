@@ -22,8 +22,9 @@ const SECOND_FACTOR_AMR: &[&str] = &["mfa", "otp", "hwk", "swk", "sms", "fido"];
 
 /// Which account a sign-in goes to, and how it was found.
 enum Target {
-    /// The account this subject signed in to before.
-    Known(UserRow),
+    /// The account this subject signed in to before, and whether the provider's admin groups
+    /// made it an admin.
+    Known(UserRow, bool),
     /// An existing account with the asserted address, linked now.
     Linked(UserRow),
     /// A new account.
@@ -53,10 +54,10 @@ impl Accounts {
         let target = self.sso_target(provider, identity, now).await?;
         let provider_second_factor =
             identity.amr.iter().any(|a| SECOND_FACTOR_AMR.contains(&a.as_str()));
-        let (user, how) = match target {
-            Target::Known(user) => (user, "known"),
-            Target::Linked(user) => (user, "linked"),
-            Target::Created(user) => (user, "created"),
+        let (mut user, how, granted_admin) = match target {
+            Target::Known(user, granted_admin) => (user, "known", granted_admin),
+            Target::Linked(user) => (user, "linked", false),
+            Target::Created(user) => (user, "created", false),
         };
         if how != "created" && !provider_second_factor {
             if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
@@ -74,6 +75,7 @@ impl Accounts {
             email: identity.email.clone(),
             created_at: now,
             last_sign_in_at: now,
+            granted_admin: false,
         };
         let event = Event::new(AuditAction::SsoSignIn, Some(&user.id), Some(&user.id), now)
             .target(&session.id)
@@ -96,18 +98,7 @@ impl Accounts {
                             "single sign-on refused: the account is disabled",
                         ));
                     }
-                    if how == "known" {
-                        let email = identity_row.email.as_deref();
-                        sso::touch(
-                            conn,
-                            &identity_row.provider,
-                            &identity_row.subject,
-                            email,
-                            now,
-                        )?;
-                    } else {
-                        sso::insert(conn, &identity_row)?;
-                    }
+                    record_identity(conn, &identity_row, how == "known")?;
                     Self::store_session(conn, &stored_session, &token)?;
                     event.insert(conn)?;
                     let mut changes = Vec::new();
@@ -116,12 +107,22 @@ impl Accounts {
                         // verification by e-mail.
                         changes = crate::team_access::join_invited(conn, &stored_user, now)?;
                     }
-                    let user_id = &stored_user.id;
-                    changes.extend(super::sso_groups::sync(conn, &rules, user_id, &groups, now)?);
-                    Ok(changes)
+                    let subject = (identity_row.subject.as_str(), granted_admin);
+                    let (role, more) = super::sso_groups::apply(
+                        conn,
+                        &rules,
+                        &stored_user,
+                        subject,
+                        &groups,
+                        now,
+                    )?;
+                    changes.extend(more);
+                    Ok((changes, role))
                 })
             })
             .await?;
+        let (changes, role) = changes;
+        user.role = role;
         self.ctx.publish(changes).await;
         tracing::info!(user_id = %user.id, provider = %provider.id, account = how, "single sign-on");
         self.token_set(&user, &session, &refresh, now).map(LoginOutcome::Tokens)
@@ -142,11 +143,13 @@ impl Accounts {
                 let Some(row) = sso::find(conn, &id, &subject)? else {
                     return Ok(None);
                 };
-                Ok(Some(users::find_by_id(conn, &row.user_id)?))
+                Ok(Some((users::find_by_id(conn, &row.user_id)?, row.granted_admin)))
             })
             .await?;
         match known {
-            Some(Some(user)) if user.disabled_at.is_none() => return Ok(Target::Known(user)),
+            Some((Some(user), granted_admin)) if user.disabled_at.is_none() => {
+                return Ok(Target::Known(user, granted_admin))
+            }
             Some(_) => {
                 return Err(ServiceError::rejected(
                     "single sign-on refused: the account is disabled",
@@ -213,5 +216,20 @@ impl Accounts {
             email_verified_at: identity.email_verified.then_some(now),
             budget_micros: None,
         })
+    }
+}
+
+/// Records a sign-in of `row`'s subject: its latest address and time when `known`, else the
+/// new identity.
+fn record_identity(
+    conn: &mut aigw_persistence::DbConnection,
+    row: &SsoIdentityRow,
+    known: bool,
+) -> Result<(), aigw_persistence::PersistenceError> {
+    if known {
+        let at = row.last_sign_in_at;
+        sso::touch(conn, &row.provider, &row.subject, row.email.as_deref(), at)
+    } else {
+        sso::insert(conn, row)
     }
 }

@@ -1,4 +1,5 @@
-//! Team memberships from a provider's groups (docs/sso.md "Groups and teams"): on every
+//! Team memberships and the platform admin role from a provider's groups (docs/sso.md
+//! "Groups and teams"): on every
 //! single sign-on, the memberships the provider's rules grant are added (or their role
 //! changed), and those a rule granted before and no longer grants are removed. Memberships
 //! made by hand are left alone, and a team's last owner is never removed. Each change is
@@ -8,12 +9,34 @@ use crate::audit::Event;
 use crate::credential_cache;
 use crate::error::ServiceError;
 use crate::sso_config::SsoProviderConfig;
-use aigw_domain::{AuditAction, CredentialChangeKind, TeamId, TeamRole, UserId};
+use aigw_domain::{AuditAction, CredentialChangeKind, Role, TeamId, TeamRole, UserId};
 use aigw_persistence::changes::ChangeRow;
+use aigw_persistence::models::UserRow;
 use aigw_persistence::sso;
+use aigw_persistence::users;
 use aigw_persistence::{teams, DbConnection};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
+
+/// Applies `provider`'s group rules and admin groups to `user`, signed in as `subject` (and
+/// whether its admin groups made it an admin before), with `groups` at `now`: the account's
+/// role now and the change-feed rows to publish.
+///
+/// # Errors
+/// On database failure.
+pub(crate) fn apply(
+    conn: &mut DbConnection,
+    provider: &SsoProviderConfig,
+    user: &UserRow,
+    (subject, granted_admin): (&str, bool),
+    groups: &[String],
+    now: DateTime<Utc>,
+) -> Result<(Role, Vec<ChangeRow>), ServiceError> {
+    let mut changes = sync(conn, provider, &user.id, groups, now)?;
+    let (role, more) = sync_admin(conn, provider, user, subject, granted_admin, groups, now)?;
+    changes.extend(more);
+    Ok((role, changes))
+}
 
 /// The memberships `provider`'s rules grant for `groups`: the highest role per team.
 fn wanted(provider: &SsoProviderConfig, groups: &[String]) -> BTreeMap<TeamId, TeamRole> {
@@ -31,7 +54,7 @@ fn wanted(provider: &SsoProviderConfig, groups: &[String]) -> BTreeMap<TeamId, T
 ///
 /// # Errors
 /// On database failure.
-pub(crate) fn sync(
+fn sync(
     conn: &mut DbConnection,
     provider: &SsoProviderConfig,
     user_id: &UserId,
@@ -84,4 +107,46 @@ pub(crate) fn sync(
         changes.push(credential_cache::append(conn, CredentialChangeKind::TeamChanged, team, now)?);
     }
     Ok(changes)
+}
+
+/// Applies `provider`'s admin groups to `user` (signed in as `subject`, whose identity says
+/// whether these groups made it an admin before) with `groups` at `now`: its role now and the
+/// change-feed rows to publish.
+///
+/// # Errors
+/// On database failure.
+fn sync_admin(
+    conn: &mut DbConnection,
+    provider: &SsoProviderConfig,
+    user: &UserRow,
+    subject: &str,
+    granted_before: bool,
+    groups: &[String],
+    now: DateTime<Utc>,
+) -> Result<(Role, Vec<ChangeRow>), ServiceError> {
+    let wants = provider.admin_groups.iter().any(|g| groups.contains(g));
+    let (role, granted) = match (wants, user.role, granted_before) {
+        // An admin already (by hand, or by these groups): as it is.
+        (true, Role::Admin, granted) => (Role::Admin, granted),
+        (true, _, _) => (Role::Admin, true),
+        // Made an admin by these groups, and no longer in them: back to a user.
+        (false, Role::Admin, true) => (Role::User, false),
+        (false, role, _) => (role, false),
+    };
+    if granted != granted_before {
+        sso::set_granted_admin(conn, &provider.id, subject, granted)?;
+    }
+    if role == user.role {
+        return Ok((role, Vec::new()));
+    }
+    users::update_access(conn, &user.id, role, user.disabled_at, now)?;
+    let details = serde_json::json!({
+        "from": user.role.as_str(), "to": role.as_str(), "by": "sso", "provider": provider.id,
+    });
+    Event::new(AuditAction::RoleChanged, Some(&user.id), None, now)
+        .target(&user.id)
+        .details(details)
+        .insert(conn)?;
+    let change = credential_cache::append(conn, CredentialChangeKind::UserChanged, &user.id, now)?;
+    Ok((role, vec![change]))
 }

@@ -1,0 +1,1 @@
+ALTER TABLE sso_identities DROP COLUMN granted_admin;
