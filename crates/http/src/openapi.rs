@@ -4,7 +4,7 @@
 use crate::dto;
 use crate::routes::{
     account, account_email, admin, api_keys, auth, chat, embeddings, health, messages, mfa, models,
-    responses, secret_scanning, teams, usage, usage_export, webhooks,
+    responses, secret_scanning, sso, teams, usage, usage_export, webhooks,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -37,7 +37,7 @@ use utoipa::{Modify, OpenApi};
         account_email::request_reset, account_email::confirm_reset,
         secret_scanning::github, secret_scanning::admin_leaked_keys,
         mfa::status, mfa::enroll, mfa::confirm, mfa::disable, mfa::regenerate_recovery_codes,
-        mfa::login_mfa
+        mfa::login_mfa, sso::providers, sso::exchange
     ),
     components(schemas(
         dto::ErrorEnvelope, dto::ErrorBody, dto::RegisterRequest, dto::LoginRequest,
@@ -83,7 +83,8 @@ use utoipa::{Modify, OpenApi};
         crate::dto::mfa::LoginMfaRequest, crate::dto::mfa::MfaEnrollmentData,
         crate::dto::mfa::MfaRecoveryCodesData, crate::dto::mfa::MfaStatusData,
         crate::dto::mfa::MfaDisabledData, crate::dto::mfa::MfaChallengeData,
-        crate::dto::mfa::LoginData
+        crate::dto::mfa::LoginData, crate::dto::sso::SsoExchangeRequest,
+        crate::dto::sso::SsoProviderDto, crate::dto::sso::SsoProviderListData
     )),
     modifiers(&SecuritySchemes, &AtLeastOneField, &AuditActions, &NoNul),
     tags(

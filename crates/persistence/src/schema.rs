@@ -167,6 +167,25 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// The team a group rule naming a team stands for, per provider and name.
+    sso_rule_teams (provider, team_name) {
+        provider -> Text,
+        team_name -> Text,
+        team_id -> Text,
+    }
+}
+
+diesel::table! {
+    /// One-time codes of single sign-ons ending in a single-page application, by digest.
+    sso_codes (code_hash) {
+        code_hash -> Text,
+        admission -> Text,
+        code_challenge -> Text,
+        expires_at -> Timestamp,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(users, sessions, refresh_tokens, api_keys);
 
 diesel::table! {

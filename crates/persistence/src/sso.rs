@@ -1,11 +1,15 @@
 //! Repositories of `sso_identities` (which account a provider's subject signs in to),
 //! `sso_states` (the `state` of every sign-in that came back, so that a replayed callback is
-//! refused) and `sso_memberships` (the team memberships group rules granted).
+//! refused), `sso_memberships` (the team memberships group rules granted) and
+//! `sso_rule_teams` (the team a rule naming a team stands for) and `sso_codes` (one-time codes
+//! of sign-ins that end in a single-page application).
 
 use crate::error::PersistenceError;
 use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
-use crate::schema::{sso_identities as i, sso_memberships as g, sso_states as s};
+use crate::schema::{
+    sso_codes as c, sso_identities as i, sso_memberships as g, sso_rule_teams as r, sso_states as s,
+};
 use aigw_domain::{TeamId, TeamRole, UserId};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
@@ -226,4 +230,117 @@ pub fn forget(
     )
     .execute(conn)?;
     Ok(())
+}
+
+/// The team `provider`'s rules naming team `name` stand for, if settled before.
+///
+/// # Errors
+/// On database failure.
+pub fn rule_team(
+    conn: &mut DbConnection,
+    provider: &str,
+    name: &str,
+) -> Result<Option<TeamId>, PersistenceError> {
+    let found: Option<String> = r::table
+        .filter(r::provider.eq(provider))
+        .filter(r::team_name.eq(name))
+        .select(r::team_id)
+        .first(conn)
+        .optional()?;
+    Ok(found.map(TeamId::from))
+}
+
+/// Settles that `provider`'s rules naming team `name` stand for `team_id`.
+///
+/// # Errors
+/// [`PersistenceError::Conflict`] when they stand for a team already (settled by a concurrent
+/// sign-in: read it with [`rule_team`], outside the failed transaction); on database failure.
+pub fn settle_rule_team(
+    conn: &mut DbConnection,
+    provider: &str,
+    name: &str,
+    team_id: &TeamId,
+) -> Result<(), PersistenceError> {
+    diesel::insert_into(r::table)
+        .values((r::provider.eq(provider), r::team_name.eq(name), r::team_id.eq(team_id.as_str())))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Forgets the team `provider`'s rules naming team `name` stood for (it was deleted).
+///
+/// # Errors
+/// On database failure.
+pub fn forget_rule_team(
+    conn: &mut DbConnection,
+    provider: &str,
+    name: &str,
+) -> Result<(), PersistenceError> {
+    diesel::delete(r::table.filter(r::provider.eq(provider)).filter(r::team_name.eq(name)))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// A one-time code's row: what it was issued for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SsoCodeRow {
+    /// The code's digest.
+    pub code_hash: String,
+    /// The admission it stands for, as JSON (the service's `SsoAdmission`).
+    pub admission: String,
+    /// The PKCE challenge (S256) the application started with.
+    pub code_challenge: String,
+    /// When it stops being accepted, UTC.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Stores a one-time code.
+///
+/// # Errors
+/// On database failure.
+pub fn insert_code(conn: &mut DbConnection, row: &SsoCodeRow) -> Result<(), PersistenceError> {
+    diesel::insert_into(c::table)
+        .values((
+            c::code_hash.eq(&row.code_hash),
+            c::admission.eq(&row.admission),
+            c::code_challenge.eq(&row.code_challenge),
+            c::expires_at.eq(from_utc(row.expires_at)),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Takes the code with digest `code_hash`: its row, deleted, when it exists (expired or
+/// not). Of two takers of one code, one gets it (the delete decides).
+///
+/// # Errors
+/// On database failure.
+pub fn take_code(
+    conn: &mut DbConnection,
+    code_hash: &str,
+) -> Result<Option<SsoCodeRow>, PersistenceError> {
+    let found: Option<(String, String, NaiveDateTime)> = c::table
+        .filter(c::code_hash.eq(code_hash))
+        .select((c::admission, c::code_challenge, c::expires_at))
+        .first(conn)
+        .optional()?;
+    let Some((admission, code_challenge, expires_at)) = found else { return Ok(None) };
+    let deleted = diesel::delete(c::table.filter(c::code_hash.eq(code_hash))).execute(conn)?;
+    Ok((deleted == 1).then(|| SsoCodeRow {
+        code_hash: code_hash.to_owned(),
+        admission,
+        code_challenge,
+        expires_at: to_utc(expires_at),
+    }))
+}
+
+/// Deletes the codes that expired before `before`; returns how many.
+///
+/// # Errors
+/// On database failure.
+pub fn prune_codes(
+    conn: &mut DbConnection,
+    before: DateTime<Utc>,
+) -> Result<usize, PersistenceError> {
+    Ok(diesel::delete(c::table.filter(c::expires_at.lt(from_utc(before)))).execute(conn)?)
 }

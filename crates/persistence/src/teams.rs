@@ -235,6 +235,19 @@ pub fn insert(
     team: &TeamRow,
     owner: &UserId,
 ) -> Result<(), PersistenceError> {
+    insert_without_members(conn, team)?;
+    insert_member(conn, &team.id, owner, TeamRole::Owner, team.created_at)
+}
+
+/// Inserts `team` with no member yet (a team a single sign-on group rule makes: its
+/// members join by the rules).
+///
+/// # Errors
+/// On database failure.
+pub fn insert_without_members(
+    conn: &mut DbConnection,
+    team: &TeamRow,
+) -> Result<(), PersistenceError> {
     let p = &team.policy;
     let record = TeamRecord {
         id: team.id.to_string(),
@@ -254,8 +267,22 @@ pub fn insert(
         require_scoped_keys: team.require_scoped_keys,
     };
     diesel::insert_into(t::table).values(record).execute(conn)?;
-    insert_member(conn, &team.id, owner, TeamRole::Owner, team.created_at)?;
     Ok(())
+}
+
+/// The ids of the teams named exactly `name`, deleted ones excepted (at most 2: enough to
+/// tell one from several).
+///
+/// # Errors
+/// On database failure.
+pub fn ids_named(conn: &mut DbConnection, name: &str) -> Result<Vec<TeamId>, PersistenceError> {
+    let ids: Vec<String> = t::table
+        .filter(t::name.eq(name))
+        .filter(t::deleted_at.is_null())
+        .select(t::id)
+        .limit(2)
+        .load(conn)?;
+    Ok(ids.into_iter().map(TeamId::from).collect())
 }
 
 /// The names of the teams with ids `ids`, deleted ones included: `(id, name)`.

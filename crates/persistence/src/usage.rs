@@ -443,6 +443,33 @@ pub fn team_summary(
     })
 }
 
+/// The rollups of teams `team_ids` for the days `from..=to`, summed per team (`group` is the
+/// team's id; a team without usage has no row). Reads `usage_daily` through its
+/// `(team_id, day)` index.
+///
+/// # Errors
+/// On database failure.
+pub fn teams_totals(
+    conn: &mut DbConnection,
+    team_ids: &[String],
+    from: NaiveDate,
+    to: NaiveDate,
+) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
+    use usage_daily::dsl as d;
+    if team_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (from, to) = (format_day(from), format_day(to));
+    let rows: Vec<NullableTotalsRow> = d::usage_daily
+        .filter(d::team_id.eq_any(team_ids))
+        .filter(d::day.ge(&from))
+        .filter(d::day.le(&to))
+        .group_by(d::team_id)
+        .select(sums_of!(d::team_id))
+        .load(conn)?;
+    Ok(rows.into_iter().map(NullableTotalsRow::into_row).collect())
+}
+
 /// [`UsageTotalsRow`] grouped by a column that may be NULL.
 #[derive(Debug, Queryable)]
 struct NullableTotalsRow {

@@ -10,13 +10,16 @@ pub struct SsoConfig {
     /// `[[sso.providers]]`: the providers, each a button on the console's login page.
     pub providers: Vec<SsoProviderConfig>,
     /// How long a sign-in may take between leaving for the provider and coming back, in
-    /// seconds (default 600; at least 60).
+    /// seconds (default 600; 60 to 3600).
     pub sign_in_ttl_secs: u64,
+    /// The exact URLs single-page applications may have their sign-ins end at (with a
+    /// one-time code to exchange at `POST /api/v1/auth/sso/exchange`); none by default.
+    pub app_redirect_uris: Vec<String>,
 }
 
 impl Default for SsoConfig {
     fn default() -> Self {
-        Self { providers: Vec::new(), sign_in_ttl_secs: 600 }
+        Self { providers: Vec::new(), sign_in_ttl_secs: 600, app_redirect_uris: Vec::new() }
     }
 }
 
@@ -46,8 +49,12 @@ pub struct SsoProviderConfig {
     /// `email_verified`. Off by default: the sign-in is refused instead, so that a provider
     /// that lets people choose their address cannot take an account over.
     pub link_existing_accounts: bool,
-    /// The ID token claim that lists the person's groups (default `groups`).
+    /// The claim that lists the person's groups, in the ID token and in the userinfo answer
+    /// (default `groups`).
     pub groups_claim: String,
+    /// Whether each sign-in reads the provider's userinfo endpoint (when its discovery
+    /// document lists one) for more groups (default true); the ID token's are read anyway.
+    pub read_userinfo: Option<bool>,
     /// `[[sso.providers.team_rules]]`: team memberships granted by group, applied on every
     /// sign-in (added, changed, and removed once the group no longer grants them).
     pub team_rules: Vec<SsoTeamRule>,
@@ -55,17 +62,24 @@ pub struct SsoProviderConfig {
     /// the role is taken back once none of them lists the account, when these groups gave
     /// it (a role given by hand stays).
     pub admin_groups: Vec<String>,
+    /// Whether a rule naming a team by `team` that no team has makes that team on the first
+    /// sign-in it applies to (off: the rule grants nothing, with a warning in the log).
+    pub create_missing_teams: bool,
 }
 
 /// A group rule (`[[sso.providers.team_rules]]`): members of `group` at the provider are
-/// members of team `team_id` with `role`.
+/// members of a team, named by id (`team_id`) or by name (`team`), with `role`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SsoTeamRule {
     /// The group, as the groups claim lists it.
     pub group: String,
-    /// The team's id.
+    /// The team's id (or `team`).
     pub team_id: String,
+    /// The team's name (or `team_id`): the one team of that name when the rule first
+    /// applies (several: the rule grants nothing), made then when none has it and the
+    /// provider's `create_missing_teams` is on; that team from then on, renamed or not.
+    pub team: String,
     /// `member` (default), `admin` or `owner`.
     pub role: String,
 }
@@ -107,6 +121,11 @@ impl SsoProviderConfig {
         }
     }
 
+    /// Whether sign-ins read the userinfo endpoint for groups.
+    pub fn reads_userinfo(&self) -> bool {
+        self.read_userinfo.unwrap_or(true)
+    }
+
     /// Whether `email`'s domain may sign in.
     pub fn allows(&self, email: &str) -> bool {
         let domain = email.rsplit('@').next().unwrap_or_default();
@@ -118,7 +137,7 @@ impl SsoProviderConfig {
 impl SsoConfig {
     /// How long a sign-in may take, in seconds.
     pub fn sign_in_ttl_secs(&self) -> u64 {
-        self.sign_in_ttl_secs.max(60)
+        self.sign_in_ttl_secs.clamp(60, 3600)
     }
 
     /// Checks what the types alone do not: ids well-formed and unique, issuers http(s) URLs,
@@ -127,6 +146,15 @@ impl SsoConfig {
     /// # Errors
     /// A sentence naming the provider and the setting.
     pub fn validate(&self) -> Result<(), String> {
+        for uri in &self.app_redirect_uris {
+            let parsed = url::Url::parse(uri)
+                .map_err(|e| format!("sso.app_redirect_uris: {uri:?} is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "https" | "http") || parsed.fragment().is_some() {
+                return Err(format!(
+                    "sso.app_redirect_uris: {uri:?} must be an http(s) URL without a fragment"
+                ));
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for p in &self.providers {
             let id_ok = (1..=32).contains(&p.id.len())
@@ -154,10 +182,11 @@ impl SsoConfig {
             for rule in &p.team_rules {
                 let role_ok = rule.role.is_empty()
                     || aigw_domain::TeamRole::parse(&rule.role, "role").is_ok();
-                if rule.group.is_empty() || rule.team_id.is_empty() || !role_ok {
+                let one_team = rule.team_id.is_empty() != rule.team.trim().is_empty();
+                if rule.group.is_empty() || !one_team || !role_ok {
                     return Err(format!(
-                        "sso.providers[{}].team_rules: each rule needs group and team_id, and a \
-                         role of member, admin or owner",
+                        "sso.providers[{}].team_rules: each rule needs group, one of team_id \
+                         and team, and a role of member, admin or owner",
                         p.id
                     ));
                 }
@@ -181,12 +210,18 @@ mod tests {
     }
 
     fn rule(group: &str, team_id: &str, role: &str) -> SsoTeamRule {
-        SsoTeamRule { group: group.into(), team_id: team_id.into(), role: role.into() }
+        SsoTeamRule {
+            group: group.into(),
+            team_id: team_id.into(),
+            role: role.into(),
+            ..SsoTeamRule::default()
+        }
     }
 
     #[test]
     fn providers_are_checked_at_start() {
-        let rules = vec![rule("eng", "t1", ""), rule("leads", "t1", "admin")];
+        let by_name = SsoTeamRule { team: "Platform".into(), ..rule("ops", "", "owner") };
+        let rules = vec![rule("eng", "t1", ""), rule("leads", "t1", "admin"), by_name];
         let ok = SsoConfig {
             providers: vec![SsoProviderConfig { team_rules: rules, ..provider("corp") }],
             ..SsoConfig::default()
@@ -210,11 +245,32 @@ mod tests {
                 vec![SsoProviderConfig { team_rules: vec![rule("", "t", "")], ..provider("a") }],
                 "team_rules",
             ),
+            (
+                vec![SsoProviderConfig {
+                    team_rules: vec![SsoTeamRule { team: "eng".into(), ..rule("g", "t", "") }],
+                    ..provider("a")
+                }],
+                "one of team_id and team",
+            ),
+            (
+                vec![SsoProviderConfig { team_rules: vec![rule("g", "", "")], ..provider("a") }],
+                "one of team_id and team",
+            ),
         ] {
             let config = SsoConfig { providers: bad, ..SsoConfig::default() };
             let error = config.validate().err().unwrap_or_default();
             assert!(error.contains(why), "{why}: {error}");
         }
+        for uri in ["not a url", "ftp://app.test/cb", "https://app.test/cb#x"] {
+            let config = SsoConfig { app_redirect_uris: vec![uri.into()], ..SsoConfig::default() };
+            let error = config.validate().err().unwrap_or_default();
+            assert!(error.contains("app_redirect_uris"), "{uri}: {error}");
+        }
+        let app = SsoConfig {
+            app_redirect_uris: vec!["https://app.test/callback?x=1".into()],
+            ..SsoConfig::default()
+        };
+        assert_eq!(app.validate(), Ok(()));
     }
 
     #[test]

@@ -56,18 +56,17 @@ fn invitation_row(invitation: &InvitationView) -> Value {
 /// `?state=…&cursor=…` of the list (`state`: `open`, the default, or `all`).
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ListQuery {
-    #[serde(default)]
-    state: String,
+    state: Option<String>,
     cursor: Option<String>,
 }
 
 impl ListQuery {
-    fn filter(&self) -> InvitationFilter {
-        if self.state == "all" {
-            InvitationFilter::All
-        } else {
-            InvitationFilter::Open
-        }
+    /// The invitations asked for (`open` when `state` is absent).
+    ///
+    /// # Errors
+    /// [`aigw_service::ServiceError::Invalid`] on `state` when it is neither `open` nor `all`.
+    fn filter(&self) -> Result<InvitationFilter, aigw_service::ServiceError> {
+        InvitationFilter::parse(self.state.as_deref().unwrap_or("open"))
     }
 }
 
@@ -81,7 +80,11 @@ async fn invitations_page(
     values: &InvitationForm,
     error: Option<Shown>,
 ) -> HttpResponse {
-    let filter = query.filter();
+    // An unknown `state` is a 400 page naming it, over the open invitations.
+    let (filter, error) = match query.filter() {
+        Ok(filter) => (filter, error),
+        Err(e) => (InvitationFilter::Open, error.or_else(|| Some(Shown::from(e)))),
+    };
     let all = filter == InvitationFilter::All;
     let page = page_request(query.cursor.as_ref());
     let listed = state.admin.admin_list_invitations(admin, filter, &page).await;

@@ -92,15 +92,7 @@ async fn mfa_page(
     status: StatusCode,
     error: Option<Shown>,
 ) -> HttpResponse {
-    let read = async {
-        let status = state.mfa.mfa_status(&viewer.authorized::<op::ReadAccount>()?).await?;
-        let pending = if status.pending {
-            state.mfa.mfa_pending(&viewer.authorized::<op::ManageAccount>()?).await?
-        } else {
-            None
-        };
-        Ok::<_, aigw_service::ServiceError>((status, pending))
-    };
+    let read = async { state.mfa.mfa_overview(&viewer.authorized::<op::ManageAccount>()?).await };
     let (mfa, pending) = match read.await {
         Ok(read) => read,
         Err(e) => return viewer.failure(&Shown::from(e)),

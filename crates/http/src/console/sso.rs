@@ -3,6 +3,10 @@
 //! sign-in sealed in a short-lived cookie; `callback` checks the provider's answer
 //! ([`aigw_service::sso::Sso::complete`]) and starts an ordinary console session.
 //!
+//! A start with `redirect_uri` (one of `sso.app_redirect_uris`) and a PKCE `code_challenge`
+//! is a single-page application's: its callback sends the browser to that URI with a
+//! one-time code (exchanged at `POST /api/v1/auth/sso/exchange`), or with an `error`.
+//!
 //! The session's cookies are `SameSite=Strict`, and the callback is a cross-site navigation
 //! (from the provider): a redirect from it would carry on as cross-site and the next page
 //! would not see them. So the callback answers a page that moves on by itself (a meta
@@ -16,15 +20,31 @@ use crate::routes::attempts::client_info;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use aigw_service::sso::{AppReturn, SignInEnd};
 use aigw_service::{LoginOutcome, Policy};
 use minijinja::{context, Value};
 use serde::Deserialize;
 
-/// `?next=…&login_hint=…` of a sign-in's start.
+/// `?next=…&login_hint=…` of a sign-in's start; a single-page application's adds
+/// `redirect_uri`, `code_challenge`, `code_challenge_method` (`S256`) and its own `state`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct StartQuery {
     next: Option<String>,
     login_hint: Option<String>,
+    redirect_uri: Option<String>,
+    code_challenge: Option<String>,
+    code_challenge_method: Option<String>,
+    state: Option<String>,
+}
+
+impl StartQuery {
+    /// The single-page application's return, when it asks for one.
+    fn app(&self, uris: &[String]) -> Result<Option<AppReturn>, aigw_service::ServiceError> {
+        let Some(uri) = &self.redirect_uri else { return Ok(None) };
+        let (challenge, method) = (&self.code_challenge, &self.code_challenge_method);
+        let state = self.state.as_deref();
+        AppReturn::parse(uris, uri, challenge.as_deref(), method.as_deref(), state).map(Some)
+    }
 }
 
 /// `?code=…&state=…` (or `error=…&error_description=…`) of the provider's answer.
@@ -46,10 +66,11 @@ impl std::fmt::Debug for CallbackQuery {
 /// `GET /sso/<provider>/start`: to the provider's authorization page, the pending sign-in in
 /// the [`SSO_COOKIE`] for `sso.sign_in_ttl_secs`. `next` is where the console goes after
 /// the sign-in (a path of this origin, else the keys page); `login_hint` goes to the
-/// provider.
+/// provider; `redirect_uri` and the rest make it a single-page application's sign-in.
 ///
-/// Errors: an unknown provider is a 404 page; a provider whose discovery document cannot be
-/// read, a 503 page.
+/// Errors: an unknown provider is a 404 page; a `redirect_uri` that is not allowed, or a
+/// missing or malformed `code_challenge` with it, a 400 page naming the parameter; a provider
+/// whose discovery document cannot be read, a 503 page.
 pub(crate) async fn start(
     state: web::Data<AppState>,
     console: web::Data<ConsoleContext>,
@@ -58,10 +79,10 @@ pub(crate) async fn start(
 ) -> HttpResponse {
     let next = LocalPath::or_default(query.next.as_deref());
     let started = async {
-        let (url, pending) = state
-            .sso
-            .begin(&id, Some(next.as_str().to_owned()), query.login_hint.as_deref())
-            .await?;
+        let app = query.app(state.sso.app_redirect_uris())?;
+        let hint = query.login_hint.as_deref();
+        let (url, pending) =
+            state.sso.begin(&id, Some(next.as_str().to_owned()), hint, app).await?;
         let sealed = state.sso.seal(&pending)?;
         Ok::<_, aigw_service::ServiceError>((url, sealed, state.sso.sign_in_ttl_secs()))
     }
@@ -78,7 +99,9 @@ pub(crate) async fn start(
 
 /// `GET /sso/<provider>/callback`: the provider's answer. A verified sign-in starts a
 /// session (its cookies set, the pending sign-in's removed) and moves on to `next`; an
-/// account with aigw's second factor on gets the code form first.
+/// account with aigw's second factor on gets the code form first. A single-page
+/// application's sign-in is sent on (303) to its redirect URI with a one-time code, or with
+/// an `error` once its pending sign-in was read.
 ///
 /// Errors: every refusal (a provider's error, a missing or forged state, a replayed
 /// callback, a refused code, an ID token that fails verification, an address that may not
@@ -120,7 +143,23 @@ async fn answer(
     let client = client_info(state, req);
     let completed = state.sso.complete(id, code, returned_state, sealed.as_deref(), &client).await;
     match completed {
-        Ok((LoginOutcome::Tokens(tokens), next)) => {
+        Ok(SignInEnd::App(url)) => render::see_other(&url),
+        Ok(SignInEnd::Console(outcome, next)) => signed_in(state, console, id, *outcome, next),
+        Err(e) => render::failure(Value::UNDEFINED, &Shown::from(e)),
+    }
+}
+
+/// The console's answer to a completed sign-in: the session's cookies and the page that
+/// moves on to `next`, or the second factor's form.
+fn signed_in(
+    state: &AppState,
+    console: &ConsoleContext,
+    id: &str,
+    outcome: LoginOutcome,
+    next: Option<String>,
+) -> HttpResponse {
+    match outcome {
+        LoginOutcome::Tokens(tokens) => {
             state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
             let next = LocalPath::or_default(next.as_deref());
             let provider = state.sso.providers().into_iter().find(|p| p.id == id);
@@ -132,13 +171,12 @@ async fn answer(
             }
             response
         }
-        Ok((LoginOutcome::MfaRequired(challenge), next)) => {
+        LoginOutcome::MfaRequired(challenge) => {
             let next = LocalPath::or_default(next.as_deref());
             let values = context! {
                 title => "Second factor", mfa_token => challenge.mfa_token, next => next.as_str(),
             };
             page(StatusCode::OK, Value::UNDEFINED, "login_mfa.html", values)
         }
-        Err(e) => render::failure(Value::UNDEFINED, &Shown::from(e)),
     }
 }

@@ -7,7 +7,7 @@ use crate::console::chart::Chart;
 use crate::console::ranking::Ranking;
 use crate::console::render::Shown;
 use crate::console::session::Viewer;
-use crate::console::usage::{cost, day_series, given, group_row, totals_view};
+use crate::console::usage::{cost, day_series, export_href, given, group_row, totals_view};
 use crate::console::view::money;
 use crate::state::AppState;
 use actix_web::http::StatusCode;
@@ -85,16 +85,6 @@ async fn read(
     Ok((team, usage))
 }
 
-/// `/teams/{id}/usage/export.csv?…` for `group_by` over `from`..`to`.
-fn export_href(id: &str, from: &str, to: &str, group_by: &str) -> String {
-    let query = url::form_urlencoded::Serializer::new(String::new())
-        .append_pair("from", from)
-        .append_pair("to", to)
-        .append_pair("group_by", group_by)
-        .finish();
-    format!("/teams/{id}/usage/export.csv?{query}")
-}
-
 /// The page's values for `usage` of `team`.
 fn usage_values(team: &TeamView, usage: &TeamUsage) -> Value {
     let range = usage.by_day.range;
@@ -121,7 +111,10 @@ fn usage_values(team: &TeamView, usage: &TeamUsage) -> Value {
     let exports: Vec<Value> = [("day", "By day"), ("member", "By member"), ("api_key", "By key")]
         .into_iter()
         .chain([("model", "By model"), ("endpoint", "By endpoint")])
-        .map(|(group, text)| context! { href => export_href(&team.id, &from, &to, group), text })
+        .map(|(group, text)| {
+            let path = format!("/teams/{}/usage/export.csv", team.id);
+            context! { href => export_href(&path, (&from, &to), group, None), text }
+        })
         .collect();
     context! {
         shown => true,
@@ -181,7 +174,12 @@ mod tests {
     #[test]
     fn export_links_carry_the_range_and_group() {
         assert_eq!(
-            super::export_href("t1", "2026-01-01", "2026-01-31", "member"),
+            super::export_href(
+                "/teams/t1/usage/export.csv",
+                ("2026-01-01", "2026-01-31"),
+                "member",
+                None
+            ),
             "/teams/t1/usage/export.csv?from=2026-01-01&to=2026-01-31&group_by=member"
         );
     }

@@ -13,7 +13,6 @@ use actix_web::{web, HttpResponse};
 use aigw_domain::access::op;
 use aigw_domain::usage::UsageRecord;
 use aigw_domain::usage::{format_day, DayRange};
-use aigw_domain::{TeamId, TeamRole};
 use aigw_service::usage::{UsagePage, UsageQuery, UsageSummary, UsageTotals};
 use aigw_service::{ApiKeyView, PageRequest};
 use minijinja::{context, Value};
@@ -166,8 +165,9 @@ struct Usage {
     teams: Vec<Value>,
 }
 
-/// Teams listed in "Your teams" (those the viewer owns or administers, of their first page).
-const TEAMS_LISTED: &str = "50";
+/// Teams listed in "Teams you lead" (those the viewer owns or administers, of their first
+/// page).
+const TEAMS_LISTED: i64 = 50;
 
 /// The teams the viewer owns or administers, each with its usage over the page's range and
 /// a link to its usage page.
@@ -176,37 +176,39 @@ async fn led_teams(
     viewer: &Viewer,
     params: &UsageParams,
 ) -> Result<Vec<Value>, aigw_service::ServiceError> {
-    let reader = viewer.authorized::<op::ReadAccount>()?;
-    let first = PageRequest { limit: Some(TEAMS_LISTED.to_owned()), cursor: None };
-    let teams = state.teams.list_teams(&reader, &first).await?;
     let caller = viewer.authorized::<op::ReadUsage>()?;
     let query = UsageQuery { api_key_id: None, ..params.query("day") };
-    let mut rows = Vec::new();
-    for team in teams.items.iter().filter(|t| t.role.is_some_and(TeamRole::manages)) {
-        let id = TeamId::from(team.id.as_str());
-        let summary = state.teams.team_usage(&caller, &id, query.clone()).await?;
-        let range = summary.range;
-        let href = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("from", &format_day(range.from))
-            .append_pair("to", &format_day(range.to))
-            .finish();
-        rows.push(context! {
-            id => team.id, name => team.name, role => team.role.map(TeamRole::as_str),
-            totals => totals_view(&summary.totals),
-            href => format!("/teams/{}/usage?{href}", team.id),
-        });
-    }
-    Ok(rows)
+    let (range, teams) = state.teams.led_team_usage(&caller, &query, TEAMS_LISTED).await?;
+    let href = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("from", &format_day(range.from))
+        .append_pair("to", &format_day(range.to))
+        .finish();
+    Ok(teams
+        .iter()
+        .map(|team| {
+            context! {
+                id => team.id, name => team.name, role => team.role.as_str(),
+                totals => totals_view(&team.totals),
+                href => format!("/teams/{}/usage?{href}", team.id),
+            }
+        })
+        .collect())
 }
 
-/// `/usage/export.csv?…` for `group_by` over the shown range (and key).
-fn export_href(from: &str, to: &str, api_key_id: Option<&str>, group_by: &str) -> String {
+/// The CSV download at `path` (`/usage/export.csv`, `/teams/{id}/usage/export.csv`) of the
+/// days `from`..`to` grouped by `group_by` (of one key when `api_key_id` is given).
+pub(crate) fn export_href(
+    path: &str,
+    (from, to): (&str, &str),
+    group_by: &str,
+    api_key_id: Option<&str>,
+) -> String {
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     query.append_pair("from", from).append_pair("to", to).append_pair("group_by", group_by);
     if let Some(key) = api_key_id {
         query.append_pair("api_key_id", key);
     }
-    format!("/usage/export.csv?{}", query.finish())
+    format!("{path}?{}", query.finish())
 }
 
 /// One call of the requests table, its key named from `names` (key id to name) where known.
@@ -293,7 +295,8 @@ fn usage_page(
             .into_iter()
             .chain([("api_key", "By key"), ("endpoint", "By endpoint"), ("team", "By team")])
             .map(|(group, text)| {
-                context! { href => export_href(&from, &to, key.as_deref(), group), text }
+                let (path, range) = ("/usage/export.csv", (from.as_str(), to.as_str()));
+                context! { href => export_href(path, range, group, key.as_deref()), text }
             })
             .collect();
         let kept = usage.requests.is_some();

@@ -6,6 +6,7 @@ pub(crate) mod account_email;
 pub(crate) mod admin;
 pub(crate) mod leaks;
 pub(crate) mod mfa;
+pub(crate) mod sso;
 pub(crate) mod teams;
 pub(crate) mod usage;
 pub(crate) mod usage_csv;

@@ -70,13 +70,7 @@ pub(crate) async fn login(
     .await;
     let outcome = count_login(&state, &result);
     match result {
-        Ok(LoginOutcome::Tokens(set)) => {
-            state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
-            Ok(HttpResponse::Ok().json(Envelope::ok(LoginData::Tokens(TokenSetDto::from(set)))))
-        }
-        Ok(LoginOutcome::MfaRequired(challenge)) => {
-            Ok(HttpResponse::Ok().json(Envelope::ok(LoginData::MfaRequired(challenge.into()))))
-        }
+        Ok(outcome) => Ok(login_answer(&state, outcome)),
         Err(e) => {
             if outcome == "invalid" {
                 // A security event, at info (the e-mail stays out of the logs).
@@ -84,6 +78,20 @@ pub(crate) async fn login(
                 tracing::info!(event = "login_failed", %client_ip, "login failed");
             }
             Err(e)
+        }
+    }
+}
+
+/// The 200 answer of a login (and of a single sign-on's code exchange): the token set, or the
+/// MFA challenge.
+pub(crate) fn login_answer(state: &AppState, outcome: LoginOutcome) -> HttpResponse {
+    match outcome {
+        LoginOutcome::Tokens(set) => {
+            state.telemetry.metrics.count(metric::SESSIONS_CREATED_TOTAL, &[]);
+            HttpResponse::Ok().json(Envelope::ok(LoginData::Tokens(TokenSetDto::from(set))))
+        }
+        LoginOutcome::MfaRequired(challenge) => {
+            HttpResponse::Ok().json(Envelope::ok(LoginData::MfaRequired(challenge.into())))
         }
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod mfa;
 pub(crate) mod models;
 pub(crate) mod responses;
 pub(crate) mod secret_scanning;
+pub(crate) mod sso;
 pub(crate) mod teams;
 pub(crate) mod usage;
 pub(crate) mod usage_export;
@@ -144,7 +145,7 @@ fn account_routes(cfg: &mut web::ServiceConfig) {
         .configure(session_routes);
 }
 
-/// `/auth/me`, `/auth/register`, `/auth/login` and `/auth/login/mfa`.
+/// `/auth/me`, `/auth/register`, `/auth/login`, `/auth/login/mfa` and `/auth/sso/…`.
 fn sign_in_routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/auth/me")
@@ -163,6 +164,11 @@ fn sign_in_routes(cfg: &mut web::ServiceConfig) {
     );
     cfg.service(
         one("/auth/login/mfa", &["POST"], web::post().to(mfa::login_mfa))
+            .app_data(LimitedBy(Policy::Login)),
+    );
+    cfg.service(one("/auth/sso/providers", &["GET"], get_or_head().to(sso::providers)));
+    cfg.service(
+        one("/auth/sso/exchange", &["POST"], web::post().to(sso::exchange))
             .app_data(LimitedBy(Policy::Login)),
     );
 }

@@ -213,6 +213,11 @@ async fn admins_invite_and_revoke_invitations(backend: Backend) {
     assert!(listed.row("data-invitation-id", &id).unwrap().contains(&email));
     let api = app.get("/api/v1/admin/invitations", Auth::Bearer(&admin.token)).await.data(200);
     assert_eq!(api["invitations"][0]["id"], json!(id), "{api}");
+    // An unknown state is refused as the API refuses it, over the open invitations.
+    let unknown = browser.get("/admin/invitations?state=used").await;
+    assert_eq!(unknown.status, 400, "{}", unknown.text);
+    assert!(unknown.text.contains("must be open or all"), "{}", unknown.text);
+    assert!(unknown.row("data-invitation-id", &id).is_some(), "{}", unknown.text);
 
     let revoked =
         browser.post(&format!("/admin/invitations/{id}/revoke"), &[("csrf", &csrf)]).await;

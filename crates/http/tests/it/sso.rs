@@ -20,6 +20,9 @@ backend_tests!(
     sso_only_domains_lose_password_login,
     group_rules_grant_and_remove_team_memberships,
     admin_groups_make_a_platform_admin_and_take_back_only_that,
+    groups_are_read_from_userinfo_too,
+    rules_naming_teams_find_or_make_them,
+    a_single_page_application_exchanges_a_one_time_code,
 );
 
 /// The provider's id in the tests' configuration.
@@ -82,6 +85,22 @@ async fn sign_in(browser: &mut Browser<'_>, claims: &Value) -> Page {
 /// The access token of a signed-in browser.
 fn access_token(browser: &Browser<'_>) -> String {
     browser.jar.get("aigw_access").cloned().expect("a session cookie")
+}
+
+/// The access token of a new platform admin of `app`.
+async fn admin_of(app: &TestApp) -> String {
+    let user = app.new_user("sso-auditor").await;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = common::test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &user.email, aigw_domain::Role::Admin).await.unwrap();
+    app.login(&user.email, PASSWORD).await["token"].as_str().unwrap().to_owned()
+}
+
+/// `name=value` of the callback path `callback`'s query.
+fn query_part(callback: &str, name: &str) -> String {
+    let query = callback.split_once('?').map_or("", |(_, q)| q);
+    let part = query.split('&').find(|p| p.starts_with(&format!("{name}=")));
+    part.unwrap_or_else(|| panic!("no {name} in {callback}")).to_owned()
 }
 
 /// A refusal page: 401, saying `why`, no session cookie.
@@ -206,11 +225,38 @@ async fn forged_and_replayed_answers_are_refused(backend: Backend) {
         ("expired", "has expired"),
         ("nonce", "nonce is not this sign-in's"),
         ("kid", "signature does not verify"),
+        ("alg-none", "signature does not verify"),
     ] {
         let (_, mut claims) = person("sso-tweak");
         claims["tweak"] = json!(tweak);
         refused(&sign_in(&mut Browser::new(&app), &claims).await, why);
     }
+
+    // Another sign-in's code in this browser's answer (code injection): the provider refuses
+    // it, since this browser's PKCE verifier does not match the challenge it was issued for.
+    let (_, victim) = person("sso-victim");
+    let mut victim_browser = Browser::new(&app);
+    let victim_answer = provider_answer(&mut victim_browser, &victim).await;
+    let (_, attacker) = person("sso-attacker");
+    let attacker_answer = provider_answer(&mut Browser::new(&app), &attacker).await;
+    let (code, state) = (query_part(&attacker_answer, "code"), query_part(&victim_answer, "state"));
+    let injected = format!("/sso/{PROVIDER}/callback?{code}&{state}");
+    refused(&victim_browser.get(&injected).await, "the provider refused the code");
+    // A code used once, replayed in a fresh sign-in of the same browser: refused as well.
+    let (_, claims) = person("sso-code-replay");
+    let mut browser = Browser::new(&app);
+    let first = provider_answer(&mut browser, &claims).await;
+    let first_page = browser.get(&first).await;
+    assert_eq!(first_page.status, 200, "{}", first_page.text);
+    let second = provider_answer(&mut browser, &claims).await;
+    let (code, state) = (query_part(&first, "code"), query_part(&second, "state"));
+    let replayed = format!("/sso/{PROVIDER}/callback?{code}&{state}");
+    refused(&browser.get(&replayed).await, "the provider refused the code");
+    let admin = admin_of(&app).await;
+    let path = "/api/v1/admin/audit?action=sso_sign_in_refused&limit=100";
+    let audit = app.get(path, Auth::Bearer(&admin)).await.data(200);
+    // 4 forged or replayed answers, 6 forged ID tokens, 2 refused codes.
+    assert_eq!(audit["events"].as_array().unwrap().len(), 12, "every refusal audited: {audit}");
 
     // The provider's own refusal, and an answer without its code.
     let error = format!("/sso/{PROVIDER}/callback?error=access_denied&error_description=no");
@@ -287,6 +333,7 @@ async fn group_rules_grant_and_remove_team_memberships(backend: Backend) {
         group: group.to_owned(),
         team_id: team.to_owned(),
         role: role.to_owned(),
+        ..SsoTeamRule::default()
     };
     let rules = vec![
         rule("eng", &research, "member"),
@@ -396,4 +443,231 @@ async fn admin_groups_make_a_platform_admin_and_take_back_only_that(backend: Bac
     aigw_http::operator::set_role(&settings, &email, aigw_domain::Role::Admin).await.unwrap();
     let (role, _, _) = role_after(json!([])).await;
     assert_eq!(role, "admin");
+}
+
+/// Groups listed only by the userinfo endpoint grant memberships as those of the ID token
+/// do (unless the provider is told not to read it); a userinfo answer for another subject
+/// refuses the sign-in.
+async fn groups_are_read_from_userinfo_too(backend: Backend) {
+    use aigw_service::sso_config::SsoTeamRule;
+    let Some(provider) = OidcProvider::start() else { return };
+    let plain = spawn_app_with(backend, |_| {}).await;
+    let owner = plain.new_user("sso-userinfo-owner").await;
+    let research = crate::teams::team(&plain, &owner, json!({"name": "research"})).await;
+    let rules = vec![SsoTeamRule {
+        group: "eng".to_owned(),
+        team_id: research.clone(),
+        ..SsoTeamRule::default()
+    }];
+    let config = SsoProviderConfig { team_rules: rules, ..provider_config(&provider) };
+    let app = plain.spawn_sibling(|s| with_provider(s, config.clone())).await;
+    let (_, mut claims) = person("sso-userinfo");
+    claims["groups"] = json!(["other"]);
+    claims["userinfo"] = json!({"groups": ["eng"]});
+    let mut browser = Browser::new(&app);
+    assert_eq!(sign_in(&mut browser, &claims).await.status, 200);
+    let me = app.me(Auth::Bearer(&access_token(&browser))).await.data(200);
+    let id = me["user"]["id"].clone();
+    assert_eq!(role_in(&app, &owner.token, &research, &id).await.as_deref(), Some("member"));
+
+    // A node told not to read userinfo sees only the ID token's groups: out of research.
+    let blind = plain
+        .spawn_sibling(|s| {
+            with_provider(s, SsoProviderConfig { read_userinfo: Some(false), ..config.clone() });
+        })
+        .await;
+    assert_eq!(sign_in(&mut Browser::new(&blind), &claims).await.status, 200);
+    assert_eq!(role_in(&app, &owner.token, &research, &id).await, None);
+
+    let mut other_subject = claims.clone();
+    other_subject["userinfo"] = json!({"sub": "somebody-else", "groups": ["eng"]});
+    refused(&sign_in(&mut Browser::new(&app), &other_subject).await, "for another subject");
+}
+
+/// The teams `token`'s account is in: name and role.
+async fn teams_of(app: &TestApp, token: &str) -> Vec<(String, String, String)> {
+    let listed = app.get("/api/v1/teams?limit=100", Auth::Bearer(token)).await.data(200);
+    let mut teams: Vec<_> = listed["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let field = |k: &str| t[k].as_str().unwrap_or_default().to_owned();
+            (field("name"), field("role"), field("id"))
+        })
+        .collect();
+    teams.sort();
+    teams
+}
+
+/// A rule naming its team by name: the one team of that name; made on the first sign-in
+/// when no team has it and the provider makes teams, and nothing granted when it does not;
+/// people signing in at once on two nodes all land in one team of that name.
+async fn rules_naming_teams_find_or_make_them(backend: Backend) {
+    use aigw_service::sso_config::SsoTeamRule;
+    let Some(provider) = OidcProvider::start() else { return };
+    let plain = spawn_app_with(backend, |_| {}).await;
+    let owner = plain.new_user("sso-named-owner").await;
+    let research = crate::teams::team(&plain, &owner, json!({"name": "Research"})).await;
+    let rule = |group: &str, team: &str, role: &str| SsoTeamRule {
+        group: group.to_owned(),
+        team: team.to_owned(),
+        role: role.to_owned(),
+        ..SsoTeamRule::default()
+    };
+    let rules = vec![
+        rule("eng", "Research", ""),
+        rule("platform", "Platform", "owner"),
+        rule("crowd", "Crowd", ""),
+        rule("nowhere", "Nowhere", ""),
+    ];
+    let making = SsoProviderConfig {
+        team_rules: rules,
+        create_missing_teams: true,
+        ..provider_config(&provider)
+    };
+    let app = plain.spawn_sibling(|s| with_provider(s, making.clone())).await;
+    let other_node = plain.spawn_sibling(|s| with_provider(s, making.clone())).await;
+    let refusing = SsoProviderConfig { create_missing_teams: false, ..making.clone() };
+    let refusing = plain.spawn_sibling(|s| with_provider(s, refusing)).await;
+
+    // A node that makes no team: Research exists and is granted, Nowhere is not made.
+    let (_, mut claims) = person("sso-named");
+    claims["groups"] = json!(["eng", "nowhere"]);
+    let mut browser = Browser::new(&refusing);
+    assert_eq!(sign_in(&mut browser, &claims).await.status, 200);
+    let teams = teams_of(&refusing, &access_token(&browser)).await;
+    assert_eq!(teams, [("Research".to_owned(), "member".to_owned(), research.clone())]);
+
+    // A node that makes teams: Platform made, with this person its owner; Nowhere made too.
+    claims["groups"] = json!(["eng", "platform", "nowhere"]);
+    let mut browser = Browser::new(&app);
+    assert_eq!(sign_in(&mut browser, &claims).await.status, 200);
+    let token = access_token(&browser);
+    let names: Vec<(String, String)> =
+        teams_of(&app, &token).await.into_iter().map(|(n, r, _)| (n, r)).collect();
+    let expected = [("Nowhere", "member"), ("Platform", "owner"), ("Research", "member")];
+    let expected: Vec<(String, String)> =
+        expected.iter().map(|(n, r)| ((*n).to_owned(), (*r).to_owned())).collect();
+    assert_eq!(names, expected);
+    // Renamed by its owner, Platform stays the rule's team.
+    let platform = teams_of(&app, &token).await.into_iter().find(|t| t.0 == "Platform").unwrap();
+    let path = format!("/api/v1/teams/{}", platform.2);
+    let rename = app.request(reqwest::Method::PATCH, &path, Auth::Bearer(&token));
+    app.send(rename.json(&json!({"name": "Platform (renamed)"}))).await.data(200);
+    let mut again = Browser::new(&other_node);
+    assert_eq!(sign_in(&mut again, &claims).await.status, 200);
+    let after = teams_of(&other_node, &access_token(&again)).await;
+    assert!(after.iter().any(|t| t.2 == platform.2 && t.0 == "Platform (renamed)"), "{after:?}");
+    assert!(!after.iter().any(|t| t.0 == "Platform"), "a second Platform was made: {after:?}");
+
+    // Eight people of group crowd at once, on two nodes: one team Crowd.
+    let crowd: Vec<Value> = (0..8)
+        .map(|i| {
+            let (_, mut claims) = person(&format!("sso-crowd-{i}"));
+            claims["groups"] = json!(["crowd"]);
+            claims
+        })
+        .collect();
+    let signed_in = futures_util::future::join_all(crowd.iter().enumerate().map(|(i, claims)| {
+        let node = if i % 2 == 0 { &app } else { &other_node };
+        async move {
+            let mut browser = Browser::new(node);
+            assert_eq!(sign_in(&mut browser, claims).await.status, 200);
+            teams_of(node, &access_token(&browser)).await
+        }
+    }))
+    .await;
+    let crowd_ids: std::collections::BTreeSet<String> =
+        signed_in.iter().flatten().filter(|t| t.0 == "Crowd").map(|t| t.2.clone()).collect();
+    assert_eq!(crowd_ids.len(), 1, "{signed_in:?}");
+    assert!(signed_in.iter().all(|teams| teams.len() == 1), "{signed_in:?}");
+}
+
+/// A single-page application's sign-in: started with its redirect URI and PKCE challenge,
+/// it ends there with a one-time code, exchanged once, with the verifier, for a token set;
+/// a wrong verifier, a second exchange, a URI not configured and a refused sign-in are
+/// refused.
+async fn a_single_page_application_exchanges_a_one_time_code(backend: Backend) {
+    use base64::Engine;
+    use sha2::Digest;
+    let Some(provider) = OidcProvider::start() else { return };
+    let spa = "https://app.example.test/signed-in";
+    let app = spawn_app_with(backend, |s| {
+        with_provider(s, provider_config(&provider));
+        s.sso.app_redirect_uris = vec![spa.to_owned()];
+    })
+    .await;
+    let listed = app.get("/api/v1/auth/sso/providers", Auth::None).await.data(200);
+    assert_eq!(listed["providers"][0]["start_path"], json!(format!("/sso/{PROVIDER}/start")));
+    let verifier = format!("v{}{}", uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
+    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(verifier.as_bytes()));
+    let start = |claims: &Value, uri: &str| {
+        format!(
+            "/sso/{PROVIDER}/start?login_hint={}&redirect_uri={}&code_challenge={challenge}\
+             &code_challenge_method=S256&state=app-state-1",
+            OidcProvider::hint(claims),
+            urlencoding(uri)
+        )
+    };
+    // Ends at the application with a code and its state.
+    let (email, claims) = person("sso-spa");
+    let ended = app_sign_in(&app, &start(&claims, spa)).await;
+    assert!(ended.starts_with(&format!("{spa}?code=")), "{ended}");
+    assert!(ended.ends_with("&state=app-state-1"), "{ended}");
+    let code = query_part(&ended, "code").trim_start_matches("code=").to_owned();
+    let exchange = |code: &str, verifier: &str| json!({"code": code, "code_verifier": verifier});
+    // A wrong verifier takes the code: the right one is refused after it.
+    let wrong = format!("w{}", &verifier[1..]);
+    let path = "/api/v1/auth/sso/exchange";
+    app.post(path, Auth::None, &exchange(&code, &wrong)).await.unauthorized();
+    app.post(path, Auth::None, &exchange(&code, &verifier)).await.unauthorized();
+    // A fresh sign-in: the code and the verifier give the token set, once.
+    let ended = app_sign_in(&app, &start(&claims, spa)).await;
+    let code = query_part(&ended, "code").trim_start_matches("code=").to_owned();
+    let tokens = app.post(path, Auth::None, &exchange(&code, &verifier)).await.data(200);
+    let access = tokens["token"].as_str().expect("a token set").to_owned();
+    assert!(tokens["refresh_token"].is_string(), "{tokens}");
+    let me = app.me(Auth::Bearer(&access)).await.data(200);
+    assert_eq!(me["user"]["email"], json!(email));
+    let error = app.post(path, Auth::None, &exchange(&code, &verifier)).await.unauthorized();
+    assert!(error["details"]["hint"].as_str().unwrap().contains("exchanged already"), "{error}");
+    app.post(path, Auth::None, &exchange("", &verifier)).await.invalid("code");
+    app.post(path, Auth::None, &exchange(&code, "short")).await.invalid("code_verifier");
+
+    // A URI that is not configured, and a plain challenge method, are 400s.
+    let other = Browser::new(&app).get(&start(&claims, "https://evil.example.test/")).await;
+    assert_eq!(other.status, 400, "{}", other.text);
+    assert!(other.text.contains("redirect_uri"), "{}", other.text);
+    let plain = start(&claims, spa).replace("S256", "plain");
+    assert_eq!(Browser::new(&app).get(&plain).await.status, 400);
+    // A refused sign-in ends at the application with an error, and no code.
+    let (_, mut outsider) = person("sso-spa-outsider");
+    outsider["email"] = json!("someone@elsewhere.test");
+    let refused = app_sign_in(&app, &start(&outsider, spa)).await;
+    assert!(refused.starts_with(&format!("{spa}?error=access_denied&error_description=")));
+    assert!(!refused.contains("code="), "{refused}");
+}
+
+/// Percent-encodes `value` for a query.
+fn urlencoding(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+/// Runs a sign-in a single-page application started at `start` (a path with its query)
+/// through the provider: where the callback sends the browser.
+async fn app_sign_in(app: &TestApp, start: &str) -> String {
+    let mut browser = Browser::new(app);
+    let started = browser.get(start).await;
+    assert_eq!(started.status, 303, "{}", started.text);
+    let client =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let answer = client.get(started.location.clone().unwrap()).send().await.unwrap();
+    let location = answer.headers()["location"].to_str().unwrap().to_owned();
+    let callback = location.trim_start_matches("https://gw.example.test").to_owned();
+    let ended = browser.get(&callback).await;
+    assert_eq!(ended.status, 303, "{}", ended.text);
+    assert!(ended.cookie("aigw_access").is_none(), "an application's sign-in set a session");
+    ended.location.clone().unwrap()
 }

@@ -1,11 +1,13 @@
-//! Deletes the single-use account secrets nobody can use any more: account tokens (links)
-//! and MFA challenges a day after they expired, used or not. A day's grace keeps a just
+//! Deletes the single-use account secrets nobody can use any more: account tokens (links),
+//! MFA challenges and single sign-on's one-time codes a day after they expired, used or not,
+//! and the `state`s of single sign-ons that came back a day ago (a sign-in lasts at most an
+//! hour, so a replay of one is refused by its expiry by then). A day's grace keeps a just
 //! expired token answering "expired" rather than "unknown" in the logs an operator reads; the
 //! answer to the client is the same either way.
 
 use crate::db::Db;
 use crate::error::ServiceError;
-use aigw_persistence::{account_tokens, mfa};
+use aigw_persistence::{account_tokens, mfa, sso};
 use std::time::Duration;
 
 /// How long after its end a token or challenge row is kept.
@@ -29,8 +31,8 @@ pub fn spawn_pruning(db: Db, clock: crate::Clock) -> tokio::task::JoinHandle<()>
     })
 }
 
-/// Deletes the account tokens and MFA challenges that ended more than a day before `clock`'s
-/// now; returns how many rows went.
+/// Deletes the account tokens, MFA challenges, one-time codes and single sign-on states that
+/// ended more than a day before `clock`'s now; returns how many rows went.
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when the database is down.
@@ -39,7 +41,8 @@ pub async fn prune(db: &Db, clock: &crate::Clock) -> Result<usize, ServiceError>
     db.run(move |conn| {
         let tokens = account_tokens::prune_expired_before(conn, before)?;
         let challenges = mfa::prune_challenges_before(conn, before.naive_utc())?;
-        Ok(tokens + challenges)
+        let sign_ins = sso::prune_states(conn, before)? + sso::prune_codes(conn, before)?;
+        Ok(tokens + challenges + sign_ins)
     })
     .await
 }

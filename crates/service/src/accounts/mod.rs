@@ -12,6 +12,7 @@ pub mod self_service;
 pub mod sessions;
 pub mod sso;
 pub(crate) mod sso_groups;
+mod sso_rule_teams;
 
 use crate::account_email::AccountEmail;
 use crate::context::ServiceContext;

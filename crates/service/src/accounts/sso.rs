@@ -16,6 +16,7 @@ use aigw_persistence::sso::{self, SsoIdentityRow};
 use aigw_persistence::{transaction, users};
 use chrono::{DateTime, Utc};
 use rand::RngCore;
+use serde::{Deserialize, Serialize};
 
 /// The `amr` values by which a provider says it used a second factor (RFC 8176).
 const SECOND_FACTOR_AMR: &[&str] = &["mfa", "otp", "hwk", "swk", "sms", "fido"];
@@ -31,43 +32,99 @@ enum Target {
     Created(UserRow),
 }
 
+impl Target {
+    fn how(&self) -> SsoAccount {
+        match self {
+            Self::Known(..) => SsoAccount::Known,
+            Self::Linked(_) => SsoAccount::Linked,
+            Self::Created(_) => SsoAccount::Created,
+        }
+    }
+}
+
+/// How a single sign-on found its account (`account` in the `sso_sign_in` audit event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SsoAccount {
+    /// The subject signed in to it before.
+    Known,
+    /// An existing account with the asserted address, linked by this sign-in.
+    Linked,
+    /// Made by this sign-in.
+    Created,
+}
+
+impl SsoAccount {
+    /// Its name in the audit trail: `known`, `linked` or `created`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Known => "known",
+            Self::Linked => "linked",
+            Self::Created => "created",
+        }
+    }
+}
+
+/// A person a provider signed in, admitted to their account (made or linked, groups applied)
+/// and not yet given a session: what [`Accounts::sso_session`] needs, small enough to keep
+/// until a single-page application exchanges its one-time code.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SsoAdmission {
+    /// The account.
+    pub user_id: UserId,
+    /// The provider's id.
+    pub provider: String,
+    /// The provider's subject.
+    pub subject: String,
+    /// The address the provider asserted.
+    pub email: Option<String>,
+    /// How the account was found.
+    pub account: SsoAccount,
+    /// Whether the provider's `amr` asserts a second factor (RFC 8176).
+    pub second_factor: bool,
+}
+
 impl Accounts {
-    /// Signs `identity`, verified by `provider`, in: to the account its subject signed in to
-    /// before; else, for an address whose domain the provider allows, to a new account (role
-    /// `user`, the address verified when the provider asserts `email_verified`), or to the
-    /// existing account with that address when the provider links accounts and asserts
-    /// `email_verified`. The provider's group rules are applied to the account's team
-    /// memberships ([`super::sso_groups`]). An account with aigw's second factor on gets an
-    /// MFA challenge unless the provider asserts a second factor of its own.
+    /// Signs `identity`, verified by `provider`, in: admits it ([`Accounts::sso_admit`]),
+    /// then starts a session ([`Accounts::sso_session`]).
     ///
     /// # Errors
-    /// [`ServiceError::Unauthorized`] when the identity carries no address, its domain is not
-    /// allowed, an account has the address and may not be linked, or the account is disabled
-    /// or gone; [`ServiceError::Unavailable`] when the database is down.
+    /// Those of [`Accounts::sso_admit`] and [`Accounts::sso_session`].
     pub async fn sso_sign_in(
         &self,
         provider: &SsoProviderConfig,
         identity: &SsoIdentity,
         client: &ClientInfo,
     ) -> Result<LoginOutcome, ServiceError> {
+        let admission = self.sso_admit(provider, identity).await?;
+        self.sso_session(&admission, client).await
+    }
+
+    /// Admits `identity`, verified by `provider`: the account its subject signed in to
+    /// before; else, for an address whose domain the provider allows, a new account (role
+    /// `user`, the address verified when the provider asserts `email_verified`), or the
+    /// existing account with that address when the provider links accounts and asserts
+    /// `email_verified`. The provider's group rules and admin groups are applied to the
+    /// account ([`super::sso_groups`]) on every admission, before any second factor aigw asks
+    /// for.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] when the identity carries no address, its domain is not
+    /// allowed, an account has the address and may not be linked, or the account is disabled
+    /// or gone; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn sso_admit(
+        &self,
+        provider: &SsoProviderConfig,
+        identity: &SsoIdentity,
+    ) -> Result<SsoAdmission, ServiceError> {
         let now = self.ctx.clock.now();
         let target = self.sso_target(provider, identity, now).await?;
-        let provider_second_factor =
-            identity.amr.iter().any(|a| SECOND_FACTOR_AMR.contains(&a.as_str()));
-        let (mut user, how, granted_admin) = match target {
-            Target::Known(user, granted_admin) => (user, "known", granted_admin),
-            Target::Linked(user) => (user, "linked", false),
-            Target::Created(user) => (user, "created", false),
+        let how = target.how();
+        let (user, granted_admin) = match target {
+            Target::Known(user, granted_admin) => (user, granted_admin),
+            Target::Linked(user) | Target::Created(user) => (user, false),
         };
-        if how != "created" && !provider_second_factor {
-            if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
-                return Ok(LoginOutcome::MfaRequired(challenge));
-            }
-        }
-        let (mut session, token, refresh) = self.new_session(&user.id, client, now);
-        let amr =
-            if provider_second_factor { SessionAmr::PasswordAndOtp } else { SessionAmr::Password };
-        session.amr = Some(amr.as_storage().to_owned());
+        let grants = self.rule_grants(provider, &identity.groups, &user.id, now).await?;
         let identity_row = SsoIdentityRow {
             provider: provider.id.clone(),
             subject: identity.subject.clone(),
@@ -77,54 +134,106 @@ impl Accounts {
             last_sign_in_at: now,
             granted_admin: false,
         };
-        let event = Event::new(AuditAction::SsoSignIn, Some(&user.id), Some(&user.id), now)
-            .target(&session.id)
-            .details(serde_json::json!({
-                "provider": provider.id, "subject": identity.subject, "account": how,
-                "email": identity.email,
-            }));
-        let (stored_user, stored_session) = (user.clone(), session.clone());
         let (rules, groups) = (provider.clone(), identity.groups.clone());
+        let stored_user = user.clone();
         let changes = self
             .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // First statement: a write (the new account, or the account's row lock).
-                    if how == "created" {
+                    if how == SsoAccount::Created {
                         Self::insert_user(conn, &stored_user)?;
                     } else if !users::lock_if_enabled(conn, &stored_user.id)? {
                         return Err(ServiceError::rejected(
                             "single sign-on refused: the account is disabled",
                         ));
                     }
-                    record_identity(conn, &identity_row, how == "known")?;
-                    Self::store_session(conn, &stored_session, &token)?;
-                    event.insert(conn)?;
+                    record_identity(conn, &identity_row, how == SsoAccount::Known)?;
                     let mut changes = Vec::new();
-                    if how == "created" && stored_user.email_verified_at.is_some() {
+                    if how == SsoAccount::Created && stored_user.email_verified_at.is_some() {
                         // Team invitations of a verified address are taken, as after a
                         // verification by e-mail.
                         changes = crate::team_access::join_invited(conn, &stored_user, now)?;
                     }
                     let subject = (identity_row.subject.as_str(), granted_admin);
-                    let (role, more) = super::sso_groups::apply(
+                    let asserted = (groups.as_slice(), grants.as_slice());
+                    let (_, more) = super::sso_groups::apply(
                         conn,
                         &rules,
                         &stored_user,
                         subject,
-                        &groups,
+                        asserted,
                         now,
                     )?;
                     changes.extend(more);
-                    Ok((changes, role))
+                    Ok(changes)
                 })
             })
             .await?;
-        let (changes, role) = changes;
-        user.role = role;
         self.ctx.publish(changes).await;
-        tracing::info!(user_id = %user.id, provider = %provider.id, account = how, "single sign-on");
+        Ok(SsoAdmission {
+            user_id: user.id,
+            provider: provider.id.clone(),
+            subject: identity.subject.clone(),
+            email: identity.email.clone(),
+            account: how,
+            second_factor: identity.amr.iter().any(|a| SECOND_FACTOR_AMR.contains(&a.as_str())),
+        })
+    }
+
+    /// A session for `admission`: its token set, or, for an account with aigw's second
+    /// factor on whose provider asserted none, an MFA challenge. The session counts as one
+    /// with a second factor when the provider asserted one. Audited as `sso_sign_in`.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] when the account was disabled or deleted since its
+    /// admission; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn sso_session(
+        &self,
+        admission: &SsoAdmission,
+        client: &ClientInfo,
+    ) -> Result<LoginOutcome, ServiceError> {
+        let user_id = admission.user_id.clone();
+        if admission.account != SsoAccount::Created && !admission.second_factor {
+            if let Some(challenge) = self.mfa_challenge_for(&user_id).await? {
+                return Ok(LoginOutcome::MfaRequired(challenge));
+            }
+        }
+        let now = self.ctx.clock.now();
+        let (mut session, token, refresh) = self.new_session(&user_id, client, now);
+        let amr =
+            if admission.second_factor { SessionAmr::PasswordAndOtp } else { SessionAmr::Password };
+        session.amr = Some(amr.as_storage().to_owned());
+        let event = Event::new(AuditAction::SsoSignIn, Some(&user_id), Some(&user_id), now)
+            .target(&session.id)
+            .details(serde_json::json!({
+                "provider": admission.provider, "subject": admission.subject,
+                "account": admission.account.as_str(), "email": admission.email,
+            }));
+        let stored_session = session.clone();
+        let user = self
+            .ctx
+            .db
+            .run(move |conn| {
+                transaction(conn, |conn| {
+                    // First statement: a write (the account's row lock).
+                    if !users::lock_if_enabled(conn, &user_id)? {
+                        return Err(ServiceError::rejected(
+                            "single sign-on refused: the account is disabled",
+                        ));
+                    }
+                    let user = users::find_by_id(conn, &user_id)?.ok_or_else(|| {
+                        ServiceError::rejected("single sign-on refused: the account is gone")
+                    })?;
+                    Self::store_session(conn, &stored_session, &token)?;
+                    event.insert(conn)?;
+                    Ok(user)
+                })
+            })
+            .await?;
+        let account = admission.account.as_str();
+        tracing::info!(user_id = %user.id, provider = %admission.provider, account, "single sign-on");
         self.token_set(&user, &session, &refresh, now).map(LoginOutcome::Tokens)
     }
 

@@ -19,8 +19,9 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
 /// Applies `provider`'s group rules and admin groups to `user`, signed in as `subject` (and
-/// whether its admin groups made it an admin before), with `groups` at `now`: the account's
-/// role now and the change-feed rows to publish.
+/// whether its admin groups made it an admin before), with `groups` (whose rules grant
+/// `grants`, [`crate::accounts::Accounts::rule_grants`]) at `now`: the account's role now and
+/// the change-feed rows to publish.
 ///
 /// # Errors
 /// On database failure.
@@ -29,28 +30,17 @@ pub(crate) fn apply(
     provider: &SsoProviderConfig,
     user: &UserRow,
     (subject, granted_admin): (&str, bool),
-    groups: &[String],
+    (groups, grants): (&[String], &[(TeamId, TeamRole)]),
     now: DateTime<Utc>,
 ) -> Result<(Role, Vec<ChangeRow>), ServiceError> {
-    let mut changes = sync(conn, provider, &user.id, groups, now)?;
+    let mut changes = sync(conn, provider, &user.id, grants, now)?;
     let (role, more) = sync_admin(conn, provider, user, subject, granted_admin, groups, now)?;
     changes.extend(more);
     Ok((role, changes))
 }
 
-/// The memberships `provider`'s rules grant for `groups`: the highest role per team.
-fn wanted(provider: &SsoProviderConfig, groups: &[String]) -> BTreeMap<TeamId, TeamRole> {
-    let mut wanted: BTreeMap<TeamId, TeamRole> = BTreeMap::new();
-    for rule in provider.team_rules.iter().filter(|r| groups.contains(&r.group)) {
-        let role = rule.role();
-        let entry = wanted.entry(TeamId::from(rule.team_id.as_str())).or_insert(role);
-        *entry = (*entry).max(role);
-    }
-    wanted
-}
-
-/// Applies `provider`'s group rules to `user_id` with `groups` at `now`, inside the sign-in's
-/// transaction; the change-feed rows to publish.
+/// Gives `user_id` the memberships `provider`'s rules grant (`grants`, a role per team) at
+/// `now`, inside the sign-in's transaction; the change-feed rows to publish.
 ///
 /// # Errors
 /// On database failure.
@@ -58,13 +48,13 @@ fn sync(
     conn: &mut DbConnection,
     provider: &SsoProviderConfig,
     user_id: &UserId,
-    groups: &[String],
+    grants: &[(TeamId, TeamRole)],
     now: DateTime<Utc>,
 ) -> Result<Vec<ChangeRow>, ServiceError> {
     if provider.team_rules.is_empty() {
         return Ok(Vec::new());
     }
-    let wanted = wanted(provider, groups);
+    let wanted: BTreeMap<TeamId, TeamRole> = grants.iter().cloned().collect();
     let granted: BTreeMap<TeamId, TeamRole> =
         sso::granted(conn, &provider.id, user_id)?.into_iter().collect();
     let mut changes = Vec::new();

@@ -89,9 +89,7 @@ impl Mfa {
         let Some(totp) = totp.filter(|t| t.enabled_at.is_none()) else {
             return Ok(None);
         };
-        let email = self.account_email(&user_id).await?;
-        let secret = TotpSecret::open(&self.totp_sealer(), &user_id, &totp.secret_sealed)?;
-        self.shown(&secret, &email).map(Some)
+        self.enrollment_of(&user_id, &totp).await.map(Some)
     }
 
     /// `secret` in the three forms an enrollment shows, labelled with `email`.
@@ -175,27 +173,51 @@ impl Mfa {
         &self,
         principal: &Authorized<op::ReadAccount>,
     ) -> Result<MfaStatus, ServiceError> {
-        let user_id = principal.user_id().to_owned();
-        let (totp, left) = self
-            .ctx
+        let (totp, left) = self.totp_of(principal.user_id()).await?;
+        Ok(status_of(totp.as_ref(), left))
+    }
+
+    /// The caller's second factor ([`Self::mfa_status`]) and, when one waits, its enrollment
+    /// ([`Self::mfa_pending`]), from one read: what the console's factor page shows.
+    ///
+    /// # Errors
+    /// Those of [`Self::mfa_pending`].
+    pub async fn mfa_overview(
+        &self,
+        principal: &Authorized<op::ManageAccount>,
+    ) -> Result<(MfaStatus, Option<Enrollment>), ServiceError> {
+        let user_id = account_owner(principal)?;
+        let (totp, left) = self.totp_of(&user_id).await?;
+        let status = status_of(totp.as_ref(), left);
+        let pending = match totp.filter(|t| t.enabled_at.is_none()) {
+            Some(totp) => Some(self.enrollment_of(&user_id, &totp).await?),
+            None => None,
+        };
+        Ok((status, pending))
+    }
+
+    /// `user_id`'s TOTP row and unused recovery codes.
+    async fn totp_of(&self, user_id: &UserId) -> Result<(Option<mfa::TotpRow>, i64), ServiceError> {
+        let user_id = user_id.to_owned();
+        self.ctx
             .db
             .run(move |conn| {
                 let totp = mfa::find_totp(conn, &user_id)?;
                 let left = mfa::unused_recovery_codes(conn, &user_id)?;
                 Ok((totp, left))
             })
-            .await?;
-        let enabled_at = totp.as_ref().and_then(|t| t.enabled_at).map(|t| t.and_utc());
-        Ok(MfaStatus {
-            enabled: enabled_at.is_some(),
-            enabled_at,
-            pending: totp.is_some() && enabled_at.is_none(),
-            recovery_codes_left: if enabled_at.is_some() {
-                u32::try_from(left).unwrap_or(0)
-            } else {
-                0
-            },
-        })
+            .await
+    }
+
+    /// The waiting enrollment `totp` of `user_id`, shown again.
+    async fn enrollment_of(
+        &self,
+        user_id: &UserId,
+        totp: &mfa::TotpRow,
+    ) -> Result<Enrollment, ServiceError> {
+        let email = self.account_email(user_id).await?;
+        let secret = TotpSecret::open(&self.totp_sealer(), user_id, &totp.secret_sealed)?;
+        self.shown(&secret, &email)
     }
 
     /// Turns the caller's factor off, with their password and a current code or a recovery
@@ -293,5 +315,20 @@ impl Mfa {
                 Ok(Some(Proof::RecoveryCode(code.digest().into_string())))
             }
         }
+    }
+}
+
+/// The status a TOTP row (if any) and `left` unused recovery codes make.
+fn status_of(totp: Option<&mfa::TotpRow>, left: i64) -> MfaStatus {
+    let enabled_at = totp.and_then(|t| t.enabled_at).map(|t| t.and_utc());
+    MfaStatus {
+        enabled: enabled_at.is_some(),
+        enabled_at,
+        pending: totp.is_some() && enabled_at.is_none(),
+        recovery_codes_left: if enabled_at.is_some() {
+            u32::try_from(left).unwrap_or(0)
+        } else {
+            0
+        },
     }
 }

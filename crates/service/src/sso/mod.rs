@@ -7,12 +7,15 @@
 //! refused), exchanges the code with the PKCE verifier, verifies the ID token (issuer,
 //! audience, expiry, nonce, signature by a published key with an allowed algorithm) and signs
 //! the person in ([`crate::accounts::Accounts::sso_sign_in`]). Each refusal is a 401 with
-//! what went wrong, and an audit event `sso_sign_in_refused`.
+//! what went wrong, and an audit event `sso_sign_in_refused`. A sign-in a single-page
+//! application started ends at the application instead, with a one-time code ([`app`]).
 
+pub mod app;
 mod provider;
 
 pub use crate::sso_config::{SsoConfig, SsoProviderConfig};
 pub use aigw_domain::sso::SsoIdentity;
+pub use app::AppReturn;
 
 use crate::accounts::Accounts;
 use crate::audit::Event;
@@ -44,6 +47,9 @@ pub struct PendingSignIn {
     verifier: String,
     /// Where the console goes after the sign-in (already checked by the HTTP layer).
     pub next: Option<String>,
+    /// Where a sign-in a single-page application started ends instead of the console.
+    #[serde(default)]
+    pub app: Option<AppReturn>,
     /// When the sign-in stops being accepted, UTC.
     pub expires_at: DateTime<Utc>,
 }
@@ -66,6 +72,16 @@ pub struct SsoProviderView {
     pub name: String,
 }
 
+/// How a sign-in ended.
+#[derive(Debug)]
+pub enum SignInEnd {
+    /// In the console: a session (or an MFA challenge), and where the console goes next.
+    Console(Box<LoginOutcome>, Option<String>),
+    /// In a single-page application: where to send the browser (its redirect URI with a
+    /// one-time `code`, or with an `error`).
+    App(String),
+}
+
 /// Single sign-on: the configured providers and the sign-in use cases.
 #[derive(Clone)]
 pub struct Sso {
@@ -73,6 +89,7 @@ pub struct Sso {
     accounts: Accounts,
     providers: Arc<BTreeMap<String, Provider>>,
     ttl_secs: u64,
+    app_redirect_uris: Arc<Vec<String>>,
 }
 
 impl std::fmt::Debug for Sso {
@@ -112,12 +129,19 @@ impl Sso {
             accounts,
             providers: Arc::new(providers),
             ttl_secs: config.sign_in_ttl_secs(),
+            app_redirect_uris: Arc::new(config.app_redirect_uris.clone()),
         })
     }
 
     /// How long a sign-in may take, in seconds (`sso.sign_in_ttl_secs`).
     pub fn sign_in_ttl_secs(&self) -> u64 {
         self.ttl_secs
+    }
+
+    /// The URLs single-page applications may have their sign-ins end at
+    /// (`sso.app_redirect_uris`).
+    pub fn app_redirect_uris(&self) -> &[String] {
+        &self.app_redirect_uris
     }
 
     /// The providers, in id order.
@@ -152,7 +176,8 @@ impl Sso {
     }
 
     /// Starts a sign-in at provider `id`: the URL to send the browser to, and the pending
-    /// sign-in to keep until it comes back. `login_hint` is passed on to the provider.
+    /// sign-in to keep until it comes back. `login_hint` is passed on to the provider; `app`
+    /// makes the sign-in end at a single-page application ([`AppReturn::parse`]).
     ///
     /// # Errors
     /// [`ServiceError::NotFound`] (`sso_provider`) for an unknown id;
@@ -162,6 +187,7 @@ impl Sso {
         id: &str,
         next: Option<String>,
         login_hint: Option<&str>,
+        app: Option<AppReturn>,
     ) -> Result<(String, PendingSignIn), ServiceError> {
         let provider = self.provider(id)?;
         let start = provider.authorization_url(login_hint).await?;
@@ -172,22 +198,27 @@ impl Sso {
             nonce: start.nonce,
             verifier: start.verifier,
             next,
+            app,
             expires_at: self.ctx.clock.now() + ttl,
         };
         Ok((start.url, pending))
     }
 
     /// Completes a sign-in at provider `id` with the callback's `code` and `state` and the
-    /// browser's sealed pending sign-in: a session of the account (or, for an account with
-    /// aigw's second factor on, an MFA challenge), and where to go next.
+    /// browser's sealed pending sign-in. In the console: a session of the account (or, for an
+    /// account with aigw's second factor on, an MFA challenge), and where to go next. Started
+    /// by a single-page application: its redirect URI with a one-time code, or with the
+    /// refusal as an `error`.
     ///
     /// # Errors
     /// [`ServiceError::Unauthorized`] (with what went wrong, audited as
     /// `sso_sign_in_refused`) when the pending sign-in is missing, unreadable, for another
     /// provider or expired, the state differs or came back before, the provider refuses the
     /// code, or the ID token fails verification; or when the account rules refuse
-    /// ([`Accounts::sso_sign_in`]); [`ServiceError::NotFound`] for an unknown provider;
-    /// [`ServiceError::Unavailable`] when the provider or the database cannot be reached.
+    /// ([`Accounts::sso_admit`]); [`ServiceError::NotFound`] for an unknown provider;
+    /// [`ServiceError::Unavailable`] when the provider or the database cannot be reached. A
+    /// single-page application's sign-in gets the errors after its pending sign-in was read
+    /// as [`SignInEnd::App`] with an `error`.
     pub async fn complete(
         &self,
         id: &str,
@@ -195,14 +226,22 @@ impl Sso {
         state: &str,
         sealed: Option<&str>,
         client: &ClientInfo,
-    ) -> Result<(LoginOutcome, Option<String>), ServiceError> {
+    ) -> Result<SignInEnd, ServiceError> {
         let provider = self.provider(id)?;
+        let pending = self.checked_pending(id, state, sealed);
+        let app = pending.as_ref().ok().and_then(|p| p.app.clone());
         let result = async {
-            let pending = self.checked_pending(id, state, sealed)?;
+            let pending = pending?;
             self.claim_state(state).await?;
             let identity = provider.identity(code, &pending.verifier, &pending.nonce).await?;
-            let outcome = self.accounts.sso_sign_in(&provider.config, &identity, client).await?;
-            Ok::<_, ServiceError>((outcome, pending.next))
+            let admission = self.accounts.sso_admit(&provider.config, &identity).await?;
+            match &pending.app {
+                Some(app) => Ok(SignInEnd::App(app::issue_code(&self.ctx, app, &admission).await?)),
+                None => {
+                    let outcome = self.accounts.sso_session(&admission, client).await?;
+                    Ok(SignInEnd::Console(Box::new(outcome), pending.next))
+                }
+            }
         }
         .await;
         if let Err(e @ ServiceError::Unauthorized { .. }) = &result {
@@ -210,6 +249,39 @@ impl Sso {
                 .details(serde_json::json!({"provider": id, "reason": e.to_string()}));
             self.ctx.record_alone(event).await;
             tracing::warn!(provider = id, error = %e, "single sign-on refused");
+        }
+        match (result, app) {
+            (Err(e), Some(app)) if !matches!(e, ServiceError::Internal(_)) => {
+                Ok(SignInEnd::App(app.refused(&e)))
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// Exchanges a one-time `code` a single-page application's sign-in ended with, and the
+    /// PKCE `verifier` of the challenge it started with ([`app`]): the answer a login gets (a
+    /// token set, or an MFA challenge for an account with aigw's second factor on whose
+    /// provider asserted none). A code is taken by its first exchange, right or wrong.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] naming `code` or `code_verifier` when malformed;
+    /// [`ServiceError::Unauthorized`] (audited as `sso_sign_in_refused`) when the code is
+    /// unknown, used or expired, the verifier does not match, or the account was disabled
+    /// since; [`ServiceError::Unavailable`] when the database is down.
+    pub async fn exchange(
+        &self,
+        code: &str,
+        verifier: &str,
+        client: &ClientInfo,
+    ) -> Result<LoginOutcome, ServiceError> {
+        let result = match app::take_code(&self.ctx, code, verifier).await {
+            Ok(admission) => self.accounts.sso_session(&admission, client).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e @ ServiceError::Unauthorized { .. }) = &result {
+            let event = Event::new(AuditAction::SsoSignInRefused, None, None, self.ctx.clock.now())
+                .details(serde_json::json!({"reason": e.to_string(), "exchange": true}));
+            self.ctx.record_alone(event).await;
         }
         result
     }
@@ -244,19 +316,15 @@ impl Sso {
         Ok(pending)
     }
 
-    /// Claims `state` once; prunes the states past every sign-in's lifetime.
+    /// Claims `state` once (the claims are pruned a day later, by
+    /// [`crate::account_email::pruning`]).
     async fn claim_state(&self, state: &str) -> Result<(), ServiceError> {
         let digest = aigw_domain::digest::TokenDigest::of(state).into_string();
         let now = self.ctx.clock.now();
-        let ttl = chrono::Duration::seconds(i64::try_from(self.ttl_secs).unwrap_or(600));
         let claimed = self
             .ctx
             .db
-            .run(move |conn| {
-                let claimed = aigw_persistence::sso::claim_state(conn, &digest, now)?;
-                aigw_persistence::sso::prune_states(conn, now - ttl - ttl)?;
-                Ok(claimed)
-            })
+            .run(move |conn| Ok(aigw_persistence::sso::claim_state(conn, &digest, now)?))
             .await?;
         if claimed {
             Ok(())

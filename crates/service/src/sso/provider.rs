@@ -5,12 +5,14 @@
 use crate::error::ServiceError;
 use crate::sso_config::SsoProviderConfig;
 use aigw_domain::sso::SsoIdentity;
-use openidconnect::core::{CoreClient, CoreProviderMetadata, CoreResponseType};
+use openidconnect::core::{CoreClient, CoreGenderClaim, CoreProviderMetadata, CoreResponseType};
 use openidconnect::{
-    AuthenticationFlow, AuthorizationCode, ClaimsVerificationError, ClientId, ClientSecret,
-    CsrfToken, IssuerUrl, LoginHint, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl,
-    Scope, SignatureVerificationError, TokenResponse,
+    AccessToken, AdditionalClaims, AuthenticationFlow, AuthorizationCode, ClaimsVerificationError,
+    ClientId, ClientSecret, CsrfToken, IssuerUrl, LoginHint, Nonce, OAuth2TokenResponse,
+    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, SignatureVerificationError,
+    SubjectIdentifier, TokenResponse, UserInfoError,
 };
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::sync::RwLock;
 
@@ -50,9 +52,11 @@ impl Provider {
         let redirect = RedirectUrl::new(callback)
             .map_err(|e| format!("sso.providers[{}]: the callback URL: {e}", config.id))?;
         // No redirects: an ID token, a key set or a code exchange answered from elsewhere
-        // would be SSRF by a provider's redirect.
+        // would be SSRF by a provider's redirect. No idle connections: a sign-in is rare, and
+        // a code (single-use) sent on a connection the provider closed meanwhile is lost.
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(0)
             .timeout(PROVIDER_TIMEOUT)
             .build()
             .map_err(|e| format!("sso: HTTP client: {e}"))?;
@@ -136,8 +140,15 @@ impl Provider {
             .map_err(|e| unreachable_provider(&self.config.id, e))?
             .set_pkce_verifier(PkceCodeVerifier::new(verifier.to_owned()));
         let tokens = exchange.request_async(&self.http).await.map_err(|e| {
-            tracing::warn!(provider = %self.config.id, error = %e, "code exchange refused");
-            ServiceError::rejected("single sign-on refused: the provider refused the code")
+            tracing::warn!(provider = %self.config.id, error = %e, "code exchange failed");
+            match e {
+                openidconnect::RequestTokenError::Request(_) => {
+                    unreachable_provider(&self.config.id, "token endpoint")
+                }
+                _ => {
+                    ServiceError::rejected("single sign-on refused: the provider refused the code")
+                }
+            }
         })?;
         let id_token = tokens.id_token().ok_or_else(|| {
             ServiceError::rejected("single sign-on refused: the provider sent no ID token")
@@ -159,7 +170,15 @@ impl Provider {
             tracing::warn!(provider = %self.config.id, error = %e, "ID token refused");
             ServiceError::rejected(refusal(&e))
         })?;
-        let groups = groups_of(&id_token.to_string(), self.config.groups_claim());
+        let mut groups = groups_of(&id_token.to_string(), self.config.groups_claim());
+        if self.config.reads_userinfo() && client.user_info_url().is_some() {
+            let subject = claims.subject().clone();
+            for group in self.userinfo_groups(&client, tokens.access_token(), subject).await? {
+                if !groups.contains(&group) {
+                    groups.push(group);
+                }
+            }
+        }
         Ok(SsoIdentity {
             groups,
             subject: claims.subject().as_str().to_owned(),
@@ -173,6 +192,55 @@ impl Provider {
         })
     }
 }
+
+impl Provider {
+    /// The groups the provider's userinfo endpoint lists for `subject` (OpenID Connect Core
+    /// 5.3), read with the sign-in's access token.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] when the provider refuses the request or answers for
+    /// another subject; [`ServiceError::Unavailable`] when it cannot be reached or answers a
+    /// server error.
+    async fn userinfo_groups(
+        &self,
+        client: &CoreClientWithEndpoints,
+        access_token: &AccessToken,
+        subject: SubjectIdentifier,
+    ) -> Result<Vec<String>, ServiceError> {
+        let request = client
+            .user_info(access_token.clone(), Some(subject))
+            .map_err(|e| unreachable_provider(&self.config.id, e))?;
+        let answer = request.request_async::<OtherClaims, _, CoreGenderClaim>(&self.http).await;
+        let claims = answer.map_err(|e| {
+            tracing::warn!(provider = %self.config.id, error = %e, "userinfo refused");
+            match e {
+                UserInfoError::Request(_) => unreachable_provider(&self.config.id, "userinfo"),
+                UserInfoError::Response(status, _, _) if status.is_server_error() => {
+                    unreachable_provider(&self.config.id, status)
+                }
+                UserInfoError::ClaimsVerification(ClaimsVerificationError::InvalidSubject(_)) => {
+                    ServiceError::rejected(
+                        "single sign-on refused: the provider's userinfo is for another subject",
+                    )
+                }
+                _ => ServiceError::rejected(
+                    "single sign-on refused: the provider's userinfo endpoint refused",
+                ),
+            }
+        })?;
+        let other = serde_json::Value::Object(claims.additional_claims().claims.clone());
+        Ok(groups_in(&other, self.config.groups_claim()))
+    }
+}
+
+/// The claims of a userinfo answer besides the standard ones.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct OtherClaims {
+    #[serde(flatten)]
+    claims: serde_json::Map<String, serde_json::Value>,
+}
+
+impl AdditionalClaims for OtherClaims {}
 
 /// The client type `from_provider_metadata` and a redirect URI make.
 type CoreClientWithEndpoints = CoreClient<
@@ -215,6 +283,11 @@ fn groups_of(compact: &str, claim: &str) -> Vec<String> {
     let Ok(claims) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         return Vec::new();
     };
+    groups_in(&claims, claim)
+}
+
+/// The strings of claim `claim` of `claims`: a list (its non-strings skipped) or one string.
+fn groups_in(claims: &serde_json::Value, claim: &str) -> Vec<String> {
     match &claims[claim] {
         serde_json::Value::Array(items) => {
             items.iter().filter_map(|g| g.as_str().map(str::to_owned)).collect()

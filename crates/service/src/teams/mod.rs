@@ -26,6 +26,7 @@ mod usage;
 
 pub use manage::{NewTeam, TeamPatch};
 pub use members::{MemberAdded, MemberPatch, NewMember};
+pub use usage::LedTeam;
 
 use crate::account_email::AccountEmail;
 use crate::api_keys::ApiKeys;

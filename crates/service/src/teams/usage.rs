@@ -5,11 +5,11 @@ use super::{MemberView, TeamAccess};
 use crate::auth::Authorized;
 use crate::error::ServiceError;
 use crate::teams::Teams;
-use crate::usage::{GroupBy, UsageQuery, UsageSummary};
+use crate::usage::{GroupBy, UsageQuery, UsageSummary, UsageTotals};
 use aigw_domain::access::op;
 use aigw_domain::usage::DayRange;
-use aigw_domain::TeamId;
 use aigw_domain::{BudgetPeriod, CounterSubject};
+use aigw_domain::{TeamId, TeamRole};
 use aigw_persistence::models::ApiKeyPolicy;
 use aigw_persistence::usage::{self as ledger, TeamUsageGroup};
 use aigw_persistence::{budgets, DbConnection, PersistenceError};
@@ -62,7 +62,58 @@ pub(super) fn with_spend(
         .collect()
 }
 
+/// A team its caller owns or administers, with its usage over a range of days.
+#[derive(Debug, Clone)]
+pub struct LedTeam {
+    /// The team.
+    pub id: TeamId,
+    /// Its name.
+    pub name: String,
+    /// The caller's role in it (`owner` or `admin`).
+    pub role: TeamRole,
+    /// Its usage over the range (zero when it has none).
+    pub totals: UsageTotals,
+}
+
 impl Teams {
+    /// The teams (of the caller's first `limit`, newest first) that the caller owns or
+    /// administers, each with its usage totals over the range of `query`'s `from` and `to`
+    /// (UTC days), from one grouped read of the rollups; and that range.
+    ///
+    /// # Errors
+    /// [`ServiceError::Invalid`] on `from` or `to`; [`ServiceError::Unavailable`] when the
+    /// database is down.
+    pub async fn led_team_usage(
+        &self,
+        principal: &Authorized<op::ReadUsage>,
+        query: &UsageQuery,
+        limit: i64,
+    ) -> Result<(DayRange, Vec<LedTeam>), ServiceError> {
+        let today = aigw_domain::time::now().date_naive();
+        let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
+        let user_id = principal.user_id().to_owned();
+        let led = self
+            .ctx
+            .db
+            .run(move |conn| {
+                let teams = aigw_persistence::teams::list_for_user(conn, &user_id, None, limit)?;
+                let led: Vec<_> = teams.into_iter().filter(|(_, role)| role.manages()).collect();
+                let ids: Vec<String> = led.iter().map(|(t, _)| t.id.to_string()).collect();
+                let rows = ledger::teams_totals(conn, &ids, range.from, range.to)?;
+                let totals = UsageSummary::of(range, GroupBy::Team, &rows).rows;
+                Ok(led
+                    .into_iter()
+                    .map(|(team, role)| {
+                        let found = totals.iter().find(|(id, _)| id.as_str() == team.id.as_str());
+                        let totals = found.map(|(_, t)| *t).unwrap_or_default();
+                        LedTeam { id: team.id, name: team.name, role, totals }
+                    })
+                    .collect())
+            })
+            .await?;
+        Ok((range, led))
+    }
+
     /// Team `id`'s usage over a range of UTC days (of one endpoint when `endpoint` is given),
     /// grouped by `day` (default), `model`, `member`, `api_key` or `endpoint` (its owners and
     /// admins, platform admins). Reads the rollups.

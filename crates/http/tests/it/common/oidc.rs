@@ -81,8 +81,9 @@ impl OidcProvider {
     }
 
     /// The `login_hint` that makes the provider sign `claims` in (`sub`, `email`,
-    /// `email_verified`, `name`, `groups`, `amr`, and `tweak` to forge one part of the ID
-    /// token: `issuer`, `audience`, `expired`, `nonce`, `kid`).
+    /// `email_verified`, `name`, `groups`, `amr`; `userinfo`, the claims its userinfo
+    /// endpoint adds to `sub`; and `tweak` to forge one part of the ID token: `issuer`,
+    /// `audience`, `expired`, `nonce`, `kid`, or `alg-none` to send it unsigned).
     pub fn hint(claims: &serde_json::Value) -> String {
         use base64::Engine;
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string())

@@ -1,0 +1,1 @@
+DROP TABLE sso_rule_teams;
