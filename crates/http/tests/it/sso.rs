@@ -2,7 +2,10 @@
 //! `tests/oidc/provider.mjs`): the console's sign-in (authorization code, PKCE, state and
 //! nonce) makes the account on the first sign-in and signs the same subject in again; a
 //! domain that is not allowed, an existing account under the linking rules, and every forged
-//! or replayed answer are refused with a 401 saying why, and no session starts.
+//! or replayed answer are refused with a 401 saying why, and no session starts. Groups (from
+//! the ID token and userinfo) grant team memberships and the admin role by rules, teams named
+//! by a rule are found or made once across nodes, the provider's second factor counts, and a
+//! single-page application's sign-in ends with a one-time code exchanged for a token set.
 
 use crate::common;
 
@@ -23,6 +26,7 @@ backend_tests!(
     groups_are_read_from_userinfo_too,
     rules_naming_teams_find_or_make_them,
     a_single_page_application_exchanges_a_one_time_code,
+    a_providers_second_factor_counts_and_aigws_is_asked_otherwise,
 );
 
 /// The provider's id in the tests' configuration.
@@ -670,4 +674,84 @@ async fn app_sign_in(app: &TestApp, start: &str) -> String {
     assert_eq!(ended.status, 303, "{}", ended.text);
     assert!(ended.cookie("aigw_access").is_none(), "an application's sign-in set a session");
     ended.location.clone().unwrap()
+}
+
+/// The TOTP code of `secret` (base32) at `clock`'s time.
+fn totp_code(secret: &str, clock: &aigw_service::Clock) -> String {
+    use totp_rs::{Algorithm, Secret, TOTP};
+    let bytes = Secret::Encoded(secret.to_owned()).to_bytes().unwrap();
+    let totp = TOTP::new_unchecked(Algorithm::SHA1, 6, 1, 30, bytes, None, String::new());
+    totp.generate(u64::try_from(clock.now().timestamp()).unwrap())
+}
+
+/// An account with aigw's second factor on is asked for it after a sign-in, unless the
+/// provider's `amr` asserts a second factor of its own; such a session counts as one with a
+/// second factor for `auth.require_mfa_for_admins`. A single-page application's exchange
+/// answers the same MFA challenge a login does.
+async fn a_providers_second_factor_counts_and_aigws_is_asked_otherwise(backend: Backend) {
+    let Some(provider) = OidcProvider::start() else { return };
+    let clock = aigw_service::Clock::adjustable();
+    let spa = "https://app.example.test/signed-in";
+    let app = spawn_app_with(backend, |s| {
+        with_provider(s, provider_config(&provider));
+        s.clock = clock.clone();
+        s.auth.require_mfa_for_admins = true;
+        s.sso.app_redirect_uris = vec![spa.to_owned()];
+    })
+    .await;
+    let (email, claims) = person("sso-mfa");
+    let mut browser = Browser::new(&app);
+    assert_eq!(sign_in(&mut browser, &claims).await.status, 200);
+    let token = access_token(&browser);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = common::test_settings(dir.path().to_owned(), app.database_url.clone());
+    aigw_http::operator::set_role(&settings, &email, aigw_domain::Role::Admin).await.unwrap();
+    let enrollment =
+        app.post_empty("/api/v1/auth/mfa/totp/enroll", Auth::Bearer(&token)).await.data(200);
+    let secret = enrollment["secret"].as_str().unwrap().to_owned();
+    let confirm = json!({"code": totp_code(&secret, &clock)});
+    app.post("/api/v1/auth/mfa/totp/confirm", Auth::Bearer(&token), &confirm).await.data(200);
+    clock.advance(chrono::Duration::seconds(30));
+    let users = "/api/v1/admin/users?limit=1";
+
+    // No second factor asserted: aigw's code form, and no session yet.
+    let mut asked = Browser::new(&app);
+    let form = sign_in(&mut asked, &claims).await;
+    assert_eq!(form.status, 200, "{}", form.text);
+    assert!(form.text.contains("name=\"mfa_token\""), "{}", form.text);
+    assert!(form.cookie("aigw_access").is_none(), "a session before the second factor");
+
+    // The provider asserts one: a session at once, counted as a second factor.
+    let mut strong = claims.clone();
+    strong["amr"] = json!(["pwd", "mfa"]);
+    let mut trusted = Browser::new(&app);
+    assert_eq!(sign_in(&mut trusted, &strong).await.status, 200);
+    let strong_token = access_token(&trusted);
+    assert_eq!(common::jwt_part(&strong_token, 1)["amr"], json!(["pwd", "otp"]));
+    app.get(users, Auth::Bearer(&strong_token)).await.data(200);
+    // The first session, made before the factor was on and without the provider's, is not.
+    app.get(users, Auth::Bearer(&token)).await.forbidden("mfa", "pwd");
+
+    // A single-page application's exchange answers the MFA challenge, completed as a login's.
+    let verifier = format!("v{}{}", uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
+    let challenge = {
+        use base64::Engine;
+        use sha2::Digest;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(sha2::Sha256::digest(verifier.as_bytes()))
+    };
+    let start = format!(
+        "/sso/{PROVIDER}/start?login_hint={}&redirect_uri={}&code_challenge={challenge}\
+         &code_challenge_method=S256",
+        OidcProvider::hint(&claims),
+        urlencoding(spa)
+    );
+    let ended = app_sign_in(&app, &start).await;
+    let code = query_part(&ended, "code").trim_start_matches("code=").to_owned();
+    let body = json!({"code": code, "code_verifier": verifier});
+    let answer = app.post("/api/v1/auth/sso/exchange", Auth::None, &body).await.data(200);
+    assert_eq!(answer["mfa_required"], json!(true), "{answer}");
+    let mfa = json!({"mfa_token": answer["mfa_token"], "code": totp_code(&secret, &clock)});
+    let set = app.post("/api/v1/auth/login/mfa", Auth::None, &mfa).await.data(200);
+    app.get(users, Auth::Bearer(set["token"].as_str().unwrap())).await.data(200);
 }
