@@ -16,7 +16,7 @@ pub struct AccountTokenRow {
     /// UUIDv7 string.
     pub id: String,
     /// The account the token belongs to.
-    pub user_id: String,
+    pub user_id: UserId,
     /// What redeeming it does.
     pub purpose: TokenPurpose,
     /// The address the token was sent to: the account's when it was issued (`verify_email`,
@@ -47,7 +47,7 @@ impl AccountTokenRecord {
         Some(AccountTokenRow {
             purpose: TokenPurpose::from_stored(&self.purpose)?,
             id: self.id,
-            user_id: self.user_id,
+            user_id: UserId::from(self.user_id),
             email: self.email,
             created_at: to_utc(self.created_at),
             expires_at: to_utc(self.expires_at),
@@ -67,7 +67,7 @@ pub fn insert(
 ) -> Result<(), PersistenceError> {
     let record = AccountTokenRecord {
         id: token.id.clone(),
-        user_id: token.user_id.clone(),
+        user_id: token.user_id.to_string(),
         purpose: token.purpose.as_str().to_owned(),
         digest: digest.to_owned(),
         email: token.email.clone(),

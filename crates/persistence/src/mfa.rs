@@ -20,7 +20,8 @@ use diesel::prelude::*;
 #[diesel(table_name = mfa_totp)]
 pub struct TotpRow {
     /// The user.
-    pub user_id: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub user_id: UserId,
     /// The base32 secret, sealed (see the service's `mfa` module).
     pub secret_sealed: String,
     /// When the enrollment started.
@@ -38,7 +39,8 @@ pub struct RecoveryCodeRow {
     /// UUIDv7 string.
     pub id: String,
     /// The user.
-    pub user_id: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub user_id: UserId,
     /// SHA-256 hex digest of the code's canonical form.
     pub code_hash: String,
     /// Creation time, UTC.
@@ -56,7 +58,8 @@ pub struct ChallengeRow {
     /// SHA-256 hex digest of the challenge token.
     pub token_hash: String,
     /// The user whose password was right.
-    pub user_id: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub user_id: UserId,
     /// Creation time, UTC.
     pub created_at: NaiveDateTime,
     /// End of validity, UTC.
@@ -102,14 +105,14 @@ pub fn start_enrollment(conn: &mut DbConnection, row: &TotpRow) -> Result<bool, 
     // The DELETE first: SQLite takes its write lock before the read below.
     diesel::delete(
         mfa_totp::table
-            .filter(mfa_totp::user_id.eq(&row.user_id))
+            .filter(mfa_totp::user_id.eq(row.user_id.as_str()))
             .filter(mfa_totp::enabled_at.is_null()),
     )
     .execute(conn)?;
     if find_totp(conn, &UserId::from(row.user_id.as_str()))?.is_some() {
         return Ok(false);
     }
-    diesel::insert_into(mfa_totp::table).values(row).execute(conn)?;
+    diesel::insert_into(mfa_totp::table).values(row.clone()).execute(conn)?;
     Ok(true)
 }
 
@@ -197,7 +200,7 @@ pub fn replace_recovery_codes(
     // One statement per row: a multi-row insert is not one query on every backend diesel's
     // `MultiConnection` serves.
     for row in rows {
-        diesel::insert_into(mfa_recovery_codes::table).values(row).execute(conn)?;
+        diesel::insert_into(mfa_recovery_codes::table).values(row.clone()).execute(conn)?;
     }
     Ok(())
 }
@@ -254,11 +257,11 @@ pub fn insert_challenge(
 ) -> Result<(), PersistenceError> {
     diesel::delete(
         mfa_challenges::table
-            .filter(mfa_challenges::user_id.eq(&row.user_id))
+            .filter(mfa_challenges::user_id.eq(row.user_id.as_str()))
             .filter(mfa_challenges::expires_at.lt(ended_before)),
     )
     .execute(conn)?;
-    diesel::insert_into(mfa_challenges::table).values(row).execute(conn)?;
+    diesel::insert_into(mfa_challenges::table).values(row.clone()).execute(conn)?;
     Ok(())
 }
 

@@ -78,7 +78,7 @@ impl AccountEmail {
         let token = AccountToken::generate(purpose, &mut rand::rngs::OsRng);
         let row = AccountTokenRow {
             id: uuid::Uuid::now_v7().to_string(),
-            user_id: user_id.to_owned(),
+            user_id: UserId::from(user_id),
             purpose,
             email: email.to_owned(),
             created_at: now,
@@ -94,12 +94,7 @@ impl AccountEmail {
         issued: &Issued,
     ) -> Result<(), ServiceError> {
         let row = &issued.row;
-        account_tokens::withdraw(
-            conn,
-            &UserId::from(row.user_id.as_str()),
-            &[row.purpose],
-            row.created_at,
-        )?;
+        account_tokens::withdraw(conn, &row.user_id, &[row.purpose], row.created_at)?;
         account_tokens::insert(conn, row, issued.token.digest().as_str())?;
         Ok(())
     }

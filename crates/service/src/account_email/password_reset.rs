@@ -10,7 +10,6 @@ use crate::credential_cache;
 use crate::email::MailKind;
 use crate::error::ServiceError;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
-use aigw_domain::UserId;
 use aigw_domain::{normalize_email, time, AuditAction, CredentialChangeKind, Email};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::{account_tokens, sessions, transaction, users};
@@ -106,7 +105,7 @@ impl AccountEmail {
                 transaction(conn, |conn| {
                     let row = account_tokens::redeem(conn, digest.as_str(), &purposes, now)?
                         .ok_or_else(token_refused)?;
-                    let user = users::find_by_id(conn, &UserId::from(row.user_id.as_str()))?
+                    let user = users::find_by_id(conn, &row.user_id)?
                         .filter(|u| u.disabled_at.is_none() && u.email == row.email)
                         .ok_or_else(token_refused)?;
                     users::update_password_hash(conn, &user.id, &hash, now)?;

@@ -13,7 +13,6 @@ use crate::error::ServiceError;
 use crate::views::UserView;
 use aigw_domain::access::op;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
-use aigw_domain::UserId;
 use aigw_domain::{time, AuditAction, CredentialChangeKind, FieldError};
 use aigw_persistence::account_tokens;
 use aigw_persistence::models::UserRow;
@@ -103,7 +102,7 @@ impl AccountEmail {
                     // The compare-and-set first: SQLite's write lock before any read.
                     let row = account_tokens::redeem(conn, digest.as_str(), &purposes, now)?
                         .ok_or_else(token_refused)?;
-                    let user = users::find_by_id(conn, &UserId::from(row.user_id.as_str()))?
+                    let user = users::find_by_id(conn, &row.user_id)?
                         .filter(|u| u.disabled_at.is_none())
                         .ok_or_else(token_refused)?;
                     let mut after = user.clone();

@@ -66,7 +66,7 @@ impl Accounts {
         let row = ChallengeRow {
             id: uuid::Uuid::now_v7().to_string(),
             token_hash: token.digest().into_string(),
-            user_id: user_id.to_owned(),
+            user_id: UserId::from(user_id),
             created_at: now.naive_utc(),
             expires_at: expires_at.naive_utc(),
             attempts: 0,
@@ -78,7 +78,7 @@ impl Accounts {
             .ctx
             .db
             .run(move |conn| {
-                let user_id = UserId::from(row.user_id.as_str());
+                let user_id = row.user_id.clone();
                 if !mfa::totp_enabled(conn, &user_id)? {
                     return Ok(false);
                 }
@@ -139,7 +139,7 @@ impl Accounts {
                     let challenge = mfa::find_challenge(conn, &digest)?.ok_or_else(|| {
                         ServiceError::Internal("a counted challenge vanished".to_owned())
                     })?;
-                    let user_id = UserId::from(challenge.user_id.as_str());
+                    let user_id = challenge.user_id.clone();
                     let totp = mfa::find_totp(conn, &user_id)?;
                     let user = users::find_by_id(conn, &user_id)?;
                     Ok::<_, ServiceError>(Attempt::Open(Box::new((challenge, totp, user))))

@@ -35,7 +35,7 @@ impl Mfa {
         let secret = TotpSecret::generate();
         let now = self.ctx.clock.now();
         let row = TotpRow {
-            user_id: user_id.to_string(),
+            user_id: user_id.clone(),
             secret_sealed: secret.seal(&self.totp_sealer(), &user_id)?,
             created_at: now.naive_utc(),
             enabled_at: None,

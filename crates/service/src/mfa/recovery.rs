@@ -9,7 +9,7 @@ use crate::error::ServiceError;
 use crate::mfa::Mfa;
 use aigw_domain::access::op;
 use aigw_domain::mfa::{RecoveryCode, RECOVERY_CODE_COUNT};
-use aigw_domain::AuditAction;
+use aigw_domain::{AuditAction, UserId};
 use aigw_persistence::mfa::{self, RecoveryCodeRow};
 use aigw_persistence::transaction;
 use chrono::{DateTime, Utc};
@@ -22,7 +22,7 @@ pub(crate) fn new_codes(user_id: &str, now: DateTime<Utc>) -> (Vec<RecoveryCodeR
             let code = RecoveryCode::generate(&mut OsRng);
             let row = RecoveryCodeRow {
                 id: uuid::Uuid::now_v7().to_string(),
-                user_id: user_id.to_owned(),
+                user_id: UserId::from(user_id),
                 code_hash: code.digest().into_string(),
                 created_at: now.naive_utc(),
                 used_at: None,
