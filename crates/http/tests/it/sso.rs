@@ -639,6 +639,23 @@ async fn a_single_page_application_exchanges_a_one_time_code(backend: Backend) {
     assert!(error["details"]["hint"].as_str().unwrap().contains("exchanged already"), "{error}");
     app.post(path, Auth::None, &exchange("", &verifier)).await.invalid("code");
     app.post(path, Auth::None, &exchange(&code, "short")).await.invalid("code_verifier");
+    // One code exchanged 8 times at once on two nodes: one token set.
+    let other_node = app
+        .spawn_sibling(|s| {
+            with_provider(s, provider_config(&provider));
+            s.sso.app_redirect_uris = vec![spa.to_owned()];
+        })
+        .await;
+    let ended = app_sign_in(&app, &start(&claims, spa)).await;
+    let code = query_part(&ended, "code").trim_start_matches("code=").to_owned();
+    let body = exchange(&code, &verifier);
+    let racing = (0..8).map(|i| {
+        let (node, body) = (if i % 2 == 0 { &app } else { &other_node }, &body);
+        async move { node.post(path, Auth::None, body).await.status }
+    });
+    let mut statuses = futures_util::future::join_all(racing).await;
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 401, 401, 401, 401, 401, 401, 401]);
 
     // A URI that is not configured, and a plain challenge method, are 400s.
     let other = Browser::new(&app).get(&start(&claims, "https://evil.example.test/")).await;
