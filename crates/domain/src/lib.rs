@@ -72,5 +72,5 @@ pub use key_policy::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;
 pub use team::{CounterSubject, LimitScope, TeamRole};
-pub use user::{email_skeleton, normalize_email, Email, PasswordPolicy, Role, UserName};
+pub use user::{domain_in, email_skeleton, normalize_email, Email, PasswordPolicy, Role, UserName};
 pub use validation::FieldError;

@@ -101,6 +101,14 @@ impl Email {
     }
 }
 
+/// Whether the domain of `email` (what follows its last `@`) is one of `domains`: whole
+/// domains, compared without case after trimming (`sub.example.com` is not `example.com`).
+/// The one rule of every domain list in the configuration (registration, single sign-on).
+pub fn domain_in(email: &str, domains: &[String]) -> bool {
+    let domain = email.rsplit('@').next().unwrap_or_default();
+    domains.iter().any(|d| d.trim().eq_ignore_ascii_case(domain))
+}
+
 impl fmt::Display for Email {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -587,7 +587,6 @@ impl AuthConfig {
     /// Whether the account of `email` signs in only through single sign-on
     /// ([`AuthConfig::sso_only_domains`]).
     pub fn sso_only(&self, email: &str) -> bool {
-        let domain = email.rsplit('@').next().unwrap_or_default();
-        self.sso_only_domains.iter().any(|d| d.trim().eq_ignore_ascii_case(domain))
+        aigw_domain::domain_in(email, &self.sso_only_domains)
     }
 }

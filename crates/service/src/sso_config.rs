@@ -128,9 +128,7 @@ impl SsoProviderConfig {
 
     /// Whether `email`'s domain may sign in.
     pub fn allows(&self, email: &str) -> bool {
-        let domain = email.rsplit('@').next().unwrap_or_default();
-        self.allowed_domains.is_empty()
-            || self.allowed_domains.iter().any(|d| d.trim().eq_ignore_ascii_case(domain))
+        self.allowed_domains.is_empty() || aigw_domain::domain_in(email, &self.allowed_domains)
     }
 }
 

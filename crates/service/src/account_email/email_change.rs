@@ -35,8 +35,7 @@ impl AccountEmail {
         self.ctx.password_policy.check_length_bound(&password)?;
         let email = Email::parse(new_email)?;
         let allowed = &self.ctx.config.allowed_email_domains;
-        let domain = email.as_str().rsplit('@').next().unwrap_or_default();
-        if !allowed.is_empty() && !allowed.iter().any(|d| d.trim().eq_ignore_ascii_case(domain)) {
+        if !allowed.is_empty() && !aigw_domain::domain_in(email.as_str(), allowed) {
             return Err(FieldError::new("email", "is not in a domain that may register").into());
         }
         let id = principal.user_id().to_owned();

@@ -158,15 +158,14 @@ impl Accounts {
                     }
                     let subject = (identity_row.subject.as_str(), granted_admin);
                     let asserted = (groups.as_slice(), grants.as_slice());
-                    let (_, more) = super::sso_groups::apply(
+                    changes.extend(super::sso_groups::apply(
                         conn,
                         &rules,
                         &stored_user,
                         subject,
                         asserted,
                         now,
-                    )?;
-                    changes.extend(more);
+                    )?);
                     Ok(changes)
                 })
             })

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 
 /// Applies `provider`'s group rules and admin groups to `user`, signed in as `subject` (and
 /// whether its admin groups made it an admin before), with `groups` (whose rules grant
-/// `grants`, [`crate::accounts::Accounts::rule_grants`]) at `now`: the account's role now and
-/// the change-feed rows to publish.
+/// `grants`, [`crate::accounts::Accounts::rule_grants`]) at `now`: the change-feed rows to
+/// publish.
 ///
 /// # Errors
 /// On database failure.
@@ -32,11 +32,10 @@ pub(crate) fn apply(
     (subject, granted_admin): (&str, bool),
     (groups, grants): (&[String], &[(TeamId, TeamRole)]),
     now: DateTime<Utc>,
-) -> Result<(Role, Vec<ChangeRow>), ServiceError> {
+) -> Result<Vec<ChangeRow>, ServiceError> {
     let mut changes = sync(conn, provider, &user.id, grants, now)?;
-    let (role, more) = sync_admin(conn, provider, user, subject, granted_admin, groups, now)?;
-    changes.extend(more);
-    Ok((role, changes))
+    changes.extend(sync_admin(conn, provider, user, subject, granted_admin, groups, now)?);
+    Ok(changes)
 }
 
 /// Gives `user_id` the memberships `provider`'s rules grant (`grants`, a role per team) at
@@ -100,8 +99,8 @@ fn sync(
 }
 
 /// Applies `provider`'s admin groups to `user` (signed in as `subject`, whose identity says
-/// whether these groups made it an admin before) with `groups` at `now`: its role now and the
-/// change-feed rows to publish.
+/// whether these groups made it an admin before) with `groups` at `now`: the change-feed rows
+/// to publish.
 ///
 /// # Errors
 /// On database failure.
@@ -113,7 +112,7 @@ fn sync_admin(
     granted_before: bool,
     groups: &[String],
     now: DateTime<Utc>,
-) -> Result<(Role, Vec<ChangeRow>), ServiceError> {
+) -> Result<Vec<ChangeRow>, ServiceError> {
     let wants = provider.admin_groups.iter().any(|g| groups.contains(g));
     let (role, granted) = match (wants, user.role, granted_before) {
         // An admin already (by hand, or by these groups): as it is.
@@ -127,7 +126,7 @@ fn sync_admin(
         sso::set_granted_admin(conn, &provider.id, subject, granted)?;
     }
     if role == user.role {
-        return Ok((role, Vec::new()));
+        return Ok(Vec::new());
     }
     users::update_access(conn, &user.id, role, user.disabled_at, now)?;
     let details = serde_json::json!({
@@ -138,5 +137,5 @@ fn sync_admin(
         .details(details)
         .insert(conn)?;
     let change = credential_cache::append(conn, CredentialChangeKind::UserChanged, &user.id, now)?;
-    Ok((role, vec![change]))
+    Ok(vec![change])
 }

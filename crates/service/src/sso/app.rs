@@ -63,8 +63,7 @@ impl AppReturn {
             );
         }
         let challenge = code_challenge.unwrap_or_default();
-        let base64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        if challenge.len() != 43 || !challenge.chars().all(base64url) {
+        if challenge.len() != 43 || !is_base64url(challenge) {
             let why = "must be BASE64URL(SHA-256(code_verifier)): 43 characters";
             return Err(FieldError::new("code_challenge", why).into());
         }
@@ -114,6 +113,11 @@ fn challenge_of(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
+/// Whether `text` is all of base64url's alphabet (RFC 4648 5, no padding).
+fn is_base64url(text: &str) -> bool {
+    text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// Whether `verifier` is a PKCE verifier: 43 to 128 unreserved characters (RFC 7636 4.1).
 fn is_verifier(verifier: &str) -> bool {
     let unreserved = |c: char| c.is_ascii_alphanumeric() || "-._~".contains(c);
@@ -156,8 +160,7 @@ pub(crate) async fn take_code(
     code: &str,
     verifier: &str,
 ) -> Result<SsoAdmission, ServiceError> {
-    let base64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if code.is_empty() || code.len() > 128 || !code.chars().all(base64url) {
+    if code.is_empty() || code.len() > 128 || !is_base64url(code) {
         let why = "must be 1 to 128 characters of A-Z, a-z, 0-9, - and _";
         return Err(FieldError::new("code", why).into());
     }

@@ -244,12 +244,7 @@ impl Sso {
             }
         }
         .await;
-        if let Err(e @ ServiceError::Unauthorized { .. }) = &result {
-            let event = Event::new(AuditAction::SsoSignInRefused, None, None, self.ctx.clock.now())
-                .details(serde_json::json!({"provider": id, "reason": e.to_string()}));
-            self.ctx.record_alone(event).await;
-            tracing::warn!(provider = id, error = %e, "single sign-on refused");
-        }
+        self.audit_refusal(&result, serde_json::json!({"provider": id})).await;
         match (result, app) {
             (Err(e), Some(app)) if !matches!(e, ServiceError::Internal(_)) => {
                 Ok(SignInEnd::App(app.refused(&e)))
@@ -278,12 +273,20 @@ impl Sso {
             Ok(admission) => self.accounts.sso_session(&admission, client).await,
             Err(e) => Err(e),
         };
-        if let Err(e @ ServiceError::Unauthorized { .. }) = &result {
-            let event = Event::new(AuditAction::SsoSignInRefused, None, None, self.ctx.clock.now())
-                .details(serde_json::json!({"reason": e.to_string(), "exchange": true}));
-            self.ctx.record_alone(event).await;
-        }
+        self.audit_refusal(&result, serde_json::json!({"exchange": true})).await;
         result
+    }
+
+    /// Records a refusal (a 401) of a sign-in or an exchange as `sso_sign_in_refused`, with
+    /// `details` and the reason, and logs it.
+    async fn audit_refusal<T>(&self, result: &Result<T, ServiceError>, details: serde_json::Value) {
+        let Err(e @ ServiceError::Unauthorized { .. }) = result else { return };
+        let mut details = details;
+        details["reason"] = serde_json::Value::String(e.to_string());
+        tracing::warn!(details = %details, "single sign-on refused");
+        let event = Event::new(AuditAction::SsoSignInRefused, None, None, self.ctx.clock.now())
+            .details(details);
+        self.ctx.record_alone(event).await;
     }
 
     /// The browser's pending sign-in, if it is this provider's, unexpired and for `state`.
