@@ -27,6 +27,7 @@ backend_tests!(
     rules_naming_teams_find_or_make_them,
     a_single_page_application_exchanges_a_one_time_code,
     a_providers_second_factor_counts_and_aigws_is_asked_otherwise,
+    sign_in_states_and_codes_are_pruned_a_day_later,
 );
 
 /// The provider's id in the tests' configuration.
@@ -750,19 +751,7 @@ async fn a_providers_second_factor_counts_and_aigws_is_asked_otherwise(backend: 
     app.get(users, Auth::Bearer(&token)).await.forbidden("mfa", "pwd");
 
     // A single-page application's exchange answers the MFA challenge, completed as a login's.
-    let verifier = format!("v{}{}", uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
-    let challenge = {
-        use base64::Engine;
-        use sha2::Digest;
-        base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(sha2::Sha256::digest(verifier.as_bytes()))
-    };
-    let start = format!(
-        "/sso/{PROVIDER}/start?login_hint={}&redirect_uri={}&code_challenge={challenge}\
-         &code_challenge_method=S256",
-        OidcProvider::hint(&claims),
-        urlencoding(spa)
-    );
+    let (start, verifier) = app_start(&claims, spa);
     let ended = app_sign_in(&app, &start).await;
     let code = query_part(&ended, "code").trim_start_matches("code=").to_owned();
     let body = json!({"code": code, "code_verifier": verifier});
@@ -771,4 +760,56 @@ async fn a_providers_second_factor_counts_and_aigws_is_asked_otherwise(backend: 
     let mfa = json!({"mfa_token": answer["mfa_token"], "code": totp_code(&secret, &clock)});
     let set = app.post("/api/v1/auth/login/mfa", Auth::None, &mfa).await.data(200);
     app.get(users, Auth::Bearer(set["token"].as_str().unwrap())).await.data(200);
+}
+
+/// The states of sign-ins that came back, and one-time codes nobody exchanged, are deleted by
+/// the periodic pruning a day later; a replayed callback is still refused then, by its
+/// sign-in's expiry.
+async fn sign_in_states_and_codes_are_pruned_a_day_later(backend: Backend) {
+    use aigw_persistence::pool::{DatabaseUrl, Pool, PoolOptions};
+    let Some(provider) = OidcProvider::start() else { return };
+    let clock = aigw_service::Clock::adjustable();
+    let spa = "https://app.example.test/signed-in";
+    let app = spawn_app_with(backend, |s| {
+        with_provider(s, provider_config(&provider));
+        s.clock = clock.clone();
+        s.sso.app_redirect_uris = vec![spa.to_owned()];
+    })
+    .await;
+    let (_, claims) = person("sso-pruned");
+    let mut browser = Browser::new(&app);
+    let callback = provider_answer(&mut browser, &claims).await;
+    let cookie = browser.jar.get("aigw_sso").cloned().unwrap();
+    assert_eq!(browser.get(&callback).await.status, 200);
+    let (start, _) = app_start(&claims, spa);
+    let ended = app_sign_in(&app, &start).await;
+    assert!(ended.contains("code="), "{ended}");
+
+    let url = DatabaseUrl::parse(&app.database_url).unwrap();
+    let db = aigw_service::Db::new(Pool::new(&url, &PoolOptions::default()).unwrap()).unwrap();
+    let prune = || aigw_service::account_email::pruning::prune(&db, &clock);
+    assert_eq!(prune().await.unwrap(), 0, "fresh states and a live code are kept");
+    clock.advance(chrono::Duration::hours(25));
+    // Two states (the console's and the application's sign-in) and the unexchanged code.
+    assert_eq!(prune().await.unwrap(), 3);
+    let mut replay = Browser::new(&app);
+    replay.jar.insert("aigw_sso".to_owned(), cookie);
+    refused(&replay.get(&callback).await, "took too long");
+}
+
+/// A single-page application's start of a sign-in of `claims` that ends at `spa`: the path,
+/// and the PKCE verifier of its challenge.
+fn app_start(claims: &Value, spa: &str) -> (String, String) {
+    use base64::Engine;
+    use sha2::Digest;
+    let verifier = format!("v{}{}", uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
+    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(verifier.as_bytes()));
+    let start = format!(
+        "/sso/{PROVIDER}/start?login_hint={}&redirect_uri={}&code_challenge={challenge}\
+         &code_challenge_method=S256",
+        OidcProvider::hint(claims),
+        urlencoding(spa)
+    );
+    (start, verifier)
 }
