@@ -1,6 +1,7 @@
 //! The actions the audit trail records ([`AuditAction`]), by their stable `snake_case`
 //! names: rows written by one version are read and filtered by every other, so a name is never
-//! renamed or reused.
+//! renamed or reused. What the trail holds is read back as a [`RecordedAction`], which keeps
+//! a name this version does not know (written by a newer one) rather than failing the read.
 
 use std::fmt;
 
@@ -93,6 +94,54 @@ impl AuditAction {
     }
 }
 
+/// An action as the trail holds it: one this version knows, or the name another version wrote
+/// (a newer version's action, read during a rolling upgrade or after a rollback), kept as
+/// written so that one such row never makes the trail unreadable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RecordedAction {
+    /// An action this version knows.
+    Known(AuditAction),
+    /// The stored name of an action this version does not know.
+    Unknown(String),
+}
+
+impl RecordedAction {
+    /// The stable storage and API name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Known(action) => action.as_str(),
+            Self::Unknown(name) => name,
+        }
+    }
+}
+
+impl From<AuditAction> for RecordedAction {
+    fn from(action: AuditAction) -> Self {
+        Self::Known(action)
+    }
+}
+
+impl From<String> for RecordedAction {
+    fn from(name: String) -> Self {
+        AuditAction::parse(&name).map_or(Self::Unknown(name), Self::Known)
+    }
+}
+
+impl From<RecordedAction> for String {
+    fn from(action: RecordedAction) -> Self {
+        match action {
+            RecordedAction::Known(action) => action.as_str().to_owned(),
+            RecordedAction::Unknown(name) => name,
+        }
+    }
+}
+
+impl fmt::Display for RecordedAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for AuditAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -107,6 +156,8 @@ mod tests {
     fn names_are_unique_and_parse_back() {
         for action in AuditAction::ALL {
             assert_eq!(AuditAction::parse(action.as_str()), Some(*action));
+            let stored = String::from(RecordedAction::from(*action));
+            assert_eq!(RecordedAction::from(stored), RecordedAction::Known(*action));
         }
         let mut names: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
         names.sort_unstable();

@@ -61,7 +61,7 @@ pub mod validation;
 mod base62_random;
 
 pub use api_key::{ApiKeyError, ApiKeySecret};
-pub use audit::AuditAction;
+pub use audit::{AuditAction, RecordedAction};
 pub use change::CredentialChangeKind;
 pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
 pub use credential::{CredentialError, PresentedCredential};

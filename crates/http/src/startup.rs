@@ -442,7 +442,7 @@ impl Services {
             .with_metrics(metrics.clone());
         let gateway = gateway(settings, db, &usage, &mut limits, metrics)?;
         let alerts = aigw_service::alerts::BudgetAlerts::new(
-            services.context.clone(),
+            &services.context,
             services.account_email.clone(),
             settings.alerts.clone(),
         )
@@ -505,7 +505,7 @@ fn sign_in_parts(
         ))
     });
     let sso = aigw_service::sso::Sso::new(
-        services.context.clone(),
+        &services.context,
         services.accounts.clone(),
         &settings.sso,
         settings.server.public_url.as_deref(),

@@ -4,6 +4,7 @@
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::audit_events;
+use aigw_domain::{AuditAction, RecordedAction};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
@@ -19,8 +20,10 @@ pub struct AuditEventRow {
     pub user_id: Option<String>,
     /// Who acted: a user id or an API key id (`None`: nobody authenticated, or the operator).
     pub actor: Option<String>,
-    /// `snake_case` action, e.g. `login_succeeded`.
-    pub action: String,
+    /// The action, stored by its `snake_case` name (e.g. `login_succeeded`); a name this
+    /// version does not know reads back as [`RecordedAction::Unknown`].
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub action: RecordedAction,
     /// What was acted on (a user, session or key id).
     pub target: Option<String>,
     /// Client address.
@@ -38,7 +41,7 @@ pub struct AuditEventRow {
 /// # Errors
 /// On database failure.
 pub fn insert(conn: &mut DbConnection, row: &AuditEventRow) -> Result<(), PersistenceError> {
-    diesel::insert_into(audit_events::table).values(row).execute(conn)?;
+    diesel::insert_into(audit_events::table).values(row.clone()).execute(conn)?;
     Ok(())
 }
 
@@ -50,7 +53,7 @@ pub fn insert(conn: &mut DbConnection, row: &AuditEventRow) -> Result<(), Persis
 pub fn list(
     conn: &mut DbConnection,
     user_id: Option<&str>,
-    action: Option<&str>,
+    action: Option<AuditAction>,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<AuditEventRow>, PersistenceError> {
@@ -59,7 +62,7 @@ pub fn list(
         query = query.filter(audit_events::user_id.eq(user_id.to_owned()));
     }
     if let Some(action) = action {
-        query = query.filter(audit_events::action.eq(action.to_owned()));
+        query = query.filter(audit_events::action.eq(action.as_str()));
     }
     if let Some(before) = before {
         query = query.filter(audit_events::id.lt(before.to_owned()));

@@ -11,8 +11,8 @@
 use crate::db::Db;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest, Paging};
-use aigw_domain::AuditAction;
 use aigw_domain::{time, FieldError};
+use aigw_domain::{AuditAction, RecordedAction};
 use aigw_persistence::audit::{self, AuditEventRow};
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -66,7 +66,7 @@ impl Event {
             at: now.naive_utc(),
             user_id: user_id.map(str::to_owned),
             actor: actor.map(str::to_owned),
-            action: action.as_str().to_owned(),
+            action: action.into(),
             target: None,
             ip: context.ip,
             user_agent: context.user_agent,
@@ -85,7 +85,7 @@ impl Event {
     /// two events, such as a role change and a disabling together, inserts two rows).
     pub(crate) fn action(mut self, action: AuditAction) -> Self {
         self.0.id = uuid::Uuid::now_v7().to_string();
-        self.0.action = action.as_str().to_owned();
+        self.0.action = action.into();
         self
     }
 
@@ -110,6 +110,16 @@ impl Event {
     }
 }
 
+/// Records `event` in a transaction of its own (an event that changes nothing else, such as a
+/// failed login). A failure is logged, not returned: the answer does not depend on it.
+pub(crate) async fn record_alone(db: &Db, event: Event) {
+    let result =
+        db.run(move |conn| aigw_persistence::transaction(conn, |conn| event.insert(conn))).await;
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "could not record an audit event");
+    }
+}
+
 /// An audit event as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEventView {
@@ -119,8 +129,8 @@ pub struct AuditEventView {
     pub at: DateTime<Utc>,
     /// Who acted (user id or API key id), if anyone.
     pub actor: Option<String>,
-    /// `snake_case` action.
-    pub action: String,
+    /// The action (its `snake_case` name as stored; see [`RecordedAction`]).
+    pub action: RecordedAction,
     /// What was acted on.
     pub target: Option<String>,
     /// The account the event concerns.
@@ -152,12 +162,13 @@ impl From<&AuditEventRow> for AuditEventView {
     }
 }
 
-fn parse_action(action: Option<String>) -> Result<Option<String>, FieldError> {
-    match action {
-        None => Ok(None),
-        Some(a) if AuditAction::parse(&a).is_some() => Ok(Some(a)),
-        Some(_) => Err(FieldError::new("action", "is not an audit action")),
-    }
+fn parse_action(action: Option<String>) -> Result<Option<AuditAction>, FieldError> {
+    action
+        .map(|a| {
+            AuditAction::parse(&a)
+                .ok_or_else(|| FieldError::new("action", "is not an audit action"))
+        })
+        .transpose()
 }
 
 pub(crate) async fn list(
@@ -170,13 +181,7 @@ pub(crate) async fn list(
     let Paging { limit, before } = page.parse()?;
     let rows = db
         .run(move |conn| {
-            Ok(audit::list(
-                conn,
-                user_id.as_deref(),
-                action.as_deref(),
-                before.as_deref(),
-                limit + 1,
-            )?)
+            Ok(audit::list(conn, user_id.as_deref(), action, before.as_deref(), limit + 1)?)
         })
         .await?;
     Ok(page_of(rows, limit, |r| &r.id, |r| AuditEventView::from(r)))

@@ -3,9 +3,13 @@
 //! ([`Authorized`]), which every use case takes.
 
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
 use crate::credential_cache::{CachedKey, TeamStanding};
 use crate::error::ServiceError;
+use crate::levels::PlatformSpend;
 use crate::levels::{LimitLevel, ScopeRequired, TeamScope, UserScope};
+use crate::tokens::TokenIssuer;
+use crate::Clock;
 use aigw_domain::access::{authorize, CallerCredential, Operation, RouteOperation};
 use aigw_domain::{
     ApiKeyId, ApiKeySecret, Permission, PermissionSet, PresentedCredential, Role, SessionId, UserId,
@@ -199,13 +203,21 @@ impl<O> std::ops::Deref for Authorized<O> {
 /// what every authenticated request goes through first. Built from the [`ServiceContext`].
 #[derive(Debug, Clone)]
 pub struct Authenticator {
-    ctx: ServiceContext,
+    clock: Clock,
+    cache: CredentialCache,
+    tokens: Arc<TokenIssuer>,
+    spend: Arc<PlatformSpend>,
 }
 
 impl Authenticator {
     /// Authentication on `ctx`.
-    pub fn new(ctx: ServiceContext) -> Self {
-        Self { ctx }
+    pub fn new(ctx: &ServiceContext) -> Self {
+        Self {
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            tokens: ctx.tokens.clone(),
+            spend: ctx.spend.clone(),
+        }
     }
 
     /// Authenticates the value of an `Authorization` header (`None` when absent).
@@ -230,8 +242,8 @@ impl Authenticator {
         })?;
         match credential {
             PresentedCredential::AccessToken(token) => {
-                let claims = self.ctx.tokens.verify(&token, self.ctx.clock.now())?;
-                self.ctx.ensure_session_live(&claims.sid).await?;
+                let claims = self.tokens.verify(&token, self.clock.now())?;
+                self.cache.ensure_session_live(&claims.sid).await?;
                 // aigw signs only roles it knows: another is a token it did not issue.
                 let role = claims.role.parse().map_err(|()| {
                     ServiceError::invalid_credential("the access token is invalid")
@@ -257,11 +269,11 @@ impl Authenticator {
         &self,
         key: ApiKeySecret,
     ) -> Result<Principal, ServiceError> {
-        let entry = self.ctx.cache.api_key(key.digest().as_str()).await?;
+        let entry = self.cache.api_key(key.digest().as_str()).await?;
         let Some(found) = entry.value.as_ref() else {
             return Err(ServiceError::invalid_credential("the API key is invalid"));
         };
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         if found.revoked {
             return Err(ServiceError::revoked_credential("the API key has been revoked"));
         }
@@ -278,16 +290,13 @@ impl Authenticator {
         // who created it does not matter to it.
         let mut user_budget = None;
         if !found.team_owned {
-            match self.ctx.cache.user(&found.user_id).await? {
+            match self.cache.user(&found.user_id).await? {
                 Some(owner) if owner.disabled => {
                     return Err(ServiceError::invalid_credential("the account is disabled"));
                 }
                 Some(owner) => {
-                    user_budget = self
-                        .ctx
-                        .spend
-                        .user_scope(&found.user_id, owner.budget_micros)
-                        .map(Arc::new);
+                    user_budget =
+                        self.spend.user_scope(&found.user_id, owner.budget_micros).map(Arc::new);
                 }
                 None => return Err(ServiceError::invalid_credential("the API key is invalid")),
             }
@@ -299,7 +308,7 @@ impl Authenticator {
             None => None,
             Some(team_id) => {
                 let member = (!found.team_owned).then_some(found.user_id.as_str());
-                match self.ctx.cache.team_standing(team_id, member).await? {
+                match self.cache.team_standing(team_id, member).await? {
                     TeamStanding::Active(scope) => Some(scope),
                     TeamStanding::NotMember => {
                         return Err(ServiceError::Forbidden {
@@ -315,7 +324,7 @@ impl Authenticator {
                 }
             }
         };
-        self.ctx.cache.note_key_use(found, now);
+        self.cache.note_key_use(found, now);
         Ok(Principal::ApiKey {
             key_id: found.key_id.as_str().into(),
             user_id: found.user_id.as_str().into(),
@@ -337,10 +346,10 @@ impl Authenticator {
         if key.team_id.is_some() || !key.permissions.allows(Permission::AiGateway) {
             return Ok(None);
         }
-        if self.ctx.spend.require_team_scope {
+        if self.spend.require_team_scope {
             return Ok(Some(ScopeRequired::Platform));
         }
-        let team = self.ctx.cache.team_requiring_scoped_keys(&key.user_id).await?;
+        let team = self.cache.team_requiring_scoped_keys(&key.user_id).await?;
         Ok(team.map(ScopeRequired::Team))
     }
 }

@@ -1,13 +1,11 @@
 //! The ground every capability service stands on: the database, the password hashing threads,
 //! the access-token issuer, the account settings, the sealer, the credential cache with its
-//! change feed, the metrics and the clock ([`ServiceContext`]), and the few steps that every
-//! capability takes alike: publishing committed credential changes, recording an audit event
-//! of its own, checking that a session is live.
+//! change feed, the metrics and the clock ([`ServiceContext`]).
 //!
 //! This module imports no capability: `accounts`, `api_keys`, `teams` and the others are built
-//! from a [`ServiceContext`] and hold a clone of it (every part is shared behind an `Arc`).
+//! from a [`ServiceContext`] and each keeps a handle to only the parts it uses (every part is
+//! shared behind an `Arc`).
 
-use crate::audit::Event;
 use crate::config::AuthConfig;
 use crate::credential_cache::{BackgroundTasks, CredentialCache, CredentialCacheConfig};
 use crate::db::Db;
@@ -16,7 +14,6 @@ use crate::password::PasswordHasher;
 use crate::seal::Sealer;
 use crate::tokens::TokenIssuer;
 use aigw_domain::PasswordPolicy;
-use aigw_persistence::changes::ChangeRow;
 use std::sync::Arc;
 
 /// What the capability services share (cheap to clone: every part is a handle).
@@ -139,40 +136,5 @@ impl ServiceContext {
     /// The time the account and credential rules read.
     pub fn clock(&self) -> &crate::Clock {
         &self.clock
-    }
-
-    /// Makes changes this node has just committed hold here at once, then waits until every
-    /// live node has applied them (bounded; see `credential_cache::propagation`).
-    pub(crate) async fn publish(&self, changes: Vec<ChangeRow>) {
-        self.cache.applied_locally(&changes);
-        if let Some(newest) = changes.iter().map(|c| c.id).max() {
-            self.cache.propagated(newest).await;
-        }
-    }
-
-    /// Refuses access tokens whose session is revoked: from the node's revoked-session set
-    /// while its change feed is fresh, else from the database (see [`crate::credential_cache`]).
-    ///
-    /// # Errors
-    /// [`ServiceError::Unauthorized`] (revoked) for an ended session;
-    /// [`ServiceError::Unavailable`] when the database is down.
-    pub(crate) async fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
-        if self.cache.session_revoked(session_id).await? {
-            Err(ServiceError::revoked_credential("the session has ended; log in again"))
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Records `event` in a transaction of its own (an event that changes nothing else, such
-    /// as a failed login). A failure is logged, not returned: the answer does not depend on it.
-    pub(crate) async fn record_alone(&self, event: Event) {
-        let result = self
-            .db
-            .run(move |conn| aigw_persistence::transaction(conn, |conn| event.insert(conn)))
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "could not record an audit event");
-        }
     }
 }

@@ -43,19 +43,18 @@ impl Services {
     /// Every service on `context`, account messages sent through `mail` (`None`: logged as
     /// not sent).
     pub fn new(context: ServiceContext, mail: Option<AccountMail>) -> Self {
-        let mut account_email = AccountEmail::new(context.clone());
+        let mut account_email = AccountEmail::new(&context);
         if let Some(mail) = mail {
             account_email = account_email.with_account_mail(mail);
         }
-        let mfa = Mfa::new(context.clone());
-        let accounts = Accounts::new(context.clone(), mfa.clone(), account_email.clone());
-        let api_keys = ApiKeys::new(context.clone(), account_email.clone());
-        let admin =
-            Administration::new(context.clone(), accounts.clone(), api_keys.clone(), mfa.clone());
+        let mfa = Mfa::new(&context);
+        let accounts = Accounts::new(&context, mfa.clone(), account_email.clone());
+        let api_keys = ApiKeys::new(&context, account_email.clone());
+        let admin = Administration::new(&context, accounts.clone(), api_keys.clone(), mfa.clone());
         Self {
-            authenticator: Authenticator::new(context.clone()),
-            teams: Teams::new(context.clone(), api_keys.clone(), account_email.clone()),
-            leaks: LeakReports::new(context.clone(), account_email.clone()),
+            authenticator: Authenticator::new(&context),
+            teams: Teams::new(&context, api_keys.clone(), account_email.clone()),
+            leaks: LeakReports::new(&context, account_email.clone()),
             accounts,
             account_email,
             mfa,

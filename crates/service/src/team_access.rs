@@ -75,13 +75,13 @@ impl TeamAccess {
 /// # Errors
 /// [`ServiceError::Unavailable`] when the database is needed and down.
 pub(crate) async fn is_platform_admin(
-    ctx: &crate::context::ServiceContext,
+    cache: &crate::credential_cache::CredentialCache,
     principal: &crate::auth::Principal,
 ) -> Result<bool, ServiceError> {
     if !matches!(principal, crate::auth::Principal::User { .. }) {
         return Ok(false);
     }
-    let user = ctx.cache.user(principal.user_id()).await?;
+    let user = cache.user(principal.user_id()).await?;
     Ok(user.is_some_and(|u| u.role == aigw_domain::Role::Admin))
 }
 

@@ -501,7 +501,7 @@ fn event_row(event: &AuditEventView) -> Value {
     context! {
         id => event.id,
         at => event.at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        action => event.action,
+        action => event.action.as_str(),
         actor => event.actor,
         user_id => event.user_id,
         target => event.target,

@@ -118,7 +118,7 @@ impl From<aigw_service::audit::AuditEventView> for AuditEventDto {
             id: e.id,
             at: format_timestamp(e.at),
             actor: e.actor,
-            action: e.action,
+            action: e.action.into(),
             target: e.target,
             user_id: e.user_id,
             ip: e.ip,

@@ -4,6 +4,7 @@
 use crate::common;
 
 use aigw_domain::Role;
+use aigw_domain::{AuditAction, RecordedAction};
 use aigw_persistence::audit::{self, AuditEventRow};
 use aigw_persistence::{DatabaseUrl, Pool, PoolOptions};
 use common::{spawn_app, test_settings, Auth, Backend, TestApp};
@@ -221,7 +222,7 @@ async fn old_events_are_pruned(backend: Backend) {
         at: (now - chrono::Duration::days(days_old)).naive_utc(),
         user_id: None,
         actor: None,
-        action: "login_failed".into(),
+        action: AuditAction::LoginFailed.into(),
         target: None,
         ip: None,
         user_agent: None,
@@ -229,7 +230,9 @@ async fn old_events_are_pruned(backend: Backend) {
         details: "{}".into(),
     };
     let (old, recent) = (event(400), event(10));
-    let rows = [old.clone(), recent.clone()];
+    // A row a newer version wrote, with an action this one does not know: read back as written.
+    let newer = AuditEventRow { action: "a_newer_versions_action".to_owned().into(), ..event(5) };
+    let rows = [old.clone(), recent.clone(), newer.clone()];
     let writer = pool.clone();
     tokio::task::spawn_blocking(move || {
         let mut conn = writer.get().unwrap();
@@ -243,12 +246,20 @@ async fn old_events_are_pruned(backend: Backend) {
     assert_eq!(aigw_service::audit::prune(&db, 365).await.unwrap(), 1);
     let left = tokio::task::spawn_blocking(move || {
         let mut conn = pool.get().unwrap();
-        audit::list(&mut conn, None, Some("login_failed"), None, 10).unwrap()
+        let every = audit::list(&mut conn, None, None, None, 10).unwrap();
+        (audit::list(&mut conn, None, Some(AuditAction::LoginFailed), None, 10).unwrap(), every)
     })
     .await
     .unwrap();
+    let (left, every) = left;
     let ids: Vec<String> = left.into_iter().map(|e| e.id).collect();
-    assert_eq!(ids, vec![recent.id]);
+    assert_eq!(ids, vec![recent.id.clone()]);
+    let read: Vec<(String, RecordedAction)> = every.into_iter().map(|e| (e.id, e.action)).collect();
+    let unknown = RecordedAction::Unknown("a_newer_versions_action".to_owned());
+    assert_eq!(
+        read,
+        vec![(newer.id, unknown), (recent.id, RecordedAction::from(AuditAction::LoginFailed))]
+    );
 }
 
 backend_tests!(every_security_event_is_recorded_without_a_secret, old_events_are_pruned);

@@ -32,23 +32,23 @@ impl AccountEmail {
         new_email: &str,
         password: String,
     ) -> Result<EmailLink, ServiceError> {
-        self.ctx.password_policy.check_length_bound(&password)?;
+        self.password_policy.check_length_bound(&password)?;
         let email = Email::parse(new_email)?;
-        let allowed = &self.ctx.config.allowed_email_domains;
+        let allowed = &self.config.allowed_email_domains;
         if !allowed.is_empty() && !aigw_domain::domain_in(email.as_str(), allowed) {
             return Err(FieldError::new("email", "is not in a domain that may register").into());
         }
         let id = principal.user_id().to_owned();
-        let user = self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
+        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &id)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.ctx.passwords.verify(password, stored_hash).await?;
+        let verification = self.passwords.verify(password, stored_hash).await?;
         let Some(user) = user.filter(|_| verification != Verification::Mismatch) else {
             return Err(ServiceError::rejected(LOGIN_FAILED));
         };
         if email.as_str() == user.email {
             return Err(FieldError::new("email", "is the current address").into());
         }
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let issued = Self::new_token(&user.id, TokenPurpose::ChangeEmail, email.as_str(), now);
         let pending =
             EmailLink { email: email.as_str().to_owned(), expires_at: issued.row.expires_at };
@@ -59,8 +59,7 @@ impl AccountEmail {
                 .target(&user.id)
                 .details(serde_json::json!({"old_email": user.email, "new_email": pending.email}));
         let (user_id, wanted) = (user.id.clone(), pending.email.clone());
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !users::lock(conn, &user_id)? {

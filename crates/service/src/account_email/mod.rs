@@ -16,12 +16,19 @@ pub mod password_reset;
 pub mod pruning;
 pub mod verification;
 
+use crate::config::AuthConfig;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
 pub use crate::email::account_mail::AccountMail;
 use crate::email::{Mail, MailKind};
 use crate::error::ServiceError;
 use crate::metrics::name as metric;
+use crate::metrics::Metrics;
+use crate::password::PasswordHasher;
+use crate::Clock;
 use aigw_domain::account_token::{AccountToken, TokenPurpose};
+use aigw_domain::PasswordPolicy;
 use aigw_domain::UserId;
 use aigw_persistence::account_tokens::{self, AccountTokenRow};
 use aigw_persistence::DbConnection;
@@ -43,7 +50,13 @@ pub struct EmailLink {
 /// mail setup (without one, messages are logged as not sent).
 #[derive(Debug, Clone)]
 pub struct AccountEmail {
-    pub(crate) ctx: ServiceContext,
+    pub(crate) db: Db,
+    pub(crate) clock: Clock,
+    pub(crate) cache: CredentialCache,
+    pub(crate) config: Arc<AuthConfig>,
+    pub(crate) passwords: PasswordHasher,
+    pub(crate) password_policy: PasswordPolicy,
+    pub(crate) metrics: Metrics,
     /// Where account messages go (see [`AccountMail`]).
     pub(crate) mail: Option<AccountMail>,
 }
@@ -56,8 +69,17 @@ pub(crate) struct Issued {
 
 impl AccountEmail {
     /// The account e-mail flows on `ctx`, with no mail setup yet.
-    pub fn new(ctx: ServiceContext) -> Self {
-        Self { ctx, mail: None }
+    pub fn new(ctx: &ServiceContext) -> Self {
+        Self {
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            config: ctx.config.clone(),
+            passwords: ctx.passwords.clone(),
+            password_policy: ctx.password_policy,
+            metrics: ctx.metrics.clone(),
+            mail: None,
+        }
     }
 
     /// The account mail setup; without one (a library caller that never set it) messages are
@@ -140,7 +162,7 @@ impl AccountEmail {
             None => None,
             Some(Err(_)) => {
                 let labels = [("kind", kind.as_str()), ("outcome", "dropped")];
-                self.ctx.metrics.count(metric::EMAILS_TOTAL, &labels);
+                self.metrics.count(metric::EMAILS_TOTAL, &labels);
                 tracing::warn!(kind = kind.as_str(), "account mail job dropped: too many running");
                 return;
             }

@@ -40,19 +40,18 @@ impl AccountEmail {
     /// The background half of [`AccountEmail::request_password_reset`].
     async fn send_password_reset(&self, email: &str) -> Result<(), ServiceError> {
         let wanted = email.to_owned();
-        let user = self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let Some(user) = user.filter(|u| u.disabled_at.is_none()) else {
             tracing::debug!("password reset asked for an address without an enabled account");
             return Ok(());
         };
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let issued = Self::new_token(&user.id, TokenPurpose::ResetPassword, &user.email, now);
         let link = self.link(RESET_PATH, &issued.token);
         let token = issued.token.expose().to_owned();
         let event = Event::new(AuditAction::PasswordResetRequested, Some(&user.id), None, now)
             .target(&user.id);
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     Self::store_token(conn, &issued)?;
@@ -88,18 +87,16 @@ impl AccountEmail {
             AccountToken::parse(token, TokenPurpose::ResetPassword).ok_or_else(token_refused)?;
         let digest = token.digest();
         // A cheap read before the costly hash: a wrong token costs no argon2 work.
-        let (probe, at) = (digest.clone(), self.ctx.clock.now());
+        let (probe, at) = (digest.clone(), self.clock.now());
         let purposes = [TokenPurpose::ResetPassword];
-        self.ctx
-            .db
+        self.db
             .run(move |conn| Ok(account_tokens::find_valid(conn, probe.as_str(), &purposes, at)?))
             .await?
             .ok_or_else(token_refused)?;
-        self.ctx.password_policy.check_new(&password)?;
-        let hash = self.ctx.passwords.hash(password).await?;
-        let now = self.ctx.clock.now();
+        self.password_policy.check_new(&password)?;
+        let hash = self.passwords.hash(password).await?;
+        let now = self.clock.now();
         let (user, ended, changes) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -137,7 +134,7 @@ impl AccountEmail {
                 })
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         tracing::info!(user_id = %user.id, ended_sessions = ended, "password reset");
         let values = serde_json::json!({"name": user.name, "at": time::format_timestamp(now)});
         self.send_mail(MailKind::PasswordChanged, &user.email, values);

@@ -25,7 +25,7 @@ impl AccountEmail {
     /// After a registration: unless `auth.email_verification` is `off`, sends `user` a
     /// verification link, in the background (a failure is logged; the account exists).
     pub(crate) fn verify_after_registration(&self, user: &UserRow) {
-        if self.ctx.config.email_verification == EmailVerification::Off {
+        if self.config.email_verification == EmailVerification::Off {
             return;
         }
         let (this, user) = (self.clone(), user.clone());
@@ -47,7 +47,6 @@ impl AccountEmail {
     ) -> Result<EmailLink, ServiceError> {
         let id = principal.user_id().to_owned();
         let user = self
-            .ctx
             .db
             .run(move |conn| Ok(users::find_by_id(conn, &id)?))
             .await?
@@ -60,15 +59,12 @@ impl AccountEmail {
 
     /// Issues a verification token for `user`'s current address and queues its message.
     async fn send_verification(&self, user: &UserRow) -> Result<EmailLink, ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let issued = Self::new_token(&user.id, TokenPurpose::VerifyEmail, &user.email, now);
         let expires_at = issued.row.expires_at;
         let link = self.link(VERIFY_PATH, &issued.token);
         let token = issued.token.expose().to_owned();
-        self.ctx
-            .db
-            .run(move |conn| transaction(conn, |conn| Self::store_token(conn, &issued)))
-            .await?;
+        self.db.run(move |conn| transaction(conn, |conn| Self::store_token(conn, &issued))).await?;
         let values = serde_json::json!({
             "name": user.name,
             "link": link,
@@ -93,10 +89,9 @@ impl AccountEmail {
         let token =
             AccountToken::parse(token, TokenPurpose::VerifyEmail).ok_or_else(token_refused)?;
         let digest = token.digest();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let purposes = [TokenPurpose::VerifyEmail, TokenPurpose::ChangeEmail];
-        let (before, after, changes) = self.ctx
-            .db
+        let (before, after, changes) = self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // The compare-and-set first: SQLite's write lock before any read.
@@ -148,7 +143,7 @@ impl AccountEmail {
                 })
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         if before.email != after.email {
             tracing::info!(user_id = %after.id, "e-mail address changed");
             let values = serde_json::json!({
@@ -171,10 +166,10 @@ impl AccountEmail {
     /// [`ServiceError::EmailUnverified`]; [`ServiceError::Unavailable`] when the user cache
     /// has to read a database that is down.
     pub async fn ensure_email_verified(&self, principal: &Principal) -> Result<(), ServiceError> {
-        if self.ctx.config.email_verification != EmailVerification::Required {
+        if self.config.email_verification != EmailVerification::Required {
             return Ok(());
         }
-        match self.ctx.cache.user(principal.user_id()).await? {
+        match self.cache.user(principal.user_id()).await? {
             Some(user) if user.email_verified_at.is_none() => Err(ServiceError::EmailUnverified),
             _ => Ok(()),
         }

@@ -46,23 +46,21 @@ impl Accounts {
         principal: &Authorized<op::ReadUsage>,
     ) -> Result<UserBudgetView, ServiceError> {
         let user = self
-            .ctx
             .cache
             .user(principal.user_id())
             .await?
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
-        let platform = self.ctx.spend.clone();
+        let platform = self.spend.clone();
         let (limit_micros, source) = match (user.budget_micros, platform.user_budget_micros) {
             (Some(own), _) => (Some(own), Some(BudgetSource::Own)),
             (None, Some(default)) => (Some(default), Some(BudgetSource::Platform)),
             (None, None) => (None, None),
         };
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let period = platform.user_budget_period;
         let from = crate::governance::budget::ledger_from(period, now);
         let user_id = user.id.to_string();
         let spent_micros = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok(budgets::ledger_spend_since(conn, CounterSubject::User(&user_id), &from)?)

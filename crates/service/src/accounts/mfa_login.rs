@@ -60,8 +60,8 @@ impl Accounts {
         user_id: &str,
     ) -> Result<Option<MfaChallenge>, ServiceError> {
         let token = MfaToken::generate(&mut OsRng);
-        let now = self.ctx.clock.now();
-        let ttl = i64::try_from(self.ctx.config.mfa_challenge_ttl_secs.max(1)).unwrap_or(300);
+        let now = self.clock.now();
+        let ttl = i64::try_from(self.config.mfa_challenge_ttl_secs.max(1)).unwrap_or(300);
         let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::minutes(5));
         let row = ChallengeRow {
             id: uuid::Uuid::now_v7().to_string(),
@@ -75,7 +75,6 @@ impl Accounts {
         let window = Duration::seconds(FAILED_CODES_WINDOW_SECS);
         let since = (now - window).naive_utc();
         let started = self
-            .ctx
             .db
             .run(move |conn| {
                 let user_id = row.user_id.clone();
@@ -125,9 +124,8 @@ impl Accounts {
         let token =
             MfaToken::parse(mfa_token).ok_or_else(|| ServiceError::rejected(INVALID_CHALLENGE))?;
         let digest = token.digest().into_string();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let attempt = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -187,7 +185,7 @@ impl Accounts {
         factor: &SecondFactor,
         client: &ClientInfo,
     ) -> Result<Option<TokenSet>, ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         // The session and its tokens take the time their verification reads (the system's).
         let started = time::now();
         let (mut session, refresh_row, refresh) = self.new_session(&user.id, client, started);
@@ -202,7 +200,6 @@ impl Accounts {
         let challenge_id = challenge.id.clone();
         let stored = session.clone();
         let opened = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -248,7 +245,7 @@ impl Accounts {
                     "attempts_left": (MAX_CHALLENGE_ATTEMPTS - challenge.attempts).max(0),
                     "challenge_dead": dead,
                 }));
-        self.ctx.record_alone(event).await;
+        crate::audit::record_alone(&self.db, event).await;
         tracing::info!(event = "mfa_challenge_failed", user_id = %challenge.user_id, dead, "wrong second-factor code");
         ServiceError::rejected(if dead { DEAD_CHALLENGE } else { WRONG_CODE })
     }

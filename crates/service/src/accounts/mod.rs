@@ -15,8 +15,19 @@ pub(crate) mod sso_groups;
 mod sso_rule_teams;
 
 use crate::account_email::AccountEmail;
+use crate::config::AuthConfig;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
+use crate::levels::PlatformSpend;
+use crate::metrics::Metrics;
 use crate::mfa::Mfa;
+use crate::password::PasswordHasher;
+use crate::seal::Sealer;
+use crate::tokens::TokenIssuer;
+use crate::Clock;
+use aigw_domain::PasswordPolicy;
+use std::sync::Arc;
 
 /// Accounts and sessions: registration, login (with the second factor when it is on),
 /// refresh-token rotation, logout, and the owner's own account. Built from the
@@ -24,7 +35,16 @@ use crate::mfa::Mfa;
 /// ([`AccountEmail`], for the address verification a registration starts).
 #[derive(Debug, Clone)]
 pub struct Accounts {
-    pub(crate) ctx: ServiceContext,
+    pub(crate) db: Db,
+    pub(crate) clock: Clock,
+    pub(crate) cache: CredentialCache,
+    pub(crate) config: Arc<AuthConfig>,
+    pub(crate) tokens: Arc<TokenIssuer>,
+    pub(crate) passwords: PasswordHasher,
+    pub(crate) password_policy: PasswordPolicy,
+    pub(crate) sealer: Sealer,
+    pub(crate) metrics: Metrics,
+    pub(crate) spend: Arc<PlatformSpend>,
     pub(crate) mfa: Mfa,
     pub(crate) email: AccountEmail,
 }
@@ -32,7 +52,20 @@ pub struct Accounts {
 impl Accounts {
     /// The accounts service on `ctx`, checking second factors with `mfa` and sending account
     /// e-mail through `email`.
-    pub fn new(ctx: ServiceContext, mfa: Mfa, email: AccountEmail) -> Self {
-        Self { ctx, mfa, email }
+    pub fn new(ctx: &ServiceContext, mfa: Mfa, email: AccountEmail) -> Self {
+        Self {
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            config: ctx.config.clone(),
+            tokens: ctx.tokens.clone(),
+            passwords: ctx.passwords.clone(),
+            password_policy: ctx.password_policy,
+            sealer: ctx.sealer.clone(),
+            metrics: ctx.metrics.clone(),
+            spend: ctx.spend.clone(),
+            mfa,
+            email,
+        }
     }
 }

@@ -43,8 +43,7 @@ impl Accounts {
         let event = Event::new(AuditAction::UserRegistered, Some(&user.id), Some(&user.id), now)
             .target(&user.id)
             .details(serde_json::json!({"email": user.email, "session_id": session.id}));
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // First statement: the invitation's compare-and-set (SQLite's write lock).
@@ -83,25 +82,25 @@ impl Accounts {
         email: &str,
         invitation: Option<&str>,
     ) -> Result<Option<String>, ServiceError> {
-        if self.ctx.config.registration == RegistrationMode::Closed {
+        if self.config.registration == RegistrationMode::Closed {
             return Err(ServiceError::Forbidden {
                 required: "invitation".to_owned(),
                 current: "none".to_owned(),
             });
         }
         let email = Email::parse(email)?;
-        let allowed = &self.ctx.config.allowed_email_domains;
+        let allowed = &self.config.allowed_email_domains;
         if !allowed.is_empty() && !aigw_domain::domain_in(email.as_str(), allowed) {
             return Err(FieldError::new("email", "is not in a domain that may register").into());
         }
-        if self.ctx.config.sso_only(email.as_str()) {
+        if self.config.sso_only(email.as_str()) {
             return Err(FieldError::new(
                 "email",
                 "is in a domain that signs in with single sign-on: use the login page's button",
             )
             .into());
         }
-        if self.ctx.config.registration == RegistrationMode::Open {
+        if self.config.registration == RegistrationMode::Open {
             return Ok(None);
         }
         let raw = invitation.ok_or_else(|| FieldError::new("invitation", "is required"))?;
@@ -124,9 +123,9 @@ impl Accounts {
             Some(n) => UserName::parse(n, "name")?,
             None => UserName::parse(email.local_part(), "name")?,
         };
-        self.ctx.password_policy.check_new(&password)?;
-        let password_hash = self.ctx.passwords.hash(password).await?;
-        let now = self.ctx.clock.now();
+        self.password_policy.check_new(&password)?;
+        let password_hash = self.passwords.hash(password).await?;
+        let now = self.clock.now();
         Ok(UserRow {
             id: UserId::generate(),
             email: email.as_str().to_owned(),
@@ -172,11 +171,11 @@ impl Accounts {
         password: String,
         client: &ClientInfo,
     ) -> Result<LoginOutcome, ServiceError> {
-        self.ctx.password_policy.check_length_bound(&password)?;
+        self.password_policy.check_length_bound(&password)?;
         // The address exactly as registration stores it (NFKC, lower case): a look-alike of
         // another account's address is another address, and finds nothing.
         let email = aigw_domain::normalize_email(email);
-        if self.ctx.config.sso_only(&email) {
+        if self.config.sso_only(&email) {
             // Decided by the address's domain alone, before any lookup: the answer says
             // nothing about whether the account exists.
             return Err(ServiceError::rejected(
@@ -184,9 +183,9 @@ impl Accounts {
             ));
         }
         let wanted = email.clone();
-        let user = self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        let user = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.ctx.passwords.verify(password.clone(), stored_hash).await?;
+        let verification = self.passwords.verify(password.clone(), stored_hash).await?;
         // A disabled account gets the same answer, after the same work, as a wrong password:
         // disabling is no oracle.
         let user = match (verification, user) {
@@ -202,9 +201,9 @@ impl Accounts {
                     (Some(_), _) => "account_disabled",
                 };
                 let id = user.as_ref().map(|u| u.id.as_str());
-                let event = Event::new(AuditAction::LoginFailed, id, None, self.ctx.clock.now())
+                let event = Event::new(AuditAction::LoginFailed, id, None, self.clock.now())
                     .details(serde_json::json!({"email": email, "reason": reason}));
-                self.ctx.record_alone(event).await;
+                crate::audit::record_alone(&self.db, event).await;
                 return Err(ServiceError::rejected(LOGIN_FAILED));
             }
         };
@@ -214,14 +213,13 @@ impl Accounts {
         if let Some(challenge) = self.mfa_challenge_for(&user.id).await? {
             return Ok(LoginOutcome::MfaRequired(challenge));
         }
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (session, token, refresh) = self.new_session(&user.id, client, now);
         let stored_session = session.clone();
         let event = Event::new(AuditAction::LoginSucceeded, Some(&user.id), Some(&user.id), now)
             .target(&session.id)
             .details(serde_json::json!({"email": user.email}));
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // Disabled meanwhile (or being disabled now): no session starts.
@@ -242,10 +240,9 @@ impl Accounts {
     async fn rehash(&self, user_id: &str, password: String) {
         let id = UserId::from(user_id);
         let result = async {
-            let hash = self.ctx.passwords.hash(password).await?;
-            let now = self.ctx.clock.now();
+            let hash = self.passwords.hash(password).await?;
+            let now = self.clock.now();
             let change = self
-                .ctx
                 .db
                 .run(move |conn| {
                     transaction(conn, |conn| {
@@ -254,7 +251,7 @@ impl Accounts {
                     })
                 })
                 .await?;
-            self.ctx.publish(vec![change]).await;
+            self.cache.publish(vec![change]).await;
             Ok::<_, ServiceError>(())
         }
         .await;
@@ -273,8 +270,7 @@ impl Accounts {
         &self,
         principal: &Authorized<op::ReadAccount>,
     ) -> Result<UserView, ServiceError> {
-        self.ctx
-            .cache
+        self.cache
             .user(principal.user_id())
             .await?
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))

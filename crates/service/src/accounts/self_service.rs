@@ -81,12 +81,9 @@ impl Accounts {
             Principal::User { session_id, .. } => Some(session_id.clone()),
             Principal::ApiKey { .. } => None,
         };
-        let now = self.ctx.clock.now();
-        let rows = self
-            .ctx
-            .db
-            .run(move |conn| Ok(sessions::list_live_for_user(conn, &user_id, now)?))
-            .await?;
+        let now = self.clock.now();
+        let rows =
+            self.db.run(move |conn| Ok(sessions::list_live_for_user(conn, &user_id, now)?)).await?;
         Ok(rows.into_iter().map(|row| SessionView::of(row, current.as_deref())).collect())
     }
 
@@ -103,11 +100,10 @@ impl Accounts {
     ) -> Result<(), ServiceError> {
         let (user_id, _) = session_caller(principal)?;
         let wanted = SessionId::from(id);
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let event =
             Event::new(AuditAction::SessionEnded, Some(&user_id), Some(&user_id), now).target(id);
         let change = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -125,7 +121,7 @@ impl Accounts {
                 resource: "session",
                 id: id.chars().take(MAX_ECHOED_ID).collect(),
             })?;
-        self.ctx.publish(vec![change]).await;
+        self.cache.publish(vec![change]).await;
         tracing::info!(session_id = %id, "session ended by its user");
         Ok(())
     }
@@ -143,9 +139,8 @@ impl Accounts {
     ) -> Result<UserView, ServiceError> {
         let (user_id, _) = session_caller(principal)?;
         let name = UserName::parse(name, "name")?.into_string();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (user, change) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -161,7 +156,7 @@ impl Accounts {
             })
             .await?
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))?;
-        self.ctx.publish(vec![change]).await;
+        self.cache.publish(vec![change]).await;
         Ok(UserView::from(&user))
     }
 
@@ -181,28 +176,25 @@ impl Accounts {
         new_password: String,
     ) -> Result<TokenSet, ServiceError> {
         let (user_id, session_id) = session_caller(principal)?;
-        self.ctx
-            .password_policy
+        self.password_policy
             .check_length_bound(&current_password)
             .map_err(|e| aigw_domain::FieldError::new("current_password", e.issue))?;
         let wanted = user_id.clone();
-        let user = self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
+        let user = self.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.ctx.passwords.verify(current_password, stored_hash).await?;
+        let verification = self.passwords.verify(current_password, stored_hash).await?;
         let Some(user) = user.filter(|_| verification != Verification::Mismatch) else {
             return Err(ServiceError::rejected(LOGIN_FAILED));
         };
-        self.ctx
-            .password_policy
+        self.password_policy
             .check_new(&new_password)
             .map_err(|e| aigw_domain::FieldError::new("new_password", e.issue))?;
-        let hash = self.ctx.passwords.hash(new_password).await?;
-        let now = self.ctx.clock.now();
+        let hash = self.passwords.hash(new_password).await?;
+        let now = self.clock.now();
         let (token, refresh) = Self::first_refresh_token(&session_id, now);
         let event = Event::new(AuditAction::PasswordChanged, Some(&user_id), Some(&user_id), now)
             .target(&user_id);
         let (session, changes) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -240,7 +232,7 @@ impl Accounts {
                 })
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         tracing::info!(user_id = %user.id, "password changed");
         self.token_set(&user, &session, &refresh, now)
     }
@@ -256,6 +248,6 @@ impl Accounts {
         action: Option<String>,
         page: &crate::paging::PageRequest,
     ) -> Result<crate::paging::Page<crate::audit::AuditEventView>, ServiceError> {
-        crate::audit::list(&self.ctx.db, Some(principal.user_id().to_string()), action, page).await
+        crate::audit::list(&self.db, Some(principal.user_id().to_string()), action, page).await
     }
 }

@@ -76,7 +76,7 @@ impl Accounts {
         client: &ClientInfo,
         now: DateTime<Utc>,
     ) -> (SessionRow, RefreshTokenRow, RefreshTokenSecret) {
-        let ttl = i64::try_from(self.ctx.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
+        let ttl = i64::try_from(self.config.refresh_token_ttl_secs).unwrap_or(i64::MAX / 2);
         let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::MAX);
         let session = SessionRow {
             id: SessionId::generate(),
@@ -134,7 +134,7 @@ impl Accounts {
     ) -> Result<TokenSet, ServiceError> {
         let session_id = session.id.clone();
         let amr = aigw_domain::mfa::SessionAmr::from_storage(session.amr.as_deref());
-        let access = self.ctx.tokens.issue_with_amr(
+        let access = self.tokens.issue_with_amr(
             &user.id,
             &session_id,
             user.role.as_str(),
@@ -166,7 +166,7 @@ impl Accounts {
     pub async fn refresh(&self, presented: &str) -> Result<TokenSet, ServiceError> {
         let invalid = || ServiceError::rejected(INVALID_REFRESH);
         let Some(presented) = RefreshTokenSecret::parse(presented) else {
-            self.ctx.metrics.count(metric::REFRESH_TOTAL, &[("outcome", "invalid")]);
+            self.metrics.count(metric::REFRESH_TOTAL, &[("outcome", "invalid")]);
             return Err(invalid());
         };
         let digest = presented.digest().into_string();
@@ -174,11 +174,11 @@ impl Accounts {
         let successor = RefreshTokenSecret::generate(&mut OsRng);
         let successor_hash = successor.digest().into_string();
         let grace_secs =
-            i64::try_from(self.ctx.config.refresh_reuse_grace_secs).unwrap_or(i64::MAX / 4);
+            i64::try_from(self.config.refresh_reuse_grace_secs).unwrap_or(i64::MAX / 4);
         // Sealed with the presented token's digest as associated data (see `seal`).
         let sealed =
-            if grace_secs > 0 { self.ctx.sealer.seal(&digest, successor.expose()) } else { None };
-        let now = self.ctx.clock.now();
+            if grace_secs > 0 { self.sealer.seal(&digest, successor.expose()) } else { None };
+        let now = self.clock.now();
         let outcome = self.rotate(digest, sealed, successor_hash, grace_secs, now).await;
         let label = match &outcome {
             Ok(Refreshed::Rotated { .. }) => "rotated",
@@ -188,14 +188,13 @@ impl Accounts {
             Err(ServiceError::Unauthorized { .. }) => "invalid",
             Err(_) => "error",
         };
-        self.ctx.metrics.count(metric::REFRESH_TOTAL, &[("outcome", label)]);
+        self.metrics.count(metric::REFRESH_TOTAL, &[("outcome", label)]);
         match outcome? {
             Refreshed::Rotated { user, session } => {
                 self.token_set(&user, &session, &successor, now)
             }
             Refreshed::Repeated { user, session, sealed, successor_hash } => {
                 let same = self
-                    .ctx
                     .sealer
                     .open(&presented_digest, &sealed)
                     .map(RefreshTokenSecret::from_trusted)
@@ -204,7 +203,7 @@ impl Accounts {
                 self.token_set(&user, &session, &same, now)
             }
             Refreshed::Reused { change } => {
-                self.ctx.publish(change.into_iter().collect()).await;
+                self.cache.publish(change.into_iter().collect()).await;
                 Err(invalid())
             }
         }
@@ -221,8 +220,7 @@ impl Accounts {
         now: DateTime<Utc>,
     ) -> Result<Refreshed, ServiceError> {
         let reuse_event = Event::new(AuditAction::RefreshReuseDetected, None, None, now);
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 // One indexed read first: an unknown token (a guess) never opens a write
                 // transaction, nor takes SQLite's write lock.
@@ -258,7 +256,7 @@ impl Accounts {
         let (user_id, session_id) = (user_id.clone(), session_id.clone());
         let extra_digest =
             refresh_token.and_then(RefreshTokenSecret::parse).map(|t| t.digest().into_string());
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let scope_name = match scope {
             LogoutScope::Local => "local",
             LogoutScope::Global => "global",
@@ -267,7 +265,6 @@ impl Accounts {
         let event = Event::new(AuditAction::LoggedOut, Some(&user_id), Some(&user_id), now)
             .target(&session_id);
         let changes: Vec<ChangeRow> = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -314,7 +311,7 @@ impl Accounts {
             })
             .await?;
         let count = changes.len();
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         Ok(count)
     }
 }

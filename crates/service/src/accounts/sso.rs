@@ -117,7 +117,7 @@ impl Accounts {
         provider: &SsoProviderConfig,
         identity: &SsoIdentity,
     ) -> Result<SsoAdmission, ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let target = self.sso_target(provider, identity, now).await?;
         let how = target.how();
         let (user, granted_admin) = match target {
@@ -137,7 +137,6 @@ impl Accounts {
         let (rules, groups) = (provider.clone(), identity.groups.clone());
         let stored_user = user.clone();
         let changes = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -170,7 +169,7 @@ impl Accounts {
                 })
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         Ok(SsoAdmission {
             user_id: user.id,
             provider: provider.id.clone(),
@@ -199,7 +198,7 @@ impl Accounts {
                 return Ok(LoginOutcome::MfaRequired(challenge));
             }
         }
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (mut session, token, refresh) = self.new_session(&user_id, client, now);
         let amr =
             if admission.second_factor { SessionAmr::PasswordAndOtp } else { SessionAmr::Password };
@@ -212,7 +211,6 @@ impl Accounts {
             }));
         let stored_session = session.clone();
         let user = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -245,7 +243,6 @@ impl Accounts {
     ) -> Result<Target, ServiceError> {
         let (id, subject) = (provider.id.clone(), identity.subject.clone());
         let known = self
-            .ctx
             .db
             .run(move |conn| {
                 let Some(row) = sso::find(conn, &id, &subject)? else {
@@ -275,8 +272,7 @@ impl Accounts {
             ));
         }
         let wanted = email.as_str().to_owned();
-        let existing =
-            self.ctx.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        let existing = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         match existing {
             Some(user) if provider.link_existing_accounts && identity.email_verified => {
                 Ok(Target::Linked(user))
@@ -311,7 +307,7 @@ impl Accounts {
         let mut secret = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut secret);
         let unusable = base16ct::lower::encode_string(&secret);
-        let password_hash = self.ctx.passwords.hash(unusable).await?;
+        let password_hash = self.passwords.hash(unusable).await?;
         Ok(UserRow {
             id: UserId::generate(),
             email: email.as_str().to_owned(),

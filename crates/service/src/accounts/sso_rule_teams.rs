@@ -87,7 +87,7 @@ impl Accounts {
     ) -> Result<Option<TeamId>, ServiceError> {
         let name = rule.team.trim().to_owned();
         let (id, looked_up) = (provider.id.clone(), name.clone());
-        let named = self.ctx.db.run(move |conn| Ok(look_up(conn, &id, &looked_up)?)).await?;
+        let named = self.db.run(move |conn| Ok(look_up(conn, &id, &looked_up)?)).await?;
         let creating = matches!(named, Named::None);
         let team = match named {
             Named::Settled(team) => return Ok(Some(team)),
@@ -120,7 +120,6 @@ impl Accounts {
         let made_id = made.as_ref().map(|row| row.id.clone());
         let (id, settled_name) = (provider.id.clone(), name.clone());
         let settled = self
-            .ctx
             .db
             .run(move |conn| {
                 let settled = transaction(conn, |conn| {

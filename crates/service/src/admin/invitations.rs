@@ -137,7 +137,7 @@ impl Administration {
         expires_at: Option<&str>,
     ) -> Result<CreatedInvitation, ServiceError> {
         let email = aigw_domain::Email::parse(email)?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let expires_at = match expires_at {
             Some(raw) => crate::api_keys::manage::parse_future_timestamp(raw, now)?,
             None => now + chrono::Duration::days(DEFAULT_INVITATION_DAYS),
@@ -163,8 +163,7 @@ impl Administration {
                 "expires_at": time::format_timestamp(expires_at),
             }));
         let stored = row.clone();
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     invitations::insert(conn, &stored)?;
@@ -194,7 +193,7 @@ impl Administration {
         admin: &Admin,
         id: &str,
     ) -> Result<CreatedInvitation, ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let expires_at = now + chrono::Duration::days(DEFAULT_INVITATION_DAYS);
         let secret = InvitationSecret::generate(&mut rand::rngs::OsRng);
         let sent = self.accounts.email.can_send().then_some(now.naive_utc());
@@ -207,7 +206,6 @@ impl Administration {
             }));
         let target = id.to_owned();
         let renewed = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -240,7 +238,7 @@ impl Administration {
             return;
         }
         let by = UserId::from(admin.user_id());
-        let inviter = match self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &by)?)).await {
+        let inviter = match self.db.run(move |conn| Ok(users::find_by_id(conn, &by)?)).await {
             Ok(Some(user)) => format!("{} ({})", user.name, user.email),
             _ => "An administrator".to_owned(),
         };
@@ -266,9 +264,8 @@ impl Administration {
         page: &PageRequest,
     ) -> Result<Page<InvitationView>, ServiceError> {
         let paging = page.parse()?;
-        let (limit, now) = (paging.limit, self.ctx.clock.now());
+        let (limit, now) = (paging.limit, self.clock.now());
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 let before = paging.before.as_deref();
@@ -302,11 +299,10 @@ impl Administration {
         actor: &str,
         any_team: bool,
     ) -> Result<(), ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let target = id.to_owned();
         let event = Event::new(AuditAction::InvitationRevoked, None, Some(actor), now).target(id);
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     let team = if invitations::revoke(conn, &target, now.naive_utc())? {
@@ -342,9 +338,8 @@ impl Administration {
         &self,
         limit: i64,
     ) -> Result<Vec<InvitationView>, ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (platform, teams) = self
-            .ctx
             .db
             .run(move |conn| {
                 let platform = invitations::list_open(conn, now.naive_utc(), None, limit)?;

@@ -40,11 +40,8 @@ impl Administration {
     ) -> Result<Vec<UserView>, ServiceError> {
         let prefix = email_prefix.map(aigw_domain::normalize_email);
         let limit = limit.clamp(1, MAX_LISTED);
-        let rows = self
-            .ctx
-            .db
-            .run(move |conn| Ok(users::list(conn, prefix.as_deref(), None, limit)?))
-            .await?;
+        let rows =
+            self.db.run(move |conn| Ok(users::list(conn, prefix.as_deref(), None, limit)?)).await?;
         Ok(rows.iter().map(UserView::from).collect())
     }
 
@@ -64,8 +61,7 @@ impl Administration {
         let owner = owner.map(aigw_domain::normalize_email);
         let key_prefix = key_prefix.map(str::to_owned);
         let limit = limit.clamp(1, MAX_LISTED);
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 let owner_id = match &owner {
                     Some(email) => Some(
@@ -110,7 +106,7 @@ impl Administration {
         let name = name.map(str::to_owned);
         let limit = limit.clamp(1, MAX_LISTED);
         let rows =
-            self.ctx.db.run(move |conn| Ok(teams::list_all(conn, name.as_deref(), limit)?)).await?;
+            self.db.run(move |conn| Ok(teams::list_all(conn, name.as_deref(), limit)?)).await?;
         Ok(rows
             .into_iter()
             .map(|(team, members)| ListedTeam {

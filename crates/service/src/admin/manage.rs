@@ -74,7 +74,6 @@ impl Administration {
     /// account no longer exists; [`ServiceError::Unavailable`] when the database is down.
     pub async fn authorize_admin(&self, principal: &Principal) -> Result<Admin, ServiceError> {
         let role = self
-            .ctx
             .cache
             .user(principal.user_id())
             .await?
@@ -103,7 +102,6 @@ impl Administration {
         let Paging { limit, before } = page.parse()?;
         let prefix = email_prefix.map(|p| aigw_domain::normalize_email(&p));
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok(users::list(conn, prefix.as_deref(), before.as_deref(), limit + 1)?)
@@ -122,7 +120,7 @@ impl Administration {
         id: &UserId,
     ) -> Result<UserView, ServiceError> {
         let wanted = id.to_owned();
-        let row = self.ctx.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
+        let row = self.db.run(move |conn| Ok(users::find_by_id(conn, &wanted)?)).await?;
         row.as_ref().map(UserView::from).ok_or_else(|| user_not_found(id))
     }
 
@@ -162,7 +160,6 @@ impl Administration {
         let template =
             Event::new(AuditAction::RoleChanged, Some(id), Some(admin.actor()), now).target(id);
         let (row, changes) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| apply_user_update(conn, &wanted, update, &template, now))
@@ -170,7 +167,7 @@ impl Administration {
             .await?
             .ok_or_else(|| user_not_found(id))?;
         if !changes.is_empty() {
-            self.ctx.publish(changes).await;
+            self.cache.publish(changes).await;
             tracing::info!(
                 user_id = %row.id,
                 role = %row.role,
@@ -200,7 +197,6 @@ impl Administration {
         }
         let Paging { limit, before } = page.parse()?;
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok(api_keys::list_all(
@@ -229,7 +225,7 @@ impl Administration {
             return Err(FieldError::new("ids", format!("at most {MAX_USERS_BY_ID}")).into());
         }
         let wanted = ids.to_vec();
-        let rows = self.ctx.db.run(move |conn| Ok(users::find_by_ids(conn, &wanted)?)).await?;
+        let rows = self.db.run(move |conn| Ok(users::find_by_ids(conn, &wanted)?)).await?;
         Ok(rows.iter().map(UserView::from).collect())
     }
 
@@ -258,7 +254,7 @@ impl Administration {
         action: Option<String>,
         page: &PageRequest,
     ) -> Result<Page<crate::audit::AuditEventView>, ServiceError> {
-        crate::audit::list(&self.ctx.db, user_id, action, page).await
+        crate::audit::list(&self.db, user_id, action, page).await
     }
 }
 
@@ -360,8 +356,7 @@ impl Administration {
             .details(
                 serde_json::json!({"email": user.email, "role": role.as_str(), "by": "operator"}),
             );
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     Accounts::insert_user(conn, &stored)?;
@@ -400,7 +395,7 @@ impl Administration {
             })
             .await?;
         if !changes.is_empty() {
-            self.ctx.publish(changes).await;
+            self.cache.publish(changes).await;
             tracing::info!(user_id = %user.id, role = %role, "role set by the operator");
         }
         Ok(UserView::from(&user))
@@ -433,7 +428,7 @@ impl Administration {
                 Ok((user, changes))
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         tracing::info!(user_id = %user.id, "address verified by the operator");
         Ok(UserView::from(&user))
     }
@@ -456,8 +451,7 @@ impl Administration {
     {
         let email = aigw_domain::Email::parse(email)?;
         let wanted = email.as_str().to_owned();
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !users::lock_by_email(conn, &wanted)? {

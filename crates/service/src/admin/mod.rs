@@ -15,7 +15,10 @@ pub use manage::UserUpdate;
 use crate::accounts::Accounts;
 use crate::api_keys::ApiKeys;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
 use crate::mfa::Mfa;
+use crate::Clock;
 
 /// Administration: users, invitations, every API key, the audit trail. Built from the
 /// [`ServiceContext`], the account use cases that make users ([`Accounts`]), the key
@@ -23,7 +26,9 @@ use crate::mfa::Mfa;
 /// be required to use ([`Mfa`]).
 #[derive(Debug, Clone)]
 pub struct Administration {
-    pub(crate) ctx: ServiceContext,
+    pub(crate) db: Db,
+    pub(crate) clock: Clock,
+    pub(crate) cache: CredentialCache,
     pub(crate) accounts: Accounts,
     pub(crate) keys: ApiKeys,
     pub(crate) mfa: Mfa,
@@ -31,7 +36,14 @@ pub struct Administration {
 
 impl Administration {
     /// The administrative use cases on `ctx`.
-    pub fn new(ctx: ServiceContext, accounts: Accounts, keys: ApiKeys, mfa: Mfa) -> Self {
-        Self { ctx, accounts, keys, mfa }
+    pub fn new(ctx: &ServiceContext, accounts: Accounts, keys: ApiKeys, mfa: Mfa) -> Self {
+        Self {
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            accounts,
+            keys,
+            mfa,
+        }
     }
 }

@@ -8,8 +8,11 @@
 use super::config::AlertConfig;
 use super::signature::sign;
 use super::webhook_url::{check, PublicOnly};
-use crate::context::ServiceContext;
+use crate::db::Db;
 use crate::metrics::name as metric;
+use crate::metrics::Metrics;
+use crate::seal::Sealer;
+use crate::Clock;
 use aigw_persistence::webhooks::{self, DeliveryRow, TeamWebhookRow};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,13 +32,24 @@ const MAX_ERROR_CHARS: usize = 200;
 
 /// The delivery task's state.
 pub(super) struct Deliveries {
-    ctx: ServiceContext,
+    db: Db,
+    clock: Clock,
+    sealer: Sealer,
+    metrics: Metrics,
     client: reqwest::Client,
     timeout: Duration,
     max_attempts: i32,
     retry_base_secs: u64,
     allow_private: bool,
     queued: Arc<Notify>,
+}
+
+/// What the delivery task reads and writes through.
+pub(super) struct Ground {
+    pub(super) db: Db,
+    pub(super) clock: Clock,
+    pub(super) sealer: Sealer,
+    pub(super) metrics: Metrics,
 }
 
 /// What one attempt came to.
@@ -50,7 +64,7 @@ impl Deliveries {
     /// # Errors
     /// A message when the HTTP client cannot be built.
     pub(super) fn new(
-        ctx: ServiceContext,
+        ground: Ground,
         config: &AlertConfig,
         queued: Arc<Notify>,
     ) -> Result<Self, String> {
@@ -65,8 +79,12 @@ impl Deliveries {
             client = client.dns_resolver(Arc::new(PublicOnly));
         }
         let client = client.build().map_err(|e| format!("webhook HTTP client: {e}"))?;
+        let Ground { db, clock, sealer, metrics } = ground;
         Ok(Self {
-            ctx,
+            db,
+            clock,
+            sealer,
+            metrics,
             client,
             timeout,
             max_attempts: i32::try_from(config.webhook_max_attempts.max(1)).unwrap_or(i32::MAX),
@@ -99,11 +117,10 @@ impl Deliveries {
 
     /// Claims the due deliveries and makes one attempt at each; how many it claimed.
     async fn round(&self) -> Result<usize, crate::error::ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let hold = chrono::Duration::from_std(self.timeout + Duration::from_secs(5))
             .unwrap_or(chrono::Duration::MAX);
         let claimed = self
-            .ctx
             .db
             .run(move |conn| Ok(webhooks::claim_due(conn, now, hold, BATCH)?))
             .await
@@ -122,10 +139,10 @@ impl Deliveries {
         if let Err(e) = check(&hook.url, self.allow_private) {
             return Outcome::Failed(None, format!("url {}", e.issue));
         }
-        let Some(secret) = self.ctx.sealer.open(&hook.team_id, &hook.secret_sealed) else {
+        let Some(secret) = self.sealer.open(&hook.team_id, &hook.secret_sealed) else {
             return Outcome::Failed(None, "the signing secret cannot be read".to_owned());
         };
-        let timestamp = self.ctx.clock.now().timestamp();
+        let timestamp = self.clock.now().timestamp();
         let body = delivery.payload.clone().into_bytes();
         let Some(signature) = sign(&secret, &delivery.id, timestamp, &body) else {
             return Outcome::Failed(None, "the signing secret is malformed".to_owned());
@@ -158,17 +175,16 @@ impl Deliveries {
 
     /// Writes the outcome of an attempt at `delivery` and counts it.
     async fn record(&self, delivery: &DeliveryRow, outcome: Outcome) {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let last = delivery.attempts >= self.max_attempts;
         let label = match &outcome {
             Outcome::Delivered(_) => "delivered",
             Outcome::Failed(..) if last => "failed",
             Outcome::Failed(..) => "retried",
         };
-        self.ctx.metrics.count(metric::WEBHOOK_DELIVERIES_TOTAL, &[("outcome", label)]);
+        self.metrics.count(metric::WEBHOOK_DELIVERIES_TOTAL, &[("outcome", label)]);
         let (id, next) = (delivery.id.clone(), now + self.backoff(delivery.attempts));
         let written = self
-            .ctx
             .db
             .run(move |conn| {
                 match outcome {

@@ -26,9 +26,15 @@ pub use webhooks::{CreatedWebhook, DeliveryView, WebhookView};
 
 use crate::account_email::AccountEmail;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
 use crate::email::MailKind;
+use crate::levels::PlatformSpend;
 use crate::metrics::name as metric;
+use crate::metrics::Metrics;
+use crate::seal::Sealer;
 use crate::spend_signal::{SpendSignal, SpendSignals};
+use crate::Clock;
 use alert::Alert;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -41,7 +47,12 @@ const COALESCE: std::time::Duration = std::time::Duration::from_millis(200);
 /// Budget alerts and team webhooks (see the module docs). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct BudgetAlerts {
-    ctx: ServiceContext,
+    db: Db,
+    clock: Clock,
+    cache: CredentialCache,
+    sealer: Sealer,
+    metrics: Metrics,
+    spend: Arc<PlatformSpend>,
     email: AccountEmail,
     config: Arc<AlertConfig>,
     thresholds: Arc<Vec<u32>>,
@@ -71,13 +82,18 @@ impl BudgetAlerts {
     /// # Errors
     /// A message naming the `[alerts]` setting that is wrong.
     pub fn new(
-        ctx: ServiceContext,
+        ctx: &ServiceContext,
         email: AccountEmail,
         config: AlertConfig,
     ) -> Result<Self, String> {
         let thresholds = config.checked_thresholds()?;
         Ok(Self {
-            ctx,
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            sealer: ctx.sealer.clone(),
+            metrics: ctx.metrics.clone(),
+            spend: ctx.spend.clone(),
             email,
             config: Arc::new(config),
             thresholds: Arc::new(thresholds),
@@ -100,8 +116,16 @@ impl BudgetAlerts {
             let alerts = self.clone();
             tasks.tasks.push(tokio::spawn(async move { alerts.watch(receiver).await }));
         }
-        let deliveries =
-            deliver::Deliveries::new(self.ctx.clone(), &self.config, self.queued.clone())?;
+        let deliveries = deliver::Deliveries::new(
+            deliver::Ground {
+                db: self.db.clone(),
+                clock: self.clock.clone(),
+                sealer: self.sealer.clone(),
+                metrics: self.metrics.clone(),
+            },
+            &self.config,
+            self.queued.clone(),
+        )?;
         tasks.tasks.push(tokio::spawn(async move { deliveries.run().await }));
         Ok(tasks)
     }
@@ -124,10 +148,9 @@ impl BudgetAlerts {
     /// Evaluates the budgets `signals` touched, then sends what this node claimed.
     async fn evaluate(&self, signals: &[SpendSignal]) -> Result<(), crate::error::ServiceError> {
         let subjects = watch::subjects_of(signals);
-        let now = self.ctx.clock.now();
-        let (thresholds, platform) = (self.thresholds.clone(), self.ctx.spend.clone());
+        let now = self.clock.now();
+        let (thresholds, platform) = (self.thresholds.clone(), self.spend.clone());
         let found = self
-            .ctx
             .db
             .run(move |conn| {
                 let mut found = Vec::new();
@@ -156,7 +179,7 @@ impl BudgetAlerts {
     /// E-mails `alert` to its recipients and counts it.
     fn announce(&self, alert: &Alert) {
         let threshold = alert.row.threshold.to_string();
-        self.ctx.metrics.count(
+        self.metrics.count(
             metric::BUDGET_ALERTS_TOTAL,
             &[("scope", alert.row.scope.as_str()), ("threshold", threshold.as_str())],
         );
@@ -192,6 +215,6 @@ impl BudgetAlerts {
             }
             gauged.insert(team_id.to_owned());
         }
-        self.ctx.metrics.gauge(metric::TEAM_BUDGET_USED_RATIO, &[("team_id", team_id)], ratio);
+        self.metrics.gauge(metric::TEAM_BUDGET_USED_RATIO, &[("team_id", team_id)], ratio);
     }
 }

@@ -143,14 +143,13 @@ impl BudgetAlerts {
         url: &str,
     ) -> Result<CreatedWebhook, ServiceError> {
         let url = check(url.trim(), self.config.webhook_allow_private)?;
-        let admin = is_platform_admin(&self.ctx, principal).await?;
+        let admin = is_platform_admin(&self.cache, principal).await?;
         let secret = new_secret();
         let sealed = self
-            .ctx
             .sealer
             .seal(team_id, &secret)
             .ok_or_else(|| ServiceError::Internal("sealing a webhook secret".to_owned()))?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let user_id = principal.user_id().to_owned();
         let row = TeamWebhookRow {
             team_id: team_id.to_string(),
@@ -172,7 +171,6 @@ impl BudgetAlerts {
         );
         let team = team_id.to_owned();
         let stored = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -197,10 +195,9 @@ impl BudgetAlerts {
         principal: &Authorized<op::ReadAccount>,
         team_id: &TeamId,
     ) -> Result<WebhookView, ServiceError> {
-        let admin = is_platform_admin(&self.ctx, principal).await?;
+        let admin = is_platform_admin(&self.cache, principal).await?;
         let (team, user_id) = (team_id.to_owned(), principal.user_id().to_owned());
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 manages(conn, &team, &user_id, admin)?;
                 webhooks::find(conn, &team)?.map(WebhookView::from).ok_or_else(|| no_webhook(&team))
@@ -218,8 +215,8 @@ impl BudgetAlerts {
         principal: &Authorized<op::ManageAccount>,
         team_id: &TeamId,
     ) -> Result<(), ServiceError> {
-        let admin = is_platform_admin(&self.ctx, principal).await?;
-        let now = self.ctx.clock.now();
+        let admin = is_platform_admin(&self.cache, principal).await?;
+        let now = self.clock.now();
         let user_id = principal.user_id().to_owned();
         let event = Event::new(
             AuditAction::TeamWebhookRemoved,
@@ -230,8 +227,7 @@ impl BudgetAlerts {
         .target(team_id)
         .details(serde_json::json!({"team_id": team_id}));
         let team = team_id.to_owned();
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     lock_team(conn, &team)?;
@@ -258,10 +254,9 @@ impl BudgetAlerts {
         page: &PageRequest,
     ) -> Result<Page<DeliveryView>, ServiceError> {
         let paging = page.parse()?;
-        let admin = is_platform_admin(&self.ctx, principal).await?;
+        let admin = is_platform_admin(&self.cache, principal).await?;
         let (team, user_id) = (team_id.to_owned(), principal.user_id().to_owned());
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 manages(conn, &team, &user_id, admin)?;

@@ -217,7 +217,7 @@ impl ApiKeys {
         let permissions = PermissionSet::parse_request(&request.permissions)?;
         if scope.team().is_none()
             && permissions.allows(Permission::AiGateway)
-            && self.ctx.spend.require_team_scope
+            && self.spend.require_team_scope
         {
             return Err(FieldError::new(
                 "team_id",
@@ -225,7 +225,7 @@ impl ApiKeys {
             )
             .into());
         }
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let expires_at = match request.expires_at.as_deref() {
             None => None,
             Some(raw) => Some(parse_future_timestamp(raw, now)?),
@@ -270,8 +270,7 @@ impl ApiKeys {
         let event = Event::new(action, Some(&row.user_id), Some(principal.actor()), now)
             .target(&row.id)
             .details(details);
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     scope.store(conn, &row, &caller)?;
@@ -283,8 +282,8 @@ impl ApiKeys {
                 })
             })
             .await?;
-        self.ctx.cache.key_created(&key_hash);
-        self.ctx.metrics.count(metric::API_KEYS_CREATED_TOTAL, &[]);
+        self.cache.key_created(&key_hash);
+        self.metrics.count(metric::API_KEYS_CREATED_TOTAL, &[]);
         tracing::info!(event = "api_key_created", key_id = %created.view.id, user_id = %principal.user_id(), team_id = ?created.view.team_id, "API key created");
         Ok(created)
     }
@@ -298,8 +297,7 @@ impl ApiKeys {
         principal: &Authorized<op::ReadAccount>,
     ) -> Result<Vec<ApiKeyView>, ServiceError> {
         let user_id = principal.user_id().to_owned();
-        let rows =
-            self.ctx.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
+        let rows = self.db.run(move |conn| Ok(api_keys::list_for_user(conn, &user_id)?)).await?;
         // With a use this node noted but has not written yet (see `credential_cache`).
         Ok(rows.iter().map(|row| self.view_of(row)).collect())
     }
@@ -318,7 +316,6 @@ impl ApiKeys {
         let Paging { limit, before } = page.parse()?;
         let user_id = principal.user_id().to_owned();
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok(api_keys::page_for(
@@ -344,7 +341,6 @@ impl ApiKeys {
     ) -> Result<ApiKeyView, ServiceError> {
         let (key_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let row = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok(api_keys::find_for(conn, &key_id, api_keys::KeyOwner::User(&user_id))?)
@@ -376,10 +372,9 @@ impl ApiKeys {
         actor: &str,
     ) -> Result<ApiKeyView, ServiceError> {
         let key_id = id.to_owned();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let event = Event::new(AuditAction::ApiKeyRevoked, None, Some(actor), now).target(id);
         let (row, change) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -403,8 +398,8 @@ impl ApiKeys {
             })
             .await?
             .ok_or_else(|| not_found(id))?;
-        self.ctx.publish(vec![change]).await;
-        self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "revoke")]);
+        self.cache.publish(vec![change]).await;
+        self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "revoke")]);
         tracing::info!(event = "api_key_revoked", key_id = %row.id, user_id = %row.user_id, "API key revoked");
         Ok(ApiKeyView::from(&row))
     }
@@ -435,14 +430,13 @@ impl ApiKeys {
         id: &ApiKeyId,
         patch: ApiKeyPatch,
     ) -> Result<ApiKeyView, ServiceError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let changes = patch.parse(|raw| parse_future_timestamp(raw, now))?;
         let key_id = id.to_owned();
         let event = Event::new(AuditAction::ApiKeyUpdated, None, Some(principal.actor()), now)
             .target(id)
             .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, change) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -473,7 +467,7 @@ impl ApiKeys {
             .await?
             .ok_or_else(|| not_found(id))?;
         if let Some(change) = change {
-            self.ctx.publish(vec![change]).await;
+            self.cache.publish(vec![change]).await;
             tracing::info!(key_id = %row.id, "API key changed");
         }
         Ok(self.view_of(&row))
@@ -515,7 +509,7 @@ impl ApiKeys {
             )
             .into());
         }
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let secret = ApiKeySecret::generate(&mut OsRng);
         let (prefix, hash) = (secret.key_prefix().to_owned(), secret.digest().into_string());
         let key_id = id.to_owned();
@@ -524,7 +518,6 @@ impl ApiKeys {
             .target(id)
             .details(serde_json::json!({"grace_period_secs": grace, "key_prefix": prefix}));
         let outcome = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -561,8 +554,8 @@ impl ApiKeys {
                 "the API key is revoked and cannot be rotated",
             ))
         })?;
-        self.ctx.cache.key_created(&new_hash);
-        self.ctx.publish(vec![change]).await;
+        self.cache.key_created(&new_hash);
+        self.cache.publish(vec![change]).await;
         tracing::info!(key_id = %row.id, grace_secs = grace, "API key rotated");
         Ok(CreatedApiKey { view: self.view_of(&row), key: secret.expose().to_owned() })
     }
@@ -570,7 +563,7 @@ impl ApiKeys {
     /// The view of `row`, with a use this node noted but has not written yet.
     pub(crate) fn view_of(&self, row: &ApiKeyRow) -> ApiKeyView {
         let mut view = ApiKeyView::from(row);
-        view.last_used_at = view.last_used_at.max(self.ctx.cache.pending_use(&row.id));
+        view.last_used_at = view.last_used_at.max(self.cache.pending_use(&row.id));
         view
     }
 
@@ -596,12 +589,11 @@ impl ApiKeys {
     ) -> Result<(), ServiceError> {
         let key_id = id.to_owned();
         let user_id = principal.user_id().to_owned();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let event =
             Event::new(AuditAction::ApiKeyDeleted, Some(&user_id), Some(principal.actor()), now)
                 .target(id);
         let change = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -617,8 +609,8 @@ impl ApiKeys {
             })
             .await?
             .ok_or_else(|| not_found(id))?;
-        self.ctx.publish(vec![change]).await;
-        self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "delete")]);
+        self.cache.publish(vec![change]).await;
+        self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "delete")]);
         tracing::info!(event = "api_key_deleted", key_id = %id, user_id = %principal.user_id(), "API key deleted");
         Ok(())
     }

@@ -301,6 +301,29 @@ impl CredentialCache {
         self.inner.db.run(move |conn| Ok(sessions::is_revoked(conn, &wanted)?)).await
     }
 
+    /// Makes changes this node has just committed hold here at once, then waits until every
+    /// live node has applied them (bounded; see `propagation`).
+    pub(crate) async fn publish(&self, changes: Vec<ChangeRow>) {
+        self.applied_locally(&changes);
+        if let Some(newest) = changes.iter().map(|c| c.id).max() {
+            self.propagated(newest).await;
+        }
+    }
+
+    /// Refuses access tokens whose session is revoked: from the node's revoked-session set
+    /// while the change feed is fresh, else from the database.
+    ///
+    /// # Errors
+    /// [`ServiceError::Unauthorized`] (revoked) for an ended session;
+    /// [`ServiceError::Unavailable`] when the database is down.
+    pub(crate) async fn ensure_session_live(&self, session_id: &str) -> Result<(), ServiceError> {
+        if self.session_revoked(session_id).await? {
+            Err(ServiceError::revoked_credential("the session has ended; log in again"))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Applies changes this node has just committed (their feed ids known), so that the node
     /// itself refuses the credentials at once.
     pub(crate) fn applied_locally(&self, changes: &[ChangeRow]) {

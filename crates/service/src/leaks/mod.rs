@@ -33,19 +33,32 @@ pub use revoke::{Finding, Label, LeakError, LeakOutcome, LeakedKey, TokenVerdict
 
 use crate::account_email::AccountEmail;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
+use crate::metrics::Metrics;
+use crate::Clock;
 
 /// Leaked keys: revocation of keys reported by GitHub's secret scanning or pasted by an
 /// administrator or the operator, and the owners told by e-mail. Built from the
 /// [`ServiceContext`] and the account e-mail flows ([`AccountEmail`], which send the notice).
 #[derive(Debug, Clone)]
 pub struct LeakReports {
-    pub(crate) ctx: ServiceContext,
+    pub(crate) db: Db,
+    pub(crate) clock: Clock,
+    pub(crate) cache: CredentialCache,
+    pub(crate) metrics: Metrics,
     pub(crate) email: AccountEmail,
 }
 
 impl LeakReports {
     /// The leak use cases on `ctx`, telling owners through `email`.
-    pub fn new(ctx: ServiceContext, email: AccountEmail) -> Self {
-        Self { ctx, email }
+    pub fn new(ctx: &ServiceContext, email: AccountEmail) -> Self {
+        Self {
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            metrics: ctx.metrics.clone(),
+            email,
+        }
     }
 }

@@ -256,7 +256,7 @@ impl LeakReports {
     /// Counts and logs each key of report `report_id` (from `reporter`) revoked as leaked.
     fn announce(&self, leaked: &[LeakedKey], report_id: &str, reporter: &str) {
         for key in leaked {
-            self.ctx.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
+            self.metrics.count(metric::API_KEYS_REVOKED_TOTAL, &[("how", "leak")]);
             tracing::warn!(
                 event = "api_key_leaked",
                 key_id = %key.key_id,
@@ -275,7 +275,7 @@ impl LeakReports {
         body_digest: Option<String>,
         tokens: Vec<ReportedToken>,
     ) -> Result<LeakOutcome, LeakError> {
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let report_id = uuid::Uuid::now_v7().to_string();
         // Parsed here, with no I/O: what is not an aigw key is never looked up.
         let secrets: Vec<Option<ApiKeySecret>> =
@@ -296,7 +296,6 @@ impl LeakReports {
         let work_tokens = tokens.clone();
         let work_secrets = secrets.clone();
         let committed = self
-            .ctx
             .db
             .run(move |conn| {
                 let done = transaction(conn, |conn| {
@@ -324,7 +323,7 @@ impl LeakReports {
             .await??;
         let (looked, leaked, changes) = committed;
         if !changes.is_empty() {
-            self.ctx.publish(changes).await;
+            self.cache.publish(changes).await;
         }
         self.announce(&leaked, &report_id, reporter.kind);
         self.tell_owners(&leaked);

@@ -28,11 +28,11 @@ impl Mfa {
         &self,
         principal: &Principal,
     ) -> Result<(), ServiceError> {
-        if !self.ctx.config.require_mfa_for_admins {
+        if !self.config.require_mfa_for_admins {
             return Ok(());
         }
         let user_id = principal.user_id().to_owned();
-        let enabled = self.ctx.db.run(move |conn| Ok(mfa::totp_enabled(conn, &user_id)?)).await?;
+        let enabled = self.db.run(move |conn| Ok(mfa::totp_enabled(conn, &user_id)?)).await?;
         if !enabled {
             return Err(ServiceError::SecondFactorRequired { current: "none", hint: ENROLL_HINT });
         }

@@ -33,7 +33,7 @@ impl Mfa {
         let user_id = account_owner(principal)?;
         let email = self.account_email(&user_id).await?;
         let secret = TotpSecret::generate();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let row = TotpRow {
             user_id: user_id.clone(),
             secret_sealed: secret.seal(&self.totp_sealer(), &user_id)?,
@@ -45,7 +45,6 @@ impl Mfa {
             Event::new(AuditAction::MfaEnrollmentStarted, Some(&user_id), Some(&user_id), now)
                 .target(&user_id);
         let started = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -67,7 +66,7 @@ impl Mfa {
 
     /// The e-mail address of account `user_id` (the label of its enrollment).
     async fn account_email(&self, user_id: &UserId) -> Result<String, ServiceError> {
-        let user = self.ctx.cache.user(user_id).await?;
+        let user = self.cache.user(user_id).await?;
         user.map(|u| u.email)
             .ok_or_else(|| ServiceError::revoked_credential("the account no longer exists"))
     }
@@ -85,7 +84,7 @@ impl Mfa {
     ) -> Result<Option<Enrollment>, ServiceError> {
         let user_id = account_owner(principal)?;
         let wanted = user_id.clone();
-        let totp = self.ctx.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
+        let totp = self.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
         let Some(totp) = totp.filter(|t| t.enabled_at.is_none()) else {
             return Ok(None);
         };
@@ -94,7 +93,7 @@ impl Mfa {
 
     /// `secret` in the three forms an enrollment shows, labelled with `email`.
     fn shown(&self, secret: &TotpSecret, email: &str) -> Result<Enrollment, ServiceError> {
-        let otpauth_uri = secret.otpauth_uri(&self.ctx.config.mfa_issuer, email);
+        let otpauth_uri = secret.otpauth_uri(&self.config.mfa_issuer, email);
         let qr_svg = qr_svg(&otpauth_uri)?;
         Ok(Enrollment { secret: secret.base32(), otpauth_uri, qr_svg })
     }
@@ -113,7 +112,7 @@ impl Mfa {
     ) -> Result<RecoveryCodes, ServiceError> {
         let user_id = account_owner(principal)?;
         let wanted = user_id.clone();
-        let totp = self.ctx.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
+        let totp = self.db.run(move |conn| Ok(mfa::find_totp(conn, &wanted)?)).await?;
         let totp = match totp {
             None => {
                 return Err(FieldError::new(
@@ -128,7 +127,7 @@ impl Mfa {
             Some(t) => t,
         };
         let secret = TotpSecret::open(&self.totp_sealer(), &user_id, &totp.secret_sealed)?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let step = secret.matching_step(code, now).ok_or_else(|| {
             FieldError::new(
                 "code",
@@ -141,7 +140,6 @@ impl Mfa {
             .details(serde_json::json!({"recovery_codes": rows.len()}));
         let sealed = totp.secret_sealed;
         let enabled = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -199,8 +197,7 @@ impl Mfa {
     /// `user_id`'s TOTP row and unused recovery codes.
     async fn totp_of(&self, user_id: &UserId) -> Result<(Option<mfa::TotpRow>, i64), ServiceError> {
         let user_id = user_id.to_owned();
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 let totp = mfa::find_totp(conn, &user_id)?;
                 let left = mfa::unused_recovery_codes(conn, &user_id)?;
@@ -235,13 +232,12 @@ impl Mfa {
     ) -> Result<(), ServiceError> {
         let user_id = account_owner(principal)?;
         let proof = self.password_and_factor(&user_id, password, factor).await?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let event = Event::new(AuditAction::MfaDisabled, Some(&user_id), Some(&user_id), now)
             .target(&user_id)
             .details(serde_json::json!({"method": factor.method()}));
         let used = super::recovery::used_event(&proof, &user_id, "disable", now);
         let done = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -275,13 +271,11 @@ impl Mfa {
         password: String,
         factor: &SecondFactor,
     ) -> Result<Proof, ServiceError> {
-        self.ctx
-            .password_policy
+        self.password_policy
             .check_length_bound(&password)
             .map_err(|e| FieldError::new("password", e.issue))?;
         let wanted = UserId::from(user_id);
         let (user, totp) = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok((users::find_by_id(conn, &wanted)?, mfa::find_totp(conn, &wanted)?))
@@ -291,7 +285,7 @@ impl Mfa {
             return Err(FieldError::new("mfa", "is not enabled").into());
         };
         let stored_hash = user.as_ref().map(|u| u.password_hash.clone());
-        let verification = self.ctx.passwords.verify(password, stored_hash).await?;
+        let verification = self.passwords.verify(password, stored_hash).await?;
         if verification == Verification::Mismatch || user.is_none() {
             return Err(ServiceError::rejected(WRONG_PASSWORD_OR_CODE));
         }
@@ -309,7 +303,7 @@ impl Mfa {
             SecondFactor::Totp(code) => {
                 let secret =
                     TotpSecret::open(&self.totp_sealer(), &totp.user_id, &totp.secret_sealed)?;
-                Ok(secret.matching_step(code, self.ctx.clock.now()).map(Proof::Step))
+                Ok(secret.matching_step(code, self.clock.now()).map(Proof::Step))
             }
             SecondFactor::RecoveryCode(code) => {
                 Ok(Some(Proof::RecoveryCode(code.digest().into_string())))

@@ -27,20 +27,34 @@ pub mod recovery;
 pub mod totp;
 
 use crate::auth::{Authorized, Principal};
+use crate::config::AuthConfig;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
 use crate::error::ServiceError;
+use crate::password::PasswordHasher;
+use crate::tokens::TokenIssuer;
 use crate::views::TokenSet;
+use crate::Clock;
 use aigw_domain::access::op;
 use aigw_domain::mfa::{RecoveryCode, TotpCode};
+use aigw_domain::PasswordPolicy;
 use aigw_domain::{FieldError, UserId};
 use chrono::{DateTime, Utc};
+use std::sync::Arc;
 
 /// The TOTP second factor of accounts: enrollment, status, disabling, recovery codes, and
 /// the checks that login and the administrative endpoints make with it. Built from the
 /// [`ServiceContext`].
 #[derive(Debug, Clone)]
 pub struct Mfa {
-    pub(crate) ctx: ServiceContext,
+    pub(crate) db: Db,
+    pub(crate) clock: Clock,
+    pub(crate) cache: CredentialCache,
+    pub(crate) config: Arc<AuthConfig>,
+    pub(crate) tokens: Arc<TokenIssuer>,
+    pub(crate) passwords: PasswordHasher,
+    pub(crate) password_policy: PasswordPolicy,
 }
 
 /// The answer to every refused password-and-code check (disable, regenerate): it never says
@@ -180,12 +194,20 @@ fn account_owner(principal: &Authorized<op::ManageAccount>) -> Result<UserId, Se
 
 impl Mfa {
     /// The second factor's use cases on `ctx`.
-    pub fn new(ctx: ServiceContext) -> Self {
-        Self { ctx }
+    pub fn new(ctx: &ServiceContext) -> Self {
+        Self {
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            config: ctx.config.clone(),
+            tokens: ctx.tokens.clone(),
+            passwords: ctx.passwords.clone(),
+            password_policy: ctx.password_policy,
+        }
     }
 
     /// The sealer of TOTP secrets: keys derived from the signing keys for this purpose only.
     pub(crate) fn totp_sealer(&self) -> crate::seal::Sealer {
-        crate::seal::Sealer::derive(totp::SEAL_INFO, self.ctx.tokens.key_materials())
+        crate::seal::Sealer::derive(totp::SEAL_INFO, self.tokens.key_materials())
     }
 }

@@ -63,7 +63,7 @@ impl Mfa {
     ) -> Result<RecoveryCodes, ServiceError> {
         let user_id = account_owner(principal)?;
         let proof = self.password_and_factor(&user_id, password, factor).await?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (rows, codes) = new_codes(&user_id, now);
         let event = Event::new(
             AuditAction::MfaRecoveryCodesRegenerated,
@@ -75,7 +75,6 @@ impl Mfa {
         .details(serde_json::json!({"method": factor.method(), "recovery_codes": rows.len()}));
         let used = used_event(&proof, &user_id, "regenerate", now);
         let enabled_at = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {

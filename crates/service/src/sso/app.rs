@@ -6,8 +6,9 @@
 //! challenge.
 
 use crate::accounts::sso::SsoAdmission;
-use crate::context::ServiceContext;
+use crate::db::Db;
 use crate::error::ServiceError;
+use crate::Clock;
 use aigw_domain::digest::TokenDigest;
 use aigw_domain::FieldError;
 use aigw_persistence::sso::{self, SsoCodeRow};
@@ -130,7 +131,8 @@ fn is_verifier(verifier: &str) -> bool {
 /// # Errors
 /// [`ServiceError::Unavailable`] when the database is down.
 pub(crate) async fn issue_code(
-    ctx: &ServiceContext,
+    db: &Db,
+    clock: &Clock,
     app: &AppReturn,
     admission: &SsoAdmission,
 ) -> Result<String, ServiceError> {
@@ -142,9 +144,9 @@ pub(crate) async fn issue_code(
         admission: serde_json::to_string(admission)
             .map_err(|e| ServiceError::Internal(format!("sso admission: {e}")))?,
         code_challenge: app.code_challenge.clone(),
-        expires_at: ctx.clock.now() + chrono::Duration::seconds(CODE_TTL_SECS),
+        expires_at: clock.now() + chrono::Duration::seconds(CODE_TTL_SECS),
     };
-    ctx.db.run(move |conn| Ok(sso::insert_code(conn, &row)?)).await?;
+    db.run(move |conn| Ok(sso::insert_code(conn, &row)?)).await?;
     Ok(app.url_with(&[("code", &code)]))
 }
 
@@ -156,7 +158,8 @@ pub(crate) async fn issue_code(
 /// [`ServiceError::Unauthorized`] when the code is unknown, used or expired, or the verifier
 /// does not match; [`ServiceError::Unavailable`] when the database is down.
 pub(crate) async fn take_code(
-    ctx: &ServiceContext,
+    db: &Db,
+    clock: &Clock,
     code: &str,
     verifier: &str,
 ) -> Result<SsoAdmission, ServiceError> {
@@ -169,13 +172,13 @@ pub(crate) async fn take_code(
         return Err(FieldError::new("code_verifier", why).into());
     }
     let digest = TokenDigest::of(code).into_string();
-    let taken = ctx.db.run(move |conn| Ok(sso::take_code(conn, &digest)?)).await?;
+    let taken = db.run(move |conn| Ok(sso::take_code(conn, &digest)?)).await?;
     let Some(row) = taken else {
         return Err(ServiceError::rejected(
             "single sign-on refused: the code is unknown or was exchanged already",
         ));
     };
-    if row.expires_at <= ctx.clock.now() {
+    if row.expires_at <= clock.now() {
         return Err(ServiceError::rejected("single sign-on refused: the code has expired"));
     }
     // Compared as digests: equal lengths, and their timing says nothing of the challenge.

@@ -20,9 +20,12 @@ pub use app::AppReturn;
 use crate::accounts::Accounts;
 use crate::audit::Event;
 use crate::context::ServiceContext;
+use crate::db::Db;
 use crate::error::ServiceError;
 use crate::mfa::LoginOutcome;
+use crate::tokens::TokenIssuer;
 use crate::ClientInfo;
+use crate::Clock;
 use aigw_domain::AuditAction;
 use chrono::{DateTime, Utc};
 use provider::Provider;
@@ -85,7 +88,9 @@ pub enum SignInEnd {
 /// Single sign-on: the configured providers and the sign-in use cases.
 #[derive(Clone)]
 pub struct Sso {
-    ctx: ServiceContext,
+    db: Db,
+    clock: Clock,
+    tokens: Arc<TokenIssuer>,
     accounts: Accounts,
     providers: Arc<BTreeMap<String, Provider>>,
     ttl_secs: u64,
@@ -106,7 +111,7 @@ impl Sso {
     /// # Errors
     /// A sentence when `config` is invalid, or providers are configured without a public URL.
     pub fn new(
-        ctx: ServiceContext,
+        ctx: &ServiceContext,
         accounts: Accounts,
         config: &SsoConfig,
         public_url: Option<&str>,
@@ -125,7 +130,9 @@ impl Sso {
             }
         }
         Ok(Self {
-            ctx,
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            tokens: ctx.tokens.clone(),
             accounts,
             providers: Arc::new(providers),
             ttl_secs: config.sign_in_ttl_secs(),
@@ -160,7 +167,7 @@ impl Sso {
     }
 
     fn sealer(&self) -> crate::seal::Sealer {
-        crate::seal::Sealer::derive(SEAL_INFO, self.ctx.tokens.key_materials())
+        crate::seal::Sealer::derive(SEAL_INFO, self.tokens.key_materials())
     }
 
     /// `pending` sealed for the browser to keep.
@@ -199,7 +206,7 @@ impl Sso {
             verifier: start.verifier,
             next,
             app,
-            expires_at: self.ctx.clock.now() + ttl,
+            expires_at: self.clock.now() + ttl,
         };
         Ok((start.url, pending))
     }
@@ -236,7 +243,9 @@ impl Sso {
             let identity = provider.identity(code, &pending.verifier, &pending.nonce).await?;
             let admission = self.accounts.sso_admit(&provider.config, &identity).await?;
             match &pending.app {
-                Some(app) => Ok(SignInEnd::App(app::issue_code(&self.ctx, app, &admission).await?)),
+                Some(app) => Ok(SignInEnd::App(
+                    app::issue_code(&self.db, &self.clock, app, &admission).await?,
+                )),
                 None => {
                     let outcome = self.accounts.sso_session(&admission, client).await?;
                     Ok(SignInEnd::Console(Box::new(outcome), pending.next))
@@ -269,7 +278,7 @@ impl Sso {
         verifier: &str,
         client: &ClientInfo,
     ) -> Result<LoginOutcome, ServiceError> {
-        let result = match app::take_code(&self.ctx, code, verifier).await {
+        let result = match app::take_code(&self.db, &self.clock, code, verifier).await {
             Ok(admission) => self.accounts.sso_session(&admission, client).await,
             Err(e) => Err(e),
         };
@@ -284,9 +293,9 @@ impl Sso {
         let mut details = details;
         details["reason"] = serde_json::Value::String(e.to_string());
         tracing::warn!(details = %details, "single sign-on refused");
-        let event = Event::new(AuditAction::SsoSignInRefused, None, None, self.ctx.clock.now())
+        let event = Event::new(AuditAction::SsoSignInRefused, None, None, self.clock.now())
             .details(details);
-        self.ctx.record_alone(event).await;
+        crate::audit::record_alone(&self.db, event).await;
     }
 
     /// The browser's pending sign-in, if it is this provider's, unexpired and for `state`.
@@ -308,7 +317,7 @@ impl Sso {
         if pending.provider != id {
             return Err(refused("single sign-on refused: started with another provider"));
         }
-        if pending.expires_at <= self.ctx.clock.now() {
+        if pending.expires_at <= self.clock.now() {
             return Err(refused("single sign-on refused: the sign-in took too long"));
         }
         // Compared as digests: equal lengths, and their timing says nothing of the state.
@@ -323,9 +332,8 @@ impl Sso {
     /// [`crate::account_email::pruning`]).
     async fn claim_state(&self, state: &str) -> Result<(), ServiceError> {
         let digest = aigw_domain::digest::TokenDigest::of(state).into_string();
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let claimed = self
-            .ctx
             .db
             .run(move |conn| Ok(aigw_persistence::sso::claim_state(conn, &digest, now)?))
             .await?;

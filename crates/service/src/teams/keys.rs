@@ -24,8 +24,7 @@ impl Teams {
     ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (team_id.to_owned(), principal.user_id().to_owned());
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage().map(|_| ())
             })
@@ -73,7 +72,6 @@ impl Teams {
         let (team_id, member, by) =
             (id.to_owned(), member_id.to_owned(), principal.user_id().to_owned());
         let notice = self
-            .ctx
             .db
             .run(move |conn| {
                 let team = teams::find(conn, &team_id)?.map(|t| t.name).unwrap_or_default();
@@ -113,7 +111,6 @@ impl Teams {
         let team_id = id.to_owned();
         let limit = paging.limit;
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 let before = paging.before.as_deref();

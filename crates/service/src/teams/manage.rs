@@ -56,7 +56,7 @@ impl Teams {
         principal: &Authorized<op::ManageAccount>,
         request: NewTeam,
     ) -> Result<TeamView, ServiceError> {
-        if self.ctx.config.team_creation == TeamCreation::Admins
+        if self.config.team_creation == TeamCreation::Admins
             && !self.is_platform_admin(principal).await?
         {
             return Err(ServiceError::Forbidden {
@@ -87,8 +87,7 @@ impl Teams {
                 .target(&row.id)
                 .details(serde_json::json!({"name": row.name}));
         let stored = row.clone();
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     teams::insert(conn, &stored, &stored.created_by)?;
@@ -113,7 +112,6 @@ impl Teams {
         let user_id = principal.user_id().to_owned();
         let limit = paging.limit;
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 Ok(teams::list_for_user(conn, &user_id, paging.before.as_deref(), limit + 1)?)
@@ -134,7 +132,6 @@ impl Teams {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let (row, access, spend) = self
-            .ctx
             .db
             .run(move |conn| {
                 let (row, access) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
@@ -200,7 +197,6 @@ impl Teams {
                 .target(id)
                 .details(serde_json::json!({"fields": changes.field_names()}));
         let (row, access, change) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -227,7 +223,7 @@ impl Teams {
                 })
             })
             .await?;
-        self.ctx.publish(vec![change]).await;
+        self.cache.publish(vec![change]).await;
         tracing::info!(event = "team_updated", team_id = %row.id, "team changed");
         Ok(TeamView::new(row, access.role))
     }
@@ -250,7 +246,6 @@ impl Teams {
             Event::new(AuditAction::TeamDeleted, Some(&user_id), Some(principal.actor()), now)
                 .target(id);
         let changes = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -271,7 +266,7 @@ impl Teams {
                 })
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         tracing::info!(event = "team_deleted", team_id = %id, "team deleted");
         Ok(())
     }

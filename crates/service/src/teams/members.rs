@@ -145,13 +145,12 @@ impl Teams {
             None => TeamRole::Member,
         };
         let admin = self.is_platform_admin(principal).await?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let actor = principal.actor().to_owned();
         let invitee = email.clone();
         let (sent, expires_at) = (self.email.can_send(), self.invitation_ends(now));
-        let (added, change, mail) = self.ctx
-            .db
+        let (added, change, mail) = self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !teams::lock(conn, &team_id)? {
@@ -191,7 +190,7 @@ impl Teams {
             })
             .await?;
         if let Some(change) = change {
-            self.ctx.publish(vec![change]).await;
+            self.cache.publish(vec![change]).await;
         }
         if let Some(mut values) = mail {
             values["link"] = serde_json::json!(self.email.page_link("/register"));
@@ -216,7 +215,6 @@ impl Teams {
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let limit = paging.limit;
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 let (team, _) = TeamAccess::of(conn, &team_id, &user_id, admin)?;
@@ -257,8 +255,7 @@ impl Teams {
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
         let actor = principal.actor().to_owned();
-        let (member, change) = self.ctx
-            .db
+        let (member, change) = self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     if !teams::lock(conn, &team_id)? {
@@ -305,7 +302,7 @@ impl Teams {
                 })
             })
             .await?;
-        self.ctx.publish(vec![change]).await;
+        self.cache.publish(vec![change]).await;
         Ok(member)
     }
 
@@ -338,7 +335,6 @@ impl Teams {
             (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
         let actor = principal.actor().to_owned();
         let change = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -374,14 +370,14 @@ impl Teams {
                 })
             })
             .await?;
-        self.ctx.publish(vec![change]).await;
+        self.cache.publish(vec![change]).await;
         tracing::info!(event = "member_removed", team_id = %id, user_id = %member_id, "team member removed");
         Ok(())
     }
 
     /// When an invitation made or re-sent at `now` ends (`auth.team_invitation_ttl_days`).
     fn invitation_ends(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        let days = i64::from(self.ctx.config.team_invitation_ttl_days.max(1));
+        let days = i64::from(self.config.team_invitation_ttl_days.max(1));
         now + chrono::Duration::days(days)
     }
 
@@ -401,12 +397,11 @@ impl Teams {
         invitation_id: &str,
     ) -> Result<TeamInvitationView, ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         let (sent, expires_at) = (self.email.can_send(), self.invitation_ends(now));
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let (actor, target) = (principal.actor().to_owned(), invitation_id.to_owned());
         let (invitation, mail, changes) = self
-            .ctx
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -443,7 +438,7 @@ impl Teams {
                 })
             })
             .await?;
-        self.ctx.publish(changes).await;
+        self.cache.publish(changes).await;
         if let Some(mut values) = mail {
             values["link"] = serde_json::json!(self.email.page_link("/register"));
             self.email.send_mail(MailKind::TeamInvitation, &invitation.email, values);
@@ -467,7 +462,6 @@ impl Teams {
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let limit = paging.limit;
         let rows = self
-            .ctx
             .db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
@@ -475,7 +469,7 @@ impl Teams {
                 Ok(teams::list_invitations(conn, Some(&team_id), before, limit + 1)?)
             })
             .await?;
-        let now = self.ctx.clock.now();
+        let now = self.clock.now();
         Ok(page_of(rows, limit, |i| &i.id, |i| TeamInvitationView::at(i.clone(), now)))
     }
 
@@ -495,8 +489,7 @@ impl Teams {
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), invitation_id.to_owned());
         let actor = principal.actor().to_owned();
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;

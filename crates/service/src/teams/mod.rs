@@ -31,10 +31,15 @@ pub use usage::LedTeam;
 use crate::account_email::AccountEmail;
 use crate::api_keys::ApiKeys;
 use crate::auth::Principal;
+use crate::config::AuthConfig;
 use crate::context::ServiceContext;
+use crate::credential_cache::CredentialCache;
+use crate::db::Db;
 use crate::error::ServiceError;
 pub(crate) use crate::team_access::{team_not_found, TeamAccess};
+use crate::Clock;
 use aigw_domain::key_policy::usd_to_micros;
+use std::sync::Arc;
 
 use aigw_domain::{FieldError, TeamRole};
 use aigw_persistence::models::ApiKeyPolicy;
@@ -211,7 +216,10 @@ fn budget_micros(usd: f64, field: &str) -> Result<i64, FieldError> {
 /// ([`ApiKeys`]).
 #[derive(Debug, Clone)]
 pub struct Teams {
-    pub(crate) ctx: ServiceContext,
+    pub(crate) db: Db,
+    pub(crate) clock: Clock,
+    pub(crate) cache: CredentialCache,
+    pub(crate) config: Arc<AuthConfig>,
     pub(crate) keys: ApiKeys,
     /// Sends the invitations.
     pub(crate) email: AccountEmail,
@@ -220,12 +228,19 @@ pub struct Teams {
 impl Teams {
     /// The team use cases on `ctx`, with `keys` for team keys, invitations e-mailed through
     /// `email`.
-    pub fn new(ctx: ServiceContext, keys: ApiKeys, email: AccountEmail) -> Self {
-        Self { ctx, keys, email }
+    pub fn new(ctx: &ServiceContext, keys: ApiKeys, email: AccountEmail) -> Self {
+        Self {
+            db: ctx.db.clone(),
+            clock: ctx.clock.clone(),
+            cache: ctx.cache.clone(),
+            config: ctx.config.clone(),
+            keys,
+            email,
+        }
     }
 
     /// Whether `principal` is a platform admin (an access token of an admin account).
     async fn is_platform_admin(&self, principal: &Principal) -> Result<bool, ServiceError> {
-        crate::team_access::is_platform_admin(&self.ctx, principal).await
+        crate::team_access::is_platform_admin(&self.cache, principal).await
     }
 }

@@ -93,7 +93,6 @@ impl Teams {
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
         let user_id = principal.user_id().to_owned();
         let led = self
-            .ctx
             .db
             .run(move |conn| {
                 let teams = aigw_persistence::teams::list_for_user(conn, &user_id, None, limit)?;
@@ -143,8 +142,7 @@ impl Teams {
         };
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        self.ctx
-            .db
+        self.db
             .run(move |conn| {
                 TeamAccess::of(conn, &team_id, &user_id, admin)?.1.manage()?;
                 let (from, to) = (range.from, range.to);
