@@ -133,6 +133,31 @@ id_type!(
     /// A session's id (`sessions.id`; an access token's `sid`).
     SessionId
 );
+id_type!(
+    /// A refresh token's id (`refresh_tokens.id`; not the token).
+    RefreshTokenId
+);
+id_type!(
+    /// An invitation to register's id (`invitations.id`; not its token).
+    InvitationId
+);
+id_type!(
+    /// An invitation to a team's id (`team_invitations.id`).
+    TeamInvitationId
+);
+id_type!(
+    /// An account token's id (`account_tokens.id`: e-mail verification, e-mail change,
+    /// password reset; not the token).
+    AccountTokenId
+);
+id_type!(
+    /// A second-factor challenge's id (`mfa_challenges.id`; not its token).
+    MfaChallengeId
+);
+id_type!(
+    /// A recovery code's id (`mfa_recovery_codes.id`; not the code).
+    RecoveryCodeId
+);
 
 #[cfg(test)]
 #[allow(clippy::panic)]

@@ -67,7 +67,10 @@ pub use claims::{AccessClaims, ACCESS_TOKEN_TYPE};
 pub use credential::{CredentialError, PresentedCredential};
 pub use digest::TokenDigest;
 pub use error::ErrorCode;
-pub use id::{ApiKeyId, SessionId, TeamId, UserId};
+pub use id::{
+    AccountTokenId, ApiKeyId, InvitationId, MfaChallengeId, RecoveryCodeId, RefreshTokenId,
+    SessionId, TeamId, TeamInvitationId, UserId,
+};
 pub use key_policy::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns};
 pub use permission::{Permission, PermissionSet};
 pub use refresh_token::RefreshTokenSecret;

@@ -6,7 +6,7 @@ use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
 use crate::schema::account_tokens;
 use aigw_domain::account_token::TokenPurpose;
-use aigw_domain::UserId;
+use aigw_domain::{AccountTokenId, UserId};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
@@ -14,7 +14,7 @@ use diesel::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountTokenRow {
     /// UUIDv7 string.
-    pub id: String,
+    pub id: AccountTokenId,
     /// The account the token belongs to.
     pub user_id: UserId,
     /// What redeeming it does.
@@ -46,7 +46,7 @@ impl AccountTokenRecord {
     fn into_row(self) -> Option<AccountTokenRow> {
         Some(AccountTokenRow {
             purpose: TokenPurpose::from_stored(&self.purpose)?,
-            id: self.id,
+            id: AccountTokenId::from(self.id),
             user_id: UserId::from(self.user_id),
             email: self.email,
             created_at: to_utc(self.created_at),
@@ -66,7 +66,7 @@ pub fn insert(
     digest: &str,
 ) -> Result<(), PersistenceError> {
     let record = AccountTokenRecord {
-        id: token.id.clone(),
+        id: token.id.to_string(),
         user_id: token.user_id.to_string(),
         purpose: token.purpose.as_str().to_owned(),
         digest: digest.to_owned(),

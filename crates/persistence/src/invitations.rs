@@ -3,6 +3,7 @@
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::invitations;
+use aigw_domain::InvitationId;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
@@ -11,7 +12,8 @@ use diesel::prelude::*;
 #[diesel(table_name = invitations)]
 pub struct InvitationRow {
     /// UUIDv7 string.
-    pub id: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub id: InvitationId,
     /// The normalised e-mail address the invitation is for.
     pub email: String,
     /// SHA-256 digest of the token.
@@ -37,7 +39,7 @@ pub struct InvitationRow {
 /// # Errors
 /// On database failure.
 pub fn insert(conn: &mut DbConnection, row: &InvitationRow) -> Result<(), PersistenceError> {
-    diesel::insert_into(invitations::table).values(row).execute(conn)?;
+    diesel::insert_into(invitations::table).values(row.clone()).execute(conn)?;
     Ok(())
 }
 
@@ -136,13 +138,13 @@ pub fn list_all(
 /// On database failure.
 pub fn renew(
     conn: &mut DbConnection,
-    id: &str,
+    id: &InvitationId,
     token_hash: &str,
     expires_at: NaiveDateTime,
     sent_at: Option<NaiveDateTime>,
 ) -> Result<Option<InvitationRow>, PersistenceError> {
     let open = invitations::table
-        .filter(invitations::id.eq(id))
+        .filter(invitations::id.eq(id.as_str()))
         .filter(invitations::used_at.is_null())
         .filter(invitations::revoked_at.is_null());
     let changed = match sent_at {
@@ -163,7 +165,7 @@ pub fn renew(
     }
     Ok(Some(
         invitations::table
-            .filter(invitations::id.eq(id))
+            .filter(invitations::id.eq(id.as_str()))
             .select(InvitationRow::as_select())
             .first(conn)?,
     ))
@@ -175,12 +177,12 @@ pub fn renew(
 /// On database failure.
 pub fn revoke(
     conn: &mut DbConnection,
-    id: &str,
+    id: &InvitationId,
     now: NaiveDateTime,
 ) -> Result<bool, PersistenceError> {
     let n = diesel::update(
         invitations::table
-            .filter(invitations::id.eq(id))
+            .filter(invitations::id.eq(id.as_str()))
             .filter(invitations::used_at.is_null())
             .filter(invitations::revoked_at.is_null()),
     )

@@ -11,7 +11,7 @@
 use crate::error::PersistenceError;
 use crate::pool::DbConnection;
 use crate::schema::{mfa_challenges, mfa_recovery_codes, mfa_totp};
-use aigw_domain::UserId;
+use aigw_domain::{MfaChallengeId, RecoveryCodeId, UserId};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
@@ -37,7 +37,8 @@ pub struct TotpRow {
 #[diesel(table_name = mfa_recovery_codes)]
 pub struct RecoveryCodeRow {
     /// UUIDv7 string.
-    pub id: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub id: RecoveryCodeId,
     /// The user.
     #[diesel(deserialize_as = String, serialize_as = String)]
     pub user_id: UserId,
@@ -54,7 +55,8 @@ pub struct RecoveryCodeRow {
 #[diesel(table_name = mfa_challenges)]
 pub struct ChallengeRow {
     /// UUIDv7 string.
-    pub id: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub id: MfaChallengeId,
     /// SHA-256 hex digest of the challenge token.
     pub token_hash: String,
     /// The user whose password was right.
@@ -335,12 +337,12 @@ pub fn reserve_attempt(
 /// On database failure.
 pub fn complete_challenge(
     conn: &mut DbConnection,
-    id: &str,
+    id: &MfaChallengeId,
     now: NaiveDateTime,
 ) -> Result<bool, PersistenceError> {
     let n = diesel::update(
         mfa_challenges::table
-            .filter(mfa_challenges::id.eq(id))
+            .filter(mfa_challenges::id.eq(id.as_str()))
             .filter(mfa_challenges::used_at.is_null())
             .filter(mfa_challenges::expires_at.gt(now)),
     )

@@ -4,7 +4,7 @@
 //! this crate, so no caller re-parses a stored string.
 
 use crate::schema::{api_keys, refresh_tokens, sessions, users};
-use aigw_domain::{ApiKeyId, SessionId, TeamId, UserId};
+use aigw_domain::{ApiKeyId, RefreshTokenId, SessionId, TeamId, UserId};
 use aigw_domain::{BudgetMode, BudgetPeriod, KeyMetadata, ModelPatterns, PermissionSet, Role};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
@@ -86,13 +86,13 @@ pub struct SessionRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefreshTokenRow {
     /// UUIDv7 string.
-    pub id: String,
+    pub id: RefreshTokenId,
     /// The session (family) this token belongs to.
     pub session_id: SessionId,
     /// SHA-256 hex digest of the token.
     pub token_hash: String,
     /// The token this one replaced, if any.
-    pub parent_id: Option<String>,
+    pub parent_id: Option<RefreshTokenId>,
     /// Issue time, UTC.
     pub created_at: DateTime<Utc>,
     /// When this token was used and replaced by its successor, UTC.
@@ -357,10 +357,10 @@ pub(crate) struct RefreshTokenRecord {
 impl From<RefreshTokenRecord> for RefreshTokenRow {
     fn from(r: RefreshTokenRecord) -> Self {
         Self {
-            id: r.id,
+            id: r.id.into(),
             session_id: r.session_id.into(),
             token_hash: r.token_hash,
-            parent_id: r.parent_id,
+            parent_id: r.parent_id.map(RefreshTokenId::from),
             created_at: to_utc(r.created_at),
             rotated_at: r.rotated_at.map(to_utc),
             successor_sealed: r.successor_sealed,
@@ -371,10 +371,10 @@ impl From<RefreshTokenRecord> for RefreshTokenRow {
 impl From<&RefreshTokenRow> for RefreshTokenRecord {
     fn from(r: &RefreshTokenRow) -> Self {
         Self {
-            id: r.id.clone(),
+            id: r.id.to_string(),
             session_id: r.session_id.to_string(),
             token_hash: r.token_hash.clone(),
-            parent_id: r.parent_id.clone(),
+            parent_id: r.parent_id.as_ref().map(ToString::to_string),
             created_at: from_utc(r.created_at),
             rotated_at: r.rotated_at.map(from_utc),
             successor_sealed: r.successor_sealed.clone(),

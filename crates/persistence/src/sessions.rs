@@ -12,7 +12,7 @@ use crate::models::{
 };
 use crate::pool::DbConnection;
 use crate::schema::{refresh_tokens, sessions};
-use aigw_domain::{SessionId, UserId};
+use aigw_domain::{RefreshTokenId, SessionId, UserId};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
@@ -86,10 +86,10 @@ pub fn find_refresh_token(
 /// On database failure.
 pub fn find_successor(
     conn: &mut DbConnection,
-    parent_id: &str,
+    parent_id: &RefreshTokenId,
 ) -> Result<Option<RefreshTokenRow>, PersistenceError> {
     Ok(refresh_tokens::table
-        .filter(refresh_tokens::parent_id.eq(parent_id))
+        .filter(refresh_tokens::parent_id.eq(parent_id.as_str()))
         .select(RefreshTokenRecord::as_select())
         .first(conn)
         .optional()?
@@ -193,8 +193,8 @@ pub fn revoked_since(
 ///
 /// # Errors
 /// On database failure.
-pub fn clear_sealed(conn: &mut DbConnection, id: &str) -> Result<(), PersistenceError> {
-    diesel::update(refresh_tokens::table.find(id))
+pub fn clear_sealed(conn: &mut DbConnection, id: &RefreshTokenId) -> Result<(), PersistenceError> {
+    diesel::update(refresh_tokens::table.find(id.as_str()))
         .set(refresh_tokens::successor_sealed.eq(None::<String>))
         .execute(conn)?;
     Ok(())

@@ -9,7 +9,7 @@ use crate::models::{from_utc, metadata_to_storage, models_to_storage, to_utc, Ap
 use crate::pool::DbConnection;
 use crate::schema::{team_invitations as inv, team_members as m, teams as t, users};
 use aigw_domain::TeamRole;
-use aigw_domain::{TeamId, UserId};
+use aigw_domain::{TeamId, TeamInvitationId, UserId};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
@@ -89,7 +89,7 @@ pub struct MemberRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeamInvitationRow {
     /// UUIDv7 string.
-    pub id: String,
+    pub id: TeamInvitationId,
     /// The team.
     pub team_id: TeamId,
     /// The invited address, normalised.
@@ -212,7 +212,7 @@ impl From<InvitationRecord> for TeamInvitationRow {
     fn from(r: InvitationRecord) -> Self {
         Self {
             role: TeamRole::from_stored(&r.role),
-            id: r.id,
+            id: r.id.into(),
             team_id: r.team_id.into(),
             email: r.email,
             created_by: r.created_by.into(),
@@ -624,7 +624,7 @@ pub fn insert_invitation(
     row: &TeamInvitationRow,
 ) -> Result<(), PersistenceError> {
     let record = InvitationRecord {
-        id: row.id.clone(),
+        id: row.id.to_string(),
         team_id: row.team_id.to_string(),
         email: row.email.clone(),
         role: row.role.as_str().to_owned(),
@@ -646,10 +646,10 @@ pub fn insert_invitation(
 /// On database failure.
 pub fn invitation(
     conn: &mut DbConnection,
-    id: &str,
+    id: &TeamInvitationId,
 ) -> Result<Option<TeamInvitationRow>, PersistenceError> {
     let row: Option<InvitationRecord> = inv::table
-        .filter(inv::id.eq(id))
+        .filter(inv::id.eq(id.as_str()))
         .select(InvitationRecord::as_select())
         .first(conn)
         .optional()?;
@@ -664,13 +664,13 @@ pub fn invitation(
 pub fn resend_invitation(
     conn: &mut DbConnection,
     team_id: &TeamId,
-    id: &str,
+    id: &TeamInvitationId,
     now: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     sent: bool,
 ) -> Result<Option<TeamInvitationRow>, PersistenceError> {
     let open = inv::table
-        .filter(inv::id.eq(id))
+        .filter(inv::id.eq(id.as_str()))
         .filter(inv::team_id.eq(team_id.as_str()))
         .filter(inv::accepted_at.is_null())
         .filter(inv::revoked_at.is_null());
@@ -688,8 +688,10 @@ pub fn resend_invitation(
     if changed == 0 {
         return Ok(None);
     }
-    let row: InvitationRecord =
-        inv::table.filter(inv::id.eq(id)).select(InvitationRecord::as_select()).first(conn)?;
+    let row: InvitationRecord = inv::table
+        .filter(inv::id.eq(id.as_str()))
+        .select(InvitationRecord::as_select())
+        .first(conn)?;
     Ok(Some(row.into()))
 }
 
@@ -727,12 +729,12 @@ pub fn list_invitations(
 pub fn revoke_invitation(
     conn: &mut DbConnection,
     team_id: Option<&TeamId>,
-    id: &str,
+    id: &TeamInvitationId,
     now: DateTime<Utc>,
 ) -> Result<Option<String>, PersistenceError> {
     let team_id = team_id.map(TeamId::as_str);
     let open = inv::table
-        .filter(inv::id.eq(id))
+        .filter(inv::id.eq(id.as_str()))
         .filter(inv::accepted_at.is_null())
         .filter(inv::revoked_at.is_null());
     let Some(team) = open.select(inv::team_id).first::<String>(conn).optional()? else {

@@ -99,7 +99,7 @@ impl AccountEmail {
     ) -> Issued {
         let token = AccountToken::generate(purpose, &mut rand::rngs::OsRng);
         let row = AccountTokenRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: aigw_domain::AccountTokenId::generate(),
             user_id: UserId::from(user_id),
             purpose,
             email: email.to_owned(),

@@ -64,7 +64,7 @@ impl Accounts {
         let ttl = i64::try_from(self.config.mfa_challenge_ttl_secs.max(1)).unwrap_or(300);
         let expires_at = now + Duration::try_seconds(ttl).unwrap_or(Duration::minutes(5));
         let row = ChallengeRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: aigw_domain::MfaChallengeId::generate(),
             token_hash: token.digest().into_string(),
             user_id: UserId::from(user_id),
             created_at: now.naive_utc(),

@@ -101,7 +101,7 @@ impl Accounts {
     ) -> (RefreshTokenRow, RefreshTokenSecret) {
         let secret = RefreshTokenSecret::generate(&mut OsRng);
         let token = RefreshTokenRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: aigw_domain::RefreshTokenId::generate(),
             session_id: SessionId::from(session_id),
             token_hash: secret.digest().into_string(),
             parent_id: None,
@@ -351,7 +351,7 @@ fn claim_and_rotate(
         sessions::insert_refresh_token(
             conn,
             &RefreshTokenRow {
-                id: uuid::Uuid::now_v7().to_string(),
+                id: aigw_domain::RefreshTokenId::generate(),
                 session_id: session.id.clone(),
                 token_hash: successor_hash.to_owned(),
                 parent_id: Some(token.id),

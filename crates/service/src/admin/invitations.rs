@@ -12,7 +12,7 @@ use crate::audit::Event;
 use crate::error::ServiceError;
 use crate::paging::{page_of, Page, PageRequest};
 use aigw_domain::invitation::{InvitationSecret, InvitationStatus};
-use aigw_domain::{time, AuditAction, UserId};
+use aigw_domain::{time, AuditAction, InvitationId, TeamInvitationId, UserId};
 use aigw_persistence::invitations::{self, InvitationRow};
 use aigw_persistence::{transaction, users};
 use chrono::{DateTime, Utc};
@@ -84,7 +84,7 @@ impl InvitationView {
                 expires_at <= now,
                 row.sent_at.is_some(),
             ),
-            id: row.id,
+            id: row.id.into_string(),
             email: row.email,
             team_id: None,
             created_by: row.created_by,
@@ -145,7 +145,7 @@ impl Administration {
         let secret = InvitationSecret::generate(&mut rand::rngs::OsRng);
         let sent = self.accounts.email.can_send();
         let row = InvitationRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: aigw_domain::InvitationId::generate(),
             email: email.as_str().to_owned(),
             token_hash: secret.digest().into_string(),
             created_by: admin.user_id().to_owned(),
@@ -174,7 +174,7 @@ impl Administration {
         tracing::info!(invitation_id = %row.id, by = %admin.user_id(), "invitation created");
         self.mail_invitation(admin, &row.email, secret.expose(), expires_at).await;
         Ok(CreatedInvitation {
-            id: row.id,
+            id: row.id.into_string(),
             email: row.email,
             expires_at,
             invitation: secret.expose().to_owned(),
@@ -204,7 +204,7 @@ impl Administration {
                 "expires_at": time::format_timestamp(expires_at),
                 "sent": sent.is_some(),
             }));
-        let target = id.to_owned();
+        let target = InvitationId::from(id);
         let renewed = self
             .db
             .run(move |conn| {
@@ -223,7 +223,7 @@ impl Administration {
         tracing::info!(invitation_id = %renewed.id, by = %admin.user_id(), "invitation sent again");
         self.mail_invitation(admin, &renewed.email, secret.expose(), expires_at).await;
         Ok(CreatedInvitation {
-            id: renewed.id,
+            id: renewed.id.into_string(),
             email: renewed.email,
             expires_at,
             invitation: secret.expose().to_owned(),
@@ -300,7 +300,8 @@ impl Administration {
         any_team: bool,
     ) -> Result<(), ServiceError> {
         let now = self.clock.now();
-        let target = id.to_owned();
+        // The id of an invitation to register, or (`any_team`) of one to join a team.
+        let (target, team_target) = (InvitationId::from(id), TeamInvitationId::from(id));
         let event = Event::new(AuditAction::InvitationRevoked, None, Some(actor), now).target(id);
         self.db
             .run(move |conn| {
@@ -308,8 +309,12 @@ impl Administration {
                     let team = if invitations::revoke(conn, &target, now.naive_utc())? {
                         None
                     } else if any_team {
-                        match aigw_persistence::teams::revoke_invitation(conn, None, &target, now)?
-                        {
+                        match aigw_persistence::teams::revoke_invitation(
+                            conn,
+                            None,
+                            &team_target,
+                            now,
+                        )? {
                             Some(team) => Some(team),
                             None => return Err(invitation_not_found(&target)),
                         }

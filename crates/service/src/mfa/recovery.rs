@@ -21,7 +21,7 @@ pub(crate) fn new_codes(user_id: &str, now: DateTime<Utc>) -> (Vec<RecoveryCodeR
         .map(|_| {
             let code = RecoveryCode::generate(&mut OsRng);
             let row = RecoveryCodeRow {
-                id: uuid::Uuid::now_v7().to_string(),
+                id: aigw_domain::RecoveryCodeId::generate(),
                 user_id: UserId::from(user_id),
                 code_hash: code.digest().into_string(),
                 created_at: now.naive_utc(),

@@ -15,7 +15,7 @@ use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
-use aigw_domain::{TeamId, UserId};
+use aigw_domain::{TeamId, TeamInvitationId, UserId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::teams::{self, TeamInvitationRow};
 use aigw_persistence::{transaction, users, DbConnection, PersistenceError};
@@ -86,7 +86,7 @@ fn invite(
     now: DateTime<Utc>,
 ) -> Result<TeamInvitationRow, ServiceError> {
     let invitation = TeamInvitationRow {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: aigw_domain::TeamInvitationId::generate(),
         team_id: team_id.to_owned(),
         email: new.email.to_owned(),
         role: new.role,
@@ -400,7 +400,7 @@ impl Teams {
         let now = self.clock.now();
         let (sent, expires_at) = (self.email.can_send(), self.invitation_ends(now));
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
-        let (actor, target) = (principal.actor().to_owned(), invitation_id.to_owned());
+        let (actor, target) = (principal.actor().to_owned(), TeamInvitationId::from(invitation_id));
         let (invitation, mail, changes) = self
             .db
             .run(move |conn| {
@@ -487,7 +487,7 @@ impl Teams {
         let admin = self.is_platform_admin(principal).await?;
         let now = time::now();
         let (team_id, user_id, target) =
-            (id.to_owned(), principal.user_id().to_owned(), invitation_id.to_owned());
+            (id.to_owned(), principal.user_id().to_owned(), TeamInvitationId::from(invitation_id));
         let actor = principal.actor().to_owned();
         self.db
             .run(move |conn| {

@@ -190,7 +190,7 @@ impl TeamInvitationView {
             sent_at.is_some(),
         );
         Self {
-            id,
+            id: id.into_string(),
             team_id: team_id.to_string(),
             email,
             role,
