@@ -69,6 +69,8 @@
 #   metering     (scripts/bench_meter.sh, after the table) calls/s the usage pipeline makes
 #                durable with no HTTP, records off / on          target >= 2,000,000 / 300,000
 #   RSS          VmRSS after start-up and warm-up; VmHWM over the cCONNS rounds      target <= 30 / 40 MiB
+#                (most of it is the binary's code, mapped from the file as it runs; the
+#                anonymous part, RssAnon, is the heap, stacks and buffers)           (reported)
 #   keys 1M/1k   GET /auth/me with API keys (1000 keys, round robin) req/s with N keys
 #                stored ÷ with 1000 stored (bulk-inserted with SQL)                  target >= 0.9
 #   lists p99    at 50 req/s, with the N keys made one team's team keys and the user a member
@@ -231,6 +233,7 @@ run_backend() {
   for b in "$base" "$nolog"; do wrk_rps 4 1 -H "authorization: Bearer $token" "$b/api/v1/auth/me" >/dev/null; done
   sleep 1
   result[$col,rss_idle]=$(( $(rss_kib "$pid" VmRSS) / 1024 ))
+  result[$col,anon_idle]=$(( $(rss_kib "$pid" RssAnon) / 1024 ))
   echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true # reset VmHWM: the peak of what follows
 
   log "$col: $rounds round(s) of bare, /me, /me log off, hop, chat, chat unmetered, limited, team, streams, embeddings, messages, two deployments (${secs}s each, c$conns)"
@@ -272,6 +275,7 @@ run_backend() {
   result[$col,messages]=$(echo "$messages_l" | median)
   result[$col,pair]=$(echo "$pair_l" | median)
   result[$col,rss_peak]=$(( $(rss_kib "$pid" VmHWM) / 1024 ))
+  result[$col,anon_after]=$(( $(rss_kib "$pid" RssAnon) / 1024 ))
   access_lines_check "$col"
   aigw_stop "$col-unmetered"; aigw_stop "$col-nolog" # done: only the main one is measured below
 
@@ -400,6 +404,7 @@ PY
   result[$col,unmetered_p99s]="${result[$col,chat_p99]} / ${result[$col,unmetered_p99]}"
   result[$col,nolog_rps]="${result[$col,me]} / ${result[$col,me_nolog]}"
   result[$col,rss]="${result[$col,rss_idle]} / ${result[$col,rss_peak]}"
+  result[$col,anon]="${result[$col,anon_idle]} / ${result[$col,anon_after]}"
   result[$col,p50s]="$direct / $hop / $via"
   result[$col,p99s]="$idle / $storm (${result[$col,logins]})"
   result[$col,keyrps]="$few / $many"
@@ -457,6 +462,7 @@ echo "| latency added over direct upstream at concurrency 1, aigw ÷ nginx hop, 
 echo "| the same with a key with budget + rpm + tpm |$(col c1_limited_added) <= 2 |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
+echo "| of which anonymous, idle / after the c$conns rounds (MiB) |$(col anon) (reported) |"
 echo "| API-key auth req/s, $many_keys keys stored ÷ 1000 |$(col keys) >= 0.9 |"
 echo "| p99 ms at 50 req/s: GET /teams (10 000 teams) / GET /teams/{id}/api-keys ($many_keys keys) |$(col lists) <= 50 |"
 echo

@@ -49,6 +49,21 @@ pub struct Accounts {
     pub(crate) email: AccountEmail,
 }
 
+/// The accounts single sign-on admits (docs/sso.md): which account a verified identity signs
+/// in to, its memberships from the provider's groups, and its session, issued as after a
+/// login by [`Accounts`].
+#[derive(Debug, Clone)]
+pub struct SsoAccounts {
+    pub(crate) accounts: Accounts,
+}
+
+impl SsoAccounts {
+    /// Single sign-on's admissions, issuing sessions through `accounts`.
+    pub fn new(accounts: Accounts) -> Self {
+        Self { accounts }
+    }
+}
+
 impl Accounts {
     /// The accounts service on `ctx`, checking second factors with `mfa` and sending account
     /// e-mail through `email`.

@@ -2,7 +2,7 @@
 //! signs in to, made on the first sign-in when its address's domain is allowed, linked to an
 //! existing account only under the provider's rules; then a session as after a login.
 
-use crate::accounts::Accounts;
+use crate::accounts::{Accounts, SsoAccounts};
 use crate::audit::Event;
 use crate::error::ServiceError;
 use crate::mfa::LoginOutcome;
@@ -66,7 +66,7 @@ impl SsoAccount {
 }
 
 /// A person a provider signed in, admitted to their account (made or linked, groups applied)
-/// and not yet given a session: what [`Accounts::sso_session`] needs, small enough to keep
+/// and not yet given a session: what [`SsoAccounts::sso_session`] needs, small enough to keep
 /// until a single-page application exchanges its one-time code.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SsoAdmission {
@@ -84,12 +84,12 @@ pub struct SsoAdmission {
     pub second_factor: bool,
 }
 
-impl Accounts {
-    /// Signs `identity`, verified by `provider`, in: admits it ([`Accounts::sso_admit`]),
-    /// then starts a session ([`Accounts::sso_session`]).
+impl SsoAccounts {
+    /// Signs `identity`, verified by `provider`, in: admits it ([`SsoAccounts::sso_admit`]),
+    /// then starts a session ([`SsoAccounts::sso_session`]).
     ///
     /// # Errors
-    /// Those of [`Accounts::sso_admit`] and [`Accounts::sso_session`].
+    /// Those of [`SsoAccounts::sso_admit`] and [`SsoAccounts::sso_session`].
     pub async fn sso_sign_in(
         &self,
         provider: &SsoProviderConfig,
@@ -117,7 +117,7 @@ impl Accounts {
         provider: &SsoProviderConfig,
         identity: &SsoIdentity,
     ) -> Result<SsoAdmission, ServiceError> {
-        let now = self.clock.now();
+        let now = self.accounts.clock.now();
         let target = self.sso_target(provider, identity, now).await?;
         let how = target.how();
         let (user, granted_admin) = match target {
@@ -137,12 +137,13 @@ impl Accounts {
         let (rules, groups) = (provider.clone(), identity.groups.clone());
         let stored_user = user.clone();
         let changes = self
+            .accounts
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
                     // First statement: a write (the new account, or the account's row lock).
                     if how == SsoAccount::Created {
-                        Self::insert_user(conn, &stored_user)?;
+                        Accounts::insert_user(conn, &stored_user)?;
                     } else if !users::lock_if_enabled(conn, &stored_user.id)? {
                         return Err(ServiceError::rejected(
                             "single sign-on refused: the account is disabled",
@@ -169,7 +170,7 @@ impl Accounts {
                 })
             })
             .await?;
-        self.cache.publish(changes).await;
+        self.accounts.cache.publish(changes).await;
         Ok(SsoAdmission {
             user_id: user.id,
             provider: provider.id.clone(),
@@ -194,12 +195,12 @@ impl Accounts {
     ) -> Result<LoginOutcome, ServiceError> {
         let user_id = admission.user_id.clone();
         if admission.account != SsoAccount::Created && !admission.second_factor {
-            if let Some(challenge) = self.mfa_challenge_for(&user_id).await? {
+            if let Some(challenge) = self.accounts.mfa_challenge_for(&user_id).await? {
                 return Ok(LoginOutcome::MfaRequired(challenge));
             }
         }
-        let now = self.clock.now();
-        let (mut session, token, refresh) = self.new_session(&user_id, client, now);
+        let now = self.accounts.clock.now();
+        let (mut session, token, refresh) = self.accounts.new_session(&user_id, client, now);
         let amr =
             if admission.second_factor { SessionAmr::PasswordAndOtp } else { SessionAmr::Password };
         session.amr = Some(amr.as_storage().to_owned());
@@ -211,6 +212,7 @@ impl Accounts {
             }));
         let stored_session = session.clone();
         let user = self
+            .accounts
             .db
             .run(move |conn| {
                 transaction(conn, |conn| {
@@ -223,7 +225,7 @@ impl Accounts {
                     let user = users::find_by_id(conn, &user_id)?.ok_or_else(|| {
                         ServiceError::rejected("single sign-on refused: the account is gone")
                     })?;
-                    Self::store_session(conn, &stored_session, &token)?;
+                    Accounts::store_session(conn, &stored_session, &token)?;
                     event.insert(conn)?;
                     Ok(user)
                 })
@@ -231,7 +233,7 @@ impl Accounts {
             .await?;
         let account = admission.account.as_str();
         tracing::info!(user_id = %user.id, provider = %admission.provider, account, "single sign-on");
-        self.token_set(&user, &session, &refresh, now).map(LoginOutcome::Tokens)
+        self.accounts.token_set(&user, &session, &refresh, now).map(LoginOutcome::Tokens)
     }
 
     /// The account `identity` signs in to (not yet stored when new or linked).
@@ -243,6 +245,7 @@ impl Accounts {
     ) -> Result<Target, ServiceError> {
         let (id, subject) = (provider.id.clone(), identity.subject.clone());
         let known = self
+            .accounts
             .db
             .run(move |conn| {
                 let Some(row) = sso::find(conn, &id, &subject)? else {
@@ -272,7 +275,8 @@ impl Accounts {
             ));
         }
         let wanted = email.as_str().to_owned();
-        let existing = self.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
+        let existing =
+            self.accounts.db.run(move |conn| Ok(users::find_by_email(conn, &wanted)?)).await?;
         match existing {
             Some(user) if provider.link_existing_accounts && identity.email_verified => {
                 Ok(Target::Linked(user))
@@ -307,7 +311,7 @@ impl Accounts {
         let mut secret = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut secret);
         let unusable = base16ct::lower::encode_string(&secret);
-        let password_hash = self.passwords.hash(unusable).await?;
+        let password_hash = self.accounts.passwords.hash(unusable).await?;
         Ok(UserRow {
             id: UserId::generate(),
             email: email.as_str().to_owned(),

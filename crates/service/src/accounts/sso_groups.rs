@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 /// Applies `provider`'s group rules and admin groups to `user`, signed in as `subject` (and
 /// whether its admin groups made it an admin before), with `groups` (whose rules grant
-/// `grants`, [`crate::accounts::Accounts::rule_grants`]) at `now`: the change-feed rows to
+/// `grants`, [`crate::accounts::SsoAccounts::rule_grants`]) at `now`: the change-feed rows to
 /// publish.
 ///
 /// # Errors

@@ -4,7 +4,7 @@
 //! the rule made when none had it and the provider's `create_missing_teams` is on. Settled
 //! once per provider and name, so two nodes signing people in at once agree on one team.
 
-use crate::accounts::Accounts;
+use crate::accounts::SsoAccounts;
 use crate::audit::Event;
 use crate::error::ServiceError;
 use crate::sso_config::{SsoProviderConfig, SsoTeamRule};
@@ -43,7 +43,7 @@ impl From<PersistenceError> for Settling {
     }
 }
 
-impl Accounts {
+impl SsoAccounts {
     /// The memberships `provider`'s rules grant for `groups`, by team (the highest role of
     /// the rules naming it). `user_id` is recorded as the maker of a team a rule makes.
     ///
@@ -87,7 +87,7 @@ impl Accounts {
     ) -> Result<Option<TeamId>, ServiceError> {
         let name = rule.team.trim().to_owned();
         let (id, looked_up) = (provider.id.clone(), name.clone());
-        let named = self.db.run(move |conn| Ok(look_up(conn, &id, &looked_up)?)).await?;
+        let named = self.accounts.db.run(move |conn| Ok(look_up(conn, &id, &looked_up)?)).await?;
         let creating = matches!(named, Named::None);
         let team = match named {
             Named::Settled(team) => return Ok(Some(team)),
@@ -120,6 +120,7 @@ impl Accounts {
         let made_id = made.as_ref().map(|row| row.id.clone());
         let (id, settled_name) = (provider.id.clone(), name.clone());
         let settled = self
+            .accounts
             .db
             .run(move |conn| {
                 let settled = transaction(conn, |conn| {

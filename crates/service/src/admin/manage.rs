@@ -17,8 +17,8 @@ use crate::views::{ApiKeyView, UserView};
 use aigw_domain::access::{authorize_as, CallerCredential, Operation};
 use aigw_domain::key_policy::usd_to_micros;
 use aigw_domain::AuditAction;
-use aigw_domain::{time, CredentialChangeKind, FieldError, Role};
 use aigw_domain::{ApiKeyId, UserId};
+use aigw_domain::{CredentialChangeKind, FieldError, Role};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::models::UserRow;
 use aigw_persistence::{api_keys, sessions, transaction, users, DbConnection};
@@ -156,7 +156,7 @@ impl Administration {
             }
         }
         let wanted = id.to_owned();
-        let now = time::now();
+        let now = self.clock.now();
         let template =
             Event::new(AuditAction::RoleChanged, Some(id), Some(admin.actor()), now).target(id);
         let (row, changes) = self
@@ -376,7 +376,7 @@ impl Administration {
     /// [`ServiceError::NotFound`] (`user`) when no account has it;
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn set_role(&self, email: &str, role: Role) -> Result<UserView, ServiceError> {
-        let now = time::now();
+        let now = self.clock.now();
         let template = Event::new(AuditAction::RoleChanged, None, None, now);
         let (user, changes) = self
             .on_account(email, move |conn, mut user| {
@@ -411,7 +411,7 @@ impl Administration {
     /// [`ServiceError::NotFound`] (`user`) when no account has it;
     /// [`ServiceError::Unavailable`] when the database is down.
     pub async fn verify_email(&self, email: &str) -> Result<UserView, ServiceError> {
-        let now = time::now();
+        let now = self.clock.now();
         let (user, changes) = self
             .on_account(email, move |conn, mut user| {
                 if user.email_verified_at.is_none() {

@@ -6,7 +6,7 @@
 //! checks the provider's answer against it, claims its `state` once (a replayed callback is
 //! refused), exchanges the code with the PKCE verifier, verifies the ID token (issuer,
 //! audience, expiry, nonce, signature by a published key with an allowed algorithm) and signs
-//! the person in ([`crate::accounts::Accounts::sso_sign_in`]). Each refusal is a 401 with
+//! the person in ([`crate::accounts::SsoAccounts::sso_sign_in`]). Each refusal is a 401 with
 //! what went wrong, and an audit event `sso_sign_in_refused`. A sign-in a single-page
 //! application started ends at the application instead, with a one-time code ([`app`]).
 
@@ -17,7 +17,7 @@ pub use crate::sso_config::{SsoConfig, SsoProviderConfig};
 pub use aigw_domain::sso::SsoIdentity;
 pub use app::AppReturn;
 
-use crate::accounts::Accounts;
+use crate::accounts::{Accounts, SsoAccounts};
 use crate::audit::Event;
 use crate::context::ServiceContext;
 use crate::db::Db;
@@ -91,7 +91,7 @@ pub struct Sso {
     db: Db,
     clock: Clock,
     tokens: Arc<TokenIssuer>,
-    accounts: Accounts,
+    accounts: SsoAccounts,
     providers: Arc<BTreeMap<String, Provider>>,
     ttl_secs: u64,
     app_redirect_uris: Arc<Vec<String>>,
@@ -133,7 +133,7 @@ impl Sso {
             db: ctx.db.clone(),
             clock: ctx.clock.clone(),
             tokens: ctx.tokens.clone(),
-            accounts,
+            accounts: SsoAccounts::new(accounts),
             providers: Arc::new(providers),
             ttl_secs: config.sign_in_ttl_secs(),
             app_redirect_uris: Arc::new(config.app_redirect_uris.clone()),

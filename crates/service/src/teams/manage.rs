@@ -12,7 +12,7 @@ use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
 use aigw_domain::TeamId;
-use aigw_domain::{time, BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
+use aigw_domain::{BudgetPeriod, CounterSubject, CredentialChangeKind, FieldError, UserName};
 use aigw_persistence::teams::{self, TeamChanges, TeamRow};
 use aigw_persistence::{api_keys, budgets, transaction};
 
@@ -70,7 +70,7 @@ impl Teams {
             .member_budget_usd
             .map(|usd| budget_micros(usd, "member_budget_usd"))
             .transpose()?;
-        let now = time::now();
+        let now = self.clock.now();
         let user_id = principal.user_id().to_owned();
         let row = TeamRow {
             id: TeamId::generate(),
@@ -190,7 +190,7 @@ impl Teams {
         };
         let changes = TeamChanges { name, policy, member_budget_micros, require_scoped_keys };
         let admin = self.is_platform_admin(principal).await?;
-        let now = time::now();
+        let now = self.clock.now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let event =
             Event::new(AuditAction::TeamUpdated, Some(&user_id), Some(principal.actor()), now)
@@ -240,7 +240,7 @@ impl Teams {
         id: &TeamId,
     ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
-        let now = time::now();
+        let now = self.clock.now();
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let event =
             Event::new(AuditAction::TeamDeleted, Some(&user_id), Some(principal.actor()), now)

@@ -14,7 +14,7 @@ use crate::team_access::{join_invited, member_not_found};
 use crate::teams::Teams;
 use aigw_domain::access::op;
 use aigw_domain::AuditAction;
-use aigw_domain::{time, CredentialChangeKind, Email, FieldError, TeamRole};
+use aigw_domain::{CredentialChangeKind, Email, FieldError, TeamRole};
 use aigw_domain::{TeamId, TeamInvitationId, UserId};
 use aigw_persistence::changes::ChangeRow;
 use aigw_persistence::teams::{self, TeamInvitationRow};
@@ -251,7 +251,7 @@ impl Teams {
             None => None,
         };
         let admin = self.is_platform_admin(principal).await?;
-        let now = time::now();
+        let now = self.clock.now();
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
         let actor = principal.actor().to_owned();
@@ -330,7 +330,7 @@ impl Teams {
         member_id: &UserId,
         admin: bool,
     ) -> Result<(), ServiceError> {
-        let now = time::now();
+        let now = self.clock.now();
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), member_id.to_owned());
         let actor = principal.actor().to_owned();
@@ -485,7 +485,7 @@ impl Teams {
         invitation_id: &str,
     ) -> Result<(), ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
-        let now = time::now();
+        let now = self.clock.now();
         let (team_id, user_id, target) =
             (id.to_owned(), principal.user_id().to_owned(), TeamInvitationId::from(invitation_id));
         let actor = principal.actor().to_owned();
