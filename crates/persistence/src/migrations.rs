@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(spent, 1000);
         let team = crate::usage::team_summary(
             &mut conn,
-            Some("t1"),
+            Some(&aigw_domain::TeamId::from("t1")),
             day,
             day,
             None,

@@ -317,17 +317,6 @@ pub fn find(conn: &mut DbConnection, id: &TeamId) -> Result<Option<TeamRow>, Per
         .map(TeamRow::from))
 }
 
-/// The names of teams `ids`, deleted ones included (for usage listings), as `(id, name)`.
-///
-/// # Errors
-/// On database failure.
-pub fn find_any(
-    conn: &mut DbConnection,
-    ids: &[String],
-) -> Result<Vec<(String, String)>, PersistenceError> {
-    Ok(t::table.filter(t::id.eq_any(ids)).select((t::id, t::name)).load(conn)?)
-}
-
 /// Locks team `id`'s row for the rest of the transaction (a no-op update; see
 /// `users::lock`) and says whether it exists and is not deleted. Membership changes take it
 /// first, so two of them cannot both remove "another" owner.

@@ -18,7 +18,7 @@ use crate::schema::usage_daily;
 use crate::usage_records::insert_batches;
 use aigw_domain::ledger::{RollupKey, UsageFlush, UsageSums};
 use aigw_domain::usage::{format_day, UsageRecord};
-use aigw_domain::UserId;
+use aigw_domain::{TeamId, UserId};
 use chrono::{NaiveDate, NaiveDateTime};
 use diesel::dsl::sql;
 use diesel::prelude::*;
@@ -405,7 +405,7 @@ pub enum TeamUsageGroup {
 /// On database failure.
 pub fn team_summary(
     conn: &mut DbConnection,
-    team_id: Option<&str>,
+    team_id: Option<&TeamId>,
     from: NaiveDate,
     to: NaiveDate,
     endpoint: Option<&str>,
@@ -424,7 +424,7 @@ pub fn team_summary(
                 .order($column.asc())
                 .into_boxed();
             if let Some(team) = team_id {
-                query = query.filter(d::team_id.eq(team));
+                query = query.filter(d::team_id.eq(team.as_str()));
             }
             if let Some(endpoint) = endpoint {
                 query = query.filter(d::endpoint.eq(endpoint));
@@ -451,7 +451,7 @@ pub fn team_summary(
 /// On database failure.
 pub fn teams_totals(
     conn: &mut DbConnection,
-    team_ids: &[String],
+    team_ids: &[TeamId],
     from: NaiveDate,
     to: NaiveDate,
 ) -> Result<Vec<UsageTotalsRow>, PersistenceError> {
@@ -461,7 +461,7 @@ pub fn teams_totals(
     }
     let (from, to) = (format_day(from), format_day(to));
     let rows: Vec<NullableTotalsRow> = d::usage_daily
-        .filter(d::team_id.eq_any(team_ids))
+        .filter(d::team_id.eq_any(team_ids.iter().map(TeamId::as_str)))
         .filter(d::day.ge(&from))
         .filter(d::day.le(&to))
         .group_by(d::team_id)

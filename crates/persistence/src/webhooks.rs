@@ -7,6 +7,7 @@ use crate::error::PersistenceError;
 use crate::models::{from_utc, to_utc};
 use crate::pool::DbConnection;
 use crate::schema::{team_webhooks as w, webhook_deliveries as d};
+use aigw_domain::TeamId;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
@@ -14,7 +15,7 @@ use diesel::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeamWebhookRow {
     /// The team.
-    pub team_id: String,
+    pub team_id: TeamId,
     /// Where events are POSTed (`https://…`, or `http://…` where allowed).
     pub url: String,
     /// The signing secret, sealed with the server's key (`crate`'s callers seal and open it).
@@ -41,7 +42,7 @@ struct WebhookRecord {
 impl From<WebhookRecord> for TeamWebhookRow {
     fn from(r: WebhookRecord) -> Self {
         Self {
-            team_id: r.team_id,
+            team_id: r.team_id.into(),
             url: r.url,
             secret_sealed: r.secret_sealed,
             created_by: r.created_by,
@@ -56,7 +57,7 @@ impl From<WebhookRecord> for TeamWebhookRow {
 /// # Errors
 /// On database failure.
 pub fn set(conn: &mut DbConnection, row: &TeamWebhookRow) -> Result<(), PersistenceError> {
-    let updated = diesel::update(w::table.find(&row.team_id))
+    let updated = diesel::update(w::table.find(row.team_id.as_str()))
         .set((
             w::url.eq(&row.url),
             w::secret_sealed.eq(&row.secret_sealed),
@@ -66,7 +67,7 @@ pub fn set(conn: &mut DbConnection, row: &TeamWebhookRow) -> Result<(), Persiste
         .execute(conn)?;
     if updated == 0 {
         let record = WebhookRecord {
-            team_id: row.team_id.clone(),
+            team_id: row.team_id.to_string(),
             url: row.url.clone(),
             secret_sealed: row.secret_sealed.clone(),
             created_by: row.created_by.clone(),
@@ -84,10 +85,13 @@ pub fn set(conn: &mut DbConnection, row: &TeamWebhookRow) -> Result<(), Persiste
 /// On database failure.
 pub fn find(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: &TeamId,
 ) -> Result<Option<TeamWebhookRow>, PersistenceError> {
-    let record: Option<WebhookRecord> =
-        w::table.find(team_id).select(WebhookRecord::as_select()).first(conn).optional()?;
+    let record: Option<WebhookRecord> = w::table
+        .find(team_id.as_str())
+        .select(WebhookRecord::as_select())
+        .first(conn)
+        .optional()?;
     Ok(record.map(TeamWebhookRow::from))
 }
 
@@ -96,7 +100,8 @@ pub fn find(
 ///
 /// # Errors
 /// On database failure.
-pub fn delete(conn: &mut DbConnection, team_id: &str) -> Result<bool, PersistenceError> {
+pub fn delete(conn: &mut DbConnection, team_id: &TeamId) -> Result<bool, PersistenceError> {
+    let team_id = team_id.as_str();
     let removed = diesel::delete(w::table.find(team_id)).execute(conn)?;
     diesel::delete(d::table.filter(d::team_id.eq(team_id)).filter(d::status.eq(PENDING)))
         .execute(conn)?;
@@ -116,7 +121,7 @@ pub struct DeliveryRow {
     /// UUIDv7 string; the `webhook-id` header (the receiver's idempotency key).
     pub id: String,
     /// The team.
-    pub team_id: String,
+    pub team_id: TeamId,
     /// The event type (`budget.threshold_reached`).
     pub event: String,
     /// The JSON body sent.
@@ -158,7 +163,7 @@ impl From<DeliveryRecord> for DeliveryRow {
     fn from(r: DeliveryRecord) -> Self {
         Self {
             id: r.id,
-            team_id: r.team_id,
+            team_id: r.team_id.into(),
             event: r.event,
             payload: r.payload,
             status: r.status,
@@ -179,7 +184,7 @@ impl From<DeliveryRecord> for DeliveryRow {
 pub fn enqueue(conn: &mut DbConnection, row: &DeliveryRow) -> Result<(), PersistenceError> {
     let record = DeliveryRecord {
         id: row.id.clone(),
-        team_id: row.team_id.clone(),
+        team_id: row.team_id.to_string(),
         event: row.event.clone(),
         payload: row.payload.clone(),
         status: PENDING.to_owned(),
@@ -312,12 +317,12 @@ pub fn give_up(
 /// On database failure.
 pub fn list(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: &TeamId,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<DeliveryRow>, PersistenceError> {
     let mut query = d::table
-        .filter(d::team_id.eq(team_id.to_owned()))
+        .filter(d::team_id.eq(team_id.to_string()))
         .select(DeliveryRecord::as_select())
         .into_boxed();
     if let Some(before) = before {

@@ -103,7 +103,7 @@ impl Alert {
         DeliveryRow {
             payload: self.payload(&id).to_string(),
             id,
-            team_id: team_id.to_owned(),
+            team_id: aigw_domain::TeamId::from(team_id),
             event: BUDGET_EVENT.to_owned(),
             status: aigw_persistence::webhooks::PENDING.to_owned(),
             attempts: 0,

@@ -244,7 +244,7 @@ fn claim(conn: &mut DbConnection, alert: &Alert, now: DateTime<Utc>) -> Result<b
             return Ok::<_, ServiceError>(false);
         }
         if let Some(team_id) = &alert.row.team_id {
-            if webhooks::find(conn, team_id)?.is_some() {
+            if webhooks::find(conn, &aigw_domain::TeamId::from(team_id.as_str()))?.is_some() {
                 webhooks::enqueue(conn, &alert.delivery(team_id, now))?;
             }
         }

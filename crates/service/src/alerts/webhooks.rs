@@ -33,7 +33,7 @@ pub struct WebhookView {
 impl From<TeamWebhookRow> for WebhookView {
     fn from(r: TeamWebhookRow) -> Self {
         Self {
-            team_id: r.team_id,
+            team_id: r.team_id.into_string(),
             url: r.url,
             created_by: r.created_by,
             created_at: r.created_at,
@@ -152,7 +152,7 @@ impl BudgetAlerts {
         let now = self.clock.now();
         let user_id = principal.user_id().to_owned();
         let row = TeamWebhookRow {
-            team_id: team_id.to_string(),
+            team_id: team_id.clone(),
             url: url.to_string(),
             secret_sealed: sealed,
             created_by: user_id.to_string(),

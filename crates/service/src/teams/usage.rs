@@ -36,7 +36,7 @@ pub(super) fn team_spend(
 /// What each member of team `team_id` spent since `from`, micro-USD, by user id.
 pub(super) fn member_spend(
     conn: &mut DbConnection,
-    team_id: &str,
+    team_id: &TeamId,
     from: NaiveDate,
 ) -> Result<std::collections::HashMap<String, i64>, PersistenceError> {
     let today = aigw_domain::time::now().date_naive();
@@ -97,7 +97,7 @@ impl Teams {
             .run(move |conn| {
                 let teams = aigw_persistence::teams::list_for_user(conn, &user_id, None, limit)?;
                 let led: Vec<_> = teams.into_iter().filter(|(_, role)| role.manages()).collect();
-                let ids: Vec<String> = led.iter().map(|(t, _)| t.id.to_string()).collect();
+                let ids: Vec<TeamId> = led.iter().map(|(t, _)| t.id.clone()).collect();
                 let rows = ledger::teams_totals(conn, &ids, range.from, range.to)?;
                 let totals = UsageSummary::of(range, GroupBy::Team, &rows).rows;
                 Ok(led
