@@ -399,7 +399,7 @@ fn gateway(
     Ok(Gateway::new(&settings.gateway, &settings.providers)?
         .with_meter(usage.meter())
         .with_key_limits(key_limits)
-        .with_stored_responses(db)
+        .with_stored_responses(db, settings.clock.clone())
         .with_metrics(metrics))
 }
 
@@ -437,6 +437,7 @@ impl Services {
             &settings.server.data_dir,
             metrics.clone(),
             services.context.credential_cache().node_id(),
+            settings.clock.clone(),
         )?;
         let mut limits = crate::rate_limit::RequestRateLimits::new(&settings.rate_limit)?
             .with_metrics(metrics.clone());

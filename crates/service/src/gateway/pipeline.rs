@@ -128,11 +128,11 @@ impl Gateway {
         self
     }
 
-    /// Records who created each stored response (Responses API) in `db`, and passes
-    /// retrievals through for that key only ([`crate::gateway::stored`]); without it no
-    /// stored response is served.
-    pub fn with_stored_responses(mut self, db: Db) -> Self {
-        self.stored = Some(StoredResponses::new(db));
+    /// Records who created each stored response (Responses API) in `db`, dated by `clock`,
+    /// and passes retrievals through for that key only ([`crate::gateway::stored`]); without
+    /// it no stored response is served.
+    pub fn with_stored_responses(mut self, db: Db, clock: crate::Clock) -> Self {
+        self.stored = Some(StoredResponses::new(db, clock));
         self
     }
 

@@ -22,6 +22,7 @@ use crate::db::Db;
 use crate::dialect::reply::GatewayReply;
 use crate::error::ServiceError;
 use crate::usage::sse::{event_data, event_end};
+use crate::Clock;
 use aigw_domain::usage::Endpoint;
 use aigw_domain::ApiKeyId;
 use aigw_persistence::response_owners::{self, ResponseOwner};
@@ -50,20 +51,23 @@ pub(crate) fn is_response_id(id: &str) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) struct StoredResponses {
     db: Db,
+    /// Dates the owner rows (pruned with the ledger's retention, which reads the same clock).
+    clock: Clock,
 }
 
 /// A response about to be created: the key and the provider its owner row will name.
 #[derive(Debug)]
 pub(crate) struct NewResponse {
     db: Db,
+    clock: Clock,
     api_key_id: ApiKeyId,
     provider: String,
 }
 
 impl StoredResponses {
-    /// The owners in `db`.
-    pub(crate) fn new(db: Db) -> Self {
-        Self { db }
+    /// The owners in `db`, dated by `clock`.
+    pub(crate) fn new(db: Db, clock: Clock) -> Self {
+        Self { db, clock }
     }
 
     /// What to record for a call to `endpoint` by `principal` through `provider` (its
@@ -80,6 +84,7 @@ impl StoredResponses {
         };
         (endpoint == Endpoint::Responses).then(|| NewResponse {
             db: self.db.clone(),
+            clock: self.clock.clone(),
             api_key_id: key_id.clone(),
             provider: provider.to_owned(),
         })
@@ -160,7 +165,7 @@ impl NewResponse {
             response_id,
             api_key_id: self.api_key_id.clone(),
             provider: self.provider.clone(),
-            created_at: aigw_domain::time::now(),
+            created_at: self.clock.now(),
         };
         let id = owner.response_id.clone();
         let written = self.db.run(move |conn| Ok(response_owners::insert(conn, &owner)?)).await;

@@ -131,6 +131,7 @@ impl Teams {
     ) -> Result<TeamView, ServiceError> {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
+        let now = self.clock.now();
         let (row, access, spend) = self
             .db
             .run(move |conn| {
@@ -138,7 +139,7 @@ impl Teams {
                 let spend = super::usage::team_spend(
                     conn,
                     &row.id,
-                    super::usage::period_start(&row.policy),
+                    super::usage::period_start(&row.policy, now),
                 )?;
                 Ok((row, access, spend))
             })

@@ -214,6 +214,7 @@ impl Teams {
         let admin = self.is_platform_admin(principal).await?;
         let (team_id, user_id) = (id.to_owned(), principal.user_id().to_owned());
         let limit = paging.limit;
+        let now = self.clock.now();
         let rows = self
             .db
             .run(move |conn| {
@@ -223,9 +224,10 @@ impl Teams {
                 let spend = super::usage::member_spend(
                     conn,
                     &team_id,
-                    super::usage::period_start(&team.policy),
+                    super::usage::period_start(&team.policy, now),
+                    now.date_naive(),
                 )?;
-                Ok(super::usage::with_spend(members, &spend, &team.policy))
+                Ok(super::usage::with_spend(members, &spend, &team.policy, now))
             })
             .await?;
         Ok(page_of(rows, limit, |m| &m.member.user_id, Clone::clone))
@@ -294,9 +296,11 @@ impl Teams {
                     let spend = super::usage::member_spend(
                         conn,
                         &team_id,
-                        super::usage::period_start(&team.policy),
+                        super::usage::period_start(&team.policy, now),
+                        now.date_naive(),
                     )?;
-                    let view = super::usage::with_spend(vec![member], &spend, &team.policy).pop();
+                    let view =
+                        super::usage::with_spend(vec![member], &spend, &team.policy, now).pop();
                     let view = view.ok_or_else(|| member_not_found(&target))?;
                     Ok((view, team_changed(conn, &team_id, now)?))
                 })

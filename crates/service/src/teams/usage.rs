@@ -13,12 +13,11 @@ use aigw_domain::{TeamId, TeamRole};
 use aigw_persistence::models::ApiKeyPolicy;
 use aigw_persistence::usage::{self as ledger, TeamUsageGroup};
 use aigw_persistence::{budgets, DbConnection, PersistenceError};
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
-/// The first UTC day the current period of `policy`'s budget counts from (`0000-00-00`-like
-/// start of time for `total`).
-pub(super) fn period_start(policy: &ApiKeyPolicy) -> NaiveDate {
-    let now = aigw_domain::time::now();
+/// The first UTC day the current period of `policy`'s budget counts from at `now`
+/// (`1970-01-01`, the start of time, for `total`).
+pub(super) fn period_start(policy: &ApiKeyPolicy, now: DateTime<Utc>) -> NaiveDate {
     let ever = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
     policy.budget_period.unwrap_or(BudgetPeriod::Total).start_day(now).unwrap_or(ever)
 }
@@ -33,26 +32,27 @@ pub(super) fn team_spend(
     budgets::ledger_spend_since(conn, CounterSubject::Team(team_id), &from)
 }
 
-/// What each member of team `team_id` spent since `from`, micro-USD, by user id.
+/// What each member of team `team_id` spent from `from` to `today`, micro-USD, by user id.
 pub(super) fn member_spend(
     conn: &mut DbConnection,
     team_id: &TeamId,
     from: NaiveDate,
+    today: NaiveDate,
 ) -> Result<std::collections::HashMap<String, i64>, PersistenceError> {
-    let today = aigw_domain::time::now().date_naive();
     let group = TeamUsageGroup::Member;
     let rows = ledger::team_summary(conn, Some(team_id), from, today, None, group)?;
     Ok(rows.into_iter().map(|r| (r.group, r.cost_micros)).collect())
 }
 
-/// Attaches each member's spend (from `spend`) and the end of the team's period (`policy`'s)
-/// to `members`.
+/// Attaches each member's spend (from `spend`) and the end of the team's period (`policy`'s,
+/// the one running at `now`) to `members`.
 pub(super) fn with_spend(
     members: Vec<aigw_persistence::teams::MemberRow>,
     spend: &std::collections::HashMap<String, i64>,
     policy: &ApiKeyPolicy,
+    now: DateTime<Utc>,
 ) -> Vec<MemberView> {
-    let budget_reset_at = policy.budget_period.and_then(|p| p.reset_at(aigw_domain::time::now()));
+    let budget_reset_at = policy.budget_period.and_then(|p| p.reset_at(now));
     members
         .into_iter()
         .map(|member| {
@@ -89,7 +89,7 @@ impl Teams {
         query: &UsageQuery,
         limit: i64,
     ) -> Result<(DayRange, Vec<LedTeam>), ServiceError> {
-        let today = aigw_domain::time::now().date_naive();
+        let today = self.clock.now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
         let user_id = principal.user_id().to_owned();
         let led = self
@@ -127,7 +127,7 @@ impl Teams {
         id: &TeamId,
         query: UsageQuery,
     ) -> Result<UsageSummary, ServiceError> {
-        let today = aigw_domain::time::now().date_naive();
+        let today = self.clock.now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
         let allowed =
             [GroupBy::Day, GroupBy::Model, GroupBy::Member, GroupBy::ApiKey, GroupBy::Endpoint];

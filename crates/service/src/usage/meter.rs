@@ -22,6 +22,7 @@ use super::recorder::RecorderHandle;
 use crate::auth::Principal;
 use crate::dialect::summary::RequestSummary;
 use crate::governance::key_limits::{Admitted, Held};
+use crate::Clock;
 use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome};
 use bytes::Bytes;
 use serde_json::Value;
@@ -32,11 +33,13 @@ use std::time::Instant;
 pub struct Meter {
     recorder: RecorderHandle,
     in_flight: Option<InFlight>,
+    /// The time calls are dated by (`started_at`, and so the day they count on).
+    clock: Clock,
 }
 
 impl Meter {
-    pub(crate) fn new(recorder: RecorderHandle) -> Self {
-        Self { recorder, in_flight: None }
+    pub(crate) fn new(recorder: RecorderHandle, clock: Clock) -> Self {
+        Self { recorder, in_flight: None, clock }
     }
 
     /// Enters every metered call in `book` while it runs ([`super::in_flight`]).
@@ -72,7 +75,7 @@ impl Meter {
                 served_model: None,
                 attempts: 0,
                 streamed: summary.stream,
-                started_at: aigw_domain::time::now(),
+                started_at: self.clock.now(),
                 outcome: UsageOutcome::Ok,
                 latency_ms: 0,
                 request: request.clone(),

@@ -32,6 +32,7 @@ use crate::error::ServiceError;
 use crate::metrics::Metrics;
 use crate::prices::PriceTable;
 use crate::spend_signal::SpendSignals;
+use crate::Clock;
 use aggregate::KeepRecords;
 use aigw_domain::access::op;
 use aigw_domain::usage::{DayRange, Endpoint, UsageRecord, DEFAULT_RANGE_DAYS};
@@ -220,6 +221,8 @@ pub struct UsageService {
     /// `usage.request_records = "database"`).
     keeps_request_records: bool,
     signals: SpendSignals,
+    /// The time calls are dated by and the usage queries count days by.
+    clock: Clock,
 }
 
 impl UsageService {
@@ -237,6 +240,7 @@ impl UsageService {
         data_dir: &Path,
         metrics: Metrics,
         node_id: &str,
+        clock: Clock,
     ) -> Result<Self, ServiceError> {
         let prices = PriceTable::from_providers(providers)?;
         let signals = SpendSignals::default();
@@ -278,11 +282,12 @@ impl UsageService {
             config.retention_days,
             Duration::from_secs(config.prune_interval_secs),
             Arc::new(AtomicU64::new(0)),
+            clock.clone(),
         );
         // The tokenizer's tables (about 19 MiB resident for cl100k) load when first needed:
         // an estimate for a provider that reports no usage, a key's budget or token limit, or
         // the echo model. A node whose providers report usage never loads them.
-        Ok(Self { db, recorder, in_flight, keeps_request_records, signals })
+        Ok(Self { db, recorder, in_flight, keeps_request_records, signals, clock })
     }
 
     /// Where the recorder tells which keys' budgets each written flush spent: listen to it
@@ -299,7 +304,8 @@ impl UsageService {
 
     /// The meter for the gateway; `None` when metering is off.
     pub fn meter(&self) -> Option<meter::Meter> {
-        let meter = self.recorder.as_ref().map(|r| meter::Meter::new(r.handle()))?;
+        let meter =
+            self.recorder.as_ref().map(|r| meter::Meter::new(r.handle(), self.clock.clone()))?;
         Some(match &self.in_flight {
             Some((book, _)) => meter.with_in_flight(book.clone()),
             None => meter,
@@ -334,7 +340,7 @@ impl UsageService {
         principal: &Authorized<op::ReadUsage>,
         query: UsageQuery,
     ) -> Result<UsageSummary, ServiceError> {
-        let today = aigw_domain::time::now().date_naive();
+        let today = self.clock.now().date_naive();
         let range = DayRange::parse(query.from.as_deref(), query.to.as_deref(), today)?;
         let platform_admin = matches!(&**principal, Principal::User { role: Role::Admin, .. });
         let mut allowed = vec![GroupBy::Day, GroupBy::Model, GroupBy::ApiKey, GroupBy::Endpoint];
@@ -382,7 +388,7 @@ impl UsageService {
         user_id: &str,
         api_key_id: Option<&str>,
     ) -> Result<HashMap<String, UsageTotals>, ServiceError> {
-        let range = DayRange::last_days(aigw_domain::time::now().date_naive(), DEFAULT_RANGE_DAYS);
+        let range = DayRange::last_days(self.clock.now().date_naive(), DEFAULT_RANGE_DAYS);
         let (user_id, key) = (UserId::from(user_id), api_key_id.map(str::to_owned));
         let rows = self
             .db
@@ -413,7 +419,7 @@ impl UsageService {
         user_id: &str,
         keys: &[crate::views::ApiKeyView],
     ) -> Result<HashMap<String, i64>, ServiceError> {
-        let now = aigw_domain::time::now();
+        let now = self.clock.now();
         let ever = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
         let mut by_start: HashMap<chrono::NaiveDate, Vec<String>> = HashMap::new();
         for key in keys {

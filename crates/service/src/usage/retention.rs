@@ -7,6 +7,7 @@
 
 use super::supervisor::supervise;
 use crate::db::Db;
+use crate::Clock;
 use chrono::Duration as Days;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -27,13 +28,14 @@ pub(crate) fn spawn(
     retention_days: u32,
     interval: Duration,
     restarts: Arc<AtomicU64>,
+    clock: Clock,
 ) -> JoinHandle<()> {
     supervise("usage retention", restarts, move || {
-        let db = db.clone();
+        let (db, clock) = (db.clone(), clock.clone());
         async move {
             tokio::time::sleep(FIRST_SWEEP_AFTER).await;
             loop {
-                match sweep(&db, retention_days).await {
+                match sweep(&db, retention_days, clock.now()).await {
                     Ok(0) => {}
                     Ok(n) => {
                         tracing::info!(deleted = n, retention_days, "pruned old usage records")
@@ -48,14 +50,17 @@ pub(crate) fn spawn(
     })
 }
 
-/// Deletes every record older than `retention_days` (a batch once its newest record is),
-/// a few batches per statement. Returns how many records.
+/// Deletes every record older than `retention_days` before `now` (a batch once its newest
+/// record is), a few batches per statement. Returns how many records.
 ///
 /// # Errors
 /// [`crate::ServiceError`] when the database fails (what was deleted stays deleted).
-pub(crate) async fn sweep(db: &Db, retention_days: u32) -> Result<u64, crate::ServiceError> {
-    let cutoff =
-        (aigw_domain::time::now() - Days::days(i64::from(retention_days.max(1)))).naive_utc();
+pub(crate) async fn sweep(
+    db: &Db,
+    retention_days: u32,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<u64, crate::ServiceError> {
+    let cutoff = (now - Days::days(i64::from(retention_days.max(1)))).naive_utc();
     let mut total = 0;
     loop {
         let pruned = db

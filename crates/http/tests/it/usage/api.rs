@@ -10,6 +10,7 @@ backend_tests!(
     old_records_are_pruned_and_rollups_kept,
     usage_is_exported_as_csv,
     the_demo_model_shows_money,
+    calls_count_on_the_day_of_the_settings_clock,
 );
 
 fn today() -> chrono::NaiveDate {
@@ -346,4 +347,25 @@ async fn the_demo_model_shows_money(backend: Backend) {
         .data(201);
     let refused = app.chat(Auth::Bearer(made["key"].as_str().unwrap()), &body).await;
     assert_eq!(refused.error(429, "budget_exceeded")["details"]["scope"], "key");
+}
+
+/// A call is dated, and usage is read, by the settings' clock, as budgets and rate windows
+/// are: with the clock three days ahead, the call counts on that day and "today" is that day;
+/// the system's today has nothing.
+async fn calls_count_on_the_day_of_the_settings_clock(backend: Backend) {
+    let (app, clock) = spawn_app_with_clock(backend, |_| {}).await;
+    advance(&clock, 3 * 86_400_000);
+    let ahead = clock.now().date_naive();
+    let user = app.new_user("usage-clock").await;
+    let auth = Auth::Bearer(&user.token);
+    let key = app.key(&user.token, &["ai_gateway"]).await;
+    echo_calls(&app, &key, 1).await;
+    let records = wait_for_records(&app, auth, 1).await;
+    assert_eq!(records[0]["started_at"].as_str().map(|t| &t[..10]), Some(day(ahead).as_str()));
+    let data = app.get("/api/v1/usage?group_by=day", auth).await.data(200);
+    assert_eq!(data["to"], json!(day(ahead)), "{data}");
+    assert_eq!(data["totals"]["requests"], json!(1), "{data}");
+    let system_today = format!("/api/v1/usage?from={0}&to={0}", day(today()));
+    let data = app.get(&system_today, auth).await.data(200);
+    assert_eq!(data["totals"]["requests"], json!(0), "{data}");
 }
