@@ -8,7 +8,11 @@ use crate::common;
 use common::*;
 use serde_json::{json, Value};
 
-backend_tests!(chat_request_is_described_as_openai_does, the_validator_agrees_with_the_schema);
+backend_tests!(
+    chat_request_is_described_as_openai_does,
+    the_validator_agrees_with_the_schema,
+    a_credential_is_asked_for_exactly_where_documented,
+);
 
 async fn chat_request_is_described_as_openai_does(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -79,4 +83,44 @@ async fn the_validator_agrees_with_the_schema(backend: Backend) {
     }
     // Logout with no body, and with a JSON null body, ends the current session.
     app.logout(&user.token, Some(&Value::Null)).await.data(200);
+}
+
+/// Every operation of the document asks for a credential exactly when it says so: called with
+/// none (path parameters filled with an id that names nothing, a JSON body of `{}`), one with
+/// `security` answers 401 `unauthorized` with `WWW-Authenticate`, before it reads its body
+/// or looks anything up; one without it answers something else.
+async fn a_credential_is_asked_for_exactly_where_documented(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.rate_limit.enabled = false).await;
+    let doc = app.get("/api/v1/openapi.json", Auth::None).await.json();
+    let (mut secured, mut public) = (0, 0);
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let Ok(method) = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()) else {
+                continue;
+            };
+            let uri: String = path
+                .split('/')
+                .map(
+                    |s| if s.starts_with('{') { "01a228e4-0000-7000-8000-000000000000" } else { s },
+                )
+                .collect::<Vec<_>>()
+                .join("/");
+            let mut request = app.request(method.clone(), &uri, Auth::None);
+            if operation.get("requestBody").is_some() {
+                request = request.header("content-type", "application/json").body("{}");
+            }
+            let reply = app.send(request).await;
+            let documented = operation["security"].as_array().is_some_and(|s| !s.is_empty());
+            if documented {
+                assert_eq!(reply.status, 401, "{method} {path}: {}", reply.text);
+                assert_eq!(reply.json()["error"]["code"], json!("unauthorized"), "{method} {path}");
+                assert!(reply.header("www-authenticate").is_some(), "{method} {path}");
+                secured += 1;
+            } else {
+                assert_ne!(reply.status, 401, "{method} {path}: {}", reply.text);
+                public += 1;
+            }
+        }
+    }
+    assert!(secured > 60 && public > 10, "{secured} secured and {public} public operations");
 }
