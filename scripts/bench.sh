@@ -28,7 +28,8 @@
 #                 upstream (3 workers), wrk and rate run on the other CPUs. Default: no pinning,
 #                 one worker per CPU. scripts/bench_cores.sh runs a subset for several N.
 #
-# It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body), an nginx mock
+# It starts, once: `bare` (crates/bench: actix-web answering a fixed JSON body, and a proxy
+# route that forwards chat to the mock through aigw's upstream client), an nginx mock
 # OpenAI upstream (POST /v1/chat/completions answers a fixed completion) and an nginx reverse
 # proxy hop in front of it; then, per backend and profile, aigw (SQLite in a temporary
 # folder, or a throwaway PostgreSQL database created on 127.0.0.1:5432 and dropped after) with
@@ -64,6 +65,9 @@
 #   added c1     at concurrency 1 (wrk -t1 -c1: one connection, one request at a time, so no
 #                queue anywhere), p50 and p99: (aigw - direct) ÷ (hop - direct), for the plain
 #                key and for the key with budget + rpm + tpm                          target <= 2
+#                The same for `bare`'s proxy route (actix-web and aigw's upstream client, no
+#                work of aigw's own: the floor of aigw's stack), and µs aigw adds over it
+#                (reported)
 #   storm p99    /me p99 at 500 req/s during a login storm (wrk -c8 on /auth/login,
 #                argon2id 19 MiB t=2) ÷ the same p99 without it                      target <= 3
 #   metering     (scripts/bench_meter.sh, after the table) calls/s the usage pipeline makes
@@ -297,17 +301,20 @@ run_backend() {
   result[$col,half]="$((half_p99 - pair_p99))"
   result[$col,half_p99s]="$pair_p99 / $half_p99"
 
-  log "$col: latency at concurrency 1 (one connection), $rounds interleaved round(s): direct upstream, nginx hop, aigw, aigw with key limits"
-  local c1_direct_l="" c1_hop_l="" c1_aigw_l="" c1_limited_l="" c1_direct c1_hop c1_aigw c1_limited
+  log "$col: latency at concurrency 1 (one connection), $rounds interleaved round(s): direct upstream, nginx hop, bare proxy, aigw, aigw with key limits"
+  local c1_direct_l="" c1_hop_l="" c1_bare_l="" c1_aigw_l="" c1_limited_l="" c1_direct c1_hop c1_bare c1_aigw c1_limited
   for _ in $(seq "$rounds"); do
     c1_direct_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$mock_port/v1/chat/completions")"
     c1_hop_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$hop_port/v1/chat/completions")"
+    c1_bare_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$bare_port/v1/chat/completions")"
     c1_aigw_l+=",$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $key" "$base/api/v1/ai/chat/completions")"
     c1_limited_l+=",$(wrk_latency "$secs" -s "$post_lua" -H "authorization: $limited" "$base/api/v1/ai/chat/completions")"
   done
-  c1_direct=$(median_pair "$c1_direct_l") c1_hop=$(median_pair "$c1_hop_l")
+  c1_direct=$(median_pair "$c1_direct_l") c1_hop=$(median_pair "$c1_hop_l") c1_bare=$(median_pair "$c1_bare_l")
   c1_aigw=$(median_pair "$c1_aigw_l") c1_limited=$(median_pair "$c1_limited_l")
-  result[$col,c1]="$c1_direct / $c1_hop / $c1_aigw / $c1_limited"
+  result[$col,c1]="$c1_direct / $c1_hop / $c1_bare / $c1_aigw / $c1_limited"
+  result[$col,c1_bare_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_bare")
+  result[$col,c1_over_bare]=$(over "$c1_bare" "$c1_aigw")" / "$(over "$c1_bare" "$c1_limited")
   result[$col,c1_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_aigw")
   result[$col,c1_limited_added]=$(added_ratios "$c1_direct" "$c1_hop" "$c1_limited")
   result[$col,c1_over_hop]=$(over "$c1_hop" "$c1_aigw")" / "$(over "$c1_hop" "$c1_limited")
@@ -460,6 +467,7 @@ echo "| GET /auth/me access log on ÷ off (req/s) |$(col log_ratio) >= 0.9 |"
 echo "| p50 added over direct upstream at 1000 req/s, aigw ÷ nginx |$(col added) <= 2 |"
 echo "| latency added over direct upstream at concurrency 1, aigw ÷ nginx hop, p50 / p99 |$(col c1_added) <= 2 |"
 echo "| the same with a key with budget + rpm + tpm |$(col c1_limited_added) <= 2 |"
+echo "| the same for the bare proxy (actix-web + aigw's upstream client, the stack's floor) |$(col c1_bare_added) – |"
 echo "| /auth/me p99 during a login storm ÷ idle |$(col storm) <= 3 |"
 echo "| RSS idle / peak under c$conns (MiB) |$(col rss) <= 30 / 40 |"
 echo "| of which anonymous, idle / after the c$conns rounds (MiB) |$(col anon) (reported) |"
@@ -482,8 +490,9 @@ echo "| aigw chat req/s: metered / unmetered |$(col unmetered_rps)"
 echo "| aigw chat p99 µs (wrk c$conns): metered / unmetered |$(col unmetered_p99s)"
 echo "| GET /auth/me req/s: access log on / off |$(col nolog_rps)"
 echo "| p50 µs at 1000 req/s: direct / hop / aigw |$(col p50s)"
-echo "| p50 p99 µs at concurrency 1: direct / hop / aigw / aigw with key limits |$(col c1)"
+echo "| p50 p99 µs at concurrency 1: direct / hop / bare proxy / aigw / aigw with key limits |$(col c1)"
 echo "| µs aigw adds over the nginx hop at concurrency 1, p50 p99: plain key / key with limits |$(col c1_over_hop)"
+echo "| µs aigw adds over the bare proxy at concurrency 1, p50 p99: plain key / key with limits |$(col c1_over_bare)"
 echo "| /me p99 µs at 500 req/s: idle / storm (logins/s) |$(col p99s)"
 echo "| API-key auth req/s: 1000 / $many_keys keys stored |$(col keyrps)"
 

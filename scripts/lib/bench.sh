@@ -221,9 +221,9 @@ NGINX
 }
 start_refs() {
   alloc_port bare_port; alloc_port mock_port; alloc_port hop_port
-  # bare takes its worker count as a second argument (actix's default, one per CPU it may run
-  # on, gives the same under taskset).
-  spawn pin "$srv_cpus" "$bin/bare" "127.0.0.1:$bare_port" ${srv_workers:+"$srv_workers"} >"$work/bare.log" 2>&1
+  # bare takes its worker count as a second argument (0: actix's default, one per CPU it may
+  # run on, the same under taskset), and the mock upstream its proxy route forwards to.
+  spawn pin "$srv_cpus" "$bin/bare" "127.0.0.1:$bare_port" "${srv_workers:-0}" "http://127.0.0.1:$mock_port" >"$work/bare.log" 2>&1
   nginx_conf mock "${mock_workers:-auto}" "$load_cpus" "server { listen 127.0.0.1:$mock_port; location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } location = /stream/v1/chat/completions { default_type text/event-stream; return 200 '$events'; } location = /v1/embeddings { default_type application/json; return 200 '$embedding'; } location = /anthropic/v1/messages { default_type text/event-stream; return 200 '$message_events'; } }"
   nginx_conf hop "${srv_workers:-auto}" "$srv_cpus" "upstream mock { server 127.0.0.1:$mock_port; keepalive 64; } server { listen 127.0.0.1:$hop_port; location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
   wait_http "http://127.0.0.1:$bare_port/"

@@ -1,12 +1,26 @@
-//! The reference of `scripts/bench.sh`: actix-web answering `GET /` with a small JSON body,
-//! on the same number of workers as aigw (the number of CPUs it may run on, or WORKERS),
-//! nothing else.
+//! The references of `scripts/bench.sh` built on aigw's own stack, nothing else:
+//!
+//! - `GET /`: actix-web answering a small JSON body, on the same number of workers as aigw
+//!   (the number of CPUs it may run on, or WORKERS);
+//! - `POST /v1/chat/completions`, when UPSTREAM (an `http://host:port` origin) is given: the
+//!   least a proxy on aigw's stack does. The body is read whole and sent to
+//!   `UPSTREAM/v1/chat/completions` through aigw's upstream client (`aigw_infra`'s per-thread
+//!   connection pool, hyper-util's connector in hyper-rustls), and the answer's body is read
+//!   whole and returned with its status. No authentication, no JSON, no log, no metrics: the
+//!   floor that aigw's own work per call is measured above.
 //!
 //! ```text
-//! bare 127.0.0.1:PORT [WORKERS]
+//! bare 127.0.0.1:PORT [WORKERS [UPSTREAM]]
 //! ```
 
+use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpResponse, HttpServer};
+use aigw_infra::upstream_pool::{ConnectionPool, Connector};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use http_body_util::Full;
+use std::sync::Arc;
+use std::time::Duration;
 
 async fn me() -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(
@@ -14,14 +28,89 @@ async fn me() -> HttpResponse {
     )
 }
 
+/// Where the proxy route sends its calls.
+struct Upstream {
+    pool: Arc<ConnectionPool>,
+    /// The upstream's origin, which its connections go to.
+    origin: http::Uri,
+    /// The request's origin-form target.
+    path: http::Uri,
+    /// The upstream's `Host`.
+    host: http::HeaderValue,
+}
+
+/// aigw's connector for direct calls: a connect timeout and `TCP_NODELAY`, TLS for `https`.
+fn connector() -> std::io::Result<Connector> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.set_connect_timeout(Some(Duration::from_secs(5)));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))
+        .map_err(std::io::Error::other)?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
+impl Upstream {
+    fn new(origin: &str) -> std::io::Result<Self> {
+        let origin: http::Uri = origin.parse().map_err(std::io::Error::other)?;
+        let authority = origin
+            .authority()
+            .ok_or_else(|| std::io::Error::other("UPSTREAM: http://host:port"))?;
+        Ok(Self {
+            pool: Arc::new(ConnectionPool::new(connector()?, 1)),
+            host: http::HeaderValue::from_str(authority.as_str()).map_err(std::io::Error::other)?,
+            path: http::Uri::from_static("/v1/chat/completions"),
+            origin,
+        })
+    }
+}
+
+/// Sends `body` upstream and answers what came back (502 when it could not be sent or read).
+async fn proxy(upstream: web::Data<Upstream>, body: Bytes) -> HttpResponse {
+    let request = http::Request::post(upstream.path.clone())
+        .header(http::header::HOST, upstream.host.clone())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body));
+    let Ok(request) = request else {
+        return HttpResponse::InternalServerError().finish();
+    };
+    let Ok((head, mut answer)) = upstream.pool.send(0, &upstream.origin, request).await else {
+        return HttpResponse::BadGateway().finish();
+    };
+    let mut whole = BytesMut::new();
+    while let Some(chunk) = answer.next().await {
+        match chunk {
+            Ok(chunk) => whole.extend_from_slice(&chunk),
+            Err(_) => return HttpResponse::BadGateway().finish(),
+        }
+    }
+    let status = StatusCode::from_u16(head.status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    HttpResponse::build(status).content_type("application/json").body(whole.freeze())
+}
+
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:8090".to_owned());
-    let mut server = HttpServer::new(|| App::new().route("/", web::get().to(me)));
-    if let Some(workers) = args.next() {
-        let workers: usize =
-            workers.parse().map_err(|_| std::io::Error::other("WORKERS: a number"))?;
+    let workers = args
+        .next()
+        .map(|w| w.parse::<usize>().map_err(|_| std::io::Error::other("WORKERS: a number")))
+        .transpose()?
+        .filter(|&w| w > 0);
+    let upstream = args.next().map(|u| Upstream::new(&u)).transpose()?.map(web::Data::new);
+    let mut server = HttpServer::new(move || {
+        let app = App::new().route("/", web::get().to(me));
+        match &upstream {
+            Some(upstream) => {
+                app.app_data(upstream.clone()).route("/v1/chat/completions", web::post().to(proxy))
+            }
+            None => app,
+        }
+    });
+    if let Some(workers) = workers {
         server = server.workers(workers);
     }
     server.bind(listen)?.run().await

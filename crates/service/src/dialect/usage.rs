@@ -188,6 +188,55 @@ fn messages_usage(usage: &Value, before: Option<TokenUsage>) -> Option<TokenUsag
     MessagesCounts::from_tree(usage).over(before)
 }
 
+/// A JSON answer read for its `usage` member only, through the typed view `T` of the
+/// dialect's counts; every other member is skipped without building anything.
+#[derive(Deserialize)]
+struct UsageView<T> {
+    usage: Option<Object<T>>,
+}
+
+/// A JSON answer read for its `usage` member only, kept as the raw text of its value
+/// (borrowed from the answer): the tree fallback of [`json_answer_usage`].
+#[derive(Deserialize)]
+struct RawUsage<'a> {
+    #[serde(default, borrow)]
+    usage: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The usage the raw JSON `answer` of `endpoint` reports; `None` when it has none, when it is
+/// `null` or not an object, or when it does not read as the dialect's counts. One pass of the
+/// answer through the dialect's typed view of `usage`, the rest skipped; only a `usage` whose
+/// members are of other types than the view expects (a count that is a string, say) is read
+/// again, as a tree, by [`read_usage`], so an answer reads the same either way (as a stream's
+/// events do in [`super::stream_event`]).
+pub fn json_answer_usage(endpoint: Endpoint, answer: &[u8]) -> Option<TokenUsage> {
+    let typed = match endpoint {
+        Endpoint::Chat | Endpoint::Embeddings => {
+            typed_usage::<OpenAiCounts>(answer).map(|c| c.and_then(|c| c.tokens()))
+        }
+        Endpoint::Responses => {
+            typed_usage::<ResponsesCounts>(answer).map(|c| c.and_then(|c| c.tokens()))
+        }
+        Endpoint::Messages => {
+            typed_usage::<MessagesCounts>(answer).map(|c| c.and_then(|c| c.over(None)))
+        }
+    };
+    match typed {
+        Ok(usage) => usage,
+        Err(_) => {
+            let raw = serde_json::from_slice::<Object<RawUsage<'_>>>(answer).ok()?.0.usage?;
+            read_usage(endpoint, &serde_json::from_str::<Value>(raw.get()).ok()?)
+        }
+    }
+}
+
+/// The counts of `answer`'s `usage` through the view `T`; `Ok(None)` when it has no `usage`
+/// or it is `null`; an error when the answer or its `usage` does not fit the view.
+fn typed_usage<'de, T: Deserialize<'de>>(answer: &'de [u8]) -> serde_json::Result<Option<T>> {
+    let view = serde_json::from_slice::<Object<UsageView<T>>>(answer)?;
+    Ok(view.0.usage.map(|o| o.0))
+}
+
 /// The usage a JSON answer of `endpoint` reports; `None` when it has none (or none that reads
 /// as counts). Only `usage` is looked at.
 pub fn answer_usage(endpoint: Endpoint, answer: &Value) -> Option<TokenUsage> {
@@ -350,6 +399,54 @@ mod tests {
         ] {
             assert_eq!(answer_usage(Endpoint::Chat, &bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_json_answer_reads_the_same_in_one_pass_as_through_its_tree() {
+        let answers = [
+            r#"{"id":"x","choices":[{"message":{"content":"a \"q\" \u00e9"}}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}"#,
+            r#"{"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":64},"completion_tokens_details":{"reasoning_tokens":12}}}"#,
+            r#"{"usage":{"prompt_tokens":8,"total_tokens":8}}"#,
+            r#"{"usage":{"prompt_tokens":1,"completion_tokens":null}}"#,
+            r#"{"usage":{"prompt_tokens":1,"completion_tokens":"2"}}"#,
+            r#"{"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":"3"}}"#,
+            r#"{"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens_details":7}}"#,
+            r#"{"usage":{"prompt_tokens":1,"prompt_tokens":2,"completion_tokens":3}}"#,
+            r#"{"usage":{"prompt_tokens":-1,"completion_tokens":2}}"#,
+            r#"{"usage":{"input_tokens":50,"output_tokens":5,"input_tokens_details":{"cached_tokens":10},"output_tokens_details":{"reasoning_tokens":2},"total_tokens":55}}"#,
+            r#"{"usage":{"input_tokens":50,"output_tokens":"5"}}"#,
+            r#"{"usage":{"input_tokens":7,"cache_creation_input_tokens":3,"cache_read_input_tokens":2,"output_tokens":9}}"#,
+            r#"{"usage":{"output_tokens":9}}"#,
+            r#"{"usage":{}}"#,
+            r#"{"usage":null}"#,
+            r#"{"usage":"twelve"}"#,
+            r#"{"usage":[1,2]}"#,
+            r#"[{"prompt_tokens":1,"completion_tokens":2}]"#,
+            r#"{"choices":[]}"#,
+            "not json",
+        ];
+        for endpoint in
+            [Endpoint::Chat, Endpoint::Embeddings, Endpoint::Responses, Endpoint::Messages]
+        {
+            for answer in answers {
+                let tree = serde_json::from_str::<Value>(answer)
+                    .ok()
+                    .and_then(|a| answer_usage(endpoint, &a));
+                assert_eq!(
+                    json_answer_usage(endpoint, answer.as_bytes()),
+                    tree,
+                    "{endpoint:?} {answer}"
+                );
+            }
+        }
+        assert_eq!(
+            json_answer_usage(Endpoint::Chat, answers[1].as_bytes()),
+            Some(TokenUsage {
+                cached_tokens: 64,
+                reasoning_tokens: 12,
+                ..TokenUsage::new(100, 20)
+            })
+        );
     }
 
     #[test]

@@ -11,7 +11,6 @@ use aigw_domain::usage::{Endpoint, TokenUsage, UsageOutcome, UsageRecord};
 use aigw_domain::{ApiKeyId, TeamId, UserId};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::Value;
 
 /// What was seen of the provider's answer.
@@ -195,19 +194,10 @@ impl Pending {
     }
 }
 
-/// An answer, of which only `usage` is kept: as the raw text of its value (borrowed from the
-/// answer; serde skips every other member without building a tree).
-#[derive(Debug, Deserialize)]
-struct UsageOnly<'a> {
-    #[serde(default, borrow)]
-    usage: Option<&'a serde_json::value::RawValue>,
-}
-
 /// The usage a JSON answer of `endpoint` reports; one that is null or not a usage object
 /// reads as absent rather than failing the answer's parse.
 fn reported_usage(endpoint: Endpoint, answer: &[u8]) -> Option<TokenUsage> {
-    let raw = serde_json::from_slice::<UsageOnly<'_>>(answer).ok()?.usage?;
-    usage::read_usage(endpoint, &serde_json::from_str::<Value>(raw.get()).ok()?)
+    usage::json_answer_usage(endpoint, answer)
 }
 
 #[cfg(test)]
