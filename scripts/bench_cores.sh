@@ -23,7 +23,7 @@
 # For each N: the CPUs this process may run on (its affinity, hyperthread siblings next to each
 # other; as many as the cgroup's CPU quota allows) are split into the first N, for the servers
 # under test, and the rest, for the load. On the
-# first N, each with N workers: `bare` (actix-web answering a fixed JSON body; N as its
+# first N, each with N workers: `bare` (actix-web answering a fixed JSON body, and its proxy route; N as its
 # second argument), the nginx hop (worker_processes N) and three aigw instances on one SQLite
 # database in a fresh temporary folder (server.workers = N): as in production (metering on,
 # one JSON access-log line per request), with usage.enabled = false, and with
@@ -43,13 +43,16 @@
 #
 # and a second table per N: chat metered ÷ unmetered (target >= 0.9), chat p99 metered ÷
 # unmetered (wrk's p99, target <= 1.5), /auth/me log on ÷ off (target >= 0.9), and aigw's
-# peak RSS (VmHWM over the measurements, target <= 40 MiB).
+# peak RSS (VmHWM over the measurements, target <= 40 MiB); and a third: p50 and p99 at
+# concurrency 1 (wrk -t1 -c1 on the load's CPUs) straight to the mock, through the hop,
+# through bare's proxy route (actix-web and aigw's upstream client: the floor of aigw's stack)
+# and through aigw, with what the bare proxy and aigw add over the mock ÷ what the hop adds.
 #
 # Tools: when .bench-tools/ exists (scripts/bench_bundle.sh: wrk, nginx, taskset, aigw,
 # bare with their own libraries and loader) they are used from there and nothing is installed
 # or built; else wrk, nginx and taskset come from PATH (apt-get when missing and root) and the
 # binaries from `cargo build --profile dist` (or --bin / --aigw). Needs no curl, no python3, no
-# PostgreSQL or Redis for the SQLite run. About 30 s per N with the defaults.
+# PostgreSQL or Redis for the SQLite run. About 45 s per N with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -184,7 +187,18 @@ run_n() {
     unmetered_l+=" ${r% *}" unmetered_p99_l+=" ${r#* }"
     nolog_l+=" $(wrk_rps "$conns" "$secs" "${me[@]}" "$nolog/api/v1/auth/me")"
   done
+  # Concurrency 1 (one connection, no queue): the latency each adds over the mock itself.
+  local c1_direct_l="" c1_hop_l="" c1_bare_l="" c1_aigw_l=""
+  for i in $(seq "$rounds"); do
+    log "N=$n $backend: round $i/$rounds at concurrency 1: direct, hop, bare proxy, aigw chat (${secs}s each)"
+    c1_direct_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$mock_port/v1/chat/completions")"
+    c1_hop_l+=",$(wrk_latency "$secs" -s "$post_lua" "$hop_url")"
+    c1_bare_l+=",$(wrk_latency "$secs" -s "$post_lua" "http://127.0.0.1:$bare_port/v1/chat/completions")"
+    c1_aigw_l+=",$(wrk_latency "$secs" "${chat[@]}" "$main/api/v1/ai/chat/completions")"
+  done
   local k="$backend,$n"
+  result[$k,c1_direct]=$(median_pair "$c1_direct_l") result[$k,c1_hop]=$(median_pair "$c1_hop_l")
+  result[$k,c1_bare]=$(median_pair "$c1_bare_l") result[$k,c1_aigw]=$(median_pair "$c1_aigw_l")
   result[$k,bare]=$(echo "$bare_l" | median)
   result[$k,hop]=$(echo "$hop_l" | median)
   result[$k,chat]=$(echo "$chat_l" | median)
@@ -246,6 +260,13 @@ report() {
       a=$(ratio "${result[$k,chat]}" "${result[$k,unmetered]}")
       b=$(ratio "${result[$k,chat_p99]}" "${result[$k,unmetered_p99]}")
       echo "| $n | $a $(verdict "$a" ">=" 0.9) | ${result[$k,chat_p99]} / ${result[$k,unmetered_p99]} | $b $(verdict "$b" "<=" 1.5) | $(ratio "${result[$k,me]}" "${result[$k,nolog]}") $(verdict "$(ratio "${result[$k,me]}" "${result[$k,nolog]}")" ">=" 0.9) | ${result[$k,rss_peak]} $(verdict "${result[$k,rss_peak]}" "<=" 40) |"
+    done
+    echo
+    echo "| cores | c1 p50 p99 µs: direct / hop / bare proxy / aigw chat | added ÷ the hop's, p50 / p99: bare proxy | aigw (<= 2) |"
+    echo "|---|---|---|---|"
+    for n in "${plan[@]}"; do
+      k="$backend,$n"
+      echo "| $n | ${result[$k,c1_direct]} / ${result[$k,c1_hop]} / ${result[$k,c1_bare]} / ${result[$k,c1_aigw]} | $(added_ratios "${result[$k,c1_direct]}" "${result[$k,c1_hop]}" "${result[$k,c1_bare]}") | $(added_ratios "${result[$k,c1_direct]}" "${result[$k,c1_hop]}" "${result[$k,c1_aigw]}") |"
     done
     first=${plan[0]} last=${plan[-1]}
     echo

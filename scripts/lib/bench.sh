@@ -146,6 +146,26 @@ wrk_latency() {
     END { print p50, p99 }' <<<"$out"
 }
 
+# added_ratios "DIRECT_P50 DIRECT_P99" "HOP_P50 HOP_P99" "VIA_P50 VIA_P99": the latency a server
+# adds over the upstream itself, divided by what the nginx hop adds: "p50 / p99" ("n/a" where
+# the hop adds nothing: at concurrency 1 the CPUs' wake-up latency can make the direct call
+# the slower one).
+added_ratios() {
+  local d=($1) h=($2) v=($3) p50=n/a p99=n/a
+  [ $((h[0] - d[0])) -gt 0 ] && p50=$(ratio $((v[0] - d[0])) $((h[0] - d[0])))
+  [ $((h[1] - d[1])) -gt 0 ] && p99=$(ratio $((v[1] - d[1])) $((h[1] - d[1])))
+  echo "$p50 / $p99"
+}
+# over "HOP_P50 HOP_P99" "VIA_P50 VIA_P99": µs a server adds over the nginx hop, "p50 p99".
+over() { local h=($1) v=($2); echo "$((v[0] - h[0])) $((v[1] - h[1]))"; }
+# median_pair ",P50 P99,P50 P99,...": the median of each column, "P50 P99".
+median_pair() {
+  local p50 p99
+  p50=$(tr ',' '\n' <<<"$1" | awk 'NF { print $1 }' | tr '\n' ' ' | median)
+  p99=$(tr ',' '\n' <<<"$1" | awk 'NF { print $2 }' | tr '\n' ' ' | median)
+  echo "${p50%.*} ${p99%.*}"
+}
+
 # rate: prints "p50_us p99_us" (and says so loudly on errors); $bin/rate, $secs seconds.
 rate_p() {
   local out
