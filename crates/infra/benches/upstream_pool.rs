@@ -102,19 +102,9 @@ fn start_upstream() -> SocketAddr {
     addr
 }
 
-/// The connector of aigw's direct calls: hyper-util's, with a connect timeout and
-/// `TCP_NODELAY`, in hyper-rustls (TLS for `https`, plain for `http`).
+/// The connector of aigw's direct calls.
 fn connector() -> Connector {
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.set_connect_timeout(Some(Duration::from_secs(5)));
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))
-        .unwrap()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http)
+    aigw_infra::upstream_pool::connector(Duration::from_secs(5)).unwrap()
 }
 
 /// One of the clients measured, shared by every calling thread.

@@ -31,6 +31,24 @@ use tower_service::Service;
 pub type Connector =
     hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
 
+/// The connector of aigw's direct upstream calls: hyper-util's `HttpConnector` with a
+/// `connect_timeout` and `TCP_NODELAY`, in hyper-rustls (TLS 1.2 and 1.3 on ring, trusting
+/// the webpki roots, for `https`; plain TCP for `http`; HTTP/1.1 only).
+///
+/// # Errors
+/// rustls' error when ring's provider offers no default protocol version (it always does).
+pub fn connector(connect_timeout: Duration) -> Result<Connector, BoxError> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
 /// An error of an upstream call: hyper's, the connector's (its connect timeout is an
 /// `io::Error` of kind `TimedOut` among the causes) or TLS.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -391,16 +409,7 @@ mod tests {
     }
 
     fn pool() -> ConnectionPool {
-        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-        http.set_connect_timeout(Some(Duration::from_secs(5)));
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))
-            .unwrap()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        ConnectionPool::new(connector, 1)
+        ConnectionPool::new(connector(Duration::from_secs(5)).unwrap(), 1)
     }
 
     fn request(upstream: &Upstream, body: &'static str) -> http::Request<Full<Bytes>> {

@@ -1,13 +1,13 @@
 //! The references of `scripts/bench.sh` built on aigw's own stack, nothing else:
 //!
 //! - `GET /`: actix-web answering a small JSON body, on the same number of workers as aigw
-//!   (the number of CPUs it may run on, or WORKERS);
+//!   (the number of CPUs it may run on, or WORKERS when above 0);
 //! - `POST /v1/chat/completions`, when UPSTREAM (an `http://host:port` origin) is given: the
 //!   least a proxy on aigw's stack does. The body is read whole and sent to
 //!   `UPSTREAM/v1/chat/completions` through aigw's upstream client (`aigw_infra`'s per-thread
-//!   connection pool, hyper-util's connector in hyper-rustls), and the answer's body is read
-//!   whole and returned with its status. No authentication, no JSON, no log, no metrics: the
-//!   floor that aigw's own work per call is measured above.
+//!   connection pool and connector), and the answer's body is read whole and returned with
+//!   its status. No authentication, no JSON, no log, no metrics: the floor that aigw's own
+//!   work per call is measured above.
 //!
 //! ```text
 //! bare 127.0.0.1:PORT [WORKERS [UPSTREAM]]
@@ -15,7 +15,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpResponse, HttpServer};
-use aigw_infra::upstream_pool::{ConnectionPool, Connector};
+use aigw_infra::upstream_pool::{connector, ConnectionPool};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body_util::Full;
@@ -39,20 +39,6 @@ struct Upstream {
     host: http::HeaderValue,
 }
 
-/// aigw's connector for direct calls: a connect timeout and `TCP_NODELAY`, TLS for `https`.
-fn connector() -> std::io::Result<Connector> {
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.set_connect_timeout(Some(Duration::from_secs(5)));
-    http.set_nodelay(true);
-    http.enforce_http(false);
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))
-        .map_err(std::io::Error::other)?
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http))
-}
-
 impl Upstream {
     fn new(origin: &str) -> std::io::Result<Self> {
         let origin: http::Uri = origin.parse().map_err(std::io::Error::other)?;
@@ -60,7 +46,10 @@ impl Upstream {
             .authority()
             .ok_or_else(|| std::io::Error::other("UPSTREAM: http://host:port"))?;
         Ok(Self {
-            pool: Arc::new(ConnectionPool::new(connector()?, 1)),
+            pool: Arc::new(ConnectionPool::new(
+                connector(Duration::from_secs(5)).map_err(std::io::Error::other)?,
+                1,
+            )),
             host: http::HeaderValue::from_str(authority.as_str()).map_err(std::io::Error::other)?,
             path: http::Uri::from_static("/v1/chat/completions"),
             origin,

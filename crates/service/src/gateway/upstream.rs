@@ -117,18 +117,8 @@ impl Forwarder {
                         .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?,
                 ),
                 None => {
-                    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-                    http.set_connect_timeout(Some(connect_timeout));
-                    http.set_nodelay(true);
-                    http.enforce_http(false);
-                    let tls = hyper_rustls::HttpsConnectorBuilder::new()
-                        .with_provider_and_webpki_roots(Arc::new(
-                            rustls::crypto::ring::default_provider(),
-                        ))
-                        .map_err(|e| ServiceError::Internal(format!("TLS set-up: {e}")))?
-                        .https_or_http()
-                        .enable_http1()
-                        .wrap_connector(http);
+                    let tls = aigw_infra::upstream_pool::connector(connect_timeout)
+                        .map_err(|e| ServiceError::Internal(format!("TLS set-up: {e}")))?;
                     Upstream::Direct(Arc::new(ConnectionPool::new(tls, providers)))
                 }
             };

@@ -70,7 +70,7 @@ impl Pending {
     pub(crate) fn known_usage(&self) -> Option<TokenUsage> {
         let failed = self.outcome == UsageOutcome::UpstreamError;
         match &self.observed {
-            Observed::Json(body) => match reported_usage(self.endpoint, body) {
+            Observed::Json(body) => match usage::json_answer_usage(self.endpoint, body) {
                 Some(usage) => Some(usage),
                 None => failed.then(TokenUsage::default),
             },
@@ -194,18 +194,12 @@ impl Pending {
     }
 }
 
-/// The usage a JSON answer of `endpoint` reports; one that is null or not a usage object
-/// reads as absent rather than failing the answer's parse.
-fn reported_usage(endpoint: Endpoint, answer: &[u8]) -> Option<TokenUsage> {
-    usage::json_answer_usage(endpoint, answer)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn reported(answer: &str) -> Option<TokenUsage> {
-        reported_usage(Endpoint::Chat, answer.as_bytes())
+        usage::json_answer_usage(Endpoint::Chat, answer.as_bytes())
     }
 
     #[test]
